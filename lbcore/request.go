@@ -1,0 +1,183 @@
+package lbcore
+
+import (
+	"net/netip"
+	"strings"
+)
+
+// Request is the read-only view of one HTTP request that every decision is
+// made from. The filter fills it from request headers and Envoy properties;
+// tests build it by hand. Nothing in it is trusted: every field may be empty
+// or malformed, and every reader falls back safely.
+type Request struct {
+	// Target is the request target as received (":path"): origin form
+	// "/a/b?q=1", or absolute form "http://host/a/b?q=1".
+	Target string
+	// Authority is ":authority" (or "host" for HTTP/1.0).
+	Authority string
+	// Method is ":method".
+	Method string
+	// Source is the connection's peer address, "ip:port" or "[v6]:port"
+	// (Envoy property source.address).
+	Source string
+	// Dest is the address the connection was accepted on (destination.address).
+	Dest string
+	// Headers holds the request headers as received, names lower-case.
+	// Repeated headers appear once per copy.
+	Headers [][2]string
+	// TrustedHops, when > 0, makes the client IP the address that many hops
+	// from the right of x-forwarded-for instead of Source. Set from config.
+	TrustedHops int
+}
+
+// Header returns the first value of the named header, or "". name must be
+// lower-case; stored names are compared case-insensitively.
+func (r *Request) Header(name string) string {
+	for _, h := range r.Headers {
+		if len(h[0]) == len(name) && strings.EqualFold(h[0], name) {
+			return h[1]
+		}
+	}
+	return ""
+}
+
+// ClientAddr returns the client's IP and port. With TrustedHops > 0 the IP is
+// read from x-forwarded-for (all copies, in order, read right to left) and the
+// port is 0; a missing or malformed entry gives ok == false, never Source:
+// falling back to the connection address would let a proxy chain silently
+// collapse every client onto one key.
+func (r *Request) ClientAddr() (ip netip.Addr, port uint16, ok bool) {
+	if r.TrustedHops <= 0 {
+		return parseAddrPort(r.Source)
+	}
+	hop := r.TrustedHops
+	for i := len(r.Headers) - 1; i >= 0; i-- {
+		h := r.Headers[i]
+		if !strings.EqualFold(h[0], "x-forwarded-for") {
+			continue
+		}
+		v := h[1]
+		for v != "" {
+			j := strings.LastIndexByte(v, ',')
+			item := strings.TrimSpace(v[j+1:])
+			if j < 0 {
+				v = ""
+			} else {
+				v = v[:j]
+			}
+			hop--
+			if hop == 0 {
+				a, err := netip.ParseAddr(item)
+				if err != nil {
+					return netip.Addr{}, 0, false
+				}
+				return a.Unmap(), 0, true
+			}
+		}
+	}
+	return netip.Addr{}, 0, false
+}
+
+// ServerAddr returns the IP and port the request was received on.
+func (r *Request) ServerAddr() (ip netip.Addr, port uint16, ok bool) {
+	return parseAddrPort(r.Dest)
+}
+
+// Host returns the request's domain: the host of an absolute request target if
+// it has one, else Authority (or the host header), without port, as received
+// (not lower-cased). ok is false when neither carries a host.
+func (r *Request) Host() (host string, ok bool) {
+	if rest, found := cutScheme(r.Target); found {
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			auth = auth[at+1:]
+		}
+		if h := stripPort(auth); h != "" {
+			return h, true
+		}
+	}
+	a := r.Authority
+	if a == "" {
+		a = r.Header("host")
+	}
+	h := stripPort(a)
+	return h, h != ""
+}
+
+// URL returns the request target as received: path and query. An absolute
+// target is returned whole, as Citrix hashes the URL it received.
+func (r *Request) URL() string { return r.Target }
+
+// Path returns the request path without the query string; for an absolute
+// target, the path part only ("/" when empty).
+func (r *Request) Path() string {
+	t := r.Target
+	if rest, found := cutScheme(t); found {
+		i := strings.IndexAny(rest, "/?#")
+		if i < 0 {
+			return "/"
+		}
+		t = rest[i:]
+		if t[0] != '/' {
+			return "/"
+		}
+	}
+	if i := strings.IndexAny(t, "?#"); i >= 0 {
+		t = t[:i]
+	}
+	return t
+}
+
+// Query returns the raw query string (without '?'), or "".
+func (r *Request) Query() string {
+	t := r.Target
+	i := strings.IndexByte(t, '?')
+	if i < 0 {
+		return ""
+	}
+	t = t[i+1:]
+	if j := strings.IndexByte(t, '#'); j >= 0 {
+		t = t[:j]
+	}
+	return t
+}
+
+// cutScheme reports whether t is an absolute URL ("scheme://...") and returns
+// what follows "://".
+func cutScheme(t string) (string, bool) {
+	i := strings.Index(t, "://")
+	if i <= 0 || strings.IndexByte(t[:i], '/') >= 0 || strings.IndexByte(t[:i], '?') >= 0 {
+		return "", false
+	}
+	return t[i+3:], true
+}
+
+// stripPort removes a trailing ":port" and IPv6 brackets from a host.
+func stripPort(h string) string {
+	if strings.HasPrefix(h, "[") {
+		if i := strings.IndexByte(h, ']'); i > 0 {
+			return h[1:i]
+		}
+		return ""
+	}
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && strings.IndexByte(h[:i], ':') < 0 {
+		return h[:i]
+	}
+	return h
+}
+
+// parseAddrPort parses "ip:port", "[v6]:port" or a bare IP (port 0). IPv4-mapped
+// IPv6 addresses are unmapped so that one client has one key.
+func parseAddrPort(s string) (netip.Addr, uint16, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), ap.Port(), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), 0, true
+	}
+	return netip.Addr{}, 0, false
+}
