@@ -1,0 +1,353 @@
+package lbcore
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"math/bits"
+	"strconv"
+	"time"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// The persistence table (TR7 hash persistence, SPEC §5) maps a key's
+// fingerprint to the service first chosen for it. The host's shared data
+// cannot delete keys and has no size limit, so the table is a fixed set of
+// buckets, one shared-data key each ("<namespace>/p/<n>"), every bucket a
+// small set-associative LRU of at most Ways entries. A bucket value is
+//
+//	byte 0          format version (1)
+//	then per entry  fingerprint uint64 | service uint64 | last use uint32
+//	                (little-endian, EntrySize bytes, least recent write first)
+//
+// A value of any other shape reads as an empty bucket and is overwritten.
+//
+// Memory per entry with all buckets full, as cpp-host keeps shared data (an
+// unordered_map from a std::string key to a std::string value and a uint32
+// cas), is about
+//
+//	EntrySize + (len(key) + 1 + overheadPerKey) / Ways
+//
+// which BytesPerEntry computes exactly. With namespace "hashlb/hashlb",
+// 375,000 buckets (tableSize 3,000,000) and 64 bytes of node and allocation
+// overhead per key it is 30.8 bytes; a stricter libstdc++ count (96-byte
+// hash node, 8-byte bucket slot, key and value heap blocks rounded to 16
+// bytes, about 168 bytes per key beyond key and value) gives 43.
+
+// Ways is how many entries one bucket holds.
+const Ways = 8
+
+// EntrySize is the encoded size of one entry in bytes: key fingerprint (8),
+// service identity (8), last use in seconds since the Unix epoch (4).
+const EntrySize = 20
+
+const (
+	bucketVersion = 1
+	bucketHeader  = 1
+	// casAttempts bounds the writes one Resolve tries before it serves the
+	// request without persisting.
+	casAttempts = 8
+	// markerSuffix names the key whose cas guards bucket creation.
+	markerSuffix = "/p/c"
+)
+
+// Outcome says what one Resolve did, for the persistence_* metrics. Hit,
+// Miss, Expired and Rechosen describe the first read of the key's bucket;
+// if a retry then finds a mapping another worker has just stored, that
+// mapping is served and no further flag is set.
+type Outcome struct {
+	// Hit: the key mapped to a live, selectable service (persistence_hit).
+	Hit bool
+	// Miss: the key had no entry (persistence_miss).
+	Miss bool
+	// Expired: the key's entry had been idle longer than expire
+	// (persistence_expired); the service was chosen again.
+	Expired bool
+	// Rechosen: the key mapped to a service no longer selectable; the
+	// service was chosen again and the entry overwritten.
+	Rechosen bool
+	// Evicted is how many live entries the stored write evicted
+	// (persistence_evicted).
+	Evicted int
+	// CASRetries is how many writes failed on a CAS conflict
+	// (persistence_cas_retry).
+	CASRetries int
+	// GaveUp: the mapping could not be stored (too many conflicts or a store
+	// error); the request was served without persisting (persistence_cas_giveup).
+	GaveUp bool
+}
+
+// Table is the persistence table of one worker over the shared Store. Each
+// worker (Wasm VM) holds its own Table; a Table is not safe for concurrent
+// use, the Store is. Create it with NewTable.
+type Table struct {
+	store    Store
+	key      []byte // namespace + "/p/", then the bucket number; reused
+	prefix   int
+	marker   string
+	nBuckets uint64
+	ways     int
+	expire   int64 // seconds
+	ents     [Ways]entry
+	n        int
+	buf      []byte
+}
+
+type entry struct {
+	fp   uint64
+	svc  uint64
+	last uint32
+}
+
+// NewTable returns the table namespace/p/* in s holding at most tableSize
+// entries (tableSize / Ways buckets of Ways entries; tables smaller than Ways
+// are one bucket) whose entries expire after expire without use (at least
+// one second).
+//
+// The Table passes Store keys that alias a buffer it reuses: a Store must
+// copy a key it keeps beyond the call (the host and MemStore do).
+func NewTable(s Store, namespace string, tableSize int, expire time.Duration) *Table {
+	ways := Ways
+	if tableSize < ways {
+		ways = max(tableSize, 1)
+	}
+	key := make([]byte, 0, len(namespace)+len("/p/")+20)
+	key = append(append(key, namespace...), "/p/"...)
+	return &Table{
+		store:    s,
+		key:      key,
+		prefix:   len(key),
+		marker:   namespace + markerSuffix,
+		nBuckets: uint64(max(tableSize/ways, 1)),
+		ways:     ways,
+		expire:   max(int64(expire/time.Second), 1),
+		buf:      make([]byte, 0, bucketHeader+Ways*EntrySize),
+	}
+}
+
+// Capacity returns the most entries the table holds (buckets × ways, at most
+// tableSize).
+func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
+
+// Resolve returns the service for key at time now. On a hit whose service
+// passes selectable it refreshes the entry's last use (a write at most once
+// per second per entry) and returns that service. On a miss, an expired
+// entry or a service no longer selectable it calls choose, stores the
+// mapping (evicting the least recently used entry of a full bucket) and
+// returns the chosen service; choose reporting ok == false stores nothing and
+// makes Resolve return ok == false.
+//
+// choose is called at most once. A CAS conflict re-reads the bucket: if
+// another worker stored the key meanwhile, its service is served, so workers
+// never map one key to two services. After casAttempts conflicts the request
+// is served without persisting (Outcome.GaveUp). Resolve never blocks.
+func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) bool,
+	choose func() (svc uint64, ok bool)) (svc uint64, ok bool, out Outcome) {
+	fp := xxhash.Sum64(key)
+	if fp == 0 {
+		fp = 1 // 0 marks an empty slot
+	}
+	bkey := t.bucketKey(fp)
+	nowS := unixSeconds(now)
+	var chosen uint64
+	have := false
+	for first := true; ; first = false {
+		val, cas, err := t.store.Get(bkey)
+		missing := err == ErrNotFound || errors.Is(err, ErrNotFound)
+		if err != nil && !missing {
+			out.GaveUp = true
+			return t.unpersisted(chosen, have, choose, out)
+		}
+		t.decode(val)
+		i := t.find(fp)
+		switch {
+		case i < 0:
+			out.Miss = out.Miss || first
+		case t.expired(t.ents[i], nowS):
+			out.Expired = out.Expired || first
+		case !selectable(t.ents[i].svc):
+			out.Rechosen = out.Rechosen || first
+		default:
+			e := t.ents[i]
+			out.Hit = out.Hit || first
+			if e.last >= nowS {
+				return e.svc, true, out
+			}
+			chosen, have = e.svc, true // refresh: rewrite with the same service
+		}
+		if !have {
+			if chosen, have = choose(); !have {
+				return 0, false, out
+			}
+		}
+		out.Evicted = t.put(i, entry{fp: fp, svc: chosen, last: nowS}, nowS)
+		t.encode()
+		if missing {
+			err = t.create(bkey)
+		} else {
+			err = t.store.Set(bkey, t.buf, cas)
+		}
+		switch {
+		case err == nil:
+			return chosen, true, out
+		case err != ErrCASMismatch && !errors.Is(err, ErrCASMismatch):
+			out.GaveUp = true
+			return chosen, true, out
+		}
+		out.CASRetries++
+		if out.CASRetries >= casAttempts {
+			out.GaveUp = true
+			return chosen, true, out
+		}
+	}
+}
+
+// unpersisted serves a request the table could not be read for.
+func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, bool),
+	out Outcome) (uint64, bool, Outcome) {
+	if have {
+		return chosen, true, out
+	}
+	svc, ok := choose()
+	return svc, ok, out
+}
+
+// create writes the bucket t.buf under bkey, which a Get found missing, so
+// that it succeeds only if the key is still missing.
+//
+// A Set on a missing key writes whatever the cas, and a Set with cas 0 on an
+// existing key overwrites it: two workers that both saw the key missing would
+// both write, and a late blind write would wipe entries the other had already
+// stored. So the create uses a cas that cannot be the bucket's: the host
+// draws every cas from one counter for all keys, and the cas just given to a
+// write of the marker key belongs to that write, not to any write of the
+// bucket (unless the counter wraps, 2^32 writes, between the two). If the
+// bucket is still missing the Set creates it; if another worker created it,
+// the Set fails with ErrCASMismatch and Resolve re-reads the bucket as after
+// any conflict. The marker's own value carries nothing, so blind writes to it
+// are harmless. The cost is one Set and one Get per bucket creation.
+func (t *Table) create(bkey string) error {
+	if err := t.store.Set(t.marker, markerValue[:], 0); err != nil {
+		return err
+	}
+	_, guard, err := t.store.Get(t.marker)
+	if err != nil {
+		return err
+	}
+	return t.store.Set(bkey, t.buf, guard)
+}
+
+var markerValue = [1]byte{bucketVersion}
+
+// bucketKey returns the Store key of fp's bucket. The string aliases t.key.
+func (t *Table) bucketKey(fp uint64) string {
+	n, _ := bits.Mul64(fp, t.nBuckets) // uniform in [0, nBuckets)
+	t.key = strconv.AppendUint(t.key[:t.prefix], n, 10)
+	// No copy: the hot path allocates nothing, and Stores copy what they keep.
+	return unsafe.String(unsafe.SliceData(t.key), len(t.key))
+}
+
+// decode loads a bucket value into t.ents; a value of an unknown shape
+// loads as an empty bucket.
+func (t *Table) decode(val []byte) {
+	t.n = 0
+	if len(val) < bucketHeader || val[0] != bucketVersion ||
+		(len(val)-bucketHeader)%EntrySize != 0 {
+		return
+	}
+	for p := bucketHeader; p < len(val) && t.n < Ways; p += EntrySize {
+		e := entry{
+			fp:   binary.LittleEndian.Uint64(val[p:]),
+			svc:  binary.LittleEndian.Uint64(val[p+8:]),
+			last: binary.LittleEndian.Uint32(val[p+16:]),
+		}
+		if e.fp != 0 {
+			t.ents[t.n] = e
+			t.n++
+		}
+	}
+}
+
+// encode writes t.ents into t.buf.
+func (t *Table) encode() {
+	b := append(t.buf[:0], bucketVersion)
+	for _, e := range t.ents[:t.n] {
+		b = binary.LittleEndian.AppendUint64(b, e.fp)
+		b = binary.LittleEndian.AppendUint64(b, e.svc)
+		b = binary.LittleEndian.AppendUint32(b, e.last)
+	}
+	t.buf = b
+}
+
+func (t *Table) find(fp uint64) int {
+	for i, e := range t.ents[:t.n] {
+		if e.fp == fp {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *Table) expired(e entry, nowS uint32) bool {
+	return int64(nowS)-int64(e.last) > t.expire
+}
+
+// put replaces entry i (if i >= 0) with e, drops expired entries and, while
+// the bucket is full, the least recently used one (the lowest last use; on a
+// tie the earliest written). e goes last, so position order follows write
+// order and breaks ties within one second. It returns how many live entries
+// were evicted.
+func (t *Table) put(i int, e entry, nowS uint32) int {
+	n := 0
+	for k, x := range t.ents[:t.n] {
+		if k != i && !t.expired(x, nowS) {
+			t.ents[n] = x
+			n++
+		}
+	}
+	evicted := 0
+	for ; n >= t.ways; n-- {
+		v := 0
+		for k := 1; k < n; k++ {
+			if t.ents[k].last < t.ents[v].last {
+				v = k
+			}
+		}
+		copy(t.ents[v:n], t.ents[v+1:n])
+		evicted++
+	}
+	t.ents[n] = e
+	t.n = n + 1
+	return evicted
+}
+
+// unixSeconds returns now in whole seconds since the Unix epoch, clamped to
+// uint32 (which lasts until 2106).
+func unixSeconds(now time.Time) uint32 {
+	return uint32(min(max(now.Unix(), 0), math.MaxUint32))
+}
+
+// BytesPerEntry returns the host memory one entry of a full table costs:
+// every bucket key's bytes, its full value and overheadPerKey (the host's
+// per-key node and allocation cost), plus the creation marker key, divided
+// by the table's capacity. It lets a measurement of the host's shared data
+// be compared with the design.
+func BytesPerEntry(tableSize int, namespace string, overheadPerKey int) float64 {
+	t := NewTable(nil, namespace, tableSize, time.Hour)
+	perKey := int64(len(namespace) + len("/p/") + bucketHeader + t.ways*EntrySize + overheadPerKey)
+	total := int64(t.nBuckets)*perKey + digitSum(t.nBuckets)
+	total += int64(len(t.marker) + len(markerValue) + overheadPerKey)
+	return float64(total) / float64(t.Capacity())
+}
+
+// digitSum returns the total count of decimal digits of 0, 1, …, n-1.
+func digitSum(n uint64) int64 {
+	var sum int64
+	lo, d := uint64(0), int64(1)
+	for hi := uint64(10); lo < n; lo, hi, d = hi, hi*10, d+1 {
+		sum += int64(min(hi, n)-lo) * d
+	}
+	return sum
+}
