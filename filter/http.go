@@ -1,0 +1,148 @@
+package main
+
+import (
+	"strings"
+	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// noServiceBody is the local reply's body when nothing is selectable.
+const noServiceBody = "no healthy service"
+
+// httpContext is one request. What the response phase needs is kept here:
+// Envoy refuses reads of request headers once they have been passed on.
+type httpContext struct {
+	types.DefaultHttpContext
+	p      *pluginContext
+	chosen int // index of the chosen service, -1 for none
+	method lbcore.Method
+	reason lbcore.Reason
+	local  bool // we sent a local reply
+}
+
+// OnHttpRequestHeaders strips client copies of our headers, decides, and sets
+// the headers or sends a local 503. It never lets a panic reach the host: a
+// panic inside a Go module kills the VM and every later request of the worker.
+func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
+	p := h.p
+	if p.cfg == nil {
+		return types.ActionContinue
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			action = h.recoverRequest(r)
+		}
+	}()
+	pairs, _ := proxywasm.GetHttpRequestHeaders()
+	req := lbcore.Request{Headers: pairs[:0]}
+	stripped := false
+	for _, kv := range pairs {
+		switch {
+		case strings.EqualFold(kv[0], p.cfg.UpstreamHeader),
+			p.cfg.ServiceHeader != "" && strings.EqualFold(kv[0], p.cfg.ServiceHeader):
+			// A client must never choose the upstream: drop every copy, whatever its case.
+			_ = proxywasm.RemoveHttpRequestHeader(kv[0])
+			stripped = true
+		case kv[0] == ":path":
+			req.Target = kv[1]
+		case kv[0] == ":authority":
+			req.Authority = kv[1]
+		case kv[0] == ":method":
+			req.Method = kv[1]
+		default:
+			req.Headers = append(req.Headers, kv)
+		}
+	}
+	if stripped {
+		p.m.stripped.Increment(1)
+	}
+	req.Source = property("source", "address")
+	req.Dest = property("destination", "address")
+
+	d := p.bal.Decide(&req, time.Unix(0, 0))
+	h.method, h.reason = d.Method, d.Reason
+	p.m.decision(d.Reason)
+	if d.Len() == 0 {
+		return h.reply503()
+	}
+	h.route(d.At(0), p.upstreamValue(&d))
+	return types.ActionContinue
+}
+
+// route sets the request headers for service i and counts the request.
+func (h *httpContext) route(i int, upstream string) {
+	p := h.p
+	_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream)
+	if p.cfg.ServiceHeader != "" {
+		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name)
+	}
+	h.chosen = i
+	p.bal.SetActive(i, p.bal.Active(i)+1)
+	p.m.routed(i, 1)
+}
+
+// reply503 answers the request locally: nothing is selectable, and a request
+// must never leave without the upstream header.
+func (h *httpContext) reply503() types.Action {
+	h.local = true
+	_ = proxywasm.SendHttpResponse(503, [][2]string{{"content-type", "text/plain"}}, []byte(noServiceBody), -1)
+	return types.ActionPause
+}
+
+// recoverRequest handles a panic in the decision: count and log it, then
+// balance the request round robin over selectable services so that the
+// worker keeps serving. If even that fails the request gets a 503.
+func (h *httpContext) recoverRequest(r any) (action types.Action) {
+	p := h.p
+	defer func() {
+		if r2 := recover(); r2 != nil {
+			action = types.ActionPause
+		}
+	}()
+	p.m.internalError.Increment(1)
+	proxywasm.LogErrorf("hashlb: internal error, request balanced round robin: %v", r)
+	h.method, h.reason = lbcore.MethodRoundRobin, lbcore.ReasonBackup
+	if h.chosen >= 0 { // the panic came after routing; the headers are set
+		return types.ActionContinue
+	}
+	i := p.fallbackService()
+	if i < 0 {
+		h.reason = lbcore.ReasonNoService
+		return h.reply503()
+	}
+	h.route(i, p.cfg.Services[i].Address)
+	return types.ActionContinue
+}
+
+// OnHttpResponseHeaders adds the debug header when configured. Envoy passes
+// our own local reply through here too.
+func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
+	defer func() { _ = recover() }()
+	if h.p.cfg != nil && h.p.cfg.DebugHeader {
+		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))
+	}
+	return types.ActionContinue
+}
+
+// OnHttpStreamDone ends the request's active count, also after a reset.
+func (h *httpContext) OnHttpStreamDone() {
+	defer func() { _ = recover() }()
+	if i := h.chosen; i >= 0 {
+		h.chosen = -1
+		h.p.bal.SetActive(i, h.p.bal.Active(i)-1)
+		h.p.m.routed(i, -1)
+	}
+}
+
+// property reads an Envoy string property such as source.address; "" if the
+// host does not have it.
+func property(path ...string) string {
+	v, err := proxywasm.GetProperty(path)
+	if err != nil {
+		return ""
+	}
+	return string(v)
+}

@@ -1,0 +1,37 @@
+// Command filter is hashlb's proxy-wasm module: built with
+// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, it runs inside Envoy,
+// Istio or any host of the proxy-wasm ABI 0.2.1.
+//
+// It owns the proxy-wasm contexts, reading request attributes into lbcore's
+// request view, the shared-data Store, metrics, and applying decisions: the
+// upstream header, the service header, local replies. Every decision is
+// lbcore's. The module must never start Go's netpoller: no timers, sleeps,
+// goroutines, files or printing (see ENVOY_IMPORTS.md in the design notes and
+// RATIONALE.md): Envoy answers poll_oneoff with ENOSYS and the Go runtime then
+// dies.
+package main
+
+import (
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+func main() {}
+
+func init() { proxywasm.SetVMContext(&vmContext{}) }
+
+// abiVersion marks the module as proxy-wasm ABI 0.2.1. The SDK exports only
+// proxy_abi_version_0_2_100, a Higress marker that upstream Envoy refuses
+// ("Missing or unknown Proxy-Wasm ABI version"); proxy-wasm-cpp-host accepts
+// 0_1_0, 0_2_0 and 0_2_1 (src/wasm.cc, AbiVersion detection).
+//
+//go:wasmexport proxy_abi_version_0_2_1
+func abiVersion() {}
+
+// vmContext is the VM: one per proxy worker thread.
+type vmContext struct{ types.DefaultVMContext }
+
+// NewPluginContext implements types.VMContext.
+func (*vmContext) NewPluginContext(id uint32) types.PluginContext {
+	return &pluginContext{id: id}
+}

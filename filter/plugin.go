@@ -1,0 +1,96 @@
+package main
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// pluginContext is one configured hashlb filter on one worker. Its Balancer
+// is this worker's: proxy-wasm calls a VM from one thread, so no locking.
+type pluginContext struct {
+	types.DefaultPluginContext
+	id  uint32
+	cfg *lbcore.Config
+	bal *lbcore.Balancer
+	m   *metrics
+	// fallbackNext is the round-robin position used when a decision panicked.
+	fallbackNext int
+}
+
+// OnPluginStart parses the configuration once. A bad configuration is logged
+// (every problem, one line each, at error level) and refused, so Envoy
+// rejects the filter and nothing half-configured serves traffic.
+func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
+	defer func() {
+		if r := recover(); r != nil {
+			proxywasm.LogErrorf("hashlb: plugin start failed: %v", r)
+			status = types.OnPluginStartStatusFailed
+		}
+	}()
+	data, err := proxywasm.GetPluginConfiguration()
+	if err != nil && !errors.Is(err, types.ErrorStatusNotFound) {
+		proxywasm.LogErrorf("hashlb: reading plugin configuration: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := lbcore.ParseConfig(data)
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			proxywasm.LogErrorf("hashlb: config: %s", line)
+		}
+		return types.OnPluginStartStatusFailed
+	}
+	p.cfg = cfg
+	p.bal = lbcore.NewBalancer(cfg, rand.Uint64())
+	p.m = defineMetrics(cfg)
+	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
+	return types.OnPluginStartStatusOK
+}
+
+// NewHttpContext implements types.PluginContext.
+func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
+	return &httpContext{p: p, chosen: -1}
+}
+
+// upstreamValue is the upstream header's value: the decision's addresses in
+// rank order, comma-separated, as Envoy's override_host policy reads them.
+func (p *pluginContext) upstreamValue(d *lbcore.Decision) string {
+	if d.Len() == 1 {
+		return p.cfg.Services[d.At(0)].Address
+	}
+	var b strings.Builder
+	for i := 0; i < d.Len(); i++ {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(p.cfg.Services[d.At(i)].Address)
+	}
+	return b.String()
+}
+
+// fallbackService picks an enabled, not DOWN service round robin, without
+// lbcore's ranking: used only when a decision failed with a panic.
+func (p *pluginContext) fallbackService() int {
+	n := len(p.cfg.Services)
+	for k := 0; k < n; k++ {
+		i := (p.fallbackNext + k) % n
+		if p.bal.Selectable(i) {
+			p.fallbackNext = i + 1
+			return i
+		}
+	}
+	return -1
+}
+
+// decisionText is the debug header's value.
+func (p *pluginContext) decisionText(method lbcore.Method, reason lbcore.Reason, chosen int) string {
+	svc := "-"
+	if chosen >= 0 {
+		svc = p.cfg.Services[chosen].Name
+	}
+	return "method=" + method.String() + "; service=" + svc + "; reason=" + reason.String()
+}

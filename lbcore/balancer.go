@@ -1,0 +1,239 @@
+package lbcore
+
+import (
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// Reason says why a decision came out as it did; it labels metrics and the
+// debug header.
+type Reason uint8
+
+// The decision reasons.
+const (
+	// ReasonHash: the hash method's top-ranked selectable service.
+	ReasonHash Reason = iota
+	// ReasonBoundedLoad: the hash method, but a higher-ranked service was
+	// skipped because it was over the hashBalanceFactor bound.
+	ReasonBoundedLoad
+	// ReasonPersistence: the persistence table had the key.
+	ReasonPersistence
+	// ReasonBackup: the hash method had no input; backupLBMethod chose
+	// (URLHASH without a URL uses round robin, as Citrix does).
+	ReasonBackup
+	// ReasonLeastConnection: lbMethod LEASTCONNECTION chose.
+	ReasonLeastConnection
+	// ReasonRoundRobin: lbMethod ROUNDROBIN chose.
+	ReasonRoundRobin
+	// ReasonNoService: nothing is selectable; the request gets a 503.
+	ReasonNoService
+)
+
+var reasonNames = [...]string{"hash", "bounded_load", "persistence", "backup", "least_connection", "round_robin", "no_service"}
+
+// String returns the reason's metric label, for example "persistence".
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Reasons returns every reason label, in Reason order.
+func Reasons() []string { return reasonNames[:] }
+
+// Decision is the outcome for one request: services in rank order (the first
+// is the choice, the rest the failover order), and why.
+type Decision struct {
+	// Reason says how the first service was chosen.
+	Reason Reason
+	// Method is the method that chose: lbMethod, or the backup method.
+	Method Method
+	// Persist is what the persistence table did, when it is configured.
+	Persist Outcome
+	// EmptyKey: persistence is on and every key expression was empty.
+	EmptyKey bool
+	n        int
+	ranked   [maxUpstreamCount]int32
+}
+
+// Len returns how many services the decision names (0 for ReasonNoService).
+func (d *Decision) Len() int { return d.n }
+
+// At returns the index in Config.Services of the i-th ranked service.
+func (d *Decision) At(i int) int { return int(d.ranked[i]) }
+
+func (d *Decision) add(idx int) {
+	if d.n < len(d.ranked) {
+		d.ranked[d.n] = int32(idx)
+		d.n++
+	}
+}
+
+// Balancer makes decisions for one worker. It holds the worker's scratch
+// space, round-robin state and its view of health and active requests, so
+// it is not safe for concurrent use: one Balancer per proxy-wasm VM, which is
+// single-threaded.
+type Balancer struct {
+	cfg      *Config
+	services []Service
+	keyer    Keyer
+	uniform  bool // all weights equal: rank by raw scores, no logarithms
+	want     int  // how many services a decision names: min(UpstreamCount, len(services))
+
+	down   []bool  // health: true when active or passive checks took it out
+	active []int64 // active requests per service (this worker's, or device-wide when the filter syncs them)
+	rr     []int64 // smooth weighted round robin: current weights
+	seq    uint64  // decision counter; breaks least-connection ties
+	cand   []candidate
+	buf    []byte
+
+	table *Table
+	pkey  []byte         // the persistence key being built
+	ids   map[uint64]int // service identity → index, for the persistence table
+}
+
+// NewBalancer returns a Balancer for c. seed varies the tie-breaking and
+// round-robin starting point per worker, so workers do not move in lockstep.
+func NewBalancer(c *Config, seed uint64) *Balancer {
+	n := len(c.Services)
+	b := &Balancer{
+		cfg:      c,
+		services: c.Services,
+		keyer:    keyerFor(c),
+		uniform:  true,
+		want:     min(c.UpstreamCount, n),
+		down:     make([]bool, n),
+		active:   make([]int64, n),
+		rr:       make([]int64, n),
+		seq:      mix(seed),
+		cand:     make([]candidate, 0, n),
+		buf:      make([]byte, 0, 512),
+		pkey:     make([]byte, 0, 256),
+		ids:      make(map[uint64]int, n),
+	}
+	for i := range c.Services {
+		if c.Services[i].Weight != c.Services[0].Weight {
+			b.uniform = false
+		}
+		b.ids[c.Services[i].ID] = i
+	}
+	return b
+}
+
+// Config returns the configuration the Balancer was built from.
+func (b *Balancer) Config() *Config { return b.cfg }
+
+// SetDown marks service i DOWN (not selectable) or UP.
+func (b *Balancer) SetDown(i int, down bool) { b.down[i] = down }
+
+// Down reports whether service i is marked DOWN.
+func (b *Balancer) Down(i int) bool { return b.down[i] }
+
+// SetActive sets service i's active request count, as least connection and
+// bounded load see it.
+func (b *Balancer) SetActive(i int, n int64) { b.active[i] = max(n, 0) }
+
+// Active returns service i's active request count.
+func (b *Balancer) Active(i int) int64 { return b.active[i] }
+
+// Selectable reports whether service i may be chosen: enabled and not DOWN.
+func (b *Balancer) Selectable(i int) bool { return b.selectable(i) }
+
+func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.down[i] }
+
+// Decide chooses services for r. It never fails: with no selectable service
+// the decision is ReasonNoService and names none. now is used only by the
+// persistence table.
+func (b *Balancer) Decide(r *Request, now time.Time) Decision {
+	r.TrustedHops = b.cfg.TrustedForwardedHops
+	b.seq++
+	if b.table != nil {
+		return b.decidePersistent(r, now)
+	}
+	return b.decideMethod(r)
+}
+
+// decideMethod applies lbMethod, falling back when it has no input.
+func (b *Balancer) decideMethod(r *Request) Decision {
+	var d Decision
+	switch b.cfg.LBMethod {
+	case MethodRoundRobin:
+		d.Reason, d.Method = ReasonRoundRobin, MethodRoundRobin
+		b.roundRobin(&d)
+		return d
+	case MethodLeastConnection:
+		d.Reason, d.Method = ReasonLeastConnection, MethodLeastConnection
+		b.leastConnection(&d)
+		return d
+	}
+	key, ok := b.keyer.AppendKey(b.buf[:0], r)
+	b.buf = key[:0]
+	if !ok {
+		d.Reason, d.Method = ReasonBackup, b.cfg.BackupLBMethod
+		if b.cfg.LBMethod == MethodURLHash {
+			d.Method = MethodRoundRobin // Citrix: an unparsable URL is balanced round robin
+		}
+		if d.Method == MethodRoundRobin {
+			b.roundRobin(&d)
+		} else {
+			b.leastConnection(&d)
+		}
+		return d
+	}
+	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
+	b.hashRank(&d, xxhash.Sum64(key))
+	return d
+}
+
+// hashRank fills d with the rendezvous ranking for key hash k, honouring
+// hashBalanceFactor.
+func (b *Balancer) hashRank(d *Decision, k uint64) {
+	n := b.fill(k)
+	if n == 0 {
+		d.Reason = ReasonNoService
+		return
+	}
+	first, sorted := 0, 0 // cand[:sorted] is in rank order
+	if b.cfg.HashBalanceFactor > 0 {
+		bound := b.loadBound(n)
+		for first = 0; first < n; first++ {
+			b.next(first)
+			sorted = first + 1
+			if b.active[b.cand[first].idx]+1 <= bound {
+				break
+			}
+		}
+		if first == n { // cannot happen (bound·n > total), but never go without a choice
+			first = 0
+		} else if first > 0 {
+			d.Reason = ReasonBoundedLoad
+		}
+	} else {
+		b.next(0)
+		sorted = 1
+	}
+	// The choice first, then every other candidate in rank order.
+	d.add(b.cand[first].idx)
+	for j := 0; d.n < b.want && j < n; j++ {
+		if j >= sorted {
+			b.next(j)
+		}
+		if j != first {
+			d.add(b.cand[j].idx)
+		}
+	}
+}
+
+// loadBound is the bounded-load capacity per service: factor/100 × the mean
+// active requests per selectable service, counting this request, rounded up
+// and at least 1 (Mirrokni, Thorup and Zadimoghaddam, 2018).
+func (b *Balancer) loadBound(n int) int64 {
+	var total int64
+	for _, c := range b.cand[:n] {
+		total += b.active[c.idx]
+	}
+	f := int64(b.cfg.HashBalanceFactor)
+	return max(1, (f*(total+1)+100*int64(n)-1)/(100*int64(n)))
+}

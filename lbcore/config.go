@@ -1,0 +1,179 @@
+package lbcore
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Method is a load-balancing method, named by the vendor token operators know.
+type Method uint8
+
+// The load-balancing methods. The first eight are the Citrix ADC hashing
+// methods; LEASTCONNECTION and ROUNDROBIN are the fallbacks and may also be
+// used on their own.
+const (
+	MethodRoundRobin Method = iota
+	MethodLeastConnection
+	MethodURLHash
+	MethodDomainHash
+	MethodDestIPHash
+	MethodSourceIPHash
+	MethodSrcDestIPHash
+	MethodSrcIPSrcPortHash
+	MethodCallIDHash
+	MethodTokenHash
+)
+
+var methodNames = [...]string{
+	MethodRoundRobin:       "ROUNDROBIN",
+	MethodLeastConnection:  "LEASTCONNECTION",
+	MethodURLHash:          "URLHASH",
+	MethodDomainHash:       "DOMAINHASH",
+	MethodDestIPHash:       "DESTINATIONIPHASH",
+	MethodSourceIPHash:     "SOURCEIPHASH",
+	MethodSrcDestIPHash:    "SRCIPDESTIPHASH",
+	MethodSrcIPSrcPortHash: "SRCIPSRCPORTHASH",
+	MethodCallIDHash:       "CALLIDHASH",
+	MethodTokenHash:        "TOKEN",
+}
+
+// String returns the vendor token, for example "URLHASH".
+func (m Method) String() string {
+	if int(m) < len(methodNames) {
+		return methodNames[m]
+	}
+	return "UNKNOWN"
+}
+
+// IsHash reports whether m is one of the eight hashing methods.
+func (m Method) IsHash() bool { return m >= MethodURLHash && m <= MethodTokenHash }
+
+// Methods returns every method token, hashing methods first, in the order the
+// Citrix documentation lists them.
+func Methods() []string {
+	return []string{"URLHASH", "DOMAINHASH", "DESTINATIONIPHASH", "SOURCEIPHASH",
+		"SRCIPDESTIPHASH", "SRCIPSRCPORTHASH", "CALLIDHASH", "TOKEN", "LEASTCONNECTION", "ROUNDROBIN"}
+}
+
+// Config is a validated plugin configuration. Build one with ParseConfig;
+// a Config is never modified after parsing.
+type Config struct {
+	// LBMethod chooses the service (default ROUNDROBIN).
+	LBMethod Method
+	// HashLength is how many URL or domain bytes are hashed (default 80, 1–4096).
+	HashLength int
+	// Netmask is the IPv4 mask, as a prefix length, applied to hashed addresses
+	// (default 255.255.255.255, i.e. 32).
+	Netmask int
+	// V6NetmaskLen is the IPv6 prefix length kept (default 128, 1–128).
+	V6NetmaskLen int
+	// Token is the key expression of the TOKEN method; nil for other methods.
+	Token *Expr
+	// BackupLBMethod is used when the hash method has no input
+	// (default LEASTCONNECTION; LEASTCONNECTION or ROUNDROBIN).
+	BackupLBMethod Method
+	// Services are the upstream services, in configuration order (1–10000).
+	Services []Service
+	// Persistence is the TR7 hash persistence table; nil when off.
+	Persistence *Persistence
+	// HealthCheck configures active probes; nil when off.
+	HealthCheck *HealthCheck
+	// PassiveHealth configures ejection on failures; nil when off.
+	PassiveHealth *PassiveHealth
+	// UpstreamHeader is the request header set to the chosen addresses
+	// (default x-envoy-original-dst-host), lower-case.
+	UpstreamHeader string
+	// UpstreamCount is how many ranked addresses UpstreamHeader carries (default 1, 1–8).
+	UpstreamCount int
+	// ServiceHeader is the request header set to the chosen service's name
+	// (default x-hashlb-service; "" disables), lower-case.
+	ServiceHeader string
+	// TrustedForwardedHops takes the client IP from x-forwarded-for, that many
+	// hops from the right, when > 0 (default 0, 0–32).
+	TrustedForwardedHops int
+	// HashBalanceFactor bounds a hash method's load at factor/100 of the mean
+	// (default 0 = off, or 101–1000).
+	HashBalanceFactor int
+	// DebugHeader adds the response header x-hashlb-decision (default false).
+	DebugHeader bool
+}
+
+// Service is one upstream service.
+type Service struct {
+	// Name identifies the service in headers, metrics and logs (unique).
+	Name string
+	// Address is "ip:port" or "[v6]:port", as Envoy's cluster knows it.
+	Address string
+	// Addr is Address parsed.
+	Addr netip.AddrPort
+	// Weight is the service's share of keys (default 1, 1–100).
+	Weight int
+	// Enabled is false for a service taken out of rotation (default true).
+	Enabled bool
+	// HashID, when set, replaces Address in the service hash, so a service
+	// that changes address keeps its keys (Citrix -hashId).
+	HashID string
+	// ID is xxhash64(HashID or Address): the service's rendezvous hash and its
+	// identity in the persistence table.
+	ID uint64
+}
+
+// Persistence configures the TR7 hash persistence table.
+type Persistence struct {
+	// Keys are the key expressions, joined with \x1f (1–8, no duplicates).
+	Keys []*Expr
+	// TableSize is the maximum number of entries (default 3000000, 10000–100000000).
+	TableSize int
+	// Expire is how long an idle entry lives (default 7d, 10m–365d).
+	Expire time.Duration
+	// EmptyKey is "skip" (default: key-less requests are balanced, not
+	// persisted) or "shared" (TR7: they all share one entry).
+	EmptyKey string
+}
+
+// HealthCheck configures active HTTP probes.
+type HealthCheck struct {
+	// Path is the probe's request path (default /healthz).
+	Path string
+	// Interval is the time between probe rounds (default 5s, 1s–1h).
+	Interval time.Duration
+	// Timeout bounds one probe (default 2s, 100ms–1m, at most Interval).
+	Timeout time.Duration
+	// HealthyThreshold is how many successes mark a DOWN service UP (default 2, 1–10).
+	HealthyThreshold int
+	// UnhealthyThreshold is how many failures mark an UP service DOWN (default 3, 1–10).
+	UnhealthyThreshold int
+	// ExpectedStatuses are the status codes that count as success (default "200-399").
+	ExpectedStatuses StatusSet
+	// Cluster is the Envoy cluster probes are dispatched on (default hashlb_upstream).
+	Cluster string
+}
+
+// PassiveHealth configures ejection after consecutive failures.
+type PassiveHealth struct {
+	// ConsecutiveFailures ejects a service after that many failures in a row (default 5, 1–1000).
+	ConsecutiveFailures int
+	// EjectionTime is how long an ejected service stays out (default 30s, 1s–1h).
+	EjectionTime time.Duration
+	// FailureStatuses are the response codes that count as failures (default "502-504").
+	FailureStatuses StatusSet
+}
+
+// StatusSet is a set of HTTP status codes written as "200-399,404".
+type StatusSet struct {
+	ranges [][2]uint16
+	src    string
+}
+
+// Contains reports whether code is in the set.
+func (s StatusSet) Contains(code int) bool {
+	for _, r := range s.ranges {
+		if code >= int(r[0]) && code <= int(r[1]) {
+			return true
+		}
+	}
+	return false
+}
+
+// String returns the set as configured.
+func (s StatusSet) String() string { return s.src }

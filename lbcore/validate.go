@@ -1,0 +1,400 @@
+package lbcore
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tidwall/gjson"
+)
+
+// Ranges and defaults of the configuration fields. Fields() publishes them
+// for configs/schema.json; a test keeps the two in step.
+const (
+	defaultHashLength  = 80
+	maxHashLength      = 4096
+	maxServices        = 10000
+	maxWeight          = 100
+	maxUpstreamCount   = 8
+	maxForwardedHops   = 32
+	minBalanceFactor   = 101
+	maxBalanceFactor   = 1000
+	defaultTableSize   = 3000000
+	minTableSize       = 10000
+	maxTableSize       = 100000000
+	maxPersistenceKeys = 8
+	defaultUpstreamHdr = "x-envoy-original-dst-host"
+	defaultServiceHdr  = "x-hashlb-service"
+)
+
+var (
+	minExpire = 10 * time.Minute
+	maxExpire = 365 * 24 * time.Hour
+)
+
+// ParseConfig parses and validates a JSON plugin configuration. Unknown
+// fields are errors. Every problem is reported, joined with errors.Join, each
+// as "json.path: problem" naming the bad value and the allowed range.
+func ParseConfig(data []byte) (*Config, error) {
+	if !gjson.ValidBytes(data) {
+		return nil, errors.New("configuration: not valid JSON")
+	}
+	root := gjson.ParseBytes(data)
+	if !root.IsObject() {
+		return nil, fmt.Errorf("configuration: %s is not a JSON object", clip(root.Raw))
+	}
+	d := &decoder{}
+	c := &Config{
+		LBMethod:       MethodRoundRobin,
+		HashLength:     defaultHashLength,
+		Netmask:        32,
+		V6NetmaskLen:   128,
+		BackupLBMethod: MethodLeastConnection,
+		UpstreamHeader: defaultUpstreamHdr,
+		UpstreamCount:  1,
+		ServiceHeader:  defaultServiceHdr,
+	}
+	var token gjson.Result
+	sawServices := false
+	d.object("", root, func(name string, v gjson.Result) bool {
+		switch name {
+		case "lbMethod":
+			c.LBMethod = d.method(name, v, Methods())
+		case "hashLength":
+			c.HashLength = d.intIn(name, v, 1, maxHashLength)
+		case "netmask":
+			c.Netmask = d.netmask(name, v)
+		case "v6NetmaskLen":
+			c.V6NetmaskLen = d.intIn(name, v, 1, 128)
+		case "token":
+			token = v
+		case "backupLBMethod":
+			c.BackupLBMethod = d.method(name, v, []string{"LEASTCONNECTION", "ROUNDROBIN"})
+		case "services":
+			sawServices = true
+			c.Services = d.services(name, v)
+		case "persistence":
+			c.Persistence = d.persistence(name, v)
+		case "healthCheck":
+			c.HealthCheck = d.healthCheck(name, v)
+		case "passiveHealth":
+			c.PassiveHealth = d.passiveHealth(name, v)
+		case "upstreamHeader":
+			c.UpstreamHeader = d.headerName(name, v, false)
+		case "upstreamCount":
+			c.UpstreamCount = d.intIn(name, v, 1, maxUpstreamCount)
+		case "serviceHeader":
+			c.ServiceHeader = d.headerName(name, v, true)
+		case "trustedForwardedHops":
+			c.TrustedForwardedHops = d.intIn(name, v, 0, maxForwardedHops)
+		case "hashBalanceFactor":
+			c.HashBalanceFactor = d.balanceFactor(name, v)
+		case "debugHeader":
+			c.DebugHeader = d.boolean(name, v)
+		default:
+			return false
+		}
+		return true
+	})
+	if !sawServices {
+		d.errorf("services: is required")
+	}
+	switch {
+	case c.LBMethod == MethodTokenHash && !token.Exists():
+		d.errorf("token: is required for lbMethod TOKEN")
+	case c.LBMethod != MethodTokenHash && token.Exists():
+		d.errorf("token: is only used with lbMethod TOKEN, not %s", c.LBMethod)
+	case token.Exists():
+		c.Token = d.expr("token", token)
+	}
+	if c.ServiceHeader != "" && c.ServiceHeader == c.UpstreamHeader {
+		d.errorf("serviceHeader: %q is the same header as upstreamHeader", c.ServiceHeader)
+	}
+	if err := errors.Join(d.errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// decoder collects every problem found while walking the JSON.
+type decoder struct{ errs []error }
+
+func (d *decoder) errorf(format string, args ...any) {
+	d.errs = append(d.errs, fmt.Errorf(format, args...))
+}
+
+// object walks an object's fields in document order; field returns false for
+// a name it does not know. Duplicate names are errors (JSON allows them, but
+// which one wins differs between parsers).
+func (d *decoder) object(path string, v gjson.Result, field func(name string, v gjson.Result) bool) bool {
+	if !v.IsObject() {
+		d.errorf("%s: %s is not an object", path, clip(v.Raw))
+		return false
+	}
+	seen := map[string]bool{}
+	v.ForEach(func(k, val gjson.Result) bool {
+		name := k.String()
+		p := join(path, name)
+		switch {
+		case seen[name]:
+			d.errorf("%s: duplicate field", p)
+		case !field(name, val):
+			d.errorf("%s: unknown field", p)
+		}
+		seen[name] = true
+		return true
+	})
+	return true
+}
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// clip shortens a raw JSON value for an error message.
+func clip(raw string) string {
+	if len(raw) > 64 {
+		return raw[:61] + "..."
+	}
+	return raw
+}
+
+func (d *decoder) str(path string, v gjson.Result) (string, bool) {
+	if v.Type != gjson.String {
+		d.errorf("%s: %s is not a string", path, clip(v.Raw))
+		return "", false
+	}
+	return v.Str, true
+}
+
+func (d *decoder) boolean(path string, v gjson.Result) bool {
+	if v.Type != gjson.True && v.Type != gjson.False {
+		d.errorf("%s: %s is not a boolean", path, clip(v.Raw))
+		return false
+	}
+	return v.Bool()
+}
+
+// integer accepts a JSON number with no fraction or exponent.
+func (d *decoder) integer(path string, v gjson.Result) (int64, bool) {
+	if v.Type == gjson.Number {
+		if n, err := strconv.ParseInt(v.Raw, 10, 64); err == nil {
+			return n, true
+		}
+	}
+	d.errorf("%s: %s is not an integer", path, clip(v.Raw))
+	return 0, false
+}
+
+// intIn parses an integer in [lo, hi]; on error it returns lo so that later
+// checks see a sane value.
+func (d *decoder) intIn(path string, v gjson.Result, lo, hi int64) int {
+	n, ok := d.integer(path, v)
+	if !ok {
+		return int(lo)
+	}
+	if n < lo || n > hi {
+		d.errorf("%s: %d is out of range [%d, %d]", path, n, lo, hi)
+		return int(lo)
+	}
+	return int(n)
+}
+
+func (d *decoder) balanceFactor(path string, v gjson.Result) int {
+	n, ok := d.integer(path, v)
+	if !ok {
+		return 0
+	}
+	if n != 0 && (n < minBalanceFactor || n > maxBalanceFactor) {
+		d.errorf("%s: %d is out of range: 0 (off) or [%d, %d]", path, n, minBalanceFactor, maxBalanceFactor)
+		return 0
+	}
+	return int(n)
+}
+
+// method parses a method token, case-insensitively, from the allowed list.
+func (d *decoder) method(path string, v gjson.Result, allowed []string) Method {
+	s, ok := d.str(path, v)
+	if !ok {
+		return MethodRoundRobin
+	}
+	for _, a := range allowed {
+		if strings.EqualFold(s, a) {
+			for m, n := range methodNames {
+				if n == a {
+					return Method(m)
+				}
+			}
+		}
+	}
+	d.errorf("%s: %q is not one of %s", path, s, strings.Join(allowed, ", "))
+	return MethodRoundRobin
+}
+
+// netmask parses a dotted IPv4 mask and returns its prefix length.
+func (d *decoder) netmask(path string, v gjson.Result) int {
+	s, ok := d.str(path, v)
+	if !ok {
+		return 32
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		d.errorf("%s: %q is not an IPv4 mask such as 255.255.255.0", path, s)
+		return 32
+	}
+	b := a.As4()
+	m := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	ones := bits.LeadingZeros32(^m)
+	if ones == 0 || m<<ones != 0 {
+		d.errorf("%s: %q is not a contiguous IPv4 mask (ones then zeros, at least one bit)", path, s)
+		return 32
+	}
+	return ones
+}
+
+// headerName parses a header name: an HTTP token, not a pseudo-header,
+// lower-cased as Envoy stores names. empty allows "" (disabled).
+func (d *decoder) headerName(path string, v gjson.Result, empty bool) string {
+	s, ok := d.str(path, v)
+	if !ok || (s == "" && empty) {
+		return ""
+	}
+	if s == "" || !isToken(s) {
+		d.errorf("%s: %q is not a valid header name", path, s)
+		return ""
+	}
+	return strings.ToLower(s)
+}
+
+func isToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *decoder) expr(path string, v gjson.Result) *Expr {
+	s, ok := d.str(path, v)
+	if !ok {
+		return nil
+	}
+	e, err := ParseExpr(s)
+	if err != nil {
+		d.errorf("%s: %v", path, err)
+		return nil
+	}
+	return e
+}
+
+// duration parses "90s", "10m", "36h", "7d" (also "500ms") within [lo, hi].
+func (d *decoder) duration(path string, v gjson.Result, lo, hi time.Duration) time.Duration {
+	s, ok := d.str(path, v)
+	if !ok {
+		return lo
+	}
+	t, err := ParseDuration(s)
+	if err != nil {
+		d.errorf("%s: %q is not a duration such as 90s, 10m, 36h or 7d", path, s)
+		return lo
+	}
+	if t < lo || t > hi {
+		d.errorf("%s: %q is out of range [%s, %s]", path, s, FormatDuration(lo), FormatDuration(hi))
+		return lo
+	}
+	return t
+}
+
+// ParseDuration parses a whole number followed by one unit: ms, s, m, h or d.
+func ParseDuration(s string) (time.Duration, error) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	n, err := strconv.ParseInt(s[:i], 10, 64)
+	if i == 0 || err != nil {
+		return 0, fmt.Errorf("duration %q: no number", s)
+	}
+	var unit time.Duration
+	switch s[i:] {
+	case "ms":
+		unit = time.Millisecond
+	case "s":
+		unit = time.Second
+	case "m":
+		unit = time.Minute
+	case "h":
+		unit = time.Hour
+	case "d":
+		unit = 24 * time.Hour
+	default:
+		return 0, fmt.Errorf("duration %q: unit must be ms, s, m, h or d", s)
+	}
+	if n > int64(1<<62)/int64(unit) {
+		return 0, fmt.Errorf("duration %q: too long", s)
+	}
+	return time.Duration(n) * unit, nil
+}
+
+// FormatDuration writes d in the largest unit that divides it: 7d, 10m, 500ms.
+func FormatDuration(d time.Duration) string {
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d >= u.unit && d%u.unit == 0 {
+			return strconv.FormatInt(int64(d/u.unit), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+}
+
+// statuses parses "200-399,404" with codes in [100, 599].
+func (d *decoder) statuses(path string, v gjson.Result) StatusSet {
+	s, ok := d.str(path, v)
+	if !ok {
+		return StatusSet{}
+	}
+	set, err := ParseStatusSet(s)
+	if err != nil {
+		d.errorf("%s: %v", path, err)
+	}
+	return set
+}
+
+// ParseStatusSet parses a comma-separated list of codes and ranges, such as
+// "200-399,404", each code in [100, 599].
+func ParseStatusSet(s string) (StatusSet, error) {
+	set := StatusSet{src: s}
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		if !isRange {
+			hi = lo
+		}
+		a, err1 := strconv.Atoi(lo)
+		b, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
+			return StatusSet{}, fmt.Errorf("%q is not a status list such as 200-399,404 (codes 100-599)", s)
+		}
+		set.ranges = append(set.ranges, [2]uint16{uint16(a), uint16(b)})
+	}
+	return set, nil
+}
+
+// serviceID is a service's rendezvous hash and persistence identity.
+func serviceID(s *Service) uint64 {
+	if s.HashID != "" {
+		return xxhash.Sum64String(s.HashID)
+	}
+	return xxhash.Sum64String(s.Address)
+}

@@ -1,0 +1,226 @@
+package lbcore
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// services parses the services array: names unique, addresses ip:port and
+// unique, identities (hashId or address) unique.
+func (d *decoder) services(path string, v gjson.Result) []Service {
+	if !v.IsArray() {
+		d.errorf("%s: %s is not an array", path, clip(v.Raw))
+		return nil
+	}
+	items := v.Array()
+	if len(items) < 1 || len(items) > maxServices {
+		d.errorf("%s: %d services is out of range [1, %d]", path, len(items), maxServices)
+		if len(items) > maxServices {
+			return nil
+		}
+	}
+	out := make([]Service, 0, len(items))
+	names := map[string]int{}
+	addrs := map[string]int{}
+	ids := map[uint64]int{}
+	for i, item := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		s := Service{Weight: 1, Enabled: true}
+		hasName, hasAddr := false, false
+		if !d.object(p, item, func(name string, v gjson.Result) bool {
+			fp := p + "." + name
+			switch name {
+			case "name":
+				s.Name, hasName = d.str(fp, v)
+				if hasName && (s.Name == "" || !isToken(s.Name)) {
+					d.errorf("%s: %q is not a valid name (letters, digits, - . _ ~ and the like, no spaces)", fp, s.Name)
+				}
+			case "address":
+				var ok bool
+				if s.Address, ok = d.str(fp, v); ok {
+					hasAddr = true
+					s.Addr, ok = parseServiceAddr(s.Address)
+					if !ok {
+						d.errorf("%s: %q is not ip:port or [v6]:port with a port in [1, 65535]", fp, s.Address)
+					}
+				}
+			case "weight":
+				s.Weight = d.intIn(fp, v, 1, maxWeight)
+			case "enabled":
+				s.Enabled = d.boolean(fp, v)
+			case "hashId":
+				if s.HashID, _ = d.str(fp, v); s.HashID == "" {
+					d.errorf("%s: must not be empty (leave it out to hash the address)", fp)
+				}
+			default:
+				return false
+			}
+			return true
+		}) {
+			continue
+		}
+		if !hasName {
+			d.errorf("%s.name: is required", p)
+		} else if j, dup := names[s.Name]; dup {
+			d.errorf("%s.name: %q is already used by %s[%d]", p, s.Name, path, j)
+		} else {
+			names[s.Name] = i
+		}
+		if !hasAddr {
+			d.errorf("%s.address: is required", p)
+		} else if j, dup := addrs[s.Address]; dup {
+			d.errorf("%s.address: %q is already used by %s[%d]", p, s.Address, path, j)
+		} else {
+			addrs[s.Address] = i
+		}
+		s.ID = serviceID(&s)
+		if j, dup := ids[s.ID]; dup && hasAddr {
+			d.errorf("%s: hashes to the same identity as %s[%d] (same hashId or address)", p, path, j)
+		}
+		ids[s.ID] = i
+		out = append(out, s)
+	}
+	return out
+}
+
+// parseServiceAddr accepts "ip:port" and "[v6]:port" with a non-zero port.
+// The address must be written canonically so that it matches what Envoy
+// reports for the endpoint (and so one address has one hash).
+func parseServiceAddr(s string) (netip.AddrPort, bool) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" || ap.String() != s {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
+	p := &Persistence{TableSize: defaultTableSize, Expire: 7 * 24 * time.Hour, EmptyKey: "skip"}
+	hasKeys := false
+	d.object(path, v, func(name string, v gjson.Result) bool {
+		fp := path + "." + name
+		switch name {
+		case "keys":
+			hasKeys = true
+			p.Keys = d.keys(fp, v)
+		case "tableSize":
+			p.TableSize = d.intIn(fp, v, minTableSize, maxTableSize)
+		case "expire":
+			p.Expire = d.duration(fp, v, minExpire, maxExpire)
+		case "emptyKey":
+			if s, ok := d.str(fp, v); ok {
+				if s != "skip" && s != "shared" {
+					d.errorf("%s: %q is not one of skip, shared", fp, s)
+				}
+				p.EmptyKey = s
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	if !hasKeys && v.IsObject() {
+		d.errorf("%s.keys: is required", path)
+	}
+	return p
+}
+
+func (d *decoder) keys(path string, v gjson.Result) []*Expr {
+	if !v.IsArray() {
+		d.errorf("%s: %s is not an array", path, clip(v.Raw))
+		return nil
+	}
+	items := v.Array()
+	if len(items) < 1 || len(items) > maxPersistenceKeys {
+		d.errorf("%s: %d keys is out of range [1, %d]", path, len(items), maxPersistenceKeys)
+	}
+	seen := map[string]int{}
+	var out []*Expr
+	for i, item := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		e := d.expr(p, item)
+		if e == nil {
+			continue
+		}
+		src := strings.Join(strings.Fields(e.String()), "")
+		if j, dup := seen[src]; dup {
+			d.errorf("%s: %q duplicates %s[%d]", p, e.String(), path, j)
+			continue
+		}
+		seen[src] = i
+		out = append(out, e)
+	}
+	return out
+}
+
+func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
+	h := &HealthCheck{Path: "/healthz", Interval: 5 * time.Second, Timeout: 2 * time.Second,
+		HealthyThreshold: 2, UnhealthyThreshold: 3, Cluster: "hashlb_upstream"}
+	h.ExpectedStatuses, _ = ParseStatusSet("200-399")
+	timeoutSet := false
+	d.object(path, v, func(name string, v gjson.Result) bool {
+		fp := path + "." + name
+		switch name {
+		case "path":
+			if s, ok := d.str(fp, v); ok {
+				if !strings.HasPrefix(s, "/") || strings.ContainsAny(s, " \t\r\n") {
+					d.errorf("%s: %q is not an absolute path such as /healthz", fp, s)
+				}
+				h.Path = s
+			}
+		case "interval":
+			h.Interval = d.duration(fp, v, time.Second, time.Hour)
+		case "timeout":
+			timeoutSet = true
+			h.Timeout = d.duration(fp, v, 100*time.Millisecond, time.Minute)
+		case "healthyThreshold":
+			h.HealthyThreshold = d.intIn(fp, v, 1, 10)
+		case "unhealthyThreshold":
+			h.UnhealthyThreshold = d.intIn(fp, v, 1, 10)
+		case "expectedStatuses":
+			h.ExpectedStatuses = d.statuses(fp, v)
+		case "cluster":
+			if s, ok := d.str(fp, v); ok {
+				if s == "" {
+					d.errorf("%s: must not be empty", fp)
+				}
+				h.Cluster = s
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	if h.Timeout > h.Interval {
+		if timeoutSet {
+			d.errorf("%s.timeout: %q is longer than interval %q", path, FormatDuration(h.Timeout), FormatDuration(h.Interval))
+		} else {
+			h.Timeout = h.Interval
+		}
+	}
+	return h
+}
+
+func (d *decoder) passiveHealth(path string, v gjson.Result) *PassiveHealth {
+	p := &PassiveHealth{ConsecutiveFailures: 5, EjectionTime: 30 * time.Second}
+	p.FailureStatuses, _ = ParseStatusSet("502-504")
+	d.object(path, v, func(name string, v gjson.Result) bool {
+		fp := path + "." + name
+		switch name {
+		case "consecutiveFailures":
+			p.ConsecutiveFailures = d.intIn(fp, v, 1, 1000)
+		case "ejectionTime":
+			p.EjectionTime = d.duration(fp, v, time.Second, time.Hour)
+		case "failureStatuses":
+			p.FailureStatuses = d.statuses(fp, v)
+		default:
+			return false
+		}
+		return true
+	})
+	return p
+}
