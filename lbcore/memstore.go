@@ -24,7 +24,7 @@ type MemStore struct {
 	BeforeSet func(key string, value []byte, cas uint32)
 
 	mu     sync.Mutex
-	m      map[string]memValue
+	m      map[string]*memValue
 	cas    uint32
 	gets   uint64
 	sets   uint64
@@ -38,7 +38,7 @@ type memValue struct {
 
 // NewMemStore returns an empty MemStore.
 func NewMemStore() *MemStore {
-	return &MemStore{m: make(map[string]memValue), cas: 1}
+	return &MemStore{m: make(map[string]*memValue), cas: 1}
 }
 
 // Get returns the value and cas stored under key, or ErrNotFound.
@@ -59,21 +59,23 @@ func (s *MemStore) Set(key string, value []byte, cas uint32) error {
 	if s.BeforeSet != nil {
 		s.BeforeSet(key, value, cas)
 	}
-	v := memValue{value: append([]byte(nil), value...)}
+	value = append([]byte(nil), value...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sets++
-	old, ok := s.m[key]
-	if ok && cas != 0 && cas != old.cas {
+	v, ok := s.m[key]
+	switch {
+	case !ok:
+		// A map assignment stores the key it is given, even over an existing
+		// one, and the caller may pass a string backed by a buffer it reuses:
+		// keys are cloned once, and existing values are updated in place.
+		v = &memValue{}
+		s.m[strings.Clone(key)] = v
+	case cas != 0 && cas != v.cas:
 		s.misses++
 		return ErrCASMismatch
 	}
-	if !ok {
-		// The caller may pass a string backed by a buffer it reuses.
-		key = strings.Clone(key)
-	}
-	v.cas = s.nextCAS()
-	s.m[key] = v
+	v.value, v.cas = value, s.nextCAS()
 	return nil
 }
 

@@ -106,8 +106,10 @@ type entry struct {
 // are one bucket) whose entries expire after expire without use (at least
 // one second).
 //
-// The Table passes Store keys that alias a buffer it reuses: a Store must
-// copy a key it keeps beyond the call (the host and MemStore do).
+// The Table passes Store keys that alias a buffer it reuses, so that a
+// lookup allocates nothing: a Store must copy a key it keeps beyond the call,
+// including one it assigns into a Go map (which stores the key it is given
+// even when the key is already present). The host copies; MemStore clones.
 func NewTable(s Store, namespace string, tableSize int, expire time.Duration) *Table {
 	ways := Ways
 	if tableSize < ways {
