@@ -1,14 +1,14 @@
 package lbcore
 
 import (
+	"container/list"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/cespare/xxhash/v2"
 )
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -28,8 +28,8 @@ func (c *chooser) choose() (uint64, bool) {
 
 // stored reads key's entry straight from the store.
 func stored(s Store, tb *Table, key string) (entry, bool) {
-	fp := max(xxhash.Sum64String(key), 1)
-	val, _, err := s.Get(strings.Clone(tb.bucketKey(fp)))
+	h, fp := fingerprint([]byte(key))
+	val, _, err := s.Get(strings.Clone(tb.bucketKey(h)))
 	if err != nil {
 		return entry{}, false
 	}
@@ -73,6 +73,7 @@ func TestPersistResolve(t *testing.T) {
 		wantLast   time.Duration // stored last use after the step
 	}{
 		{"miss stores", "a", 0, selectAll, 1, 1, true, Outcome{Miss: true}, 1, true, 0},
+		{"second hit in its first second promotes", "a", 500 * time.Millisecond, selectAll, 9, 1, true, Outcome{Hit: true}, 0, true, 0},
 		{"hit same second", "a", 900 * time.Millisecond, selectAll, 9, 1, true, Outcome{Hit: true}, 0, false, 0},
 		{"hit next second refreshes", "a", 1 * time.Second, selectAll, 9, 1, true, Outcome{Hit: true}, 0, true, time.Second},
 		{"refresh at most once a second", "a", 1999 * time.Millisecond, selectAll, 9, 1, true, Outcome{Hit: true}, 0, false, time.Second},
@@ -166,14 +167,16 @@ func TestPersistEvictsLRU(t *testing.T) {
 		name        string
 		expire      time.Duration
 		spacing     time.Duration // between the first Ways inserts
-		touch       int           // key refreshed at 8 s, -1 for none
+		touch       int           // key hit at touchAt, -1 for none
+		touchAt     time.Duration
 		insertAt    time.Duration
 		wantEvicted int
 		wantGone    []int
 	}{
-		{"least recently used goes", time.Hour, time.Second, 0, 9 * time.Second, 1, []int{1}},
-		{"tie goes to the earliest written", time.Hour, 0, -1, 0, 1, []int{0}},
-		{"expired go first", 5 * time.Second, time.Second, 7, 12 * time.Second, 0, []int{0, 1, 2, 3, 4, 5, 6}},
+		{"least recently used goes", time.Hour, time.Second, 0, 8 * time.Second, 9 * time.Second, 1, []int{1}},
+		{"tie goes to the earliest written", time.Hour, 0, -1, 0, 0, 1, []int{0}},
+		{"tie keeps an entry hit since stored", time.Hour, 0, 0, 0, 0, 1, []int{1}},
+		{"expired go first", 5 * time.Second, time.Second, 7, 8 * time.Second, 12 * time.Second, 0, []int{0, 1, 2, 3, 4, 5, 6}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,7 +187,7 @@ func TestPersistEvictsLRU(t *testing.T) {
 				tb.Resolve([]byte{byte('a' + i)}, t0.Add(time.Duration(i)*tt.spacing), selectAll, c.choose)
 			}
 			if tt.touch >= 0 {
-				tb.Resolve([]byte{byte('a' + tt.touch)}, t0.Add(8*time.Second), selectAll, c.choose)
+				tb.Resolve([]byte{byte('a' + tt.touch)}, t0.Add(tt.touchAt), selectAll, c.choose)
 			}
 			_, _, out := tb.Resolve([]byte("new"), t0.Add(tt.insertAt), selectAll, c.choose)
 			if out.Evicted != tt.wantEvicted {
@@ -299,5 +302,70 @@ func TestBytesPerEntry(t *testing.T) {
 	measured := float64(s.Bytes(overhead)) / float64(tb.Capacity())
 	if want := BytesPerEntry(10000, "hashlb/x", overhead); measured != want {
 		t.Errorf("MemStore bytes/entry = %.3f, BytesPerEntry = %.3f", measured, want)
+	}
+}
+
+// exactLRU is a textbook LRU cache of keys, the yardstick for the table.
+type exactLRU struct {
+	cap   int
+	order *list.List // front: most recent
+	at    map[uint64]*list.Element
+}
+
+func (l *exactLRU) access(k uint64) (hit bool) {
+	if e, ok := l.at[k]; ok {
+		l.order.MoveToFront(e)
+		return true
+	}
+	if l.order.Len() == l.cap {
+		last := l.order.Back()
+		delete(l.at, last.Value.(uint64))
+		l.order.Remove(last)
+	}
+	l.at[k] = l.order.PushFront(k)
+	return false
+}
+
+func TestPersistZipfLRU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10^6 requests per case")
+	}
+	const universe, requests = 1000000, 1000000
+	tests := []struct {
+		name     string
+		capacity int
+		step     time.Duration // virtual time between requests
+	}{
+		{"cap=10000/1000rps", 10000, time.Millisecond},
+		{"cap=100000/1000rps", 100000, time.Millisecond},
+		{"cap=10000/100000rps", 10000, 10 * time.Microsecond},
+		{"cap=10000/1000000rps", 10000, time.Microsecond},
+		{"cap=100000/1000000rps", 100000, time.Microsecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, 2))
+			z := rand.NewZipf(r, 1.1, 1, universe-1)
+			lru := &exactLRU{cap: tt.capacity, order: list.New(), at: make(map[uint64]*list.Element)}
+			tb := NewTable(NewMemStore(), "ns", tt.capacity, 365*24*time.Hour)
+			c := &chooser{svc: 1}
+			var key []byte
+			var hits, lruHits int
+			for i := range requests {
+				k := z.Uint64()
+				key = strconv.AppendUint(key[:0], k, 10)
+				if _, _, out := tb.Resolve(key, t0.Add(time.Duration(i)*tt.step), selectAll, c.choose); out.Hit {
+					hits++
+				}
+				if lru.access(k) {
+					lruHits++
+				}
+			}
+			got, want := float64(hits)/requests, float64(lruHits)/requests
+			t.Logf("hit rate: table %.4f, exact LRU %.4f (%+.2f%% relative)", got, want, 100*(got-want)/want)
+			if got < want*0.98 {
+				t.Errorf("table hit rate %.4f more than 2%% below exact LRU %.4f", got, want)
+			}
+		})
 	}
 }
