@@ -1,0 +1,192 @@
+package lbcore
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+)
+
+// Expr is a parsed key expression (SPEC §6): literal text and ${ choice }
+// parts, evaluated against a Request. It is immutable once parsed and safe
+// for concurrent use.
+//
+// The language:
+//
+//	expr     := (literal | "${" choice "}")+
+//	choice   := pipeline ("||" pipeline)*      first non-empty pipeline wins
+//	pipeline := variable ("|" function)*
+//	function := name [ "(" [arg ("," arg)*] ")" ]
+//	arg      := "string" | integer
+//
+// Whitespace is allowed anywhere inside ${ }. Strings are double-quoted; \"
+// and \\ are escapes and a backslash before any other byte is kept as is, so
+// regexp escapes such as \d need no doubling. Integers are decimal. There is
+// no escape for a literal "${" in the text.
+//
+// Variables: client.ip, client.port, server.ip, server.port, request.host
+// (as received, with port removed), request.path (without query),
+// request.url (path and query as received), request.method,
+// request.header.NAME (case-insensitive, first copy), request.cookie.NAME
+// (exact name, all cookie headers), request.query.NAME (raw value of the
+// first NAME=value pair, not percent-decoded), sip.callid (Call-ID header,
+// else its compact form i). A port of 0 (unknown) reads as "".
+//
+// Functions, each mapping "" to "" except default:
+//   - lower, upper: ASCII case mapping.
+//   - hash: 16 lower-case hex digits of xxhash64.
+//   - prefix(n), suffix(n): the first or last n bytes, n in [1, 1048576].
+//   - mask(bits): the value read as an IP, "ip:port" or "[v6]:port", keeping
+//     bits (0–128) of the address; an IPv4 address keeps at most 32. The
+//     result is the masked address without port; not an IP gives "".
+//   - jwt("path"): the value is a JWT, optionally after "Bearer "; the
+//     payload is base64url-decoded and the claim at the gjson path read as a
+//     string. The signature is NOT verified: a client can put any claim in
+//     it, so use it to spread load, never to authorise.
+//   - replace("re2", "repl"): regexp.ReplaceAllString with $1 expansion; the
+//     regexp is compiled when the expression is parsed.
+//   - default("text"): text if the value is empty.
+//
+// Evaluation never fails: a missing or malformed input yields "" for its
+// pipeline.
+type Expr struct {
+	src   string
+	parts []exprPart
+}
+
+// exprPart is literal text (alts == nil) or one ${ choice }.
+type exprPart struct {
+	lit  string
+	alts []exprPipeline
+}
+
+type exprPipeline struct {
+	v   exprVar
+	fns []exprFunc
+}
+
+type exprVarKind uint8
+
+const (
+	varClientIP exprVarKind = iota
+	varClientPort
+	varServerIP
+	varServerPort
+	varHost
+	varPath
+	varURL
+	varMethod
+	varHeader
+	varCookie
+	varQuery
+	varCallID
+)
+
+type exprVar struct {
+	kind exprVarKind
+	name string // header (lower-case), cookie or query parameter name
+}
+
+type exprFuncKind uint8
+
+const (
+	fnLower exprFuncKind = iota
+	fnUpper
+	fnHash
+	fnPrefix
+	fnSuffix
+	fnMask
+	fnJWT
+	fnReplace
+	fnDefault
+)
+
+type exprFunc struct {
+	kind exprFuncKind
+	n    int            // prefix, suffix, mask
+	s    string         // jwt path, default text
+	re   *regexp.Regexp // replace
+	repl string         // replace
+}
+
+// maxAffix bounds prefix(n) and suffix(n); a larger n would be a typo.
+const maxAffix = 1 << 20
+
+// ParseExpr parses a key expression. Errors read "col N: problem", N being the
+// 1-based byte column in src; the caller prefixes the JSON path.
+//
+// An expression with no ${...} part is rejected: a constant key would pin all
+// traffic to one service, which is never what an operator means.
+func ParseExpr(src string) (*Expr, error) {
+	if src == "" {
+		return nil, errors.New("col 1: empty expression")
+	}
+	p := exprParser{src: src}
+	e := &Expr{src: src}
+	for p.pos < len(src) {
+		i := strings.Index(src[p.pos:], "${")
+		if i < 0 {
+			e.parts = append(e.parts, exprPart{lit: src[p.pos:]})
+			break
+		}
+		if i > 0 {
+			e.parts = append(e.parts, exprPart{lit: src[p.pos : p.pos+i]})
+		}
+		p.open = p.pos + i
+		p.pos = p.open + 2
+		alts, err := p.choice()
+		if err != nil {
+			return nil, err
+		}
+		e.parts = append(e.parts, exprPart{alts: alts})
+	}
+	for _, pt := range e.parts {
+		if pt.alts != nil {
+			return e, nil
+		}
+	}
+	return nil, errors.New("col 1: expression has no ${...} part")
+}
+
+// String returns the expression's source text.
+func (e *Expr) String() string {
+	if e == nil {
+		return ""
+	}
+	return e.src
+}
+
+// AppendEval appends the expression's value for r to dst and returns the
+// extended slice. It never fails and never panics: a missing or malformed
+// input yields "" for its pipeline. Each pipeline is evaluated in place at the
+// end of dst, so an expression built from variables and lower, upper, hash,
+// prefix, suffix, mask and default allocates nothing when dst has room; jwt
+// and replace allocate.
+func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
+	if e == nil {
+		return dst
+	}
+	if r == nil {
+		r = &Request{}
+	}
+	for i := range e.parts {
+		pt := &e.parts[i]
+		if pt.alts == nil {
+			dst = append(dst, pt.lit...)
+			continue
+		}
+		start := len(dst)
+		for j := range pt.alts {
+			// An alternative writes at start; a later one overwrites it.
+			if dst = pt.alts[j].appendEval(dst[:start], r); len(dst) > start {
+				break
+			}
+		}
+	}
+	return dst
+}
+
+// Eval returns the expression's value for r; see AppendEval.
+func (e *Expr) Eval(r *Request) string {
+	var buf [128]byte
+	return string(e.AppendEval(buf[:0], r))
+}

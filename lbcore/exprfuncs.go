@@ -1,0 +1,330 @@
+package lbcore
+
+import (
+	"bytes"
+	"encoding/base64"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tidwall/gjson"
+)
+
+func (pl *exprPipeline) appendEval(dst []byte, r *Request) []byte {
+	start := len(dst)
+	dst = pl.v.appendValue(dst, r)
+	for i := range pl.fns {
+		dst = pl.fns[i].apply(dst, start)
+	}
+	return dst
+}
+
+func (v *exprVar) appendValue(dst []byte, r *Request) []byte {
+	switch v.kind {
+	case varClientIP, varClientPort, varServerIP, varServerPort:
+		var ip netip.Addr
+		var port uint16
+		var ok bool
+		if v.kind == varClientIP || v.kind == varClientPort {
+			ip, port, ok = r.ClientAddr()
+		} else {
+			ip, port, ok = r.ServerAddr()
+		}
+		switch {
+		case !ok:
+		case v.kind == varClientIP || v.kind == varServerIP:
+			dst = ip.AppendTo(dst)
+		case port != 0: // 0 means unknown, e.g. a client read from x-forwarded-for
+			dst = strconv.AppendUint(dst, uint64(port), 10)
+		}
+		return dst
+	case varHost:
+		h, _ := r.Host()
+		return append(dst, h...)
+	case varPath:
+		return append(dst, r.Path()...)
+	case varURL:
+		return append(dst, r.URL()...)
+	case varMethod:
+		return append(dst, r.Method...)
+	case varHeader:
+		return append(dst, r.Header(v.name)...)
+	case varCookie:
+		return append(dst, exprCookie(r, v.name)...)
+	case varQuery:
+		return append(dst, exprQuery(r.Query(), v.name)...)
+	case varCallID:
+		id := r.Header("call-id")
+		if id == "" {
+			id = r.Header("i")
+		}
+		return append(dst, id...)
+	}
+	return dst
+}
+
+// exprCookie returns the value of the first cookie called name in any cookie
+// header ("a=1; b=2"), trimmed of spaces but otherwise as received.
+func exprCookie(r *Request, name string) string {
+	for _, h := range r.Headers {
+		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
+			continue
+		}
+		for rest := h[1]; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, ";")
+			k, v, ok := strings.Cut(pair, "=")
+			if ok && strings.TrimSpace(k) == name {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return ""
+}
+
+// exprQuery returns the raw value of the first name=value pair in query.
+// Neither name nor value is percent-decoded: decoding would allocate, and the
+// raw bytes are as good a key as the decoded ones.
+func exprQuery(query, name string) string {
+	for query != "" {
+		var pair string
+		pair, query, _ = strings.Cut(query, "&")
+		if k, v, ok := strings.Cut(pair, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
+// apply transforms the value dst[start:] in place and returns dst.
+func (f *exprFunc) apply(dst []byte, start int) []byte {
+	v := dst[start:]
+	if len(v) == 0 {
+		if f.kind == fnDefault {
+			return append(dst, f.s...)
+		}
+		return dst
+	}
+	switch f.kind {
+	case fnLower:
+		for i, c := range v {
+			if 'A' <= c && c <= 'Z' {
+				v[i] = c + 'a' - 'A'
+			}
+		}
+	case fnUpper:
+		for i, c := range v {
+			if 'a' <= c && c <= 'z' {
+				v[i] = c - ('a' - 'A')
+			}
+		}
+	case fnHash:
+		dst = appendHashHex(dst[:start], xxhash.Sum64(v))
+	case fnPrefix:
+		if len(v) > f.n {
+			dst = dst[:start+f.n]
+		}
+	case fnSuffix:
+		if len(v) > f.n {
+			copy(v, v[len(v)-f.n:])
+			dst = dst[:start+f.n]
+		}
+	case fnMask:
+		// Parse before writing: the result overwrites the value.
+		ip, ok := ipFromBytes(v)
+		dst = dst[:start]
+		if ok {
+			bits := f.n
+			if ip.Is4() && bits > 32 {
+				bits = 32
+			}
+			p, _ := ip.Prefix(bits)
+			dst = p.Addr().AppendTo(dst)
+		}
+	case fnJWT:
+		dst = append(dst[:start], jwtClaim(v, f.s)...)
+	case fnReplace:
+		// A copy: regexp keeps its input in a pooled machine, so passing v
+		// would make every caller's dst escape to the heap.
+		dst = append(dst[:start], f.re.ReplaceAllString(string(v), f.repl)...)
+	}
+	return dst
+}
+
+func appendHashHex(dst []byte, h uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, digits[h>>shift&0xf])
+	}
+	return dst
+}
+
+// jwtClaim reads the claim at path from the payload of the JWT in v
+// (optionally after "Bearer "). The signature is not verified. Anything
+// malformed gives "".
+func jwtClaim(v []byte, path string) string {
+	if len(v) >= 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
+		v = v[7:]
+	}
+	v = bytes.TrimSpace(v)
+	if bytes.Count(v, []byte(".")) != 2 {
+		return ""
+	}
+	payload := v[bytes.IndexByte(v, '.')+1:]
+	payload = payload[:bytes.IndexByte(payload, '.')]
+	payload = bytes.TrimRight(payload, "=")
+	buf := make([]byte, base64.RawURLEncoding.DecodedLen(len(payload)))
+	n, err := base64.RawURLEncoding.Decode(buf, payload)
+	if err != nil || !gjson.ValidBytes(buf[:n]) {
+		return ""
+	}
+	return gjson.GetBytes(buf[:n], path).String()
+}
+
+// ipFromBytes parses "ip", "ip:port" or "[v6]:port" (a zone is dropped) as
+// parseAddrPort does, but from bytes and without allocating: mask runs on
+// the hot path, and netip.ParseAddr would need a string copy of v.
+func ipFromBytes(v []byte) (netip.Addr, bool) {
+	host := v
+	if len(v) > 0 && v[0] == '[' {
+		end := bytes.IndexByte(v, ']')
+		if end < 0 || !isPortSuffix(v[end+1:], true) {
+			return netip.Addr{}, false
+		}
+		host = v[1:end]
+		if bytes.IndexByte(host, ':') < 0 {
+			return netip.Addr{}, false // "[1.2.3.4]" is not an address
+		}
+	} else if c := bytes.IndexByte(v, ':'); c >= 0 && bytes.IndexByte(v[c+1:], ':') < 0 {
+		if !isPortSuffix(v[c:], false) {
+			return netip.Addr{}, false
+		}
+		host = v[:c]
+	}
+	if z := bytes.IndexByte(host, '%'); z >= 0 && bytes.IndexByte(host, ':') >= 0 {
+		host = host[:z]
+	}
+	return parseIPBytes(host)
+}
+
+// parseIPBytes parses an IPv4 or IPv6 address without zone, as netip.ParseAddr
+// does (FuzzExpr checks that they agree), and unmaps IPv4-mapped addresses.
+func parseIPBytes(b []byte) (netip.Addr, bool) {
+	if bytes.IndexByte(b, ':') < 0 {
+		ip, ok := parseIPv4Bytes(b)
+		return netip.AddrFrom4(ip), ok
+	}
+	ip, ok := parseIPv6Bytes(b)
+	return netip.AddrFrom16(ip).Unmap(), ok
+}
+
+// isPortSuffix reports whether s is ":port" (or "" when optional).
+func isPortSuffix(s []byte, optional bool) bool {
+	if len(s) == 0 {
+		return optional
+	}
+	if s[0] != ':' || len(s) < 2 || len(s) > 6 {
+		return false
+	}
+	n := 0
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n <= 65535
+}
+
+// parseIPv4Bytes parses dotted-quad IPv4 with netip's rules (no leading zeros).
+func parseIPv4Bytes(b []byte) (ip [4]byte, ok bool) {
+	field, val, digits := 0, 0, 0
+	for i := 0; i <= len(b); i++ {
+		if i == len(b) || b[i] == '.' {
+			if digits == 0 || field == 4 {
+				return ip, false
+			}
+			ip[field] = byte(val)
+			field, val, digits = field+1, 0, 0
+			continue
+		}
+		c := b[i]
+		if c < '0' || c > '9' || digits > 0 && val == 0 {
+			return ip, false
+		}
+		val, digits = val*10+int(c-'0'), digits+1
+		if val > 255 {
+			return ip, false
+		}
+	}
+	return ip, field == 4
+}
+
+// parseIPv6Bytes parses an IPv6 address without zone, with netip's rules: groups
+// of 1–4 hex digits, at most one "::" standing for at least one zero group,
+// and an optional trailing dotted IPv4 counting as two groups.
+func parseIPv6Bytes(b []byte) (ip [16]byte, ok bool) {
+	var head, tail [8]uint16
+	var nh, nt int
+	if i := bytes.Index(b, []byte("::")); i >= 0 {
+		if nh, ok = parseV6Groups(b[:i], &head, false); !ok {
+			return ip, false
+		}
+		if nt, ok = parseV6Groups(b[i+2:], &tail, true); !ok || nh+nt > 7 {
+			return ip, false
+		}
+	} else if nh, ok = parseV6Groups(b, &head, true); !ok || nh != 8 {
+		return ip, false
+	}
+	for k := 0; k < nh; k++ {
+		ip[2*k], ip[2*k+1] = byte(head[k]>>8), byte(head[k])
+	}
+	for k := 0; k < nt; k++ {
+		at := 2 * (8 - nt + k)
+		ip[at], ip[at+1] = byte(tail[k]>>8), byte(tail[k])
+	}
+	return ip, true
+}
+
+// parseV6Groups parses "" or "h:h:...:h" into g and returns the group count;
+// with v4 the last field may be a dotted IPv4 address (two groups).
+func parseV6Groups(b []byte, g *[8]uint16, v4 bool) (n int, ok bool) {
+	if len(b) == 0 {
+		return 0, true
+	}
+	for {
+		field, rest, more := bytes.Cut(b, []byte(":"))
+		if !more && v4 && bytes.IndexByte(field, '.') >= 0 {
+			q, ok := parseIPv4Bytes(field)
+			if !ok || n > 6 {
+				return 0, false
+			}
+			g[n], g[n+1] = uint16(q[0])<<8|uint16(q[1]), uint16(q[2])<<8|uint16(q[3])
+			return n + 2, true
+		}
+		if n == 8 || len(field) == 0 || len(field) > 4 {
+			return 0, false
+		}
+		var val uint16
+		for _, c := range field {
+			switch {
+			case '0' <= c && c <= '9':
+				c -= '0'
+			case 'a' <= c && c <= 'f':
+				c -= 'a' - 10
+			case 'A' <= c && c <= 'F':
+				c -= 'A' - 10
+			default:
+				return 0, false
+			}
+			val = val<<4 | uint16(c)
+		}
+		g[n] = val
+		n++
+		if !more {
+			return n, true
+		}
+		b = rest
+	}
+}
