@@ -1,0 +1,128 @@
+package hostsim
+
+// streamFuncs are the stream-control functions of the env module common to
+// every ABI version.
+var streamFuncs = []hostFunc{
+	{"proxy_send_local_response", "iiiiiiii", "i", hostSendLocalResponse},
+	{"proxy_set_effective_context", "i", "i", hostSetEffectiveContext},
+	{"proxy_done", "", "i", hostDone},
+}
+
+// abi02Funcs are registered for ABI 0.2.0 and 0.2.1 (cpp-host registerCallbacks).
+var abi02Funcs = []hostFunc{
+	{"proxy_continue_stream", "i", "i", hostContinueStream},
+	{"proxy_close_stream", "i", "i", hostCloseStream},
+}
+
+// abi010Funcs are registered for ABI 0.1.0 only.
+var abi010Funcs = []hostFunc{
+	{"proxy_get_configuration", "ii", "i", hostGetConfiguration},
+	{"proxy_continue_request", "", "i", func(v *vm, _ []uint64) uint64 { return v.continueStream(0) }},
+	{"proxy_continue_response", "", "i", func(v *vm, _ []uint64) uint64 { return v.continueStream(1) }},
+	{"proxy_clear_route_cache", "", "i", ret(statusOK)},
+}
+
+// hostSendLocalResponse implements proxy_send_local_response(status,
+// details, body, header pairs, grpc_status): the stream is answered by the
+// filter; the reply goes through the filter's proxy_on_response_headers once
+// the running callback returns (see Stream.RequestHeaders).
+func hostSendLocalResponse(v *vm, p []uint64) uint64 {
+	details, ok1 := v.mem(p[1], p[2])
+	body, ok2 := v.mem(p[3], p[4])
+	hb, ok3 := v.mem(p[5], p[6])
+	if !ok1 || !ok2 || !ok3 {
+		return statusInvalidMemoryAccess
+	}
+	hs, ok := decodePairs(hb)
+	if !ok {
+		return statusBadArgument
+	}
+	s := v.streams[v.context()]
+	if s == nil {
+		return statusBadArgument
+	}
+	if s.inLocal || s.local != nil {
+		return statusOK // Envoy ignores a second local reply on the same stream
+	}
+	s.local = &LocalReply{Status: int(uint32(p[0])), Details: string(details), Body: body,
+		Headers: hs, GRPCStatus: int32(uint32(p[7]))}
+	return statusOK
+}
+
+// hostSetEffectiveContext implements proxy_set_effective_context: later host
+// calls of the running callback act on context id (BadArgument if unknown).
+func hostSetEffectiveContext(v *vm, p []uint64) uint64 {
+	id := uint32(p[0])
+	if _, ok := v.roots[id]; !ok && v.streams[id] == nil {
+		return statusBadArgument
+	}
+	v.effective = id
+	return statusOK
+}
+
+// hostDone implements proxy_done: it completes a root context's deferred
+// shutdown. hostsim never defers one (see Stream.Finish, Host.Configure), so
+// there is nothing pending: NotFound, as cpp-host WasmBase::done answers.
+func hostDone(*vm, []uint64) uint64 { return statusNotFound }
+
+// hostContinueStream implements proxy_continue_stream(stream_type).
+func hostContinueStream(v *vm, p []uint64) uint64 { return v.continueStream(p[0]) }
+
+// continueStream resumes a paused request (0) or response (1): the headers
+// go on and leave the module's reach. Downstream/upstream (2, 3) are TCP
+// streams hostsim does not run.
+func (v *vm) continueStream(typ uint64) uint64 {
+	s := v.streams[v.context()]
+	switch {
+	case typ > 3:
+		return statusBadArgument
+	case s == nil:
+		return statusNotFound
+	case typ == 0:
+		s.closeRequest()
+	case typ == 1:
+		s.maps[mapResponseHeaders].state = mapClosed
+		s.maps[mapResponseTrailers].state = mapClosed
+	default:
+		return statusUnimplemented
+	}
+	return statusOK
+}
+
+// hostCloseStream implements proxy_close_stream(stream_type): the stream is
+// reset; later header operations on it fail.
+func hostCloseStream(v *vm, p []uint64) uint64 {
+	s := v.streams[v.context()]
+	switch {
+	case p[0] > 3:
+		return statusBadArgument
+	case s == nil:
+		return statusNotFound
+	}
+	s.closed = true
+	for _, m := range s.maps {
+		if m.state == mapOpen {
+			m.state = mapClosed
+		}
+	}
+	return statusOK
+}
+
+// hostGetConfiguration implements ABI 0.1.0's proxy_get_configuration.
+func hostGetConfiguration(v *vm, p []uint64) uint64 { return v.copyOut(v.plugin, p[0], p[1]) }
+
+// stubFuncs are present so a module importing them links, as in Envoy, but
+// hostsim offers no gRPC, foreign functions or DNS.
+var stubFuncs = []hostFunc{
+	{"proxy_grpc_call", "iiiiiiiiiiii", "i", ret(statusUnimplemented)},
+	{"proxy_grpc_stream", "iiiiiiiii", "i", ret(statusUnimplemented)},
+	{"proxy_grpc_close", "i", "i", ret(statusNotFound)},
+	{"proxy_grpc_cancel", "i", "i", ret(statusNotFound)},
+	{"proxy_grpc_send", "iiii", "i", ret(statusNotFound)},
+	{"proxy_call_foreign_function", "iiiiii", "i", ret(statusNotFound)},
+	// Envoy's own extension (source/extensions/common/wasm/wasm.cc).
+	{"envoy_resolve_dns", "iii", "i", ret(statusUnimplemented)},
+	// cpp-host always registers these two (src/wasm.cc registerCallbacks).
+	{"pthread_equal", "ii", "i", func(_ *vm, p []uint64) uint64 { return boolArg(uint32(p[0]) == uint32(p[1])) }},
+	{"emscripten_notify_memory_growth", "i", "", ret(0)},
+}

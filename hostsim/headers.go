@@ -1,0 +1,217 @@
+package hostsim
+
+import "strings"
+
+// Header map types (proxy-wasm spec, WasmHeaderMapType).
+const (
+	mapRequestHeaders       = 0
+	mapRequestTrailers      = 1
+	mapResponseHeaders      = 2
+	mapResponseTrailers     = 3
+	mapCallResponseHeaders  = 6
+	mapCallResponseTrailers = 7
+)
+
+// mapState is when Envoy lets a filter reach a header map
+// (source/extensions/common/wasm/context.cc getMap/getConstMap).
+type mapState int
+
+const (
+	mapAbsent   mapState = iota // not received yet: BadArgument
+	mapOpen                     // the filter holds it: read and write
+	mapReadOnly                 // proxy_on_log: read only
+	mapClosed                   // let go (callback returned Continue): BadArgument
+)
+
+type headerMap struct {
+	pairs [][2]string
+	state mapState
+}
+
+var headerFuncs = []hostFunc{
+	{"proxy_get_header_map_value", "iiiii", "i", hostGetHeaderMapValue},
+	{"proxy_add_header_map_value", "iiiii", "i", hostAddHeaderMapValue},
+	{"proxy_replace_header_map_value", "iiiii", "i", hostReplaceHeaderMapValue},
+	{"proxy_remove_header_map_value", "iii", "i", hostRemoveHeaderMapValue},
+	{"proxy_get_header_map_pairs", "iii", "i", hostGetHeaderMapPairs},
+	{"proxy_set_header_map_pairs", "iii", "i", hostSetHeaderMapPairs},
+	{"proxy_get_header_map_size", "ii", "i", hostGetHeaderMapSize},
+}
+
+// headerMap returns the map typ of the calling context if the phase allows
+// the access, else a status: BadArgument for an unknown type, a map the stream
+// does not hold (yet or any more), or a write to a read-only map.
+func (v *vm) headerMap(typ uint64, write bool) (*headerMap, uint64) {
+	switch typ {
+	case mapCallResponseHeaders, mapCallResponseTrailers:
+		if v.callResp == nil || write {
+			return nil, statusBadArgument
+		}
+		m := &headerMap{pairs: v.callResp.Headers, state: mapReadOnly}
+		if typ == mapCallResponseTrailers {
+			m.pairs = v.callResp.Trailers
+		}
+		return m, statusOK
+	case mapRequestHeaders, mapRequestTrailers, mapResponseHeaders, mapResponseTrailers:
+	default:
+		return nil, statusBadArgument
+	}
+	s := v.streams[v.context()]
+	if s == nil {
+		return nil, statusBadArgument
+	}
+	m := s.maps[typ]
+	switch {
+	case m.state == mapOpen, m.state == mapReadOnly && !write:
+		return m, statusOK
+	}
+	return nil, statusBadArgument
+}
+
+func lookup(ps [][2]string, key string) (string, bool) {
+	for _, p := range ps {
+		if p[0] == key {
+			return p[1], true
+		}
+	}
+	return "", false
+}
+
+func without(ps [][2]string, key string) [][2]string {
+	out := ps[:0]
+	for _, p := range ps {
+		if p[0] != key {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (v *vm) keyValue(p []uint64, withValue bool) (string, string, bool) {
+	k, ok := v.mem(p[1], p[2])
+	if !ok {
+		return "", "", false
+	}
+	var val []byte
+	if withValue {
+		if val, ok = v.mem(p[3], p[4]); !ok {
+			return "", "", false
+		}
+	}
+	// Envoy keys are Http::LowerCaseString.
+	return strings.ToLower(string(k)), string(val), true
+}
+
+// hostGetHeaderMapValue implements proxy_get_header_map_value: the first value
+// of key (Envoy returns only the first of repeated headers), NotFound if absent.
+func hostGetHeaderMapValue(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], false)
+	if st != statusOK {
+		return st
+	}
+	k, _, ok := v.keyValue(p, false)
+	if !ok {
+		return statusInvalidMemoryAccess
+	}
+	val, found := lookup(m.pairs, k)
+	if !found {
+		return statusNotFound
+	}
+	return v.copyOut([]byte(val), p[3], p[4])
+}
+
+// hostAddHeaderMapValue implements proxy_add_header_map_value: appends a copy.
+func hostAddHeaderMapValue(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], true)
+	if st != statusOK {
+		return st
+	}
+	k, val, ok := v.keyValue(p, true)
+	if !ok {
+		return statusInvalidMemoryAccess
+	}
+	m.pairs = append(m.pairs, [2]string{k, val})
+	return statusOK
+}
+
+// hostReplaceHeaderMapValue implements proxy_replace_header_map_value: every
+// copy of key is removed and one value added.
+func hostReplaceHeaderMapValue(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], true)
+	if st != statusOK {
+		return st
+	}
+	k, val, ok := v.keyValue(p, true)
+	if !ok {
+		return statusInvalidMemoryAccess
+	}
+	m.pairs = append(without(m.pairs, k), [2]string{k, val})
+	return statusOK
+}
+
+// hostRemoveHeaderMapValue implements proxy_remove_header_map_value: removes
+// every copy; removing an absent key is not an error.
+func hostRemoveHeaderMapValue(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], true)
+	if st != statusOK {
+		return st
+	}
+	k, _, ok := v.keyValue(p, false)
+	if !ok {
+		return statusInvalidMemoryAccess
+	}
+	m.pairs = without(m.pairs, k)
+	return statusOK
+}
+
+// hostGetHeaderMapPairs implements proxy_get_header_map_pairs: the whole map,
+// serialised as pairs (an empty map gives address 0, size 0).
+func hostGetHeaderMapPairs(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], false)
+	if st != statusOK {
+		return st
+	}
+	if len(m.pairs) == 0 {
+		return v.copyOut(nil, p[1], p[2])
+	}
+	return v.copyOut(encodePairs(m.pairs), p[1], p[2])
+}
+
+// hostSetHeaderMapPairs implements proxy_set_header_map_pairs: the map's
+// entries are replaced by the given pairs.
+func hostSetHeaderMapPairs(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], true)
+	if st != statusOK {
+		return st
+	}
+	b, ok := v.mem(p[1], p[2])
+	if !ok {
+		return statusInvalidMemoryAccess
+	}
+	ps, ok := decodePairs(b)
+	if !ok {
+		return statusBadArgument
+	}
+	m.pairs = m.pairs[:0]
+	for _, kv := range ps {
+		m.pairs = append(m.pairs, [2]string{strings.ToLower(kv[0]), kv[1]})
+	}
+	return statusOK
+}
+
+// hostGetHeaderMapSize implements proxy_get_header_map_size: the map's size in
+// bytes (keys plus values, Envoy's HeaderMap::byteSize), not its entry count.
+func hostGetHeaderMapSize(v *vm, p []uint64) uint64 {
+	m, st := v.headerMap(p[0], false)
+	if st != statusOK {
+		return st
+	}
+	n := 0
+	for _, kv := range m.pairs {
+		n += len(kv[0]) + len(kv[1])
+	}
+	if !v.putU32(p[1], uint32(n)) {
+		return statusInvalidMemoryAccess
+	}
+	return statusOK
+}

@@ -1,0 +1,234 @@
+package hostsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Config describes a host: the plugin it runs and how many workers run it.
+type Config struct {
+	// Workers is the number of VMs, one per Envoy worker thread (default 1).
+	Workers int
+	// Profile is the import profile, ProfileEnvoy133 (default) or ProfileEnvoy139.
+	Profile string
+	// PluginConfig is the plugin configuration handed to proxy_on_configure.
+	PluginConfig []byte
+	// VMConfig is the VM configuration handed to proxy_on_vm_start.
+	VMConfig []byte
+	// PluginName, RootID and VMID are the plugin_name, plugin_root_id and
+	// plugin_vm_id properties (defaults "hashlb", "", "").
+	PluginName, RootID, VMID string
+	// Env is the VM's environment, as Envoy's vm_config.environment_variables.
+	Env map[string]string
+	// LogLevel is what proxy_get_log_level returns and the lowest level kept
+	// (default LogTrace: everything is captured).
+	LogLevel LogLevel
+	// FailOpen makes streams on a dead VM pass through instead of getting a 503.
+	FailOpen bool
+	// Start is the virtual clock's initial time (default 2026-01-01T00:00:00Z).
+	Start time.Time
+	// RealTime makes the clock follow the wall clock instead of Advance.
+	RealTime bool
+	// HTTPCall answers proxy_http_call; nil sends real HTTP to :authority.
+	HTTPCall HTTPHandler
+	// Properties are host-wide property values by dotted path ("node.id");
+	// per-stream values override them.
+	Properties map[string][]byte
+	// LogOutput, if set, receives every log line as it is captured.
+	LogOutput io.Writer
+	// Cache is the wazero compilation cache (default: one shared by the process).
+	Cache wazero.CompilationCache
+}
+
+// Host runs one compiled module in Config.Workers VMs that share shared data,
+// metrics, logs and a clock, like the workers of one Envoy process.
+type Host struct {
+	cfg     Config
+	prof    *profile
+	abi     abiVersion
+	rt      wazero.Runtime
+	vms     []*vm
+	clock   *clock
+	shared  *SharedData
+	metrics *metrics
+	logs    *logStore
+	cfgMu   sync.Mutex // serialises Configure
+	plugin  []byte     // current plugin configuration
+	props   map[string][]byte
+}
+
+var defaultCache = wazero.NewCompilationCache()
+
+// ErrUnknownABI is Envoy's refusal of a module without a recognised ABI marker.
+var ErrUnknownABI = errors.New("Missing or unknown Proxy-Wasm ABI version")
+
+// New compiles wasm once and starts cfg.Workers VMs as Envoy does: check the ABI
+// marker and the imports, then per VM _initialize (restricted), root
+// proxy_on_context_create, proxy_on_vm_start and proxy_on_configure. A start
+// failure on any VM is an error.
+func New(ctx context.Context, wasm []byte, cfg Config) (*Host, error) {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 1
+	}
+	if cfg.PluginName == "" {
+		cfg.PluginName = "hashlb"
+	}
+	prof, err := newProfile(cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	cache := cfg.Cache
+	if cache == nil {
+		cache = defaultCache
+	}
+	// Envoy runs V8 with --wasm-max-mem-pages=16384: 1 GiB per VM.
+	rc := wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache).WithMemoryLimitPages(16384)
+	h := &Host{cfg: cfg, prof: prof, rt: wazero.NewRuntimeWithConfig(ctx, rc),
+		clock: newClock(cfg.Start, cfg.RealTime), shared: NewSharedData(),
+		metrics: newMetrics(), logs: &logStore{min: cfg.LogLevel, out: cfg.LogOutput},
+		plugin: cfg.PluginConfig, props: propMap(cfg.Properties)}
+	if err := h.load(ctx, wasm); err != nil {
+		h.rt.Close(ctx)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *Host) load(ctx context.Context, wasm []byte) error {
+	cm, err := h.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return fmt.Errorf("hostsim: compile: %w", err)
+	}
+	// src/wasm.cc WasmBase::load: the ABI version comes from the marker export.
+	var found []string
+	for name := range cm.ExportedFunctions() {
+		if v, ok := abiMarkers[name]; ok {
+			h.abi = v
+			found = append(found, name)
+		}
+	}
+	if len(found) != 1 {
+		sort.Strings(found)
+		if len(found) > 1 {
+			return fmt.Errorf("%w (several markers: %s)", ErrUnknownABI, strings.Join(found, ", "))
+		}
+		return ErrUnknownABI
+	}
+	exports := cm.ExportedFunctions()
+	if exports["malloc"] == nil && exports["proxy_on_memory_allocate"] == nil {
+		return errors.New("Wasm module is missing malloc function.")
+	}
+	mods := h.hostModules()
+	// src/v8/v8.cc V8::link: every function import must be provided with the same type.
+	for _, imp := range cm.ImportedFunctions() {
+		mod, name, _ := imp.Import()
+		f, ok := mods[mod][name]
+		if !ok {
+			return fmt.Errorf("Failed to load Wasm module due to a missing import: %s.%s", mod, name)
+		}
+		want, got := sigString(imp.ParamTypes())+"->"+sigString(imp.ResultTypes()), f.params+"->"+f.results
+		if want != got {
+			return fmt.Errorf("Failed to load Wasm module due to an import type mismatch: %s.%s, want: %s, but host exports: %s", mod, name, want, got)
+		}
+	}
+	for mod, fs := range mods {
+		b := h.rt.NewHostModuleBuilder(mod)
+		for _, f := range fs {
+			f := f
+			key := mod + "." + f.name
+			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
+				v := ctx.Value(vmKey{}).(*vm)
+				v.checkAllowed(key)
+				r := f.fn(v, stack)
+				if f.results != "" {
+					stack[0] = r
+				}
+			}), valueTypes(f.params), valueTypes(f.results)).Export(f.name)
+		}
+		if _, err := b.Instantiate(ctx); err != nil {
+			return fmt.Errorf("hostsim: host module %s: %w", mod, err)
+		}
+	}
+	for i := 0; i < h.cfg.Workers; i++ {
+		v, err := newVM(ctx, h, i, cm)
+		if err != nil {
+			return err
+		}
+		h.vms = append(h.vms, v)
+	}
+	return nil
+}
+
+// hostModules is the profile's import surface: module → name → function.
+func (h *Host) hostModules() map[string]map[string]hostFunc {
+	mods := map[string]map[string]hostFunc{"env": {}}
+	for _, f := range envFuncs(h.abi) {
+		mods["env"][f.name] = f
+	}
+	for _, mod := range wasiModules {
+		mods[mod] = map[string]hostFunc{}
+		for _, f := range wasiFuncs(h.prof) {
+			mods[mod][f.name] = f
+		}
+	}
+	return mods
+}
+
+// Close releases every VM and the runtime.
+func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
+
+// Workers returns the number of VMs.
+func (h *Host) Workers() int { return len(h.vms) }
+
+// Profile returns the name of the import profile in use.
+func (h *Host) Profile() string { return h.prof.name }
+
+// Err returns why worker's VM died (a trap, a failed start), or nil if it is alive.
+func (h *Host) Err(worker int) error {
+	v := h.vms[worker]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.dead
+}
+
+// MemorySize returns the size in bytes of worker's linear memory.
+func (h *Host) MemorySize(worker int) uint32 {
+	v := h.vms[worker]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.mod.Memory().Size()
+}
+
+// SharedData returns the host's shared-data store, common to all its VMs.
+func (h *Host) SharedData() *SharedData { return h.shared }
+
+// Configure re-runs the plugin configuration on every worker, as Envoy does
+// for a config update that keeps the VM configuration: each VM keeps its
+// state, a new root context is created (proxy_on_context_create(new, 0),
+// proxy_on_configure), and on success the old root context is retired
+// (proxy_on_done, proxy_on_delete) while streams already running keep it. A
+// worker whose proxy_on_configure returns false keeps its old root context,
+// and the joined error names it.
+func (h *Host) Configure(config []byte) error {
+	h.cfgMu.Lock()
+	defer h.cfgMu.Unlock()
+	var errs []error
+	for _, v := range h.vms {
+		if err := v.reconfigure(config); err != nil {
+			errs = append(errs, fmt.Errorf("worker %d: %w", v.id, err))
+		}
+	}
+	if len(errs) == 0 {
+		h.plugin = config
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,254 @@
+package hostsim
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// Action is what a header callback returned (spec: proxy_action).
+type Action uint32
+
+// Actions.
+const (
+	ActionContinue Action = 0 // let the headers go on
+	ActionPause    Action = 1 // StopIteration: hold them until proxy_continue_stream
+)
+
+// LocalReply is a response the filter sent itself (proxy_send_local_response),
+// after it went through the filter's own proxy_on_response_headers.
+type LocalReply struct {
+	Status     int
+	Details    string // response code details
+	Body       []byte
+	Headers    [][2]string // final response headers, :status first
+	GRPCStatus int32       // -1 when none
+}
+
+// Result is the outcome of feeding headers to a stream.
+type Result struct {
+	// Action is what the callback returned.
+	Action Action
+	// Headers are the headers as they leave the filter: for RequestHeaders the
+	// request headers the upstream would get, for ResponseHeaders the response
+	// headers the client would get. Nil when a local reply replaced them.
+	Headers [][2]string
+	// LocalReply is set when the filter answered the request itself.
+	LocalReply *LocalReply
+	// Err is set when the VM is dead (it trapped now or earlier); the result
+	// is then Envoy's failure policy: a 503 local reply, or the headers
+	// unchanged when Config.FailOpen is set.
+	Err error
+}
+
+// Header returns the first value of header name in r.Headers (case-insensitive).
+func (r Result) Header(name string) (string, bool) { return lookup(r.Headers, strings.ToLower(name)) }
+
+// Header returns the first value of header name of the local reply.
+func (l *LocalReply) Header(name string) (string, bool) {
+	return lookup(l.Headers, strings.ToLower(name))
+}
+
+// Stream is one HTTP stream (an HTTP context of the module) on one worker.
+// Its methods follow Envoy's order: RequestHeaders, ResponseHeaders, Finish.
+// A Stream is not safe for concurrent use; different streams are.
+type Stream struct {
+	v        *vm
+	id, root uint32
+	maps     [4]*headerMap
+	props    map[string][]byte
+	orig     [][2]string // request headers as received
+	status   int
+	local    *LocalReply
+	inLocal  bool
+	finished bool
+	closed   bool
+}
+
+// ErrStreamFinished is returned when a finished stream is used again.
+var ErrStreamFinished = errors.New("hostsim: stream already finished")
+
+// Stream creates an HTTP context on worker (proxy_on_context_create(id, root)).
+func (h *Host) Stream(worker int) *Stream {
+	v := h.vms[worker]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.nextID++
+	s := &Stream{v: v, id: v.nextID, root: v.root.id, props: map[string][]byte{}}
+	for i := range s.maps {
+		s.maps[i] = &headerMap{}
+	}
+	if v.dead == nil {
+		v.streams[s.id] = s
+		v.call("proxy_on_context_create", uint64(s.id), uint64(s.root))
+	}
+	return s
+}
+
+// ID returns the stream's context id.
+func (s *Stream) ID() uint32 { return s.id }
+
+// Property returns a property of the stream as the module would read it
+// (path dotted, e.g. "source.address", or NUL-separated).
+func (s *Stream) Property(path string) ([]byte, bool) {
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	saved := s.v.cur
+	s.v.cur = s.id
+	defer func() { s.v.cur = saved }()
+	return s.v.property(propKey(path))
+}
+
+func (s *Stream) failure(headers [][2]string) Result {
+	err := s.v.dead
+	if err == nil {
+		err = ErrStreamFinished
+	}
+	if s.v.h.cfg.FailOpen && s.v.dead != nil {
+		return Result{Action: ActionContinue, Headers: headers, Err: err}
+	}
+	return Result{Err: err, LocalReply: &LocalReply{Status: 503, Details: "wasm_fail_stream",
+		Headers: [][2]string{{":status", "503"}}, GRPCStatus: -1}}
+}
+
+func lowerPairs(ps [][2]string) [][2]string {
+	out := make([][2]string, len(ps))
+	for i, p := range ps {
+		out[i] = [2]string{strings.ToLower(p[0]), p[1]}
+	}
+	return out
+}
+
+// RequestHeaders sends the request headers (end of stream: no body) with
+// per-stream properties by dotted path (see PropString, PropInt), calling
+// proxy_on_request_headers. After it returns Continue the request headers are
+// out of the module's reach, as in Envoy.
+func (s *Stream) RequestHeaders(headers [][2]string, props map[string][]byte) Result {
+	v := s.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead != nil || s.finished {
+		return s.failure(headers)
+	}
+	s.orig = lowerPairs(headers)
+	s.maps[mapRequestHeaders] = &headerMap{pairs: lowerPairs(headers), state: mapOpen}
+	s.maps[mapRequestTrailers] = &headerMap{state: mapOpen}
+	for k, val := range propMap(props) {
+		s.props[k] = val
+	}
+	act, err := v.call("proxy_on_request_headers", uint64(s.id), uint64(len(headers)), 1)
+	if err != nil {
+		return s.failure(headers)
+	}
+	if s.local != nil {
+		s.closeRequest()
+		return s.localReply()
+	}
+	res := Result{Action: Action(act), Headers: append([][2]string(nil), s.maps[mapRequestHeaders].pairs...)}
+	if res.Action == ActionContinue {
+		s.closeRequest()
+	}
+	return res
+}
+
+func (s *Stream) closeRequest() {
+	s.maps[mapRequestHeaders].state = mapClosed
+	s.maps[mapRequestTrailers].state = mapClosed
+}
+
+// localReply runs a local reply through the filter's own
+// proxy_on_response_headers, as Envoy's encoder chain does.
+func (s *Stream) localReply() Result {
+	l := s.local
+	hs := [][2]string{{":status", strconv.Itoa(l.Status)}}
+	if len(l.Body) > 0 {
+		hs = append(hs, [2]string{"content-length", strconv.Itoa(len(l.Body))}, [2]string{"content-type", "text/plain"})
+	}
+	hs = append(hs, lowerPairs(l.Headers)...)
+	s.status = l.Status
+	s.maps[mapResponseHeaders] = &headerMap{pairs: hs, state: mapOpen}
+	s.maps[mapResponseTrailers] = &headerMap{state: mapOpen}
+	s.inLocal = true
+	_, err := s.v.call("proxy_on_response_headers", uint64(s.id), uint64(len(hs)), boolArg(len(l.Body) == 0))
+	s.inLocal = false
+	s.maps[mapResponseHeaders].state = mapClosed
+	s.maps[mapResponseTrailers].state = mapClosed
+	l.Headers = append([][2]string(nil), s.maps[mapResponseHeaders].pairs...)
+	return Result{LocalReply: l, Err: err}
+}
+
+func boolArg(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ResponseHeaders sends the upstream's response headers (end of stream)
+// through proxy_on_response_headers and returns them as the client would get them.
+func (s *Stream) ResponseHeaders(headers [][2]string) Result {
+	v := s.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead != nil || s.finished {
+		return s.failure(headers)
+	}
+	if s.local != nil {
+		return Result{LocalReply: s.local, Err: errors.New("hostsim: stream already answered by a local reply")}
+	}
+	hs := lowerPairs(headers)
+	if st, ok := lookup(hs, ":status"); ok {
+		s.status, _ = strconv.Atoi(st)
+	}
+	s.maps[mapResponseHeaders] = &headerMap{pairs: hs, state: mapOpen}
+	s.maps[mapResponseTrailers] = &headerMap{state: mapOpen}
+	act, err := v.call("proxy_on_response_headers", uint64(s.id), uint64(len(hs)), 1)
+	if err != nil {
+		return s.failure(headers)
+	}
+	if s.local != nil {
+		return s.localReply()
+	}
+	res := Result{Action: Action(act), Headers: append([][2]string(nil), s.maps[mapResponseHeaders].pairs...)}
+	if res.Action == ActionContinue {
+		s.maps[mapResponseHeaders].state = mapClosed
+		s.maps[mapResponseTrailers].state = mapClosed
+	}
+	return res
+}
+
+// Finish ends the stream: proxy_on_done, proxy_on_log (both header maps
+// readable, read-only), proxy_on_delete. It returns the VM's error if it is
+// dead. A context whose proxy_on_done returns false is still logged and
+// deleted at once (hostsim does not wait for proxy_done).
+func (s *Stream) Finish() error {
+	v := s.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if s.finished {
+		return nil
+	}
+	s.finished = true
+	defer delete(v.streams, s.id)
+	if v.dead != nil {
+		return v.dead
+	}
+	if _, err := v.call("proxy_on_done", uint64(s.id)); err != nil {
+		return err
+	}
+	for _, m := range s.maps {
+		if m.state != mapAbsent {
+			m.state = mapReadOnly
+		}
+	}
+	if _, err := v.call("proxy_on_log", uint64(s.id)); err != nil {
+		return err
+	}
+	for _, m := range s.maps {
+		if m.state != mapAbsent {
+			m.state = mapClosed
+		}
+	}
+	_, err := v.call("proxy_on_delete", uint64(s.id))
+	return err
+}
