@@ -167,8 +167,10 @@ func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
 //
 // choose is called at most once. A CAS conflict re-reads the bucket: if
 // another worker stored the key meanwhile, its service is served, so workers
-// never map one key to two services. After casAttempts conflicts the request
-// is served without persisting (Outcome.GaveUp). Resolve never blocks.
+// never map one key to two services. After casAttempts conflicts it reads
+// the bucket once more, serves the key's mapping if another worker stored
+// one, or else its own choice without persisting it (Outcome.GaveUp either
+// way). Resolve never blocks.
 func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool, out Outcome) {
 	h, fp := fingerprint(key)
@@ -177,6 +179,7 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 	var chosen uint64
 	have, hot, last := false, false, nowS
 	for first := true; ; first = false {
+		final := out.CASRetries >= casAttempts
 		val, cas, err := t.store.Get(bkey)
 		missing := err == ErrNotFound || errors.Is(err, ErrNotFound)
 		if err != nil && !missing {
@@ -198,6 +201,10 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 			if e.last >= nowS && e.hot {
 				return e.svc, true, out
 			}
+			if final {
+				out.GaveUp = true
+				return e.svc, true, out
+			}
 			// Refresh: same service, now hot; never move last use back
 			// for a worker whose clock lags.
 			chosen, have, hot = e.svc, true, true
@@ -207,6 +214,10 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 			if chosen, have = choose(); !have {
 				return 0, false, out
 			}
+		}
+		if final {
+			out.GaveUp = true
+			return chosen, true, out
 		}
 		out.Evicted = t.put(i, entry{fp: fp, svc: chosen, last: last, hot: hot}, nowS)
 		t.encode()
@@ -223,10 +234,6 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 			return chosen, true, out
 		}
 		out.CASRetries++
-		if out.CASRetries >= casAttempts {
-			out.GaveUp = true
-			return chosen, true, out
-		}
 	}
 }
 
