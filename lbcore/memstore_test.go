@@ -229,3 +229,49 @@ func TestPersistStoreErrorsAreSentinels(t *testing.T) {
 		t.Errorf("Resolve with wrapped ErrCASMismatch: %+v, want %d retries, gave up", out, casAttempts)
 	}
 }
+
+// failStore wraps a MemStore and fails Get or Set with err.
+type failStore struct {
+	*MemStore
+	getErr, setErr error
+}
+
+func (f failStore) Get(k string) ([]byte, uint32, error) {
+	if f.getErr != nil {
+		return nil, 0, f.getErr
+	}
+	return f.MemStore.Get(k)
+}
+
+func (f failStore) Set(k string, v []byte, cas uint32) error {
+	if f.setErr != nil {
+		return f.setErr
+	}
+	return f.MemStore.Set(k, v, cas)
+}
+
+func TestPersistStoreFailures(t *testing.T) {
+	hostErr := errors.New("host error")
+	tests := []struct {
+		name    string
+		getErr  error
+		setErr  error
+		wantOut Outcome
+	}{
+		{"conflicts give up", nil, ErrCASMismatch, Outcome{Miss: true, CASRetries: casAttempts, GaveUp: true}},
+		{"get error", hostErr, nil, Outcome{GaveUp: true}},
+		{"set error", nil, hostErr, Outcome{Miss: true, GaveUp: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := failStore{NewMemStore(), tt.getErr, tt.setErr}
+			s.MemStore.Set("ns/p/c", nil, 0) // lets creation reach the bucket's Set
+			c := &chooser{svc: 4}
+			tb := NewTable(s, "ns", 10000, time.Hour)
+			svc, ok, out := tb.Resolve([]byte("k"), t0, selectAll, c.choose)
+			if svc != 4 || !ok || out != tt.wantOut || c.calls != 1 {
+				t.Errorf("Resolve = %d, %v, %+v, %d calls; want 4, true, %+v, 1 call", svc, ok, out, c.calls, tt.wantOut)
+			}
+		})
+	}
+}

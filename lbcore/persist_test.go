@@ -2,11 +2,12 @@ package lbcore
 
 import (
 	"container/list"
-	"errors"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -209,52 +210,6 @@ func TestPersistEvictsLRU(t *testing.T) {
 	}
 }
 
-// failStore wraps a MemStore and fails Get or Set with err.
-type failStore struct {
-	*MemStore
-	getErr, setErr error
-}
-
-func (f failStore) Get(k string) ([]byte, uint32, error) {
-	if f.getErr != nil {
-		return nil, 0, f.getErr
-	}
-	return f.MemStore.Get(k)
-}
-
-func (f failStore) Set(k string, v []byte, cas uint32) error {
-	if f.setErr != nil {
-		return f.setErr
-	}
-	return f.MemStore.Set(k, v, cas)
-}
-
-func TestPersistStoreFailures(t *testing.T) {
-	hostErr := errors.New("host error")
-	tests := []struct {
-		name    string
-		getErr  error
-		setErr  error
-		wantOut Outcome
-	}{
-		{"conflicts give up", nil, ErrCASMismatch, Outcome{Miss: true, CASRetries: casAttempts, GaveUp: true}},
-		{"get error", hostErr, nil, Outcome{GaveUp: true}},
-		{"set error", nil, hostErr, Outcome{Miss: true, GaveUp: true}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := failStore{NewMemStore(), tt.getErr, tt.setErr}
-			s.MemStore.Set("ns/p/c", nil, 0) // lets creation reach the bucket's Set
-			c := &chooser{svc: 4}
-			tb := NewTable(s, "ns", 10000, time.Hour)
-			svc, ok, out := tb.Resolve([]byte("k"), t0, selectAll, c.choose)
-			if svc != 4 || !ok || out != tt.wantOut || c.calls != 1 {
-				t.Errorf("Resolve = %d, %v, %+v, %d calls; want 4, true, %+v, 1 call", svc, ok, out, c.calls, tt.wantOut)
-			}
-		})
-	}
-}
-
 func TestPersistForeignBucketValue(t *testing.T) {
 	s := NewMemStore()
 	tb := NewTable(s, "ns", Ways, time.Hour)
@@ -368,4 +323,52 @@ func TestPersistZipfLRU(t *testing.T) {
 			}
 		})
 	}
+}
+
+func BenchmarkPersist(b *testing.B) {
+	b.Run("hit", func(b *testing.B) {
+		tb := NewTable(NewMemStore(), "hashlb/bench", 3000000, time.Hour)
+		key, c := []byte("203.0.113.7"), &chooser{svc: 1}
+		tb.Resolve(key, t0, selectAll, c.choose)
+		tb.Resolve(key, t0, selectAll, c.choose) // promoted: later hits write nothing
+		b.ReportAllocs()
+		for b.Loop() {
+			tb.Resolve(key, t0, selectAll, c.choose)
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		tb := NewTable(NewMemStore(), "hashlb/bench", 100000, time.Hour)
+		c := &chooser{svc: 1}
+		var key []byte
+		i := 0
+		b.ReportAllocs()
+		for b.Loop() {
+			key = strconv.AppendInt(key[:0], int64(i), 10)
+			tb.Resolve(key, t0, selectAll, c.choose)
+			i++
+		}
+	})
+	b.Run("hotkey-parallel", func(b *testing.B) {
+		// 4 workers on one key over a virtual clock at 10,000 requests a
+		// second: every second each worker tries to refresh the entry.
+		s := NewMemStore()
+		var n atomic.Int64
+		var retries, gaveUp atomic.Int64
+		b.SetParallelism(max(1, 4/runtime.GOMAXPROCS(0)))
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			tb := NewTable(s, "hashlb/bench", 3000000, time.Hour)
+			key, c := []byte("hot"), &chooser{svc: 1}
+			for pb.Next() {
+				now := t0.Add(time.Duration(n.Add(1)) * 100 * time.Microsecond)
+				_, _, out := tb.Resolve(key, now, selectAll, c.choose)
+				retries.Add(int64(out.CASRetries))
+				if out.GaveUp {
+					gaveUp.Add(1)
+				}
+			}
+		})
+		b.ReportMetric(100*float64(retries.Load())/float64(b.N), "cas-retry-%")
+		b.ReportMetric(float64(gaveUp.Load()), "gaveup")
+	})
 }
