@@ -70,15 +70,17 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 		} else {
 			names[s.Name] = i
 		}
+		dupAddr := false
 		if !hasAddr {
 			d.errorf("%s.address: is required", p)
 		} else if j, dup := addrs[s.Address]; dup {
 			d.errorf("%s.address: %q is already used by %s[%d]", p, s.Address, path, j)
+			dupAddr = true
 		} else {
 			addrs[s.Address] = i
 		}
 		s.ID = serviceID(&s)
-		if j, dup := ids[s.ID]; dup && hasAddr {
+		if j, dup := ids[s.ID]; dup && hasAddr && !dupAddr {
 			d.errorf("%s: hashes to the same identity as %s[%d] (same hashId or address)", p, path, j)
 		}
 		ids[s.ID] = i

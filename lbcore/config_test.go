@@ -1,0 +1,212 @@
+package lbcore
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// normalized is the effective configuration, every default filled in, as
+// the golden files hold it.
+func normalized(c *Config) []byte {
+	type svc struct {
+		Name    string `json:"name"`
+		Address string `json:"address"`
+		Weight  int    `json:"weight"`
+		Enabled bool   `json:"enabled"`
+		HashID  string `json:"hashId,omitempty"`
+		ID      string `json:"id"`
+	}
+	out := map[string]any{
+		"lbMethod": c.LBMethod.String(), "hashLength": c.HashLength, "netmask": fmt.Sprintf("/%d", c.Netmask),
+		"v6NetmaskLen": c.V6NetmaskLen, "backupLBMethod": c.BackupLBMethod.String(), "upstreamHeader": c.UpstreamHeader,
+		"upstreamCount": c.UpstreamCount, "serviceHeader": c.ServiceHeader, "trustedForwardedHops": c.TrustedForwardedHops,
+		"hashBalanceFactor": c.HashBalanceFactor, "debugHeader": c.DebugHeader,
+	}
+	if c.Token != nil {
+		out["token"] = c.Token.String()
+	}
+	var ss []svc
+	for _, s := range c.Services {
+		ss = append(ss, svc{s.Name, s.Address, s.Weight, s.Enabled, s.HashID, fmt.Sprintf("%016x", s.ID)})
+	}
+	out["services"] = ss
+	if p := c.Persistence; p != nil {
+		var keys []string
+		for _, k := range p.Keys {
+			keys = append(keys, k.String())
+		}
+		out["persistence"] = map[string]any{"keys": keys, "tableSize": p.TableSize, "expire": FormatDuration(p.Expire), "emptyKey": p.EmptyKey}
+	}
+	if h := c.HealthCheck; h != nil {
+		out["healthCheck"] = map[string]any{"path": h.Path, "interval": FormatDuration(h.Interval), "timeout": FormatDuration(h.Timeout),
+			"healthyThreshold": h.HealthyThreshold, "unhealthyThreshold": h.UnhealthyThreshold,
+			"expectedStatuses": h.ExpectedStatuses.String(), "cluster": h.Cluster}
+	}
+	if p := c.PassiveHealth; p != nil {
+		out["passiveHealth"] = map[string]any{"consecutiveFailures": p.ConsecutiveFailures,
+			"ejectionTime": FormatDuration(p.EjectionTime), "failureStatuses": p.FailureStatuses.String()}
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	return append(b, '\n')
+}
+
+// TestGoldenConfigs parses testdata/config/valid/*.json (golden: the
+// normalised form) and invalid/*.json (golden: the exact error text).
+func TestGoldenConfigs(t *testing.T) {
+	files, _ := filepath.Glob("testdata/config/*/*.json")
+	if len(files) < 10 {
+		t.Fatalf("found %d golden configs, want the testdata/config tree", len(files))
+	}
+	for _, f := range files {
+		t.Run(strings.TrimPrefix(f, "testdata/config/"), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseConfig(data)
+			valid := filepath.Base(filepath.Dir(f)) == "valid"
+			var got []byte
+			switch {
+			case valid && err != nil:
+				t.Fatalf("ParseConfig: %v, want success", err)
+			case valid:
+				got = normalized(c)
+			case err == nil:
+				t.Fatal("ParseConfig succeeded, want errors")
+			default:
+				got = []byte(err.Error() + "\n")
+			}
+			golden := strings.TrimSuffix(f, ".json") + map[bool]string{true: ".golden", false: ".err"}[valid]
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./lbcore -run Golden -update)", err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("ParseConfig(%s) =\n%s\nwant\n%s", f, got, want)
+			}
+		})
+	}
+}
+
+// TestFieldRanges checks the published field table against the validator:
+// each integer bound is accepted and one past it refused, each default is
+// what an absent field gives.
+func TestFieldRanges(t *testing.T) {
+	base := `"services":[{"name":"a","address":"10.0.0.1:80"}]`
+	wrap := func(path, value string) string {
+		parts := strings.Split(path, ".")
+		switch {
+		case strings.HasPrefix(path, "services"):
+			return ""
+		case len(parts) == 1:
+			return fmt.Sprintf(`{%s:%s,%s}`, quote(parts[0]), value, base)
+		case parts[0] == "persistence":
+			return fmt.Sprintf(`{"persistence":{"keys":["${client.ip}"],%s:%s},%s}`, quote(parts[1]), value, base)
+		default:
+			return fmt.Sprintf(`{%s:{%s:%s},%s}`, quote(parts[0]), quote(parts[1]), value, base)
+		}
+	}
+	for _, f := range Fields() {
+		if f.Type != "integer" || f.Min == nil || f.Path == "hashBalanceFactor" {
+			continue
+		}
+		lo, hi := f.Min.(int), f.Max.(int)
+		for _, tc := range []struct {
+			v  int
+			ok bool
+		}{{lo, true}, {hi, true}, {lo - 1, false}, {hi + 1, false}} {
+			js := wrap(f.Path, fmt.Sprint(tc.v))
+			if js == "" {
+				continue
+			}
+			_, err := ParseConfig([]byte(js))
+			if (err == nil) != tc.ok {
+				t.Errorf("%s = %d: ParseConfig error %v, want ok %v", f.Path, tc.v, err, tc.ok)
+			} else if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("[%d, %d]", lo, hi)) {
+				t.Errorf("%s = %d: error %q does not name the range [%d, %d]", f.Path, tc.v, err, lo, hi)
+			}
+		}
+	}
+}
+
+func quote(s string) string { return `"` + s + `"` }
+
+func TestDefaults(t *testing.T) {
+	c := mustConfig(t, `{"services":[{"name":"a","address":"10.0.0.1:80"}],"persistence":{"keys":["${client.ip}"]},"healthCheck":{},"passiveHealth":{}}`)
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"lbMethod", c.LBMethod, MethodRoundRobin},
+		{"hashLength", c.HashLength, 80},
+		{"netmask", c.Netmask, 32},
+		{"v6NetmaskLen", c.V6NetmaskLen, 128},
+		{"backupLBMethod", c.BackupLBMethod, MethodLeastConnection},
+		{"upstreamHeader", c.UpstreamHeader, "x-envoy-original-dst-host"},
+		{"upstreamCount", c.UpstreamCount, 1},
+		{"serviceHeader", c.ServiceHeader, "x-hashlb-service"},
+		{"services[0].weight", c.Services[0].Weight, 1},
+		{"services[0].enabled", c.Services[0].Enabled, true},
+		{"persistence.tableSize", c.Persistence.TableSize, 3000000},
+		{"persistence.expire", FormatDuration(c.Persistence.Expire), "7d"},
+		{"persistence.emptyKey", c.Persistence.EmptyKey, "skip"},
+		{"healthCheck.interval", FormatDuration(c.HealthCheck.Interval), "5s"},
+		{"healthCheck.timeout", FormatDuration(c.HealthCheck.Timeout), "2s"},
+		{"healthCheck.expectedStatuses", c.HealthCheck.ExpectedStatuses.String(), "200-399"},
+		{"passiveHealth.consecutiveFailures", c.PassiveHealth.ConsecutiveFailures, 5},
+		{"passiveHealth.ejectionTime", FormatDuration(c.PassiveHealth.EjectionTime), "30s"},
+		{"passiveHealth.failureStatuses", c.PassiveHealth.FailureStatuses.String(), "502-504"},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("default %s = %v, want %v", ck.name, ck.got, ck.want)
+		}
+	}
+	// The published defaults agree.
+	for _, f := range Fields() {
+		if f.Path == "lbMethod" && f.Default != c.LBMethod.String() || f.Path == "hashLength" && f.Default != c.HashLength {
+			t.Errorf("Fields() default of %s = %v disagrees with the parser", f.Path, f.Default)
+		}
+	}
+}
+
+func TestDurations(t *testing.T) {
+	for _, s := range []string{"500ms", "90s", "10m", "36h", "7d", "365d"} {
+		d, err := ParseDuration(s)
+		if err != nil || FormatDuration(d) != s {
+			t.Errorf("ParseDuration(%q) = %v, %v; formats back as %q", s, d, err, FormatDuration(d))
+		}
+	}
+	for _, s := range []string{"", "7", "d", "1.5h", "-1s", "1w", "99999999999999999999d", "1h30m"} {
+		if _, err := ParseDuration(s); err == nil {
+			t.Errorf("ParseDuration(%q) succeeded, want an error", s)
+		}
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	files, _ := filepath.Glob("testdata/config/*/*.json")
+	for _, file := range files {
+		data, _ := os.ReadFile(file)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseConfig(data)
+		if err == nil {
+			b := NewBalancer(c, 1)
+			b.Decide(&Request{Target: string(data), Source: "192.0.2.1:1", Dest: "192.0.2.2:2"}, epoch)
+		}
+	})
+}
