@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -92,8 +93,8 @@ func TestPersistCreateRace(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := NewMemStore()
-			a := NewTable(s, "ns", Ways, 3600e9) // one bucket
-			b := NewTable(s, "ns", Ways, 3600e9)
+			a := NewTable(s, "ns", Ways, time.Hour) // one bucket
+			b := NewTable(s, "ns", Ways, time.Hour)
 			armed := true
 			s.BeforeSet = func(key string, _ []byte, _ uint32) {
 				if !armed || key != "ns/p/0" {
@@ -144,7 +145,7 @@ func resolveAll(s *MemStore, ns string, tableSize, workers int, keys []string) (
 		done.Add(1)
 		go func() {
 			defer done.Done()
-			tb := NewTable(s, ns, tableSize, 3600e9)
+			tb := NewTable(s, ns, tableSize, time.Hour)
 			c := &chooser{svc: uint64(w + 1)}
 			start.Wait()
 			for j := range keys {
@@ -198,7 +199,7 @@ func TestPersistRacingCreation(t *testing.T) {
 	for round := range 300 {
 		ns := "r" + strconv.Itoa(round)
 		got, gave := resolveAll(s, ns, Ways, 8, keys)
-		g, sp := checkAgree(t, s, NewTable(s, ns, Ways, 3600e9), keys, got, gave)
+		g, sp := checkAgree(t, s, NewTable(s, ns, Ways, time.Hour), keys, got, gave)
 		gaveUp, split = gaveUp+g, split+sp
 	}
 	t.Logf("300 rounds × 8 workers × %d keys on one new bucket: %d Sets, %d CAS mismatches, %d gave up, %d of them served another service",
@@ -212,7 +213,7 @@ func TestPersistConcurrentWriters(t *testing.T) {
 	}
 	s := NewMemStore()
 	got, gave := resolveAll(s, "ns", 100000, 8, keys) // no bucket overflows
-	gaveUp, split := checkAgree(t, s, NewTable(s, "ns", 100000, 3600e9), keys, got, gave)
+	gaveUp, split := checkAgree(t, s, NewTable(s, "ns", 100000, time.Hour), keys, got, gave)
 	t.Logf("8 workers × %d keys: %d Sets, %d CAS mismatches, %d gave up, %d of them served another service",
 		len(keys), s.Stats().Sets, s.Stats().Mismatches, gaveUp, split)
 	if split != 0 {
@@ -224,7 +225,7 @@ func TestPersistStoreErrorsAreSentinels(t *testing.T) {
 	// Resolve recognises wrapped sentinels, as a filter Store may wrap them.
 	w := failStore{NewMemStore(), nil, errors.Join(ErrCASMismatch)}
 	w.MemStore.Set("ns/p/c", nil, 0)
-	_, _, out := NewTable(w, "ns", Ways, 3600e9).Resolve([]byte("k"), t0, selectAll, (&chooser{svc: 1}).choose)
+	_, _, out := NewTable(w, "ns", Ways, time.Hour).Resolve([]byte("k"), t0, selectAll, (&chooser{svc: 1}).choose)
 	if out.CASRetries != casAttempts || !out.GaveUp {
 		t.Errorf("Resolve with wrapped ErrCASMismatch: %+v, want %d retries, gave up", out, casAttempts)
 	}
