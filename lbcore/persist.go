@@ -35,17 +35,28 @@ import (
 // keeps the table's hit rate within 2 % of an exact LRU of the same size
 // even when a bucket sees many requests a second (see TestPersistZipfLRU).
 //
+// The service identity is stored whole (64 bits), so no two services of a
+// pool share one; the caller maps identities back to services, and one it no
+// longer knows is simply not selectable.
+//
 // Memory per entry with all buckets full, as cpp-host keeps shared data (an
 // unordered_map from a std::string key to a std::string value and a uint32
-// cas), is about
+// cas), is
 //
-//	EntrySize + (len(key) + 1 + overheadPerKey) / Ways
+//	EntrySize + (1 + len(bucket key) + overheadPerKey) / Ways
 //
-// which BytesPerEntry computes exactly. With namespace "hashlb/hashlb",
-// 375,000 buckets (tableSize 3,000,000) and 64 bytes of node and allocation
-// overhead per key it is 30.8 bytes; a stricter libstdc++ count (96-byte
-// hash node, 8-byte bucket slot, key and value heap blocks rounded to 16
-// bytes, about 168 bytes per key beyond key and value) gives 43.
+// plus one small marker key per table; BytesPerEntry computes it exactly.
+// With namespace "hashlb/hashlb", 375,000 buckets (tableSize 3,000,000) and
+// 64 bytes of node and allocation overhead per key it is 30.84 bytes. A
+// stricter libstdc++ count (an 88-byte hash node in a 96-byte block, an
+// 8-byte bucket slot, key and value heap blocks with malloc's 8-byte header
+// rounded to 16: about 129 bytes per key beyond key and value) gives 38.96.
+// Each further byte of namespace costs 1/Ways byte per entry.
+//
+// The bucket of a key depends on tableSize: a table reopened with another
+// size under the same namespace finds few of its old entries (they age out
+// through LRU), and buckets beyond the new count stay in the host's memory,
+// which cannot delete keys.
 
 // Ways is how many entries one bucket holds.
 const Ways = 8
@@ -159,11 +170,10 @@ func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
 // Resolve returns the service for key at time now. On a hit whose service
 // passes selectable it refreshes the entry's last use (a write at most once
 // a second per entry, and one to mark an entry hot on its first hit) and
-// returns that service. On a miss, an expired
-// entry or a service no longer selectable it calls choose, stores the
-// mapping (evicting the least recently used entry of a full bucket) and
-// returns the chosen service; choose reporting ok == false stores nothing and
-// makes Resolve return ok == false.
+// returns that service. On a miss, an expired entry or a service no longer
+// selectable it calls choose, stores the mapping (evicting the least recently
+// used entry of a full bucket) and returns the chosen service; choose
+// reporting ok == false stores nothing and makes Resolve return ok == false.
 //
 // choose is called at most once. A CAS conflict re-reads the bucket: if
 // another worker stored the key meanwhile, its service is served, so workers
@@ -260,9 +270,10 @@ func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, boo
 // bucket is still missing the Set creates it; if another worker created it,
 // the Set fails with ErrCASMismatch and Resolve re-reads the bucket as after
 // any conflict. The marker's own value carries nothing, so blind writes to it
-// are harmless. The cost is one Set and one Get per bucket creation.
+// are harmless (it is one byte: some hosts' SDKs cannot pass an empty
+// value). The cost is one Set and one Get per bucket creation.
 func (t *Table) create(bkey string) error {
-	if err := t.store.Set(t.marker, markerValue[:], 0); err != nil {
+	if err := t.store.Set(t.marker, t.buf[:bucketHeader], 0); err != nil {
 		return err
 	}
 	_, guard, err := t.store.Get(t.marker)
@@ -271,8 +282,6 @@ func (t *Table) create(bkey string) error {
 	}
 	return t.store.Set(bkey, t.buf, guard)
 }
-
-var markerValue = [1]byte{bucketVersion}
 
 // bucketKey returns the Store key of the bucket of hash h. The string
 // aliases t.key.
@@ -387,7 +396,7 @@ func BytesPerEntry(tableSize int, namespace string, overheadPerKey int) float64 
 	t := NewTable(nil, namespace, tableSize, time.Hour)
 	perKey := int64(len(namespace) + len("/p/") + bucketHeader + t.ways*EntrySize + overheadPerKey)
 	total := int64(t.nBuckets)*perKey + digitSum(t.nBuckets)
-	total += int64(len(t.marker) + len(markerValue) + overheadPerKey)
+	total += int64(len(t.marker) + bucketHeader + overheadPerKey)
 	return float64(total) / float64(t.Capacity())
 }
 
