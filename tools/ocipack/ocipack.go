@@ -1,0 +1,115 @@
+// Package ocipack writes a Wasm module as an OCI image layout in the format
+// Istio's WasmPlugin pulls, using oras-go (oras.land/oras-go/v2) for the
+// layout, blobs and manifest.
+//
+// The format is the "oci" variant of the Wasm image specification
+// (solo-io/wasm, spec/spec.md): a runtime-config layer of media type
+// application/vnd.module.wasm.config.v1+json and the module itself, raw and
+// uncompressed, as a layer of media type
+// application/vnd.module.wasm.content.layer.v1+wasm. Istio's fetcher
+// (istio/istio pkg/wasm/imagefetcher.go, extractOCIArtifactImage) requires
+// exactly these two layers and reads the one with the wasm media type; the
+// runtime config is also the manifest's config blob.
+//
+// Istio verifies a WasmPlugin's sha256 against the manifest digest for
+// oci:// URLs (pkg/wasm/cache.go) and against the module's sha256 for
+// http(s):// URLs, so Result carries both.
+package ocipack
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/content/oci"
+	"oras.land/oras-go/v2/errdef"
+)
+
+// Media types of the Wasm image specification's "oci" variant.
+const (
+	ConfigMediaType = "application/vnd.module.wasm.config.v1+json"
+	LayerMediaType  = "application/vnd.module.wasm.content.layer.v1+wasm"
+)
+
+// runtimeConfig is the config blob: the spec's envoy_proxy runtime and the
+// proxy-wasm ABI the module exports (proxy_abi_version_0_2_1).
+const runtimeConfig = `{"type":"envoy_proxy","abiVersions":["v0.2.1"],"config":{}}`
+
+// Options control Write.
+type Options struct {
+	// Tag names the manifest in the layout's index (default "latest").
+	Tag string
+	// Created is the manifest's org.opencontainers.image.created annotation.
+	// The zero time writes 1970-01-01T00:00:00Z so that the same module always
+	// gives the same manifest digest (a reproducible image).
+	Created time.Time
+}
+
+// Result describes what Write stored.
+type Result struct {
+	// ModuleSHA256 is the hex sha256 of the module: the layer digest, and the
+	// WasmPlugin sha256 for http(s):// URLs.
+	ModuleSHA256 string
+	// Layer is the module's layer descriptor.
+	Layer ocispec.Descriptor
+	// Manifest is the manifest descriptor; its digest is the WasmPlugin
+	// sha256 for oci:// URLs.
+	Manifest ocispec.Descriptor
+}
+
+// Write stores module as an OCI image layout in dir (created if needed) and
+// tags the manifest. It refuses bytes that do not start with the Wasm magic
+// number, as Istio's fetcher would.
+func Write(ctx context.Context, dir string, module []byte, opts Options) (Result, error) {
+	if len(module) < 8 || string(module[:4]) != "\x00asm" {
+		return Result{}, errors.New("ocipack: module is not a WebAssembly binary (no \\0asm header)")
+	}
+	if opts.Tag == "" {
+		opts.Tag = "latest"
+	}
+	store, err := oci.NewWithContext(ctx, dir)
+	if err != nil {
+		return Result{}, fmt.Errorf("ocipack: open layout %s: %w", dir, err)
+	}
+	cfg := content.NewDescriptorFromBytes(ConfigMediaType, []byte(runtimeConfig))
+	cfgLayer := cfg
+	cfgLayer.Annotations = map[string]string{ocispec.AnnotationTitle: "runtime-config.json"}
+	layer := content.NewDescriptorFromBytes(LayerMediaType, module)
+	layer.Annotations = map[string]string{ocispec.AnnotationTitle: "plugin.wasm"}
+	for _, b := range []struct {
+		desc ocispec.Descriptor
+		data []byte
+	}{{cfg, []byte(runtimeConfig)}, {layer, module}} {
+		err := store.Push(ctx, b.desc, bytes.NewReader(b.data))
+		if err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
+			return Result{}, fmt.Errorf("ocipack: push %s: %w", b.desc.MediaType, err)
+		}
+	}
+	created := opts.Created
+	if created.IsZero() {
+		created = time.Unix(0, 0)
+	}
+	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "", oras.PackManifestOptions{
+		ConfigDescriptor: &cfg,
+		Layers:           []ocispec.Descriptor{cfgLayer, layer},
+		ManifestAnnotations: map[string]string{
+			ocispec.AnnotationCreated: created.UTC().Format(time.RFC3339),
+			ocispec.AnnotationTitle:   "hashlb",
+		},
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("ocipack: pack manifest: %w", err)
+	}
+	if err := store.Tag(ctx, manifest, opts.Tag); err != nil {
+		return Result{}, fmt.Errorf("ocipack: tag %s: %w", opts.Tag, err)
+	}
+	sum := sha256.Sum256(module)
+	return Result{ModuleSHA256: hex.EncodeToString(sum[:]), Layer: layer, Manifest: manifest}, nil
+}
