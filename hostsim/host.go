@@ -148,6 +148,12 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 			b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, _ api.Module, stack []uint64) {
 				v := ctx.Value(vmKey{}).(*vm)
 				v.checkAllowed(key)
+				// An i32 argument's upper 32 bits are not guaranteed to be zero.
+				for i := 0; i < len(f.params); i++ {
+					if f.params[i] == 'i' {
+						stack[i] = uint64(uint32(stack[i]))
+					}
+				}
 				r := f.fn(v, stack)
 				if f.results != "" {
 					stack[0] = r
@@ -198,6 +204,15 @@ func (h *Host) Err(worker int) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.dead
+}
+
+// Exited reports whether worker's module called proc_exit, and with which
+// code. Envoy only logs the call; the VM goes on running.
+func (h *Host) Exited(worker int) (code uint32, ok bool) {
+	v := h.vms[worker]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.exitCode, v.exited
 }
 
 // MemorySize returns the size in bytes of worker's linear memory.

@@ -60,6 +60,8 @@ type vm struct {
 	roots     map[uint32]*rootCtx
 	streams   map[uint32]*Stream
 	rootProps map[string][]byte // set by the module from root contexts
+	exited    bool              // proc_exit was called
+	exitCode  uint32
 
 	plugin           []byte        // this VM's plugin configuration
 	bufPlugin, bufVM bool          // which configuration buffer is readable now
@@ -107,6 +109,7 @@ func (v *vm) start() error {
 	}
 	v.nextID++
 	r := &rootCtx{id: v.nextID}
+	v.plugin = v.h.plugin
 	v.bufPlugin = true
 	_, err := v.call("proxy_on_context_create", uint64(r.id), 0)
 	v.bufPlugin = false
@@ -123,7 +126,6 @@ func (v *vm) start() error {
 		return v.fail("proxy_on_vm_start", "proxy_on_vm_start returned false")
 	}
 	v.roots[r.id], v.root = r, r
-	v.plugin = v.h.plugin
 	if err := v.configure(r, v.plugin); err != nil {
 		return v.fail("proxy_on_configure", err.Error())
 	}

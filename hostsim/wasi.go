@@ -284,10 +284,12 @@ func wasiFdFdstatGet(v *vm, p []uint64) uint64 {
 	return errnoSuccess
 }
 
-// wasiProcExit implements proc_exit: Envoy logs and returns; the module runs on
-// (Go's runtime then reaches an unreachable instruction and traps).
-func wasiProcExit(v *vm, _ []uint64) uint64 {
+// wasiProcExit implements proc_exit: Envoy logs and returns. A Go module then
+// runs on: os.Exit returns to its caller and the VM stays alive (see
+// TestProcExitLogsAndReturns). Host.Exited reports the call.
+func wasiProcExit(v *vm, p []uint64) uint64 {
 	v.h.logs.add(v.id, LogError, "wasi_unstable proc_exit")
+	v.exitCode, v.exited = uint32(p[0]), true
 	return 0
 }
 

@@ -88,7 +88,7 @@ func onRequestHeaders(id, n uint32, eos bool) uint32 {
 	case path == "/trap":
 		var m map[string]int
 		m["x"] = 1 // nil map write: a Go panic, the VM traps
-	case path == "/props":
+	case strings.HasPrefix(path, "/props"):
 		for _, p := range []string{"source\x00address", "source.address", "source\x00port", "connection\x00mtls", "plugin_name", "request\x00url_path", "custom\x00thing"} {
 			v, st := property(p)
 			setHeader(0, "x-prop-"+strings.ReplaceAll(strings.ReplaceAll(p, "\x00", "/"), ".", "_"), itoa(int64(st))+":"+hexOf(v))
