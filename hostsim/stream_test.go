@@ -12,7 +12,7 @@ func req(path string) [][2]string {
 func TestStartSequenceBuffers(t *testing.T) {
 	h := newHost(t, "basic", Config{PluginConfig: []byte(`{"a":1}`), VMConfig: []byte("vmcfg")})
 	want := []string{
-		`create root: plugin config 0 {"a":1}`,           // readable in the root on_context_create
+		`create root: plugin config 0 {"a":1}`,              // readable in the root on_context_create
 		"vm start: plugin config status 1, vm config vmcfg", // NotFound during vm_start
 		`configure: {"a":1}`,
 	}
