@@ -1,0 +1,354 @@
+package e2e
+
+// configs/istio/ against istio.io/api: each manifest's spec is read with
+// strict protojson into the Istio type of its kind, the WasmPlugin's
+// pluginConfig passes lbcore.ParseConfig, and the resources agree with each
+// other: the EnvoyFilter's override_host reads the plugin's upstreamHeader on
+// the ServiceEntry's cluster, whose endpoints are the plugin's services.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// istioBundle is the parsed content of configs/istio/.
+type istioBundle struct {
+	wasm *extensionsv1alpha1.WasmPlugin
+	ef   *networkingv1alpha3.EnvoyFilter
+	se   *networkingv1alpha3.ServiceEntry
+	dr   *networkingv1alpha3.DestinationRule
+	vs   *networkingv1alpha3.VirtualService
+}
+
+// k8sObject is the envelope of a manifest; unknown envelope fields are refused.
+type k8sObject struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Labels      map[string]string `json:"labels"`
+		Annotations map[string]string `json:"annotations"`
+	} `json:"metadata"`
+	Spec json.RawMessage `json:"spec"`
+}
+
+// loadIstio parses every manifest of the given files (name → YAML).
+func loadIstio(files map[string][]byte) (*istioBundle, error) {
+	b := &istioBundle{}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		docs, err := yamlDocs(files[name])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		for _, doc := range docs {
+			if err := b.add(doc); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			}
+		}
+	}
+	return b, errors.Join(errs...)
+}
+
+func (b *istioBundle) add(doc []byte) error {
+	var o k8sObject
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	if o.Metadata.Name == "" || o.Metadata.Namespace == "" {
+		return fmt.Errorf("%s: metadata.name and metadata.namespace are required", o.Kind)
+	}
+	group, version, _ := strings.Cut(o.APIVersion, "/")
+	networking := group == "networking.istio.io" && (version == "v1" || version == "v1beta1" || version == "v1alpha3")
+	var spec proto.Message
+	switch {
+	case o.Kind == "WasmPlugin" && o.APIVersion == "extensions.istio.io/v1alpha1" && b.wasm == nil:
+		b.wasm = &extensionsv1alpha1.WasmPlugin{}
+		spec = b.wasm
+	case o.Kind == "EnvoyFilter" && o.APIVersion == "networking.istio.io/v1alpha3" && b.ef == nil:
+		b.ef = &networkingv1alpha3.EnvoyFilter{}
+		spec = b.ef
+	case o.Kind == "ServiceEntry" && networking && b.se == nil:
+		b.se = &networkingv1alpha3.ServiceEntry{}
+		spec = b.se
+	case o.Kind == "DestinationRule" && networking && b.dr == nil:
+		b.dr = &networkingv1alpha3.DestinationRule{}
+		spec = b.dr
+	case o.Kind == "VirtualService" && networking && b.vs == nil:
+		b.vs = &networkingv1alpha3.VirtualService{}
+		spec = b.vs
+	default:
+		return fmt.Errorf("%s %s %s: not an expected kind/apiVersion, or a second one", o.APIVersion, o.Kind, o.Metadata.Name)
+	}
+	if err := strictUnmarshal(o.Spec, spec); err != nil {
+		return fmt.Errorf("%s %s spec: %w", o.Kind, o.Metadata.Name, err)
+	}
+	return nil
+}
+
+var sha256Hex = regexp.MustCompile(`^[a-f0-9]{64}$`) // the WasmPlugin CRD's pattern for sha256
+
+// checkIstio checks the bundle against hashlb and itself.
+func checkIstio(b *istioBundle) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if b.wasm == nil || b.ef == nil || b.se == nil {
+		bad("configs/istio needs a WasmPlugin, an EnvoyFilter and a ServiceEntry")
+		return errors.Join(errs...)
+	}
+	w := b.wasm
+	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
+		bad("WasmPlugin url %q: want an oci://, file:// or http(s):// URL", w.GetUrl())
+	}
+	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
+		bad("WasmPlugin sha256 %q: want 64 lower-case hex digits", s)
+	}
+	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
+		bad("WasmPlugin failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb leaves requests unbalanced)", w.GetFailStrategy())
+	}
+	if w.GetType() != extensionsv1alpha1.PluginType_HTTP {
+		bad("WasmPlugin type %s: hashlb is an HTTP filter", w.GetType())
+	}
+	if len(w.GetMatch()) == 0 || slices.ContainsFunc(w.GetMatch(), func(m *extensionsv1alpha1.WasmPlugin_TrafficSelector) bool {
+		return m.GetMode() != typev1beta1.WorkloadMode_CLIENT
+	}) {
+		bad("WasmPlugin match: want mode CLIENT only (hashlb steers outbound requests)")
+	}
+	if !maps.Equal(w.GetSelector().GetMatchLabels(), b.ef.GetWorkloadSelector().GetLabels()) {
+		bad("WasmPlugin selector %v and EnvoyFilter workloadSelector %v differ: the header must be read where it is written",
+			w.GetSelector().GetMatchLabels(), b.ef.GetWorkloadSelector().GetLabels())
+	}
+	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
+	if err != nil {
+		bad("WasmPlugin pluginConfig: %v", err)
+		return errors.Join(errs...)
+	}
+	cfg, err := lbcore.ParseConfig(cfgJSON)
+	if err != nil {
+		bad("WasmPlugin pluginConfig: %v", err)
+		return errors.Join(errs...)
+	}
+	host, port, err := checkServiceEntry(b.se, cfg)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkEnvoyFilter(b.ef, cfg, host, port); err != nil {
+		errs = append(errs, err)
+	}
+	if b.dr != nil && b.dr.GetHost() != host {
+		bad("DestinationRule host %q is not the ServiceEntry host %q", b.dr.GetHost(), host)
+	}
+	if b.vs != nil {
+		if !slices.Contains(b.vs.GetHosts(), host) {
+			bad("VirtualService hosts %q do not include %q", b.vs.GetHosts(), host)
+		}
+		for _, h := range b.vs.GetHttp() {
+			if a := h.GetRetries().GetAttempts(); a > 0 && int(a) >= cfg.UpstreamCount {
+				bad("VirtualService retries.attempts %d needs upstreamCount >= %d, the plugin has %d", a, a+1, cfg.UpstreamCount)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// checkServiceEntry checks that the ServiceEntry's endpoints are exactly the
+// plugin's services and returns its host and port.
+func checkServiceEntry(se *networkingv1alpha3.ServiceEntry, cfg *lbcore.Config) (string, uint32, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("ServiceEntry: "+format, args...)) }
+	if len(se.GetHosts()) != 1 || len(se.GetPorts()) != 1 {
+		bad("want one host and one port, have %d and %d", len(se.GetHosts()), len(se.GetPorts()))
+		return "", 0, errors.Join(errs...)
+	}
+	if se.GetResolution() != networkingv1alpha3.ServiceEntry_STATIC {
+		bad("resolution %s: want STATIC, so the endpoints are the fixed service addresses", se.GetResolution())
+	}
+	p := se.GetPorts()[0]
+	endpoints := map[string]bool{}
+	for _, e := range se.GetEndpoints() {
+		port := p.GetNumber()
+		if n, ok := e.GetPorts()[p.GetName()]; ok {
+			port = n
+		}
+		ip, err := netip.ParseAddr(e.GetAddress())
+		if err != nil {
+			bad("endpoint %q is not an IP address", e.GetAddress())
+			continue
+		}
+		endpoints[netip.AddrPortFrom(ip, uint16(port)).String()] = true
+	}
+	for i, s := range cfg.Services {
+		if !endpoints[s.Address] {
+			bad("services[%d] %q %s is not an endpoint of %s (override_host would skip it)", i, s.Name, s.Address, se.GetHosts()[0])
+		}
+		delete(endpoints, s.Address)
+	}
+	for _, a := range slices.Sorted(maps.Keys(endpoints)) {
+		bad("endpoint %s is not one of the plugin's services (hashlb never chooses it)", a)
+	}
+	return se.GetHosts()[0], p.GetNumber(), errors.Join(errs...)
+}
+
+// checkEnvoyFilter checks the CLUSTER patch: it targets the ServiceEntry's
+// outbound cluster and its value is a valid Envoy Cluster fragment whose
+// override_host policy reads the plugin's upstreamHeader.
+func checkEnvoyFilter(ef *networkingv1alpha3.EnvoyFilter, cfg *lbcore.Config, host string, port uint32) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("EnvoyFilter: "+format, args...)) }
+	found := false
+	for i, cp := range ef.GetConfigPatches() {
+		if cp.GetApplyTo() != networkingv1alpha3.EnvoyFilter_CLUSTER {
+			continue
+		}
+		m := cp.GetMatch()
+		if m.GetContext() != networkingv1alpha3.EnvoyFilter_SIDECAR_OUTBOUND {
+			bad("configPatches[%d]: context %s, want SIDECAR_OUTBOUND (hashlb runs on the client side)", i, m.GetContext())
+		}
+		if c := m.GetCluster(); c.GetService() != host || c.GetPortNumber() != port {
+			bad("configPatches[%d]: matches cluster %s:%d, not the ServiceEntry's %s:%d", i, c.GetService(), c.GetPortNumber(), host, port)
+		}
+		if cp.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_MERGE {
+			bad("configPatches[%d]: operation %s, want MERGE (keep Istio's endpoints and TLS)", i, cp.GetPatch().GetOperation())
+		}
+		value, err := protojson.Marshal(cp.GetPatch().GetValue())
+		if err != nil {
+			bad("configPatches[%d]: %v", i, err)
+			continue
+		}
+		c := &clusterv3.Cluster{}
+		if err := strictUnmarshal(value, c); err != nil {
+			bad("configPatches[%d].patch.value is not an Envoy Cluster: %v", i, err)
+			continue
+		}
+		if err := validateAll(c.GetLoadBalancingPolicy()); err != nil {
+			bad("configPatches[%d].patch.value.load_balancing_policy: %v", i, err)
+		}
+		c.Name = fmt.Sprintf("outbound|%d||%s", port, host)
+		oh := overrideHost(c)
+		if oh == nil {
+			bad("configPatches[%d]: no %s policy", i, overrideHostName)
+			continue
+		}
+		found = true
+		var hs []string
+		for _, s := range oh.GetOverrideHostSources() {
+			hs = append(hs, s.GetHeader())
+		}
+		if !slices.Contains(hs, cfg.UpstreamHeader) {
+			bad("override_host reads header %q, but the plugin writes upstreamHeader %q", hs, cfg.UpstreamHeader)
+		}
+	}
+	if !found && len(errs) == 0 {
+		bad("no CLUSTER patch sets %s", overrideHostName)
+	}
+	return errors.Join(errs...)
+}
+
+// readIstioDir returns configs/istio/*.yaml by base name.
+func readIstioDir(t testing.TB) map[string][]byte {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "configs", "istio")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = data
+	}
+	return files
+}
+
+func checkIstioFiles(files map[string][]byte) error {
+	b, err := loadIstio(files)
+	if err != nil {
+		return err
+	}
+	return checkIstio(b)
+}
+
+func TestIstioManifests(t *testing.T) {
+	files := readIstioDir(t)
+	b, err := loadIstio(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.dr == nil || b.vs == nil {
+		t.Error("configs/istio: want a DestinationRule and a VirtualService too")
+	}
+	if err := checkIstio(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.wasm.GetPhase(); got != extensionsv1alpha1.PluginPhase_STATS {
+		t.Errorf("WasmPlugin phase = %s, want STATS (after authn/authz, before the router)", got)
+	}
+}
+
+// TestIstioBrokenCopies: each deliberately broken manifest fails with a
+// message naming the problem.
+func TestIstioBrokenCopies(t *testing.T) {
+	tests := []struct {
+		name, file, old, new string
+		want                 []string
+	}{
+		{"wrong header name", "envoyfilter.yaml", "- header: x-envoy-original-dst-host", "- header: x-upstream",
+			[]string{"override_host reads header", "x-upstream"}},
+		{"service missing from cluster", "serviceentry.yaml", "  - address: 10.10.0.13\n", "",
+			[]string{`services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`}},
+		{"bad plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 30",
+			[]string{"pluginConfig: upstreamCount: 30 is out of range [1, 8]"}},
+		{"unknown plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 3\n    lbMthod: URLHASH",
+			[]string{"lbMthod: unknown field"}},
+		{"unknown spec field", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_CLOSE\n  failStrategyy: FAIL_CLOSE",
+			[]string{"WasmPlugin hashlb spec", "failStrategyy"}},
+		{"fail open", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN",
+			[]string{"failStrategy FAIL_OPEN: must be FAIL_CLOSE"}},
+		{"server side", "wasmplugin.yaml", "- mode: CLIENT", "- mode: SERVER",
+			[]string{"want mode CLIENT"}},
+		{"selectors differ", "envoyfilter.yaml", "      app: frontend", "      app: other",
+			[]string{"selector", "differ"}},
+		{"wrong cluster", "envoyfilter.yaml", "portNumber: 8080", "portNumber: 9090",
+			[]string{"matches cluster hashlb-backends.demo.internal:9090"}},
+		{"unknown envoy field in patch", "envoyfilter.yaml", "fallback_policy:", "fallback_policyy:",
+			[]string{"not an Envoy Cluster", "fallback_policyy"}},
+		{"retries beyond the ranking", "virtualservice.yaml", "attempts: 2", "attempts: 3",
+			[]string{"retries.attempts 3 needs upstreamCount >= 4"}},
+		{"bad sha256", "wasmplugin.yaml", `sha256: "0000`, `sha256: "sha256:0000`,
+			[]string{"WasmPlugin sha256"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := readIstioDir(t)
+			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
+			wantErr(t, checkIstioFiles(files), tt.want...)
+		})
+	}
+}
