@@ -1,0 +1,134 @@
+package e2e
+
+// Every file under configs/ is checked here, by the rule its name selects; a
+// file no rule covers fails the test, so a new example cannot go unchecked.
+//   configs/*.json (but schema.json)  lbcore.ParseConfig and the schema, plus
+//                                     what the example is meant to show
+//   configs/schema.json               TestSchemaMatchesFields
+//   configs/envoy-*.yaml              Envoy bootstrap checks (envoy_test.go)
+//   configs/istio/*.yaml              Istio checks (istio_test.go)
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// pluginConfigFiles lists the example plugin configs: configs/*.json but the schema.
+func pluginConfigFiles(t testing.TB) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(repoRoot(t), "configs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ".json") && e.Name() != "schema.json" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// exampleIntent is what each example config is there to show.
+var exampleIntent = map[string]func(c *lbcore.Config) bool{
+	"demo.json":              func(c *lbcore.Config) bool { return len(c.Services) > 0 },
+	"urlhash.json":           func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodURLHash },
+	"domainhash.json":        func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodDomainHash },
+	"destinationiphash.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodDestIPHash },
+	"sourceiphash.json": func(c *lbcore.Config) bool {
+		return c.LBMethod == lbcore.MethodSourceIPHash && c.Netmask == 24 && c.V6NetmaskLen == 64
+	},
+	"srcipdestiphash.json":  func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodSrcDestIPHash },
+	"srcipsrcporthash.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodSrcIPSrcPortHash },
+	"callidhash.json":       func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodCallIDHash },
+	"token.json": func(c *lbcore.Config) bool {
+		return c.LBMethod == lbcore.MethodTokenHash && c.Token != nil &&
+			strings.Contains(c.Token.String(), "request.header.x-tenant") && strings.Contains(c.Token.String(), "request.cookie.tenant")
+	},
+	"leastconnection.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodLeastConnection },
+	"roundrobin.json":      func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodRoundRobin },
+	"persistence.json": func(c *lbcore.Config) bool {
+		p := c.Persistence
+		return p != nil && len(p.Keys) == 2 && strings.Contains(p.Keys[0].String(), "client.ip") &&
+			strings.Contains(p.Keys[1].String(), "request.header.x-client-id")
+	},
+	"health.json": func(c *lbcore.Config) bool { return c.HealthCheck != nil && c.PassiveHealth != nil },
+}
+
+func TestConfigsPluginExamples(t *testing.T) {
+	for _, name := range pluginConfigFiles(t) {
+		t.Run(name, func(t *testing.T) {
+			c, err := lbcore.ParseConfig(readRepoFile(t, "configs/"+name))
+			if err != nil {
+				t.Fatalf("ParseConfig(configs/%s): %v", name, err)
+			}
+			intent, ok := exampleIntent[name]
+			if !ok {
+				t.Fatalf("configs/%s: add what it demonstrates to exampleIntent", name)
+			}
+			if !intent(c) {
+				t.Errorf("configs/%s does not show what its name promises", name)
+			}
+		})
+	}
+	for _, m := range lbcore.Methods() {
+		name := strings.ToLower(m) + ".json"
+		if !slices.Contains(pluginConfigFiles(t), name) {
+			t.Errorf("no example config for %s (configs/%s)", m, name)
+		}
+	}
+}
+
+// TestConfigsDirCovered walks configs/ and runs each file's check; a file no
+// rule covers is an error.
+func TestConfigsDirCovered(t *testing.T) {
+	root := filepath.Join(repoRoot(t), "configs")
+	schema := loadSchema(t)
+	istioSeen := false
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case rel == "schema.json":
+			// TestSchemaMatchesFields and TestSchemaExamples.
+			if _, ok := schema["properties"]; !ok {
+				t.Errorf("configs/schema.json has no properties")
+			}
+		case path.Dir(rel) == "." && path.Ext(rel) == ".json":
+			if _, err := lbcore.ParseConfig(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case path.Dir(rel) == "." && strings.HasPrefix(rel, "envoy-") && path.Ext(rel) == ".yaml":
+			if err := checkBootstrapFile(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
+			if !istioSeen {
+				istioSeen = true
+				if err := checkIstioFiles(readIstioDir(t)); err != nil {
+					t.Errorf("configs/istio: %v", err)
+				}
+			}
+		default:
+			t.Errorf("configs/%s: no test checks this file; add a rule to TestConfigsDirCovered", rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
