@@ -104,7 +104,12 @@ func New(ctx context.Context, wasm []byte, cfg Config) (*Host, error) {
 }
 
 func (h *Host) load(ctx context.Context, wasm []byte) error {
-	cm, err := h.rt.CompileModule(ctx, wasm)
+	// Envoy checks the marker and the imports before it compiles; the cheap
+	// interpreter front end is enough for that, so a refused module never
+	// reaches the optimising compiler.
+	pre := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	defer pre.Close(ctx)
+	cm, err := pre.CompileModule(ctx, wasm)
 	if err != nil {
 		return fmt.Errorf("hostsim: compile: %w", err)
 	}
@@ -139,6 +144,9 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 		if want != got {
 			return fmt.Errorf("Failed to load Wasm module due to an import type mismatch: %s.%s, want: %s, but host exports: %s", mod, name, want, got)
 		}
+	}
+	if cm, err = h.rt.CompileModule(ctx, wasm); err != nil {
+		return fmt.Errorf("hostsim: compile: %w", err)
 	}
 	for mod, fs := range mods {
 		b := h.rt.NewHostModuleBuilder(mod)
