@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+const services = `"services":[
+	{"name":"a","address":"10.0.0.1:8080"},{"name":"b","address":"10.0.0.2:8080"},
+	{"name":"c","address":"10.0.0.3:8080"},{"name":"d","address":"[2001:db8::4]:8080"}]`
+
+// oracle is lbcore deciding the same request directly.
+func oracle(t *testing.T, config string, r lbcore.Request) []string {
+	t.Helper()
+	c, err := lbcore.ParseConfig([]byte(config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := lbcore.NewBalancer(c, 0).Decide(&r, time.Time{})
+	var out []string
+	for i := 0; i < d.Len(); i++ {
+		out = append(out, c.Services[d.At(i)].Address)
+	}
+	return out
+}
+
+func TestEveryMethod(t *testing.T) {
+	tests := []struct {
+		method, extra string
+		src, dst      string
+		headers       [][2]string
+	}{
+		{"URLHASH", "", "192.0.2.1:5000", "198.51.100.1:80", nil},
+		{"DOMAINHASH", "", "192.0.2.1:5000", "198.51.100.1:80", nil},
+		{"DESTINATIONIPHASH", `"netmask":"255.255.255.0"`, "192.0.2.1:5000", "198.51.100.77:80", nil},
+		{"SOURCEIPHASH", `"v6NetmaskLen":64`, "[2001:db8:1:2::99]:5000", "198.51.100.1:80", nil},
+		{"SRCIPDESTIPHASH", "", "192.0.2.1:5000", "198.51.100.1:80", nil},
+		{"SRCIPSRCPORTHASH", "", "192.0.2.1:5001", "198.51.100.1:80", nil},
+		{"CALLIDHASH", "", "192.0.2.1:5000", "198.51.100.1:80", [][2]string{{"i", "f81d4fae-7dec@192.0.2.4"}}},
+		{"TOKEN", `"token":"${request.header.x-tenant|lower}"`, "192.0.2.1:5000", "198.51.100.1:80", [][2]string{{"x-tenant", "Blue"}}},
+	}
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		for _, tt := range tests {
+			t.Run(tt.method, func(t *testing.T) {
+				config := fmt.Sprintf(`{"lbMethod":%q,%s}`, tt.method, strings.Trim(tt.extra+","+services, ","))
+				h := newHost(t, config)
+				if h.started != types.OnPluginStartStatusOK {
+					t.Fatalf("plugin refused %s: %v", config, h.GetErrorLogs())
+				}
+				for i := 0; i < 20; i++ {
+					path := fmt.Sprintf("/item/%d?q=%d", i, i*7)
+					auth := fmt.Sprintf("Host%d.Example.com:8443", i)
+					hdrs := append([][2]string{{":method", "GET"}, {":path", path}, {":authority", auth}}, tt.headers...)
+					r := h.request(tt.src, tt.dst, hdrs...)
+					want := oracle(t, config, lbcore.Request{Target: path, Authority: auth, Source: tt.src, Dest: tt.dst, Headers: tt.headers})
+					if got := get(r.headers, "x-envoy-original-dst-host"); !slices.Equal(got, want) {
+						t.Fatalf("request %d: upstream header %v, want %v", i, got, want)
+					}
+					if r.action != types.ActionContinue || r.local != nil {
+						t.Fatalf("request %d: action %v, local reply %v; want Continue, none", i, r.action, r.local)
+					}
+					if len(get(r.headers, "x-hashlb-service")) != 1 {
+						t.Fatalf("request %d: service header %v, want one", i, get(r.headers, "x-hashlb-service"))
+					}
+				}
+			})
+		}
+	})
+}
+
+func TestForgedHeadersStripped(t *testing.T) {
+	config := `{"lbMethod":"URLHASH",` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		forged := [][2]string{
+			{":method", "GET"}, {":path", "/x"}, {":authority", "h"},
+			{"x-envoy-original-dst-host", "6.6.6.6:1"},
+			{"X-Envoy-Original-Dst-Host", "6.6.6.7:1"},
+			{"X-ENVOY-ORIGINAL-DST-HOST", "6.6.6.8:1"},
+			{"x-hashlb-service", "evil"}, {"X-Hashlb-Service", "evil"}, {"X-HASHLB-SERVICE", "evil"},
+		}
+		t.Run("routed", func(t *testing.T) {
+			h := newHost(t, config)
+			r := h.request("192.0.2.1:1", "198.51.100.1:80", forged...)
+			want := oracle(t, config, lbcore.Request{Target: "/x"})
+			for _, kv := range r.headers {
+				if strings.Contains(kv[1], "6.6.6.") || kv[1] == "evil" {
+					t.Errorf("forged header survived: %s: %s", kv[0], kv[1])
+				}
+			}
+			if got := get(r.headers, "x-envoy-original-dst-host"); !slices.Equal(got, want) {
+				t.Errorf("upstream header %v, want exactly %v", got, want)
+			}
+		})
+		t.Run("local reply", func(t *testing.T) {
+			h2 := newHost(t, `{"lbMethod":"URLHASH","services":[{"name":"a","address":"10.0.0.1:80","enabled":false}]}`)
+			r := h2.request("192.0.2.1:1", "198.51.100.1:80", forged...)
+			for _, kv := range r.headers {
+				if strings.Contains(kv[1], "6.6.6.") || kv[1] == "evil" {
+					t.Errorf("forged header survived a local reply: %s: %s", kv[0], kv[1])
+				}
+			}
+		})
+	})
+}
+
+func TestLocal503WhenNothingSelectable(t *testing.T) {
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		for _, m := range []string{"URLHASH", "ROUNDROBIN", "LEASTCONNECTION"} {
+			t.Run(m, func(t *testing.T) {
+				h := newHost(t, `{"lbMethod":"`+m+`","debugHeader":true,"services":[{"name":"a","address":"10.0.0.1:80","enabled":false},{"name":"b","address":"10.0.0.2:80","enabled":false}]}`)
+				r := h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"})
+				if r.local == nil || r.local.StatusCode != 503 || string(r.local.Data) != "no healthy service" {
+					t.Fatalf("%s: local reply %+v, want 503 \"no healthy service\"", m, r.local)
+				}
+				if r.action != types.ActionPause {
+					t.Errorf("%s: action %v, want Pause after a local reply", m, r.action)
+				}
+				if got := get(r.headers, "x-envoy-original-dst-host"); len(got) != 0 {
+					t.Errorf("%s: upstream header %v set on a refused request", m, got)
+				}
+				if n, _ := h.GetCounterMetric("hashlb.decision.no_service"); n != 1 {
+					t.Errorf("%s: hashlb.decision.no_service = %d, want 1", m, n)
+				}
+			})
+		}
+	})
+}
+
+func TestUpstreamCountRankOrder(t *testing.T) {
+	config := `{"lbMethod":"SOURCEIPHASH","upstreamCount":3,` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, config)
+		for i := 0; i < 10; i++ {
+			src := fmt.Sprintf("192.0.2.%d:4000", i+1)
+			r := h.request(src, "198.51.100.1:80", [2]string{":path", "/"})
+			want := strings.Join(oracle(t, config, lbcore.Request{Source: src}), ",")
+			if got := get(r.headers, "x-envoy-original-dst-host"); len(got) != 1 || got[0] != want || strings.Count(want, ",") != 2 {
+				t.Fatalf("client %s: upstream header %v, want [%s] (three addresses in rank order)", src, got, want)
+			}
+		}
+	})
+}
+
+func TestInvalidConfigRefused(t *testing.T) {
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, `{"lbMethod":"URLHASH","hashLength":0,"services":[{"name":"a","address":"10.0.0.1"}]}`)
+		if h.started != types.OnPluginStartStatusFailed {
+			t.Fatalf("plugin start = %v, want failed", h.started)
+		}
+		logs := strings.Join(h.GetErrorLogs(), "\n")
+		for _, want := range []string{"hashLength: 0 is out of range [1, 4096]", `services[0].address: "10.0.0.1" is not ip:port`} {
+			if !strings.Contains(logs, want) {
+				t.Errorf("error logs %q do not contain %q", logs, want)
+			}
+		}
+	})
+}
+
+func TestDebugHeaderAndMetrics(t *testing.T) {
+	config := `{"lbMethod":"CALLIDHASH","debugHeader":true,` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, config)
+		r := h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"}, [2]string{"call-id", "abc@host"})
+		name := get(r.headers, "x-hashlb-service")
+		want := fmt.Sprintf("method=CALLIDHASH; service=%s; reason=hash", name[0])
+		if got := get(r.response, "x-hashlb-decision"); len(got) != 1 || got[0] != want {
+			t.Errorf("debug header %v, want [%s]", got, want)
+		}
+		r = h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"}) // no Call-ID: backup
+		if got := get(r.response, "x-hashlb-decision"); len(got) != 1 || !strings.Contains(got[0], "method=LEASTCONNECTION") || !strings.Contains(got[0], "reason=backup") {
+			t.Errorf("debug header without Call-ID %v, want least connection backup", got)
+		}
+		if n, _ := h.GetCounterMetric("hashlb.service." + name[0] + ".requests"); n < 1 {
+			t.Errorf("hashlb.service.%s.requests = %d, want ≥ 1", name[0], n)
+		}
+		if n, _ := h.GetGaugeMetric("hashlb.service." + name[0] + ".active"); n != 0 {
+			t.Errorf("active gauge after the streams ended = %d, want 0", n)
+		}
+		if n, _ := h.GetCounterMetric("hashlb.decision.backup"); n != 1 {
+			t.Errorf("hashlb.decision.backup = %d, want 1", n)
+		}
+	})
+}
