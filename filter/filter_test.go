@@ -1,3 +1,5 @@
+//go:build !wasip1
+
 package main
 
 import (
@@ -184,6 +186,44 @@ func TestDebugHeaderAndMetrics(t *testing.T) {
 		}
 		if n, _ := h.GetCounterMetric("hashlb.decision.backup"); n != 1 {
 			t.Errorf("hashlb.decision.backup = %d, want 1", n)
+		}
+	})
+}
+
+func TestPersistenceSticksAndCounts(t *testing.T) {
+	config := `{"lbMethod":"ROUNDROBIN","persistence":{"keys":["${request.header.x-client-id}"]},` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, config)
+		if h.started != types.OnPluginStartStatusOK {
+			t.Fatalf("plugin refused: %v", h.GetErrorLogs())
+		}
+		first := map[string]string{}
+		spread := map[string]bool{}
+		for round := 0; round < 3; round++ {
+			for c := 0; c < 8; c++ {
+				id := fmt.Sprintf("client-%d", c)
+				r := h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"}, [2]string{"x-client-id", id})
+				got := get(r.headers, "x-envoy-original-dst-host")[0]
+				if round == 0 {
+					first[id] = got
+					spread[got] = true
+				} else if got != first[id] {
+					t.Fatalf("round %d: %s went to %s, first to %s", round, id, got, first[id])
+				}
+			}
+		}
+		if len(spread) < 3 {
+			t.Errorf("8 new clients went to %d services, want round robin to spread them", len(spread))
+		}
+		hits, _ := h.GetCounterMetric("hashlb.persistence_hit")
+		misses, _ := h.GetCounterMetric("hashlb.persistence_miss")
+		if hits != 16 || misses != 8 {
+			t.Errorf("persistence hits/misses = %d/%d, want 16/8", hits, misses)
+		}
+		// A request without the key is balanced, not persisted, and counted.
+		h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"})
+		if n, _ := h.GetCounterMetric("hashlb.persistence_empty_key"); n != 1 {
+			t.Errorf("hashlb.persistence_empty_key = %d, want 1", n)
 		}
 	})
 }

@@ -62,9 +62,13 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	req.Source = property("source", "address")
 	req.Dest = property("destination", "address")
 
-	d := p.bal.Decide(&req, time.Unix(0, 0))
+	// time.Now reads WASI clock_time_get, which Envoy allows in every callback.
+	d := p.bal.Decide(&req, time.Now())
 	h.method, h.reason = d.Method, d.Reason
 	p.m.decision(d.Reason)
+	if p.cfg.Persistence != nil {
+		p.m.persisted(&d)
+	}
 	if d.Len() == 0 {
 		return h.reply503()
 	}

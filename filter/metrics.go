@@ -5,15 +5,19 @@ import (
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 )
 
-// metrics are the filter's proxy-wasm metrics. Envoy shows them under
-// /stats with the prefix "wasmcustom." (Prometheus: envoy_wasmcustom_...).
+// metrics are the filter's proxy-wasm metrics. Envoy keeps them under the
+// prefix "wasmcustom."; its Prometheus output strips that prefix and turns
+// dots into underscores: hashlb_service_b1_requests (docs/deploy.md).
 type metrics struct {
-	requests      []proxywasm.MetricCounter // per service: requests routed
-	active        []proxywasm.MetricGauge   // per service: active requests on this worker's VM
-	decisions     []proxywasm.MetricCounter // per lbcore.Reason
-	stripped      proxywasm.MetricCounter   // requests that carried a forged upstream/service header
-	internalError proxywasm.MetricCounter   // decisions that panicked and were recovered
+	requests      []proxywasm.MetricCounter  // per service: requests routed
+	active        []proxywasm.MetricGauge    // per service: active requests on this worker's VM
+	decisions     []proxywasm.MetricCounter  // per lbcore.Reason
+	stripped      proxywasm.MetricCounter    // requests that carried a forged upstream/service header
+	internalError proxywasm.MetricCounter    // decisions that panicked and were recovered
+	persist       [7]proxywasm.MetricCounter // hit, miss, expired, evicted, empty_key, cas_retry, cas_giveup
 }
+
+var persistNames = [...]string{"hit", "miss", "expired", "evicted", "empty_key", "cas_retry", "cas_giveup"}
 
 func defineMetrics(c *lbcore.Config) *metrics {
 	m := &metrics{
@@ -23,6 +27,11 @@ func defineMetrics(c *lbcore.Config) *metrics {
 	for _, s := range c.Services {
 		m.requests = append(m.requests, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".requests"))
 		m.active = append(m.active, proxywasm.DefineGaugeMetric("hashlb.service."+s.Name+".active"))
+	}
+	if c.Persistence != nil {
+		for i, n := range persistNames {
+			m.persist[i] = proxywasm.DefineCounterMetric("hashlb.persistence_" + n)
+		}
 	}
 	for _, r := range lbcore.Reasons() {
 		m.decisions = append(m.decisions, proxywasm.DefineCounterMetric("hashlb.decision."+r))
@@ -42,4 +51,21 @@ func (m *metrics) routed(i int, delta int64) {
 		m.requests[i].Increment(1)
 	}
 	m.active[i].Add(delta)
+}
+
+// persisted counts what the persistence table did for one decision.
+func (m *metrics) persisted(d *lbcore.Decision) {
+	o := &d.Persist
+	for i, n := range [...]int{b2i(o.Hit), b2i(o.Miss), b2i(o.Expired), o.Evicted, b2i(d.EmptyKey), o.CASRetries, b2i(o.GaveUp)} {
+		if n > 0 {
+			m.persist[i].Increment(uint64(n))
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

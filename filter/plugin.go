@@ -46,6 +46,9 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	}
 	p.cfg = cfg
 	p.bal = lbcore.NewBalancer(cfg, rand.Uint64())
+	// The persistence table is per plugin: two hashlb filters sharing a vm_id
+	// must not read each other's buckets.
+	p.bal.EnablePersistence(sharedStore{}, "hashlb/"+pluginRootID())
 	p.m = defineMetrics(cfg)
 	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
 	return types.OnPluginStartStatusOK
@@ -93,4 +96,13 @@ func (p *pluginContext) decisionText(method lbcore.Method, reason lbcore.Reason,
 		svc = p.cfg.Services[chosen].Name
 	}
 	return "method=" + method.String() + "; service=" + svc + "; reason=" + reason.String()
+}
+
+// pluginRootID is the plugin's root_id (Envoy property plugin_root_id), or
+// "default" when the host has none.
+func pluginRootID() string {
+	if id := property("plugin_root_id"); id != "" {
+		return id
+	}
+	return "default"
 }

@@ -271,9 +271,23 @@ func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, boo
 // the Set fails with ErrCASMismatch and Resolve re-reads the bucket as after
 // any conflict. The marker's own value carries nothing, so blind writes to it
 // are harmless (it is one byte: some hosts' SDKs cannot pass an empty
-// value). The cost is one Set and one Get per bucket creation.
+// value). The cost is one Get, one Set and one Get per bucket creation.
+//
+// The marker is written with cas 0, which cpp-host (src/shared_data.cc,
+// SharedData::set, one nextCas() counter for every key) always accepts. The
+// SDK's proxytest emulator refuses cas 0 on an existing key; there the marker
+// is written once more with the cas just read. A table that only works on one
+// host would be a trap.
 func (t *Table) create(bkey string) error {
-	if err := t.store.Set(t.marker, t.buf[:bucketHeader], 0); err != nil {
+	err := t.store.Set(t.marker, t.buf[:bucketHeader], 0)
+	if errors.Is(err, ErrCASMismatch) {
+		_, mcas, gerr := t.store.Get(t.marker)
+		if gerr != nil {
+			return gerr
+		}
+		err = t.store.Set(t.marker, t.buf[:bucketHeader], mcas)
+	}
+	if err != nil {
 		return err
 	}
 	_, guard, err := t.store.Get(t.marker)
