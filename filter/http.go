@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,10 +122,18 @@ func (h *httpContext) recoverRequest(r any) (action types.Action) {
 	return types.ActionContinue
 }
 
-// OnHttpResponseHeaders adds the debug header when configured. Envoy passes
-// our own local reply through here too.
+// OnHttpResponseHeaders feeds passive health and adds the debug header when
+// configured. Envoy passes our own local reply through here too: it is not
+// the upstream's failure and is not counted.
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	defer func() { _ = recover() }()
+	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
+		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
+			if status, err := strconv.Atoi(v); err == nil {
+				p.health.passive(h.chosen, status)
+			}
+		}
+	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))
 	}

@@ -15,6 +15,9 @@ type metrics struct {
 	stripped      proxywasm.MetricCounter    // requests that carried a forged upstream/service header
 	internalError proxywasm.MetricCounter    // decisions that panicked and were recovered
 	persist       [7]proxywasm.MetricCounter // hit, miss, expired, evicted, empty_key, cas_retry, cas_giveup
+	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
+	healthUp      []proxywasm.MetricCounter  // per service: it came back (active checks, or an ejection ended early)
+	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
 }
 
 var persistNames = [...]string{"hit", "miss", "expired", "evicted", "empty_key", "cas_retry", "cas_giveup"}
@@ -27,6 +30,11 @@ func defineMetrics(c *lbcore.Config) *metrics {
 	for _, s := range c.Services {
 		m.requests = append(m.requests, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".requests"))
 		m.active = append(m.active, proxywasm.DefineGaugeMetric("hashlb.service."+s.Name+".active"))
+		if c.HealthCheck != nil || c.PassiveHealth != nil {
+			m.healthDown = append(m.healthDown, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".health_down"))
+			m.healthUp = append(m.healthUp, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".health_up"))
+			m.ejected = append(m.ejected, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".ejected"))
+		}
 	}
 	if c.Persistence != nil {
 		for i, n := range persistNames {
@@ -68,4 +76,17 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// healthTransition counts a verdict change made by this worker: counted once,
+// by the worker whose observation changed the shared record.
+func (m *metrics) healthTransition(i int, down, ejected bool) {
+	switch {
+	case down:
+		m.healthDown[i].Increment(1)
+	case ejected:
+		m.ejected[i].Increment(1)
+	default:
+		m.healthUp[i].Increment(1)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strings"
+	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
@@ -20,6 +21,11 @@ type pluginContext struct {
 	m   *metrics
 	// fallbackNext is the round-robin position used when a decision panicked.
 	fallbackNext int
+	// health runs active and passive checks; nil when neither is configured.
+	health *health
+	// failing[i] is true while this worker knows service i has failed
+	// responses in a row (passive health).
+	failing []bool
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -48,10 +54,32 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	p.bal = lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
 	// must not read each other's buckets.
-	p.bal.EnablePersistence(sharedStore{}, "hashlb/"+pluginRootID())
+	ns := "hashlb/" + pluginRootID()
+	p.bal.EnablePersistence(sharedStore{}, ns)
 	p.m = defineMetrics(cfg)
+	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
+		p.health = newHealth(p, ns, rand.Uint64())
+		p.failing = make([]bool, len(cfg.Services))
+		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
+			proxywasm.LogErrorf("hashlb: health checks need ticks: %v", err)
+			return types.OnPluginStartStatusFailed
+		}
+	}
 	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
 	return types.OnPluginStartStatusOK
+}
+
+// OnTick refreshes health verdicts and runs due probes.
+func (p *pluginContext) OnTick() {
+	defer func() {
+		if r := recover(); r != nil {
+			p.m.internalError.Increment(1)
+			proxywasm.LogErrorf("hashlb: internal error in tick: %v", r)
+		}
+	}()
+	if p.health != nil {
+		p.health.tick(time.Now())
+	}
 }
 
 // NewHttpContext implements types.PluginContext.

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/binary"
+	"strconv"
+	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+)
+
+// health runs active probes and passive ejection for one plugin on one
+// worker. The records live in shared data ("<ns>/h/<service id>"), so every
+// worker sees every verdict; each worker refreshes its Balancer's view on
+// the plugin's tick (once a second), and at once for what it observed itself.
+type health struct {
+	p         *pluginContext
+	ns        string
+	keys      []string // shared-data key of each service's record
+	leaseKey  string
+	me        uint64 // this worker's lease identity
+	nextRound time.Time
+}
+
+// tickPeriod is how often workers refresh health and may start a probe round.
+const tickPeriod = time.Second
+
+func newHealth(p *pluginContext, ns string, me uint64) *health {
+	h := &health{p: p, ns: ns, leaseKey: ns + "/h/lease", me: me | 1}
+	for _, s := range p.cfg.Services {
+		h.keys = append(h.keys, ns+"/h/"+strconv.FormatUint(s.ID, 16))
+	}
+	return h
+}
+
+// tick refreshes the view and, when a probe round is due and this worker
+// holds the lease, probes every service.
+func (h *health) tick(now time.Time) {
+	for i, key := range h.keys {
+		if v, _, err := proxywasm.GetSharedData(key); err == nil {
+			s, _ := lbcore.DecodeHealth(v)
+			h.setDown(i, !s.Selectable(now))
+		}
+	}
+	hc := h.p.cfg.HealthCheck
+	if hc == nil || now.Before(h.nextRound) {
+		return
+	}
+	h.nextRound = now.Add(hc.Interval)
+	if !h.lease(now, hc.Interval) {
+		return
+	}
+	for i := range h.p.cfg.Services {
+		h.probe(i, hc)
+	}
+}
+
+// lease makes one worker at a time the prober: the lease record holds the
+// holder's identity and expiry. Two workers that both find it missing may
+// both probe once; that costs a duplicate probe, never a wrong verdict.
+func (h *health) lease(now time.Time, d time.Duration) bool {
+	v, cas, err := proxywasm.GetSharedData(h.leaseKey)
+	if err == nil && len(v) == 16 {
+		holder, until := binary.LittleEndian.Uint64(v), int64(binary.LittleEndian.Uint64(v[8:]))
+		if holder != h.me && now.UnixMilli() < until {
+			return false
+		}
+	}
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[:], h.me)
+	// Held a little beyond one interval, so the holder renews it before
+	// anyone else may take it.
+	binary.LittleEndian.PutUint64(buf[8:], uint64(now.Add(d+d/2).UnixMilli()))
+	return proxywasm.SetSharedData(h.leaseKey, buf[:], cas) == nil
+}
+
+// probe sends one health request to service i through the cluster, with the
+// upstream header naming the service so that an ORIGINAL_DST or
+// override_host cluster reaches exactly it.
+func (h *health) probe(i int, hc *lbcore.HealthCheck) {
+	s := &h.p.cfg.Services[i]
+	headers := [][2]string{
+		{":method", "GET"}, {":path", hc.Path}, {":authority", s.Address}, {":scheme", "http"},
+		{h.p.cfg.UpstreamHeader, s.Address}, {"user-agent", "hashlb-health"},
+	}
+	_, err := proxywasm.DispatchHttpCall(hc.Cluster, headers, nil, nil, uint32(hc.Timeout/time.Millisecond),
+		func(numHeaders, _, _ int) {
+			defer func() { _ = recover() }()
+			status := 0
+			if numHeaders > 0 {
+				hs, _ := proxywasm.GetHttpCallResponseHeaders()
+				for _, kv := range hs {
+					if kv[0] == ":status" {
+						status, _ = strconv.Atoi(kv[1])
+					}
+				}
+			}
+			h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, hc.ExpectedStatuses.Contains(status)) })
+		})
+	if err != nil {
+		// The cluster is missing or the call was refused: a failed probe.
+		h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, false) })
+	}
+}
+
+// passive records a response from service i; failed responses eject the
+// service after PassiveHealth.ConsecutiveFailures in a row. A success costs
+// a shared-data write only when this worker knows of failures to reset.
+func (h *health) passive(i int, status int) {
+	ph := h.p.cfg.PassiveHealth
+	failed := ph.FailureStatuses.Contains(status)
+	if !failed && !h.p.failing[i] {
+		return
+	}
+	now := time.Now()
+	h.observe(i, func(r *lbcore.ServiceHealth) bool {
+		if failed && !h.othersSelectable(i) {
+			// Never eject the last selectable service: a half-working
+			// backend serves better than a 503 for everyone (Envoy's
+			// outlier detection bounds ejections the same way).
+			r.Failures = 0
+			return false
+		}
+		return ph.Response(r, failed, now)
+	})
+}
+
+// othersSelectable reports whether a service other than i is selectable.
+func (h *health) othersSelectable(i int) bool {
+	for j := range h.p.cfg.Services {
+		if j != i && h.p.bal.Selectable(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// observe updates service i's shared record with f; f reports a transition,
+// which is logged at info and counted.
+func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
+	changed := false
+	r, ok := lbcore.UpdateHealth(sharedStore{}, h.keys[i], func(r *lbcore.ServiceHealth) { changed = f(r) })
+	if !ok {
+		return
+	}
+	h.p.failing[i] = r.Failures > 0
+	now := time.Now()
+	h.setDown(i, !r.Selectable(now))
+	if changed {
+		h.p.m.healthTransition(i, r.Down, !r.Down && !r.Selectable(now))
+		name := h.p.cfg.Services[i].Name
+		switch {
+		case r.Down:
+			proxywasm.LogInfof("hashlb: service %s (%s) is DOWN: %d failed health checks", name, h.p.cfg.Services[i].Address, h.p.cfg.HealthCheck.UnhealthyThreshold)
+		case !r.Selectable(now):
+			proxywasm.LogInfof("hashlb: service %s (%s) ejected for %s after %d failed responses", name, h.p.cfg.Services[i].Address,
+				lbcore.FormatDuration(h.p.cfg.PassiveHealth.EjectionTime), h.p.cfg.PassiveHealth.ConsecutiveFailures)
+		default:
+			proxywasm.LogInfof("hashlb: service %s (%s) is UP", name, h.p.cfg.Services[i].Address)
+		}
+	}
+}
+
+// setDown applies a verdict to this worker's Balancer.
+func (h *health) setDown(i int, down bool) { h.p.bal.SetDown(i, down) }

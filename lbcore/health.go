@@ -1,0 +1,117 @@
+package lbcore
+
+import (
+	"encoding/binary"
+	"time"
+)
+
+// ServiceHealth is one service's health record. Every worker reads and
+// writes the same record in shared data (EncodeHealth), so an active probe
+// made by one worker, or a failure seen by another, takes the service out
+// for all of them.
+type ServiceHealth struct {
+	// Down is the active checks' verdict: DOWN after UnhealthyThreshold
+	// failed probes in a row, UP again after HealthyThreshold good ones.
+	// A service starts UP, so a new or reloaded configuration serves at once.
+	Down bool
+	// Streak counts consecutive probe results that go against Down.
+	Streak uint8
+	// Failures counts consecutive failed responses (passive health).
+	Failures uint32
+	// EjectedUntil is when a passive ejection ends (Unix milliseconds).
+	EjectedUntil int64
+}
+
+// Selectable reports whether the record lets the service be chosen at now.
+func (s *ServiceHealth) Selectable(now time.Time) bool {
+	return !s.Down && now.UnixMilli() >= s.EjectedUntil
+}
+
+// Probe records one active probe result and reports whether Down changed.
+func (h *HealthCheck) Probe(s *ServiceHealth, ok bool) (changed bool) {
+	if ok != s.Down { // the result agrees with the current state
+		s.Streak = 0
+		return false
+	}
+	if s.Streak < 255 {
+		s.Streak++
+	}
+	need := h.UnhealthyThreshold
+	if s.Down {
+		need = h.HealthyThreshold
+	}
+	if int(s.Streak) < need {
+		return false
+	}
+	s.Down, s.Streak = !s.Down, 0
+	return true
+}
+
+// Response records one upstream response (failed: its status is a failure
+// status, or the connection failed) and reports whether the service is now
+// ejected. An ejected service is selectable again after EjectionTime.
+func (p *PassiveHealth) Response(s *ServiceHealth, failed bool, now time.Time) (ejected bool) {
+	if !failed {
+		s.Failures = 0
+		return false
+	}
+	s.Failures++
+	if int(s.Failures) < p.ConsecutiveFailures {
+		return false
+	}
+	s.Failures = 0
+	s.EjectedUntil = now.Add(p.EjectionTime).UnixMilli()
+	return true
+}
+
+// healthSize is the encoded size of a ServiceHealth.
+const healthSize = 1 + 1 + 1 + 4 + 8
+
+// EncodeHealth appends the record's shared-data form to dst.
+func EncodeHealth(dst []byte, s *ServiceHealth) []byte {
+	down := byte(0)
+	if s.Down {
+		down = 1
+	}
+	dst = append(dst, 1, down, s.Streak)
+	dst = binary.LittleEndian.AppendUint32(dst, s.Failures)
+	return binary.LittleEndian.AppendUint64(dst, uint64(s.EjectedUntil))
+}
+
+// DecodeHealth reads a record; a value of any other shape reads as a
+// healthy service (ok false), so a corrupt record can never take a service
+// out for good.
+func DecodeHealth(b []byte) (s ServiceHealth, ok bool) {
+	if len(b) != healthSize || b[0] != 1 {
+		return ServiceHealth{}, false
+	}
+	s.Down, s.Streak = b[1] == 1, b[2]
+	s.Failures = binary.LittleEndian.Uint32(b[3:])
+	s.EjectedUntil = int64(binary.LittleEndian.Uint64(b[7:]))
+	return s, true
+}
+
+// UpdateHealth applies f to the record stored under key with CAS, retrying
+// on conflict a bounded number of times. It returns the record as written
+// (or as last read when every attempt conflicted) and whether it was written.
+func UpdateHealth(st Store, key string, f func(*ServiceHealth)) (ServiceHealth, bool) {
+	var s ServiceHealth
+	var buf [healthSize]byte
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		val, cas, err := st.Get(key)
+		if err != nil && err != ErrNotFound {
+			return s, false
+		}
+		s, _ = DecodeHealth(val)
+		f(&s)
+		// A missing record is created with cas 0: two workers creating one
+		// record at once may lose one observation, which the next probe or
+		// response repeats; health records never carry mappings that matter.
+		if err := st.Set(key, EncodeHealth(buf[:0], &s), cas); err == nil {
+			return s, true
+		} else if err != ErrCASMismatch {
+			return s, false
+		}
+	}
+	return s, false
+}
