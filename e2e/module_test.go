@@ -8,11 +8,17 @@ import (
 	"testing"
 )
 
+// built caches the modules this test binary has built, by package directory.
 var (
-	moduleOnce  sync.Once
-	moduleBytes []byte
-	moduleErr   error
+	builtMu sync.Mutex
+	built   = map[string]*builtModule{}
 )
+
+type builtModule struct {
+	once sync.Once
+	wasm []byte
+	err  error
+}
 
 // module builds ./filter into a temporary file, once per test binary, and
 // returns the compiled hashlb.wasm. The e2e tests build the module from the
@@ -20,27 +26,43 @@ var (
 // failure fails the test (never a skip).
 func module(t testing.TB) []byte {
 	t.Helper()
-	moduleOnce.Do(func() {
+	return buildModule(t, "./filter")
+}
+
+// buildModule builds the proxy-wasm module in pkgDir (a package path relative
+// to the repository root, such as "./e2e/testdata/noop") the way build.sh
+// builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared. Each
+// package is built once per test binary.
+func buildModule(t testing.TB, pkgDir string) []byte {
+	t.Helper()
+	builtMu.Lock()
+	m := built[pkgDir]
+	if m == nil {
+		m = &builtModule{}
+		built[pkgDir] = m
+	}
+	builtMu.Unlock()
+	m.once.Do(func() {
 		dir, err := os.MkdirTemp("", "hashlb-e2e-")
 		if err != nil {
-			moduleErr = err
+			m.err = err
 			return
 		}
-		out := filepath.Join(dir, "hashlb.wasm")
-		cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-o", out, "./filter")
+		defer os.RemoveAll(dir)
+		out := filepath.Join(dir, "module.wasm")
+		cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-o", out, pkgDir)
 		cmd.Dir = repoRoot(t)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			moduleErr = &buildError{err: err, out: string(b)}
+			m.err = &buildError{err: err, out: string(b)}
 			return
 		}
-		moduleBytes, moduleErr = os.ReadFile(out)
-		os.RemoveAll(dir)
+		m.wasm, m.err = os.ReadFile(out)
 	})
-	if moduleErr != nil {
-		t.Fatalf("building the module: %v", moduleErr)
+	if m.err != nil {
+		t.Fatalf("building %s: %v", pkgDir, m.err)
 	}
-	return moduleBytes
+	return m.wasm
 }
 
 type buildError struct {
