@@ -51,7 +51,7 @@ bench)
 	;;
 oci)
 	wasm
-	go run ./tools/ocipack -wasm dist/hashlb.wasm -out dist/oci "$@"
+	go run ./tools/ocipack/cmd/hashlb-oci -in dist/hashlb.wasm -out dist/oci -tag latest "$@"
 	;;
 *)
 	echo "usage: $0 [wasm|test|run|check|bench|oci]" >&2
