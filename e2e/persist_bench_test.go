@@ -1,0 +1,256 @@
+package e2e
+
+// BenchmarkPersist/hostsim/*: one full stream (request headers, response
+// headers, done/log/delete) through the module under hostsim, with and
+// without the persistence table. Run with
+//
+//	go test -run '^$' -bench Persist -benchmem ./e2e
+//
+// "none" runs first so that hit and miss can report their cost relative to
+// it (x_none; the goal is ≤ 1.5). The 4-worker cases report the CAS retry
+// rate from hashlb.persistence_cas_retry per request.
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// benchHost runs the module for a benchmark: debug header off, as deployed.
+func benchHost(b *testing.B, p map[string]any, workers int, realTime bool) *hostsim.Host {
+	b.Helper()
+	c := map[string]any{"lbMethod": "ROUNDROBIN", "services": fourServices()}
+	if p != nil {
+		c["persistence"] = p
+	}
+	cfg, err := json.Marshal(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h, err := hostsim.New(context.Background(), module(b), hostsim.Config{
+		Workers: workers, PluginConfig: cfg, RootID: persistRootID, RealTime: realTime})
+	if err != nil {
+		b.Fatalf("hostsim.New: %v", err)
+	}
+	b.Cleanup(func() { h.Close(context.Background()) })
+	return h
+}
+
+var benchProps = req{}.props()
+
+// benchHeaders are a request's headers with x-client-id id.
+func benchHeaders(id string) [][2]string { return req{id: id}.headers() }
+
+// stream runs one full stream on worker w.
+func stream(b *testing.B, h *hostsim.Host, w int, hs [][2]string) {
+	s := h.Stream(w)
+	if res := s.RequestHeaders(hs, benchProps); res.Err != nil || res.LocalReply != nil {
+		b.Fatalf("RequestHeaders: %v %+v", res.Err, res.LocalReply)
+	}
+	if res := s.ResponseHeaders([][2]string{{":status", "200"}}); res.Err != nil {
+		b.Fatalf("ResponseHeaders: %v", res.Err)
+	}
+	if err := s.Finish(); err != nil {
+		b.Fatalf("Finish: %v", err)
+	}
+}
+
+// perOp is the last run's time per operation.
+func perOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+
+// prewarm creates every bucket of a tableSize table in h's shared data, one
+// entry each, through lbcore.Table (the code the module runs), so that a
+// benchmark's misses land in existing buckets as on a table in service.
+func prewarm(h *hostsim.Host, tableSize int) {
+	nb := tableSize / lbcore.Ways
+	tb := lbcore.NewTable(sharedStore{h.SharedData()}, persistNamespace, tableSize, 7*24*time.Hour)
+	seen := make([]bool, nb)
+	id := xxhash.Sum64String("10.0.0.11:8080")
+	var key []byte
+	for i, left := 0, nb; left > 0; i++ {
+		key = strconv.AppendInt(append(key[:0], "warm-"...), int64(i), 10)
+		if bk, _ := bucketOf(key, nb); !seen[bk] {
+			seen[bk] = true
+			left--
+			tb.Resolve(key, h.Now(), func(uint64) bool { return true }, func() (uint64, bool) { return id, true })
+		}
+	}
+}
+
+// hotBucketKeys returns n persistence keys that all fall in bucket 0 of a
+// tableSize table.
+func hotBucketKeys(n, tableSize int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		k := "hot-" + strconv.Itoa(i)
+		if bk, _ := bucketOf([]byte(k), tableSize/lbcore.Ways); bk == 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// fourWorkers runs b.N streams from four goroutines, one per worker, and
+// reports the CAS retry and give-up rates per request.
+func fourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]string) {
+	retry0, giveup0 := metric(h, "hashlb.persistence_cas_retry"), metric(h, "hashlb.persistence_cas_giveup")
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < b.N; i += 4 {
+				s := h.Stream(w)
+				if res := s.RequestHeaders(headers(w, i), benchProps); res.Err != nil || res.LocalReply != nil {
+					b.Errorf("RequestHeaders: %v %+v", res.Err, res.LocalReply)
+					return
+				}
+				s.ResponseHeaders([][2]string{{":status", "200"}})
+				if err := s.Finish(); err != nil {
+					b.Errorf("Finish: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	retries := metric(h, "hashlb.persistence_cas_retry") - retry0
+	giveups := metric(h, "hashlb.persistence_cas_giveup") - giveup0
+	b.ReportMetric(100*float64(retries)/float64(b.N), "casretry%")
+	b.ReportMetric(100*float64(giveups)/float64(b.N), "casgiveup%")
+}
+
+func BenchmarkPersist(b *testing.B) {
+	b.Run("hostsim", func(b *testing.B) {
+		var none float64
+		ratio := func(b *testing.B) {
+			if none > 0 {
+				b.ReportMetric(perOp(b)/none, "x_none")
+			}
+		}
+		// none: the same request, persistence off.
+		b.Run("none", func(b *testing.B) {
+			h := benchHost(b, nil, 1, false)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+			}
+			b.StopTimer()
+			none = perOp(b)
+		})
+		// hit: one key again and again (refresh writes at most once a second).
+		b.Run("hit", func(b *testing.B) {
+			h := benchHost(b, persistence(nil), 1, false)
+			stream(b, h, 0, benchHeaders("client-1"))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				// Built each time, as none and miss build theirs.
+				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(1)))
+			}
+			b.StopTimer()
+			ratio(b)
+			if got := metric(h, "hashlb.persistence_hit"); got != int64(b.N) {
+				b.Fatalf("persistence_hit = %d, want %d", got, b.N)
+			}
+		})
+		// miss: a new key each time, into a 1,000,000-entry table whose
+		// buckets exist (one entry each): no bucket creation, no eviction.
+		b.Run("miss", func(b *testing.B) {
+			const tableSize = 1000000
+			h := benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false)
+			prewarm(h, tableSize)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+			}
+			b.StopTimer()
+			ratio(b)
+			if got := metric(h, "hashlb.persistence_miss"); got != int64(b.N) {
+				b.Fatalf("persistence_miss = %d, want %d", got, b.N)
+			}
+		})
+		// miss-cold: a new key each time into an empty 100,000,000-entry
+		// table: nearly every miss creates its bucket (marker write, read,
+		// guarded create).
+		b.Run("miss-cold", func(b *testing.B) {
+			h := benchHost(b, persistence(map[string]any{"tableSize": 100000000}), 1, false)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+			}
+			b.StopTimer()
+			ratio(b)
+		})
+		// interleaved: none, hit and miss one request each in turn, timed
+		// separately, so that the ratios do not depend on what else the
+		// (shared) machine did during one of the runs above.
+		b.Run("interleaved", func(b *testing.B) {
+			const tableSize = 1000000
+			hosts := [3]*hostsim.Host{
+				benchHost(b, nil, 1, false),
+				benchHost(b, persistence(nil), 1, false),
+				benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false),
+			}
+			prewarm(hosts[2], tableSize)
+			stream(b, hosts[1], 0, benchHeaders("client-1"))
+			var total [3]time.Duration
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				for k := range 3 {
+					j := (i + k) % 3
+					id := "client-1"
+					if j != 1 {
+						id = "client-" + strconv.Itoa(i)
+					}
+					hs := benchHeaders(id)
+					start := time.Now()
+					stream(b, hosts[j], 0, hs)
+					total[j] += time.Since(start)
+				}
+			}
+			b.StopTimer()
+			n := float64(b.N)
+			b.ReportMetric(float64(total[0].Nanoseconds())/n, "none-ns")
+			b.ReportMetric(float64(total[1].Nanoseconds())/n, "hit-ns")
+			b.ReportMetric(float64(total[2].Nanoseconds())/n, "miss-ns")
+			b.ReportMetric(float64(total[1])/float64(total[0]), "hit_x_none")
+			b.ReportMetric(float64(total[2])/float64(total[0]), "miss_x_none")
+		})
+		// hotkey-4workers: four workers on one key, on the wall clock, so
+		// that each refreshes the entry once a second.
+		b.Run("hotkey-4workers", func(b *testing.B) {
+			h := benchHost(b, persistence(nil), 4, true)
+			hs := benchHeaders("client-1")
+			stream(b, h, 0, hs)
+			fourWorkers(b, h, func(int, int) [][2]string { return hs })
+		})
+		// hotbucket-4workers: the worst case, every request a write to one
+		// bucket: four workers cycle through 64 keys of bucket 0, so each
+		// request misses (8 ways) and evicts.
+		b.Run("hotbucket-4workers", func(b *testing.B) {
+			const tableSize = 10000
+			keys := hotBucketKeys(64, tableSize)
+			hs := make([][][2]string, len(keys))
+			for i, k := range keys {
+				hs[i] = benchHeaders(k)
+			}
+			h := benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 4, true)
+			fourWorkers(b, h, func(_, i int) [][2]string { return hs[i%len(hs)] })
+		})
+	})
+}
