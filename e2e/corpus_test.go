@@ -3,8 +3,8 @@ package e2e
 // The same request corpus through the compiled module under every host we
 // have: hostsim with 1 and 4 workers under both import profiles, and the
 // SDK's own wasm runner (proxytest.NewWasmVMContext), a host we did not
-// write. lbcore is the oracle: a hash decision must be exactly lbcore's, and
-// the same on every host; a decision that depends on per-worker state or a
+// write. lbcore is the oracle: a hash hostDecision must be exactly lbcore's, and
+// the same on every host; a hostDecision that depends on per-worker state or a
 // random seed (round robin, least connection, backups) must name configured,
 // enabled services.
 
@@ -175,16 +175,16 @@ func corpus(n int) []corpusRequest {
 	return out
 }
 
-// decision is what one request left behind on a host.
-type decision struct {
+// hostDecision is what one request left behind on a host.
+type hostDecision struct {
 	upstream []string // every value of x-envoy-original-dst-host after the filter
 	service  []string // every value of x-hashlb-service
 	status   int      // local reply status, 0 when the request went upstream
 	body     string   // local reply body
-	debug    string   // x-hashlb-decision on the response
+	debug    string   // x-hashlb-hostDecision on the response
 }
 
-func values(headers [][2]string, name string) []string {
+func headerValues(headers [][2]string, name string) []string {
 	var out []string
 	for _, kv := range headers {
 		if strings.EqualFold(kv[0], name) {
@@ -194,7 +194,7 @@ func values(headers [][2]string, name string) []string {
 	return out
 }
 
-func first(xs []string) string {
+func firstOf(xs []string) string {
 	if len(xs) == 0 {
 		return ""
 	}
@@ -203,14 +203,14 @@ func first(xs []string) string {
 
 // runHostsim runs the corpus through hostsim, requests spread round robin
 // over the workers, each a whole stream.
-func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusRequest) ([]decision, error) {
+func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusRequest) ([]hostDecision, error) {
 	ctx := context.Background()
 	h, err := hostsim.New(ctx, wasm, hostsim.Config{Workers: workers, Profile: profile, PluginConfig: config, LogLevel: hostsim.LogWarn})
 	if err != nil {
 		return nil, fmt.Errorf("hostsim.New: %w", err)
 	}
 	defer h.Close(ctx)
-	out := make([]decision, len(reqs))
+	out := make([]hostDecision, len(reqs))
 	for i, r := range reqs {
 		s := h.Stream(i % workers)
 		props := map[string][]byte{}
@@ -227,15 +227,15 @@ func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusR
 		d := &out[i]
 		if l := res.LocalReply; l != nil {
 			d.status, d.body = l.Status, string(l.Body)
-			d.debug, _ = l.Header("x-hashlb-decision")
+			d.debug, _ = l.Header("x-hashlb-hostDecision")
 		} else {
-			d.upstream = values(res.Headers, "x-envoy-original-dst-host")
-			d.service = values(res.Headers, "x-hashlb-service")
+			d.upstream = headerValues(res.Headers, "x-envoy-original-dst-host")
+			d.service = headerValues(res.Headers, "x-hashlb-service")
 			resp := s.ResponseHeaders([][2]string{{":status", "200"}})
 			if resp.Err != nil {
 				return nil, fmt.Errorf("request %d: response headers: %w", i, resp.Err)
 			}
-			d.debug, _ = resp.Header("x-hashlb-decision")
+			d.debug, _ = resp.Header("x-hashlb-hostDecision")
 		}
 		if err := s.Finish(); err != nil {
 			return nil, fmt.Errorf("request %d: finish: %w", i, err)
@@ -255,7 +255,7 @@ func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusR
 // this holds it only for the duration of the call. It refuses an empty
 // property and cannot remove one, so an absent address is given as "-",
 // which the module reads as no address, as it does an absent one.
-func runProxytest(vm proxytest.WasmVMContext, config []byte, reqs []corpusRequest) ([]decision, error) {
+func runProxytest(vm proxytest.WasmVMContext, config []byte, reqs []corpusRequest) ([]hostDecision, error) {
 	h, reset := proxytest.NewHostEmulator(proxytest.NewEmulatorOption().WithVMContext(vm).WithPluginConfiguration(config))
 	defer reset()
 	if st := h.StartVM(); st != types.OnVMStartStatusOK {
@@ -264,7 +264,7 @@ func runProxytest(vm proxytest.WasmVMContext, config []byte, reqs []corpusReques
 	if st := h.StartPlugin(); st != types.OnPluginStartStatusOK {
 		return nil, fmt.Errorf("StartPlugin = %v", st)
 	}
-	out := make([]decision, len(reqs))
+	out := make([]hostDecision, len(reqs))
 	for i, r := range reqs {
 		for _, p := range []struct {
 			path []string
@@ -284,18 +284,18 @@ func runProxytest(vm proxytest.WasmVMContext, config []byte, reqs []corpusReques
 			d.status, d.body = int(l.StatusCode), string(l.Data)
 		} else {
 			hs := h.GetCurrentRequestHeaders(id)
-			d.upstream = values(hs, "x-envoy-original-dst-host")
-			d.service = values(hs, "x-hashlb-service")
+			d.upstream = headerValues(hs, "x-envoy-original-dst-host")
+			d.service = headerValues(hs, "x-hashlb-service")
 			h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-			d.debug = first(values(h.GetCurrentResponseHeaders(id), "x-hashlb-decision"))
+			d.debug = firstOf(headerValues(h.GetCurrentResponseHeaders(id), "x-hashlb-hostDecision"))
 		}
 		h.CompleteHttpContext(id)
 	}
 	return out, nil
 }
 
-// brief formats headers for a failure message, long values clipped.
-func brief(headers [][2]string) string {
+// briefHeaders formats headers for a failure message, long values clipped.
+func briefHeaders(headers [][2]string) string {
 	var b strings.Builder
 	for _, kv := range headers {
 		v := kv[1]
@@ -307,9 +307,9 @@ func brief(headers [][2]string) string {
 	return b.String()
 }
 
-// oracle is lbcore's decision for r, built from the request as the filter
+// oracleDecision is lbcore's hostDecision for r, built from the request as the filter
 // sees it: pseudo-headers split out, client copies of hashlb's headers gone.
-func oracle(b *lbcore.Balancer, r corpusRequest) lbcore.Decision {
+func oracleDecision(b *lbcore.Balancer, r corpusRequest) lbcore.Decision {
 	c := b.Config()
 	req := lbcore.Request{Source: r.src, Dest: r.dst}
 	for _, kv := range r.headers {
@@ -328,8 +328,8 @@ func oracle(b *lbcore.Balancer, r corpusRequest) lbcore.Decision {
 	return b.Decide(&req, time.Unix(1767225600, 0))
 }
 
-// checkDecision compares what a host did with lbcore's decision want.
-func checkDecision(c *lbcore.Config, want lbcore.Decision, persist bool, got decision) error {
+// checkDecision compares what a host did with lbcore's hostDecision want.
+func checkDecision(c *lbcore.Config, want lbcore.Decision, persist bool, got hostDecision) error {
 	if want.Reason == lbcore.ReasonNoService {
 		if got.status != 503 || got.body != "no healthy service" || len(got.upstream) != 0 {
 			return fmt.Errorf("got status %d body %q upstream %q, want a local 503 %q", got.status, got.body, got.upstream, "no healthy service")
@@ -396,19 +396,19 @@ func TestCorpusSameDecisionsOnEveryHost(t *testing.T) {
 	}
 	type hostRun struct {
 		name string
-		run  func(config []byte) ([]decision, error)
+		run  func(config []byte) ([]hostDecision, error)
 	}
 	var hosts []hostRun
 	for _, prof := range hostsim.Profiles() {
 		for _, workers := range []int{1, 4} {
-			hosts = append(hosts, hostRun{fmt.Sprintf("hostsim/%s/workers=%d", prof, workers), func(config []byte) ([]decision, error) {
+			hosts = append(hosts, hostRun{fmt.Sprintf("hostsim/%s/workers=%d", prof, workers), func(config []byte) ([]hostDecision, error) {
 				return runHostsim(wasm, config, workers, prof, reqs)
 			}})
 		}
 	}
 	// The SDK's emulator is global: proxytest runs on this goroutine, the
 	// hostsim runs beside it.
-	hosts = append(hosts, hostRun{"proxytest", func(config []byte) ([]decision, error) {
+	hosts = append(hosts, hostRun{"proxytest", func(config []byte) ([]hostDecision, error) {
 		return runProxytest(vm, config, reqs)
 	}})
 
@@ -423,7 +423,7 @@ func TestCorpusSameDecisionsOnEveryHost(t *testing.T) {
 			want := make([]lbcore.Decision, len(reqs))
 			reasons := map[string]int{}
 			for i, r := range reqs {
-				want[i] = oracle(b, r)
+				want[i] = oracleDecision(b, r)
 				reasons[want[i].Reason.String()]++
 			}
 			t.Logf("lbcore reasons over %d requests: %v", len(reqs), reasons)
@@ -431,7 +431,7 @@ func TestCorpusSameDecisionsOnEveryHost(t *testing.T) {
 				t.Fatalf("corpus does not exercise both %s and its fallback: %v", c.LBMethod, reasons)
 			}
 
-			got := make([][]decision, len(hosts))
+			got := make([][]hostDecision, len(hosts))
 			errs := make([]error, len(hosts))
 			var wg sync.WaitGroup
 			for hi := range hosts[:len(hosts)-1] {
@@ -451,12 +451,12 @@ func TestCorpusSameDecisionsOnEveryHost(t *testing.T) {
 					err := checkDecision(c, want[i], cc.persist, got[hi][i])
 					// Beyond lbcore: every host agrees on hash decisions.
 					if ref := got[0]; err == nil && ref != nil && want[i].Reason == lbcore.ReasonHash &&
-						(first(got[hi][i].upstream) != first(ref[i].upstream) || first(got[hi][i].service) != first(ref[i].service)) {
+						(firstOf(got[hi][i].upstream) != firstOf(ref[i].upstream) || firstOf(got[hi][i].service) != firstOf(ref[i].service)) {
 						err = fmt.Errorf("%q/%q, %s: %q/%q", got[hi][i].upstream, got[hi][i].service, hosts[0].name, ref[i].upstream, ref[i].service)
 					}
 					if err != nil {
 						if bad++; bad <= 5 {
-							t.Errorf("%s: request %d %s src=%q dst=%q: %v", host.name, i, brief(reqs[i].headers), reqs[i].src, reqs[i].dst, err)
+							t.Errorf("%s: request %d %s src=%q dst=%q: %v", host.name, i, briefHeaders(reqs[i].headers), reqs[i].src, reqs[i].dst, err)
 						}
 					}
 				}

@@ -1,0 +1,404 @@
+package e2e
+
+// hashlb-proxy for real: the command built from source, run as a process on
+// a free loopback port with the module built from source, forwarding real
+// HTTP requests to real loopback backends.
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+var (
+	proxyOnce sync.Once
+	proxyBin  string
+	proxyErr  error
+)
+
+// proxyCommand builds hashlb-proxy once per test binary and returns its path.
+func proxyCommand(t *testing.T) string {
+	t.Helper()
+	proxyOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "hashlb-proxy-")
+		if err != nil {
+			proxyErr = err
+			return
+		}
+		proxyBin = filepath.Join(dir, "hashlb-proxy")
+		cmd := exec.Command("go", "build", "-o", proxyBin, "./hostsim/cmd/hashlb-proxy")
+		cmd.Dir = repoRoot(t)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			proxyErr = &buildError{err: err, out: string(b)}
+		}
+	})
+	if proxyErr != nil {
+		t.Fatalf("building hashlb-proxy: %v", proxyErr)
+	}
+	return proxyBin
+}
+
+// backend is a loopback HTTP server that answers with its name.
+type backend struct {
+	name string
+	addr string
+	srv  *httptest.Server
+}
+
+// startBackends starts one backend per name, stopped at t's cleanup.
+func startBackends(t *testing.T, names ...string) []backend {
+	t.Helper()
+	var bs []backend
+	for _, name := range names {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("x-seen-upstream", strings.Join(r.Header.Values("x-envoy-original-dst-host"), "|"))
+			w.Header().Set("x-seen-service", strings.Join(r.Header.Values("x-hashlb-service"), "|"))
+			io.WriteString(w, name)
+		}))
+		t.Cleanup(srv.Close)
+		bs = append(bs, backend{name: name, addr: srv.Listener.Addr().String(), srv: srv})
+	}
+	return bs
+}
+
+// proxyConfig is a hashlb config over bs; disabled names services taken out.
+func proxyConfig(method, extra string, bs []backend, disabled ...string) []byte {
+	var svcs []string
+	for _, b := range bs {
+		enabled := true
+		for _, d := range disabled {
+			enabled = enabled && d != b.name
+		}
+		svcs = append(svcs, fmt.Sprintf(`{"name": %q, "address": %q, "enabled": %t}`, b.name, b.addr, enabled))
+	}
+	return []byte(fmt.Sprintf(`{"lbMethod": %q, %s "debugHeader": true, "services": [%s]}`, method, extra, strings.Join(svcs, ", ")))
+}
+
+// syncBuffer collects a process's output for failure messages.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listenLine = regexp.MustCompile(`^hashlb-proxy: .* on http://(\S+), `)
+
+// runProxy starts hashlb-proxy with config on a free loopback port, its own
+// demo backends off, and returns its base URL once it accepts connections.
+// The process is killed at t's cleanup.
+func runProxy(t *testing.T, config []byte) string {
+	t.Helper()
+	bin := proxyCommand(t)
+	dir := t.TempDir()
+	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
+	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-wasm", wasmFile, "-config", cfgFile, "-listen", "127.0.0.1:0",
+		"-workers", "2", "-backends=false")
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		close(addr)
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			t.Fatalf("hashlb-proxy exited before listening: %s", stderr.String())
+		}
+		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
+		}
+		conn.Close()
+		return "http://" + a
+	case <-time.After(60 * time.Second):
+		t.Fatalf("hashlb-proxy did not listen within 60s: %s", stderr.String())
+	}
+	return ""
+}
+
+// proxyReply is what a client got back through the proxy.
+type proxyReply struct {
+	status  int
+	body    string
+	header  http.Header
+	backend string // the name the backend answered with, "" for a local proxyReply
+}
+
+// proxyGet sends GET url with headers (name, value, ...) through c.
+func proxyGet(t *testing.T, c *http.Client, url string, headers ...string) proxyReply {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := proxyReply{status: resp.StatusCode, body: string(b), header: resp.Header}
+	if r.status == 200 {
+		r.backend = r.body
+	}
+	return r
+}
+
+// stickyBackend sends n requests and returns the one backend that answered all of them.
+func stickyBackend(t *testing.T, c *http.Client, n int, url string, headers ...string) string {
+	t.Helper()
+	seen := map[string]int{}
+	for i := 0; i < n; i++ {
+		r := proxyGet(t, c, url, headers...)
+		if r.status != 200 {
+			t.Fatalf("GET %s %q: %d %q", url, headers, r.status, r.body)
+		}
+		seen[r.backend]++
+	}
+	if len(seen) != 1 {
+		t.Fatalf("GET %s %q ×%d reached %v, want one backend", url, headers, n, seen)
+	}
+	for b := range seen {
+		return b
+	}
+	return ""
+}
+
+func TestProxy(t *testing.T) {
+	module(t) // build both before the parallel subtests
+	proxyCommand(t)
+	client := &http.Client{Timeout: 10 * time.Second}
+	// A new connection per request: new source ports, the same source IP.
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+	t.Run("URLHASH", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3", "b4")
+		config := proxyConfig("URLHASH", "", bs)
+		base := runProxy(t, config)
+		cfg, err := lbcore.ParseConfig(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oracle := lbcore.NewBalancer(cfg, 0)
+		seen := map[string]bool{}
+		for i := 0; i < 12; i++ {
+			path := fmt.Sprintf("/items/%d?view=full", i)
+			n := 5
+			if i == 0 {
+				n = 50
+			}
+			got := stickyBackend(t, client, n, base+path)
+			d := oracle.Decide(&lbcore.Request{Target: path}, time.Now())
+			if want := cfg.Services[d.At(0)].Name; got != want {
+				t.Errorf("GET %s reached %s, lbcore chooses %s", path, got, want)
+			}
+			seen[got] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("12 paths all reached %v: URLHASH does not spread", seen)
+		}
+	})
+
+	t.Run("forged-upstream-header", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3")
+		base := runProxy(t, proxyConfig("URLHASH", "", bs))
+		for i := 0; i < 10; i++ {
+			url := fmt.Sprintf("%s/forged/%d", base, i)
+			plain := proxyGet(t, client, url)
+			addr := map[string]string{}
+			for _, b := range bs {
+				addr[b.name] = b.addr
+			}
+			if got := plain.header.Get("x-seen-upstream"); got != addr[plain.backend] {
+				t.Fatalf("%s: backend %s got x-envoy-original-dst-host %q, want its own address %q", url, plain.backend, got, addr[plain.backend])
+			}
+			for _, b := range bs {
+				r := proxyGet(t, client, url, "X-Envoy-Original-Dst-Host", b.addr, "x-envoy-original-dst-host", "127.0.0.1:1", "X-Hashlb-Service", b.name)
+				if r.backend != plain.backend {
+					t.Errorf("%s with a forged upstream %s reached %s, without it %s", url, b.addr, r.backend, plain.backend)
+				}
+				if got := r.header.Get("x-seen-upstream"); got != addr[plain.backend] {
+					t.Errorf("%s: backend got x-envoy-original-dst-host %q, want only %q", url, got, addr[plain.backend])
+				}
+				if got := r.header.Get("x-seen-service"); got != plain.backend {
+					t.Errorf("%s: backend got x-hashlb-service %q, want only %q", url, got, plain.backend)
+				}
+			}
+		}
+	})
+
+	t.Run("SOURCEIPHASH", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3", "b4")
+		base := runProxy(t, proxyConfig("SOURCEIPHASH", "", bs))
+		// Every request comes from 127.0.0.1, from many source ports and paths.
+		seen := map[string]int{}
+		for i := 0; i < 50; i++ {
+			r := proxyGet(t, fresh, fmt.Sprintf("%s/src/%d", base, i))
+			if r.status != 200 {
+				t.Fatalf("%d %q", r.status, r.body)
+			}
+			seen[r.backend]++
+		}
+		if len(seen) != 1 {
+			t.Errorf("50 requests from 127.0.0.1 reached %v, want one backend", seen)
+		}
+	})
+
+	t.Run("CALLIDHASH", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3", "b4")
+		base := runProxy(t, proxyConfig("CALLIDHASH", "", bs))
+		seen := map[string]bool{}
+		for i := 0; i < 10; i++ {
+			id := fmt.Sprintf("call-%d@pbx.example.com", i)
+			n := 5
+			if i == 0 {
+				n = 50
+			}
+			b := stickyBackend(t, fresh, n, fmt.Sprintf("%s/sip/%d", base, i), "Call-ID", id)
+			if i%2 == 0 { // the compact form is the same key
+				if c := stickyBackend(t, client, 3, base+"/other", "i", id); c != b {
+					t.Errorf("Call-ID %q reached %s, compact i %s", id, b, c)
+				}
+			}
+			seen[b] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("10 Call-IDs all reached %v", seen)
+		}
+	})
+
+	t.Run("TOKEN", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3", "b4")
+		base := runProxy(t, proxyConfig("TOKEN", `"token": "${request.header.x-tenant||request.cookie.tenant}",`, bs))
+		seen := map[string]bool{}
+		for i := 0; i < 10; i++ {
+			tenant := fmt.Sprintf("tenant-%d", i)
+			n := 5
+			if i == 0 {
+				n = 50
+			}
+			b := stickyBackend(t, fresh, n, fmt.Sprintf("%s/t/%d", base, i), "x-tenant", tenant)
+			if c := stickyBackend(t, client, 3, base+"/cookie", "cookie", "a=1; tenant="+tenant); c != b {
+				t.Errorf("tenant %q in a header reached %s, in a cookie %s", tenant, b, c)
+			}
+			seen[b] = true
+		}
+		if len(seen) < 2 {
+			t.Errorf("10 tenants all reached %v", seen)
+		}
+	})
+
+	t.Run("no-healthy-service", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2")
+		base := runProxy(t, proxyConfig("URLHASH", "", bs, "b1", "b2"))
+		for _, c := range []*http.Client{client, fresh} {
+			r := proxyGet(t, c, base+"/anything")
+			if r.status != 503 || r.body != "no healthy service" {
+				t.Errorf("all services disabled: %d %q, want a local 503 %q", r.status, r.body, "no healthy service")
+			}
+			if d := r.header.Get("x-hashlb-decision"); !strings.Contains(d, "reason=no_service") {
+				t.Errorf("x-hashlb-decision %q, want reason=no_service", d)
+			}
+		}
+	})
+
+	t.Run("disable-moves-only-its-keys", func(t *testing.T) {
+		t.Parallel()
+		bs := startBackends(t, "b1", "b2", "b3", "b4")
+		paths := make([]string, 200)
+		for i := range paths {
+			paths[i] = fmt.Sprintf("/catalog/%d/item?id=%d", i*7, i)
+		}
+		route := func(base string) map[string]string {
+			m := map[string]string{}
+			for _, p := range paths {
+				r := proxyGet(t, client, base+p)
+				if r.status != 200 {
+					t.Fatalf("GET %s: %d %q", p, r.status, r.body)
+				}
+				m[p] = r.backend
+			}
+			return m
+		}
+		before := route(runProxy(t, proxyConfig("URLHASH", "", bs)))
+		// The operator disables b2 and restarts the proxy with the new config.
+		after := route(runProxy(t, proxyConfig("URLHASH", "", bs, "b2")))
+		onB2, moved := 0, 0
+		for _, p := range paths {
+			switch {
+			case before[p] == "b2":
+				onB2++
+				if after[p] == "b2" {
+					t.Errorf("%s still reached the disabled b2", p)
+				}
+			case after[p] != before[p]:
+				moved++
+				t.Errorf("%s moved from %s to %s, but only b2's keys may move", p, before[p], after[p])
+			}
+		}
+		t.Logf("200 paths: %d were on b2 and moved, %d others moved", onB2, moved)
+		if onB2 == 0 {
+			t.Fatalf("no path was on b2: %v", before)
+		}
+	})
+}
