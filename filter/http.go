@@ -85,6 +85,7 @@ func (h *httpContext) route(i int, upstream string) {
 		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name)
 	}
 	h.chosen = i
+	p.own[i]++
 	p.bal.SetActive(i, p.bal.Active(i)+1)
 	p.m.routed(i, 1)
 }
@@ -145,6 +146,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	defer func() { _ = recover() }()
 	if i := h.chosen; i >= 0 {
 		h.chosen = -1
+		h.p.own[i]--
 		h.p.bal.SetActive(i, h.p.bal.Active(i)-1)
 		h.p.m.routed(i, -1)
 	}

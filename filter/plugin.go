@@ -26,6 +26,10 @@ type pluginContext struct {
 	// failing[i] is true while this worker knows service i has failed
 	// responses in a row (passive health).
 	failing []bool
+	// own[i] is this worker's active requests on service i; board shares
+	// them with the other workers once per tick.
+	own   []int64
+	board *lbcore.LoadBoard
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -57,13 +61,16 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	ns := "hashlb/" + pluginRootID()
 	p.bal.EnablePersistence(sharedStore{}, ns)
 	p.m = defineMetrics(cfg)
+	p.own = make([]int64, len(cfg.Services))
+	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
 	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
 		p.health = newHealth(p, ns, rand.Uint64())
 		p.failing = make([]bool, len(cfg.Services))
-		if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
-			proxywasm.LogErrorf("hashlb: health checks need ticks: %v", err)
-			return types.OnPluginStartStatusFailed
-		}
+	}
+	// The tick shares active request counts and runs health checks.
+	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
+		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
+		return types.OnPluginStartStatusFailed
 	}
 	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
 	return types.OnPluginStartStatusOK
@@ -77,8 +84,23 @@ func (p *pluginContext) OnTick() {
 			proxywasm.LogErrorf("hashlb: internal error in tick: %v", r)
 		}
 	}()
+	if p.cfg == nil {
+		return
+	}
+	now := time.Now()
+	p.shareLoads(now)
 	if p.health != nil {
-		p.health.tick(time.Now())
+		p.health.tick(now)
+	}
+}
+
+// shareLoads publishes this worker's active requests and takes in the other
+// workers', so least connection and bounded load see the whole proxy.
+func (p *pluginContext) shareLoads(now time.Time) {
+	p.board.Publish(now, p.own)
+	others := p.board.Others(now)
+	for i := range p.own {
+		p.bal.SetActive(i, p.own[i]+others[i])
 	}
 }
 

@@ -258,43 +258,9 @@ func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, boo
 }
 
 // create writes the bucket t.buf under bkey, which a Get found missing, so
-// that it succeeds only if the key is still missing.
-//
-// A Set on a missing key writes whatever the cas, and a Set with cas 0 on an
-// existing key overwrites it: two workers that both saw the key missing would
-// both write, and a late blind write would wipe entries the other had already
-// stored. So the create uses a cas that cannot be the bucket's: the host
-// draws every cas from one counter for all keys, and the cas just given to a
-// write of the marker key belongs to that write, not to any write of the
-// bucket (unless the counter wraps, 2^32 writes, between the two). If the
-// bucket is still missing the Set creates it; if another worker created it,
-// the Set fails with ErrCASMismatch and Resolve re-reads the bucket as after
-// any conflict. The marker's own value carries nothing, so blind writes to it
-// are harmless (it is one byte: some hosts' SDKs cannot pass an empty
-// value). The cost is one Get, one Set and one Get per bucket creation.
-//
-// The marker is written with cas 0, which cpp-host (src/shared_data.cc,
-// SharedData::set, one nextCas() counter for every key) always accepts. The
-// SDK's proxytest emulator refuses cas 0 on an existing key; there the marker
-// is written once more with the cas just read. A table that only works on one
-// host would be a trap.
+// that it succeeds only if the key is still missing (see CreateKey).
 func (t *Table) create(bkey string) error {
-	err := t.store.Set(t.marker, t.buf[:bucketHeader], 0)
-	if errors.Is(err, ErrCASMismatch) {
-		_, mcas, gerr := t.store.Get(t.marker)
-		if gerr != nil {
-			return gerr
-		}
-		err = t.store.Set(t.marker, t.buf[:bucketHeader], mcas)
-	}
-	if err != nil {
-		return err
-	}
-	_, guard, err := t.store.Get(t.marker)
-	if err != nil {
-		return err
-	}
-	return t.store.Set(bkey, t.buf, guard)
+	return CreateKey(t.store, t.marker, bkey, t.buf)
 }
 
 // bucketKey returns the Store key of the bucket of hash h. The string

@@ -1,0 +1,135 @@
+package lbcore
+
+import (
+	"encoding/binary"
+	"strconv"
+	"time"
+)
+
+// LoadBoard shares active request counts between the workers of one proxy.
+// Each worker (Wasm VM) owns one slot, "<namespace>/a/<n>" for n in
+// [0, MaxSlots), and publishes its own counts there with a heartbeat; every
+// worker adds the fresh slots of the others to its own exact counts. A slot
+// whose heartbeat is older than SlotTTL is ignored and may be taken over, so
+// the counts of a VM that died never leak.
+//
+// Publishing once per tick (a second) instead of on every request costs one
+// Get and one Set per worker per second instead of two CAS writes per
+// request; other workers' requests are seen up to a tick late, the worker's
+// own at once.
+type LoadBoard struct {
+	store  Store
+	prefix string
+	marker string
+	ids    []uint64       // service identities, in Config.Services order
+	index  map[uint64]int // identity → position
+	me     uint64         // this worker's identity (non-zero)
+	slot   int            // owned slot, -1 when none
+	buf    []byte
+	others []int64
+}
+
+// MaxSlots bounds the workers that share counts; SlotTTL is how long a slot
+// counts without a heartbeat.
+const (
+	MaxSlots = 64
+	SlotTTL  = 5 * time.Second
+)
+
+// NewLoadBoard returns the board of the given services under namespace in s.
+// me identifies this worker (for example a random number drawn at start).
+func NewLoadBoard(s Store, namespace string, services []Service, me uint64) *LoadBoard {
+	b := &LoadBoard{store: s, prefix: namespace + "/a/", marker: namespace + "/a/c", me: me | 1, slot: -1,
+		others: make([]int64, len(services)), index: make(map[uint64]int, len(services))}
+	for i, svc := range services {
+		b.ids = append(b.ids, svc.ID)
+		b.index[svc.ID] = i
+	}
+	return b
+}
+
+// slot value: version 1 | owner uint64 | heartbeat unix ms int64 | n uint32 |
+// n × (service id uint64, count uint32), little-endian.
+const slotHeader = 1 + 8 + 8 + 4
+
+func (b *LoadBoard) key(n int) string { return b.prefix + strconv.Itoa(n) }
+
+func (b *LoadBoard) encode(now time.Time, own []int64) []byte {
+	v := append(b.buf[:0], 1)
+	v = binary.LittleEndian.AppendUint64(v, b.me)
+	v = binary.LittleEndian.AppendUint64(v, uint64(now.UnixMilli()))
+	v = binary.LittleEndian.AppendUint32(v, uint32(len(b.ids)))
+	for i, id := range b.ids {
+		v = binary.LittleEndian.AppendUint64(v, id)
+		v = binary.LittleEndian.AppendUint32(v, uint32(max(own[i], 0)))
+	}
+	b.buf = v
+	return v
+}
+
+// header reads a slot's owner and heartbeat; ok is false for a value of
+// another shape.
+func slotOwner(v []byte) (owner uint64, beat time.Time, ok bool) {
+	if len(v) < slotHeader || v[0] != 1 {
+		return 0, time.Time{}, false
+	}
+	return binary.LittleEndian.Uint64(v[1:]), time.UnixMilli(int64(binary.LittleEndian.Uint64(v[9:]))), true
+}
+
+// Publish writes this worker's counts (own, in service order) with a fresh
+// heartbeat, claiming a slot first if it holds none or lost its slot. It
+// reports whether the counts were published.
+func (b *LoadBoard) Publish(now time.Time, own []int64) bool {
+	if b.slot >= 0 {
+		v, cas, err := b.store.Get(b.key(b.slot))
+		if owner, _, ok := slotOwner(v); err == nil && ok && owner == b.me {
+			return b.store.Set(b.key(b.slot), b.encode(now, own), cas) == nil
+		}
+		b.slot = -1 // taken over while this worker stalled: claim another
+	}
+	for n := 0; n < MaxSlots; n++ {
+		v, cas, err := b.store.Get(b.key(n))
+		switch {
+		case err == ErrNotFound:
+			if CreateKey(b.store, b.marker, b.key(n), b.encode(now, own)) == nil {
+				b.slot = n
+				return true
+			}
+		case err != nil:
+			return false
+		default:
+			if _, beat, ok := slotOwner(v); !ok || now.Sub(beat) > SlotTTL {
+				if b.store.Set(b.key(n), b.encode(now, own), cas) == nil {
+					b.slot = n
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Others returns the summed counts of every other worker's fresh slot, in
+// service order. The slice is reused by the next call.
+func (b *LoadBoard) Others(now time.Time) []int64 {
+	clear(b.others)
+	for n := 0; n < MaxSlots; n++ {
+		v, _, err := b.store.Get(b.key(n))
+		if err == ErrNotFound {
+			break // slots are claimed lowest first and never deleted
+		}
+		owner, beat, ok := slotOwner(v)
+		if err != nil || !ok || owner == b.me || now.Sub(beat) > SlotTTL {
+			continue
+		}
+		count := int(binary.LittleEndian.Uint32(v[17:]))
+		for j, p := 0, slotHeader; j < count && p+12 <= len(v); j, p = j+1, p+12 {
+			// By identity, so a worker still on the previous configuration
+			// during a reload adds its counts to the right services.
+			if i, known := b.index[binary.LittleEndian.Uint64(v[p:])]; known {
+				b.others[i] += int64(binary.LittleEndian.Uint32(v[p+8:]))
+			}
+		}
+	}
+	return b.others
+}
