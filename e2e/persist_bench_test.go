@@ -24,8 +24,8 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// benchHost runs the module for a benchmark: debug header off, as deployed.
-func benchHost(b *testing.B, p map[string]any, workers int, realTime bool) *hostsim.Host {
+// persistBenchHost runs the module for a benchmark: debug header off, as deployed.
+func persistBenchHost(b *testing.B, p map[string]any, workers int, realTime bool) *hostsim.Host {
 	b.Helper()
 	c := map[string]any{"lbMethod": "ROUNDROBIN", "services": fourServices()}
 	if p != nil {
@@ -44,15 +44,15 @@ func benchHost(b *testing.B, p map[string]any, workers int, realTime bool) *host
 	return h
 }
 
-var benchProps = req{}.props()
+var persistBenchProps = persistReq{}.props()
 
-// benchHeaders are a request's headers with x-client-id id.
-func benchHeaders(id string) [][2]string { return req{id: id}.headers() }
+// persistBenchHeaders are a request's headers with x-client-id id.
+func persistBenchHeaders(id string) [][2]string { return persistReq{id: id}.headers() }
 
-// stream runs one full stream on worker w.
-func stream(b *testing.B, h *hostsim.Host, w int, hs [][2]string) {
+// persistStream runs one full stream on worker w.
+func persistStream(b *testing.B, h *hostsim.Host, w int, hs [][2]string) {
 	s := h.Stream(w)
-	if res := s.RequestHeaders(hs, benchProps); res.Err != nil || res.LocalReply != nil {
+	if res := s.RequestHeaders(hs, persistBenchProps); res.Err != nil || res.LocalReply != nil {
 		b.Fatalf("RequestHeaders: %v %+v", res.Err, res.LocalReply)
 	}
 	if res := s.ResponseHeaders([][2]string{{":status", "200"}}); res.Err != nil {
@@ -63,13 +63,13 @@ func stream(b *testing.B, h *hostsim.Host, w int, hs [][2]string) {
 	}
 }
 
-// perOp is the last run's time per operation.
-func perOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+// persistPerOp is the last run's time per operation.
+func persistPerOp(b *testing.B) float64 { return float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
 
-// prewarm creates every bucket of a tableSize table in h's shared data, one
+// persistPrewarm creates every bucket of a tableSize table in h's shared data, one
 // entry each, through lbcore.Table (the code the module runs), so that a
 // benchmark's misses land in existing buckets as on a table in service.
-func prewarm(h *hostsim.Host, tableSize int) {
+func persistPrewarm(h *hostsim.Host, tableSize int) {
 	nb := tableSize / lbcore.Ways
 	tb := lbcore.NewTable(sharedStore{h.SharedData()}, persistNamespace, tableSize, 7*24*time.Hour)
 	seen := make([]bool, nb)
@@ -85,9 +85,9 @@ func prewarm(h *hostsim.Host, tableSize int) {
 	}
 }
 
-// hotBucketKeys returns n persistence keys that all fall in bucket 0 of a
+// persistHotBucketKeys returns n persistence keys that all fall in bucket 0 of a
 // tableSize table.
-func hotBucketKeys(n, tableSize int) []string {
+func persistHotBucketKeys(n, tableSize int) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
 		k := "hot-" + strconv.Itoa(i)
@@ -98,10 +98,10 @@ func hotBucketKeys(n, tableSize int) []string {
 	return out
 }
 
-// fourWorkers runs b.N streams from four goroutines, one per worker, and
+// persistFourWorkers runs b.N streams from four goroutines, one per worker, and
 // reports the CAS retry and give-up rates per request.
-func fourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]string) {
-	retry0, giveup0 := metric(h, "hashlb.persistence_cas_retry"), metric(h, "hashlb.persistence_cas_giveup")
+func persistFourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]string) {
+	retry0, giveup0 := persistMetric(h, "hashlb.persistence_cas_retry"), persistMetric(h, "hashlb.persistence_cas_giveup")
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -110,7 +110,7 @@ func fourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]stri
 			defer wg.Done()
 			for i := w; i < b.N; i += 4 {
 				s := h.Stream(w)
-				if res := s.RequestHeaders(headers(w, i), benchProps); res.Err != nil || res.LocalReply != nil {
+				if res := s.RequestHeaders(headers(w, i), persistBenchProps); res.Err != nil || res.LocalReply != nil {
 					b.Errorf("RequestHeaders: %v %+v", res.Err, res.LocalReply)
 					return
 				}
@@ -124,8 +124,8 @@ func fourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]stri
 	}
 	wg.Wait()
 	b.StopTimer()
-	retries := metric(h, "hashlb.persistence_cas_retry") - retry0
-	giveups := metric(h, "hashlb.persistence_cas_giveup") - giveup0
+	retries := persistMetric(h, "hashlb.persistence_cas_retry") - retry0
+	giveups := persistMetric(h, "hashlb.persistence_cas_giveup") - giveup0
 	b.ReportMetric(100*float64(retries)/float64(b.N), "casretry%")
 	b.ReportMetric(100*float64(giveups)/float64(b.N), "casgiveup%")
 }
@@ -135,33 +135,33 @@ func BenchmarkPersist(b *testing.B) {
 		var none float64
 		ratio := func(b *testing.B) {
 			if none > 0 {
-				b.ReportMetric(perOp(b)/none, "x_none")
+				b.ReportMetric(persistPerOp(b)/none, "x_none")
 			}
 		}
 		// none: the same request, persistence off.
 		b.Run("none", func(b *testing.B) {
-			h := benchHost(b, nil, 1, false)
+			h := persistBenchHost(b, nil, 1, false)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
 			}
 			b.StopTimer()
-			none = perOp(b)
+			none = persistPerOp(b)
 		})
 		// hit: one key again and again (refresh writes at most once a second).
 		b.Run("hit", func(b *testing.B) {
-			h := benchHost(b, persistence(nil), 1, false)
-			stream(b, h, 0, benchHeaders("client-1"))
+			h := persistBenchHost(b, persistence(nil), 1, false)
+			persistStream(b, h, 0, persistBenchHeaders("client-1"))
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
 				// Built each time, as none and miss build theirs.
-				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(1)))
+				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(1)))
 			}
 			b.StopTimer()
 			ratio(b)
-			if got := metric(h, "hashlb.persistence_hit"); got != int64(b.N) {
+			if got := persistMetric(h, "hashlb.persistence_hit"); got != int64(b.N) {
 				b.Fatalf("persistence_hit = %d, want %d", got, b.N)
 			}
 		})
@@ -169,16 +169,16 @@ func BenchmarkPersist(b *testing.B) {
 		// buckets exist (one entry each): no bucket creation, no eviction.
 		b.Run("miss", func(b *testing.B) {
 			const tableSize = 1000000
-			h := benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false)
-			prewarm(h, tableSize)
+			h := persistBenchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false)
+			persistPrewarm(h, tableSize)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
 			}
 			b.StopTimer()
 			ratio(b)
-			if got := metric(h, "hashlb.persistence_miss"); got != int64(b.N) {
+			if got := persistMetric(h, "hashlb.persistence_miss"); got != int64(b.N) {
 				b.Fatalf("persistence_miss = %d, want %d", got, b.N)
 			}
 		})
@@ -186,11 +186,11 @@ func BenchmarkPersist(b *testing.B) {
 		// table: nearly every miss creates its bucket (marker write, read,
 		// guarded create).
 		b.Run("miss-cold", func(b *testing.B) {
-			h := benchHost(b, persistence(map[string]any{"tableSize": 100000000}), 1, false)
+			h := persistBenchHost(b, persistence(map[string]any{"tableSize": 100000000}), 1, false)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				stream(b, h, 0, benchHeaders("client-"+strconv.Itoa(i)))
+				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
 			}
 			b.StopTimer()
 			ratio(b)
@@ -201,12 +201,12 @@ func BenchmarkPersist(b *testing.B) {
 		b.Run("interleaved", func(b *testing.B) {
 			const tableSize = 1000000
 			hosts := [3]*hostsim.Host{
-				benchHost(b, nil, 1, false),
-				benchHost(b, persistence(nil), 1, false),
-				benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false),
+				persistBenchHost(b, nil, 1, false),
+				persistBenchHost(b, persistence(nil), 1, false),
+				persistBenchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false),
 			}
-			prewarm(hosts[2], tableSize)
-			stream(b, hosts[1], 0, benchHeaders("client-1"))
+			persistPrewarm(hosts[2], tableSize)
+			persistStream(b, hosts[1], 0, persistBenchHeaders("client-1"))
 			var total [3]time.Duration
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -217,9 +217,9 @@ func BenchmarkPersist(b *testing.B) {
 					if j != 1 {
 						id = "client-" + strconv.Itoa(i)
 					}
-					hs := benchHeaders(id)
+					hs := persistBenchHeaders(id)
 					start := time.Now()
-					stream(b, hosts[j], 0, hs)
+					persistStream(b, hosts[j], 0, hs)
 					total[j] += time.Since(start)
 				}
 			}
@@ -234,23 +234,23 @@ func BenchmarkPersist(b *testing.B) {
 		// hotkey-4workers: four workers on one key, on the wall clock, so
 		// that each refreshes the entry once a second.
 		b.Run("hotkey-4workers", func(b *testing.B) {
-			h := benchHost(b, persistence(nil), 4, true)
-			hs := benchHeaders("client-1")
-			stream(b, h, 0, hs)
-			fourWorkers(b, h, func(int, int) [][2]string { return hs })
+			h := persistBenchHost(b, persistence(nil), 4, true)
+			hs := persistBenchHeaders("client-1")
+			persistStream(b, h, 0, hs)
+			persistFourWorkers(b, h, func(int, int) [][2]string { return hs })
 		})
 		// hotbucket-4workers: the worst case, every request a write to one
 		// bucket: four workers cycle through 64 keys of bucket 0, so each
 		// request misses (8 ways) and evicts.
 		b.Run("hotbucket-4workers", func(b *testing.B) {
 			const tableSize = 10000
-			keys := hotBucketKeys(64, tableSize)
+			keys := persistHotBucketKeys(64, tableSize)
 			hs := make([][][2]string, len(keys))
 			for i, k := range keys {
-				hs[i] = benchHeaders(k)
+				hs[i] = persistBenchHeaders(k)
 			}
-			h := benchHost(b, persistence(map[string]any{"tableSize": tableSize}), 4, true)
-			fourWorkers(b, h, func(_, i int) [][2]string { return hs[i%len(hs)] })
+			h := persistBenchHost(b, persistence(map[string]any{"tableSize": tableSize}), 4, true)
+			persistFourWorkers(b, h, func(_, i int) [][2]string { return hs[i%len(hs)] })
 		})
 	})
 }

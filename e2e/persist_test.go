@@ -72,7 +72,7 @@ func lbConfig(t testing.TB, method string, p map[string]any, services []svcDef) 
 	return b
 }
 
-// lbHost runs the module with workers VMs (4 unless given) and cfg.
+// lbHost runs the module in workers VMs with plugin configuration cfg.
 func lbHost(t testing.TB, cfg []byte, workers int) *hostsim.Host {
 	t.Helper()
 	h, err := hostsim.New(context.Background(), module(t), hostsim.Config{
@@ -84,18 +84,18 @@ func lbHost(t testing.TB, cfg []byte, workers int) *hostsim.Host {
 	return h
 }
 
-// reply is what the filter did with one request.
-type reply struct {
+// persistReply is what the filter did with one request.
+type persistReply struct {
 	service string // x-hashlb-service
 	reason  string // reason= of x-hashlb-decision
 }
 
-// req is one request: its x-client-id (none when "") and source address.
-type req struct {
+// persistReq is one request: its x-client-id (none when "") and source address.
+type persistReq struct {
 	id, src string
 }
 
-func (r req) headers() [][2]string {
+func (r persistReq) headers() [][2]string {
 	hs := [][2]string{{":method", "GET"}, {":path", "/api"}, {":authority", "lb.example"}, {":scheme", "http"}}
 	if r.id != "" {
 		hs = append(hs, [2]string{"x-client-id", r.id})
@@ -103,7 +103,7 @@ func (r req) headers() [][2]string {
 	return hs
 }
 
-func (r req) props() map[string][]byte {
+func (r persistReq) props() map[string][]byte {
 	src := r.src
 	if src == "" {
 		src = "10.0.0.1:1234"
@@ -112,13 +112,13 @@ func (r req) props() map[string][]byte {
 		"destination.address": hostsim.PropString("10.0.0.100:80")}
 }
 
-// open sends r's request headers on worker w and returns the open stream and
-// the chosen service; the stream counts as an active request until finish.
-func open(h *hostsim.Host, w int, r req) (*hostsim.Stream, string, error) {
+// openStream sends r's request headers on worker w and returns the open stream and
+// the chosen service; the stream counts as an active request until finishStream.
+func openStream(h *hostsim.Host, w int, r persistReq) (*hostsim.Stream, string, error) {
 	s := h.Stream(w)
 	res := s.RequestHeaders(r.headers(), r.props())
 	if res.Err != nil || res.LocalReply != nil {
-		return nil, "", fmt.Errorf("worker %d: RequestHeaders(%+v) = err %v, local reply %+v", w, r, res.Err, res.LocalReply)
+		return nil, "", fmt.Errorf("worker %d: RequestHeaders(%+v) = err %v, local persistReply %+v", w, r, res.Err, res.LocalReply)
 	}
 	svc, ok := res.Header("x-hashlb-service")
 	if !ok {
@@ -131,9 +131,9 @@ func open(h *hostsim.Host, w int, r req) (*hostsim.Stream, string, error) {
 	return s, svc, nil
 }
 
-// finish sends the response and ends the stream; it returns the decision's
+// finishStream sends the response and ends the stream; it returns the decision's
 // reason from x-hashlb-decision.
-func finish(s *hostsim.Stream) (string, error) {
+func finishStream(s *hostsim.Stream) (string, error) {
 	res := s.ResponseHeaders([][2]string{{":status", "200"}})
 	if res.Err != nil {
 		return "", fmt.Errorf("ResponseHeaders: %w", res.Err)
@@ -149,48 +149,48 @@ func finish(s *hostsim.Stream) (string, error) {
 	return reason, nil
 }
 
-// do runs one full stream of r on worker w.
-func do(h *hostsim.Host, w int, r req) (reply, error) {
-	s, svc, err := open(h, w, r)
+// roundTrip runs one full stream of r on worker w.
+func roundTrip(h *hostsim.Host, w int, r persistReq) (persistReply, error) {
+	s, svc, err := openStream(h, w, r)
 	if err != nil {
-		return reply{}, err
+		return persistReply{}, err
 	}
-	reason, err := finish(s)
-	return reply{service: svc, reason: reason}, err
+	reason, err := finishStream(s)
+	return persistReply{service: svc, reason: reason}, err
 }
 
-// send is do for the test's goroutine: an error ends the test.
-func send(t testing.TB, h *hostsim.Host, w int, r req) reply {
+// mustRoundTrip is roundTrip for the test's goroutine: an error ends the test.
+func mustRoundTrip(t testing.TB, h *hostsim.Host, w int, r persistReq) persistReply {
 	t.Helper()
-	rep, err := do(h, w, r)
+	rep, err := roundTrip(h, w, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rep
 }
 
-// hold is open for the test's goroutine.
-func hold(t testing.TB, h *hostsim.Host, w int, r req) (*hostsim.Stream, string) {
+// holdStream is openStream for the test's goroutine.
+func holdStream(t testing.TB, h *hostsim.Host, w int, r persistReq) (*hostsim.Stream, string) {
 	t.Helper()
-	s, svc, err := open(h, w, r)
+	s, svc, err := openStream(h, w, r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, svc
 }
 
-// release ends held streams.
-func release(t testing.TB, ss []*hostsim.Stream) {
+// releaseStreams ends held streams.
+func releaseStreams(t testing.TB, ss []*hostsim.Stream) {
 	t.Helper()
 	for _, s := range ss {
-		if _, err := finish(s); err != nil {
+		if _, err := finishStream(s); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// metric returns a counter's value (0 when the module never defined it).
-func metric(h *hostsim.Host, name string) int64 {
+// persistMetric returns a counter's value (0 when the module never defined it).
+func persistMetric(h *hostsim.Host, name string) int64 {
 	m, _ := h.Metric(name)
 	return m.Value
 }
@@ -199,7 +199,7 @@ func metric(h *hostsim.Host, name string) int64 {
 func persistMetrics(h *hostsim.Host) map[string]int64 {
 	out := map[string]int64{}
 	for _, n := range []string{"hit", "miss", "expired", "evicted", "empty_key", "cas_retry", "cas_giveup"} {
-		out[n] = metric(h, "hashlb.persistence_"+n)
+		out[n] = persistMetric(h, "hashlb.persistence_"+n)
 	}
 	return out
 }
@@ -217,13 +217,13 @@ func checkMetrics(t *testing.T, h *hostsim.Host, want map[string]int64) {
 
 func clientID(i int) string { return "client-" + strconv.Itoa(i) }
 
-// desync sends w requests without a key (and without persistence effect when
+// desyncWorkers sends w requests without a key (and without persistence effect when
 // emptyKey is skip) to worker w, so the workers' round-robin positions differ.
-func desync(t *testing.T, h *hostsim.Host) {
+func desyncWorkers(t *testing.T, h *hostsim.Host) {
 	t.Helper()
 	for w := 0; w < h.Workers(); w++ {
 		for i := 0; i < w; i++ {
-			send(t, h, w, req{})
+			mustRoundTrip(t, h, w, persistReq{})
 		}
 	}
 }
@@ -246,14 +246,14 @@ func TestPersistSameKeyAnyWorker(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := lbHost(t, lbConfig(t, "ROUNDROBIN", tc.p, fourServices()), 4)
-			desync(t, h)
-			got := make([][4]reply, keys) // key → worker → reply
+			desyncWorkers(t, h)
+			got := make([][4]persistReply, keys) // key → worker → reply
 			run := func(w int) error {
 				for i := 0; i < keys; i++ {
 					// Each worker walks the keys from its own starting point.
 					k := (i + w*keys/4) % keys
 					var err error
-					if got[k][w], err = do(h, w, req{id: clientID(k)}); err != nil {
+					if got[k][w], err = roundTrip(h, w, persistReq{id: clientID(k)}); err != nil {
 						return err
 					}
 				}
@@ -306,7 +306,7 @@ func TestPersistSameKeyAnyWorker(t *testing.T) {
 			if m["cas_giveup"] != 0 {
 				t.Errorf("persistence_cas_giveup = %d, want 0", m["cas_giveup"])
 			}
-			if n := metric(h, "hashlb.decision.persistence"); !tc.concurrent && n != 3*keys {
+			if n := persistMetric(h, "hashlb.decision.persistence"); !tc.concurrent && n != 3*keys {
 				t.Errorf("hashlb.decision.persistence = %d, want %d", n, 3*keys)
 			}
 		})
@@ -323,7 +323,7 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 	first := make([]string, clients)
 	byService := map[string][]int{}
 	for i := range clients {
-		rep := send(t, h, i%4, req{id: clientID(i)})
+		rep := mustRoundTrip(t, h, i%4, persistReq{id: clientID(i)})
 		if rep.reason != "least_connection" {
 			t.Fatalf("first request of %s: reason %s, want least_connection", clientID(i), rep.reason)
 		}
@@ -339,7 +339,7 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 			t.Fatalf("only %d clients on %s, need %d to load it", len(byService[svc]), svc, 4*per)
 		}
 		for k, i := range byService[svc][:4*per] {
-			s, got := hold(t, h, k%4, req{id: clientID(i)})
+			s, got := holdStream(t, h, k%4, persistReq{id: clientID(i)})
 			if got != svc {
 				t.Fatalf("load request of %s went to %s, want %s", clientID(i), got, svc)
 			}
@@ -348,14 +348,14 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 	}
 	// The 1,000 clients again, each from another worker: all stay, b1 and b2
 	// included, although least connection alone would now avoid them.
-	hits := metric(h, "hashlb.persistence_hit")
+	hits := persistMetric(h, "hashlb.persistence_hit")
 	for i := range clients {
-		rep := send(t, h, (i+1)%4, req{id: clientID(i)})
+		rep := mustRoundTrip(t, h, (i+1)%4, persistReq{id: clientID(i)})
 		if rep.service != first[i] || rep.reason != "persistence" {
 			t.Errorf("%s under load: %s (%s), want %s (persistence)", clientID(i), rep.service, rep.reason, first[i])
 		}
 	}
-	if got := metric(h, "hashlb.persistence_hit") - hits; got != clients {
+	if got := persistMetric(h, "hashlb.persistence_hit") - hits; got != clients {
 		t.Errorf("persistence_hit rose by %d, want %d", got, clients)
 	}
 	// New clients, held open, fill the least loaded services first: per
@@ -367,7 +367,7 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 	}
 	for j := range fresh {
 		w := j % 4
-		s, svc := hold(t, h, w, req{id: "new-" + strconv.Itoa(j)})
+		s, svc := holdStream(t, h, w, persistReq{id: "new-" + strconv.Itoa(j)})
 		perWorker[w][svc]++
 		held = append(held, s)
 	}
@@ -377,7 +377,7 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 			t.Errorf("worker %d: new clients per service = %v, want %v", w, got, want)
 		}
 	}
-	release(t, held)
+	releaseStreams(t, held)
 	checkMetrics(t, h, map[string]int64{"miss": clients + fresh, "hit": 2*clients - clients + 4*(30+15), "empty_key": 0, "cas_giveup": 0})
 }
 
@@ -387,36 +387,36 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 func TestPersistExpiry(t *testing.T) {
 	const n = 100
 	h := lbHost(t, lbConfig(t, "ROUNDROBIN", persistence(map[string]any{"expire": "10m"}), fourServices()), 4)
-	idle := func(i int) req { return req{id: "idle-" + strconv.Itoa(i)} }
-	busy := func(i int) req { return req{id: "busy-" + strconv.Itoa(i)} }
+	idle := func(i int) persistReq { return persistReq{id: "idle-" + strconv.Itoa(i)} }
+	busy := func(i int) persistReq { return persistReq{id: "busy-" + strconv.Itoa(i)} }
 	busyFirst := make([]string, n)
 	for i := range n {
-		send(t, h, i%4, idle(i))
-		busyFirst[i] = send(t, h, i%4, busy(i)).service
+		mustRoundTrip(t, h, i%4, idle(i))
+		busyFirst[i] = mustRoundTrip(t, h, i%4, busy(i)).service
 	}
 	checkMetrics(t, h, map[string]int64{"miss": 2 * n, "hit": 0, "expired": 0})
 
 	h.Advance(6 * time.Minute) // busy keys used at 6m
 	for i := range n {
-		if rep := send(t, h, (i+1)%4, busy(i)); rep.service != busyFirst[i] || rep.reason != "persistence" {
+		if rep := mustRoundTrip(t, h, (i+1)%4, busy(i)); rep.service != busyFirst[i] || rep.reason != "persistence" {
 			t.Errorf("%s at 6m: %+v, want %s by persistence", busy(i).id, rep, busyFirst[i])
 		}
 	}
 	h.Advance(5 * time.Minute) // 11m: idle keys idle 11m > 10m, busy keys 5m
 	rebuilt := make([]string, n)
 	for i := range n {
-		rep := send(t, h, (i+2)%4, idle(i))
+		rep := mustRoundTrip(t, h, (i+2)%4, idle(i))
 		if rep.reason != "round_robin" {
 			t.Errorf("%s idle 11m: reason %s, want round_robin (the mapping chosen again)", idle(i).id, rep.reason)
 		}
 		rebuilt[i] = rep.service
-		if rep := send(t, h, (i+2)%4, busy(i)); rep.service != busyFirst[i] || rep.reason != "persistence" {
+		if rep := mustRoundTrip(t, h, (i+2)%4, busy(i)); rep.service != busyFirst[i] || rep.reason != "persistence" {
 			t.Errorf("%s at 11m: %+v, want %s by persistence", busy(i).id, rep, busyFirst[i])
 		}
 	}
 	checkMetrics(t, h, map[string]int64{"miss": 2 * n, "hit": 2 * n, "expired": n})
 	for i := range n { // the rebuilt mapping is stored
-		if rep := send(t, h, (i+3)%4, idle(i)); rep.service != rebuilt[i] || rep.reason != "persistence" {
+		if rep := mustRoundTrip(t, h, (i+3)%4, idle(i)); rep.service != rebuilt[i] || rep.reason != "persistence" {
 			t.Errorf("%s after rebuild: %+v, want %s by persistence", idle(i).id, rep, rebuilt[i])
 		}
 	}
@@ -424,15 +424,15 @@ func TestPersistExpiry(t *testing.T) {
 }
 
 // clientIPs are n distinct client addresses.
-func clientIPs(n int) []req {
-	rs := make([]req, n)
+func clientIPs(n int) []persistReq {
+	rs := make([]persistReq, n)
 	for i := range rs {
-		rs[i] = req{src: fmt.Sprintf("10.%d.%d.%d:40000", 1+i/62500, i/250%250, 1+i%250)}
+		rs[i] = persistReq{src: fmt.Sprintf("10.%d.%d.%d:40000", 1+i/62500, i/250%250, 1+i%250)}
 	}
 	return rs
 }
 
-func disabled(services []svcDef, name string) []svcDef {
+func withDisabled(services []svcDef, name string) []svcDef {
 	f := false
 	out := append([]svcDef(nil), services...)
 	for i := range out {
@@ -458,8 +458,8 @@ func TestPersistDisabledServiceReturns(t *testing.T) {
 	first := make([]string, n)
 	onB2 := 0
 	for i, r := range clients {
-		rep := send(t, h, i%4, r)
-		want := send(t, hashOnly, 0, r).service
+		rep := mustRoundTrip(t, h, i%4, r)
+		want := mustRoundTrip(t, hashOnly, 0, r).service
 		if rep.service != want || rep.reason != "hash" {
 			t.Fatalf("first request from %s: %+v, want %s by hash", r.src, rep, want)
 		}
@@ -472,12 +472,12 @@ func TestPersistDisabledServiceReturns(t *testing.T) {
 		t.Fatalf("only %d of %d clients hash to b2", onB2, n)
 	}
 
-	if err := h.Configure(lbConfig(t, "SOURCEIPHASH", p, disabled(all, "b2"))); err != nil {
+	if err := h.Configure(lbConfig(t, "SOURCEIPHASH", p, withDisabled(all, "b2"))); err != nil {
 		t.Fatalf("Configure (b2 disabled): %v", err)
 	}
 	moved := make([]string, n)
 	for i, r := range clients {
-		rep := send(t, h, (i+1)%4, r)
+		rep := mustRoundTrip(t, h, (i+1)%4, r)
 		moved[i] = rep.service
 		switch {
 		case first[i] == "b2" && (rep.service == "b2" || rep.reason != "hash"):
@@ -491,16 +491,16 @@ func TestPersistDisabledServiceReturns(t *testing.T) {
 		t.Fatalf("Configure (b2 enabled again): %v", err)
 	}
 	for i, r := range clients {
-		rep := send(t, h, (i+2)%4, r)
+		rep := mustRoundTrip(t, h, (i+2)%4, r)
 		if rep.service != moved[i] || rep.reason != "persistence" {
 			t.Errorf("%s after b2 returned: %+v, want %s by persistence", r.src, rep, moved[i])
 		}
-		if hash := send(t, hashOnly, 0, r).service; hash != first[i] {
+		if hash := mustRoundTrip(t, hashOnly, 0, r).service; hash != first[i] {
 			t.Errorf("%s: hash alone now gives %s, want %s as at first", r.src, hash, first[i])
 		}
 	}
 	checkMetrics(t, h, map[string]int64{"miss": n, "hit": 2*n - int64(onB2), "cas_giveup": 0})
-	if got := metric(h, "hashlb.decision.hash"); got != n+int64(onB2) {
+	if got := persistMetric(h, "hashlb.decision.hash"); got != n+int64(onB2) {
 		t.Errorf("hashlb.decision.hash = %d, want %d (first requests and b2's keys once)", got, n+onB2)
 	}
 }
@@ -526,7 +526,7 @@ func TestPersistReloadKeepsEntries(t *testing.T) {
 			h := lbHost(t, lbConfig(t, "ROUNDROBIN", p, all), 4)
 			first := make([]string, n)
 			for i := range n {
-				first[i] = send(t, h, i%4, req{id: clientID(i)}).service
+				first[i] = mustRoundTrip(t, h, i%4, persistReq{id: clientID(i)}).service
 			}
 			keys, bytes := h.SharedData().Len(), h.SharedData().Bytes()
 			if err := h.Configure(lbConfig(t, "ROUNDROBIN", p, tc.services)); err != nil {
@@ -537,7 +537,7 @@ func TestPersistReloadKeepsEntries(t *testing.T) {
 			}
 			rechosen := 0
 			for i := range n {
-				rep := send(t, h, (i+1)%4, req{id: clientID(i)})
+				rep := mustRoundTrip(t, h, (i+1)%4, persistReq{id: clientID(i)})
 				if first[i] == tc.gone {
 					rechosen++
 					if rep.service == tc.gone || rep.reason != "round_robin" {
@@ -574,7 +574,7 @@ func TestPersistEmptyKey(t *testing.T) {
 			h := lbHost(t, lbConfig(t, "ROUNDROBIN", persistence(map[string]any{"emptyKey": tc.emptyKey}), fourServices()), 4)
 			seen := map[string]int{}
 			for i := range n {
-				seen[send(t, h, i%4, req{}).service]++
+				seen[mustRoundTrip(t, h, i%4, persistReq{}).service]++
 			}
 			if len(seen) != tc.services {
 				t.Errorf("key-less requests went to %v, want %d distinct services", seen, tc.services)
@@ -631,8 +631,8 @@ func TestPersistMemoryModule(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(keys) && errs[w] == nil; i += 4 {
-				var rep reply
-				rep, errs[w] = do(h, w, req{id: keys[i].id})
+				var rep persistReply
+				rep, errs[w] = roundTrip(h, w, persistReq{id: keys[i].id})
 				svcOf[i] = rep.service
 			}
 		}()
@@ -699,13 +699,13 @@ func TestPersistMemoryModule(t *testing.T) {
 	for i := 0; ; i++ {
 		id := "more-" + strconv.Itoa(i)
 		if b, _ := bucketOf([]byte(id), nb); b == keys[0].bucket {
-			send(t, h, 0, req{id: id})
+			mustRoundTrip(t, h, 0, persistReq{id: id})
 			break
 		}
 	}
-	if sd.Len() != nb+1 || sd.Bytes() != bytes || metric(h, "hashlb.persistence_evicted") != 1 {
+	if sd.Len() != nb+1 || sd.Bytes() != bytes || persistMetric(h, "hashlb.persistence_evicted") != 1 {
 		t.Errorf("after one more key: %d keys, %d bytes, %d evicted; want %d, %d, 1",
-			sd.Len(), sd.Bytes(), metric(h, "hashlb.persistence_evicted"), nb+1, bytes)
+			sd.Len(), sd.Bytes(), persistMetric(h, "hashlb.persistence_evicted"), nb+1, bytes)
 	}
 }
 
