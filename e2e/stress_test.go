@@ -31,7 +31,9 @@ var stressFull = flag.Bool("stress.full", false, "run the stress test with 10^6 
 const stressWorkers = 4
 
 // stressConfigs are the hosts of the stress run, one per method group; every
-// request goes to one of them in turn.
+// request goes to one of them in turn. Three hosts × four workers: with 10^5
+// requests each VM gets 8333, so its halfway point (4166) lies beyond the
+// heap's warm-up (about 3300 of these requests).
 var stressConfigs = []struct{ name, config string }{
 	{"URLHASH", `{"lbMethod": "URLHASH", "hashLength": 4096, "upstreamCount": 2, "debugHeader": true,
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80", "weight": 3},
@@ -41,12 +43,10 @@ var stressConfigs = []struct{ name, config string }{
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"},
 	    {"name": "c", "address": "10.0.0.3:80"}, {"name": "d", "address": "10.0.0.4:80", "enabled": false},
 	    {"name": "e", "address": "10.0.0.5:80"}]}`},
-	{"TOKEN", `{"lbMethod": "TOKEN", "backupLBMethod": "ROUNDROBIN", "upstreamCount": 3, "debugHeader": true,
+	{"TOKEN", `{"lbMethod": "TOKEN", "backupLBMethod": "LEASTCONNECTION", "upstreamCount": 3, "debugHeader": true,
 	  "token": "${request.cookie.tenant|lower||request.header.authorization|jwt(\"sub\")||request.query.user|prefix(16)}",
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"},
 	    {"name": "c", "address": "10.0.0.3:80"}, {"name": "d", "address": "10.0.0.4:80"}]}`},
-	{"CALLIDHASH", `{"lbMethod": "CALLIDHASH", "backupLBMethod": "LEASTCONNECTION",
-	  "services": [{"name": "a", "address": "10.0.0.1:5060"}, {"name": "b", "address": "10.0.0.2:5060"}]}`},
 }
 
 func stressRequests() int {
