@@ -102,6 +102,7 @@ func persistHotBucketKeys(n, tableSize int) []string {
 // reports the CAS retry and give-up rates per request.
 func persistFourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) [][2]string) {
 	retry0, giveup0 := persistMetric(h, "hashlb.persistence_cas_retry"), persistMetric(h, "hashlb.persistence_cas_giveup")
+	cas0 := persistWriteCount(h)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -128,6 +129,17 @@ func persistFourWorkers(b *testing.B, h *hostsim.Host, headers func(w, i int) []
 	giveups := persistMetric(h, "hashlb.persistence_cas_giveup") - giveup0
 	b.ReportMetric(100*float64(retries)/float64(b.N), "casretry%")
 	b.ReportMetric(100*float64(giveups)/float64(b.N), "casgiveup%")
+	b.ReportMetric(100*float64(persistWriteCount(h)-cas0-1)/float64(b.N), "writes%")
+}
+
+// persistWriteCount returns the host's shared-data write count so far. The
+// host draws every write's cas from one counter (cpp-host nextCas), so a
+// probe write's cas counts the writes before it (this one included).
+func persistWriteCount(h *hostsim.Host) int64 {
+	sd := h.SharedData()
+	sd.Set("bench/probe", []byte{1}, 0)
+	_, cas, _ := sd.Get("bench/probe")
+	return int64(cas)
 }
 
 func BenchmarkPersist(b *testing.B) {
@@ -238,6 +250,23 @@ func BenchmarkPersist(b *testing.B) {
 			hs := persistBenchHeaders("client-1")
 			persistStream(b, h, 0, hs)
 			persistFourWorkers(b, h, func(int, int) [][2]string { return hs })
+		})
+		// hotkey-4workers-fastclock: the same on the virtual clock moved one
+		// second every 100 requests, so that the four workers race to
+		// refresh the entry 40 times more often than at 4,000 requests a
+		// second on the wall clock. writes% counts every shared-data write:
+		// per virtual second one refresh and each worker's tick (its slot of
+		// active requests), 5 per 100 requests.
+		b.Run("hotkey-4workers-fastclock", func(b *testing.B) {
+			h := persistBenchHost(b, persistence(nil), 4, false)
+			hs := persistBenchHeaders("client-1")
+			persistStream(b, h, 0, hs)
+			persistFourWorkers(b, h, func(w, i int) [][2]string {
+				if w == 0 && i%100 == 0 {
+					h.Advance(time.Second)
+				}
+				return hs
+			})
 		})
 		// hotbucket-4workers: the worst case, every request a write to one
 		// bucket: four workers cycle through 64 keys of bucket 0, so each
