@@ -113,11 +113,22 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		pkey:     make([]byte, 0, 256),
 		ids:      make(map[uint64]int, n),
 	}
+	total := 0
 	for i := range c.Services {
 		if c.Services[i].Weight != c.Services[0].Weight {
 			b.uniform = false
 		}
 		b.ids[c.Services[i].ID] = i
+		total += c.Services[i].Weight
+	}
+	// Start each worker's round robin at a different point of the same
+	// sequence, so that workers do not all send their first request to the
+	// first service: advance by seed mod Σweight picks (capped; a rotation of
+	// a longer cycle is as good).
+	var d Decision
+	for k := b.seq % uint64(min(total, 1024)); k > 0; k-- {
+		d.n = 0
+		b.roundRobin(&d)
 	}
 	return b
 }

@@ -197,3 +197,14 @@ func TestHashAllocatesNothing(t *testing.T) {
 }
 
 func hashString(s string) uint64 { return xxhashString(s) }
+
+func TestRoundRobinWorkersStartApart(t *testing.T) {
+	c := mustConfig(t, pool("ROUNDROBIN", 4, ""))
+	starts := map[string]bool{}
+	for seed := uint64(1); seed <= 8; seed++ {
+		starts[first(c, NewBalancer(c, seed).Decide(&Request{}, epoch))] = true
+	}
+	if len(starts) < 3 {
+		t.Errorf("8 workers started round robin on %v, want them spread over the services", starts)
+	}
+}
