@@ -1,6 +1,6 @@
 package e2e
 
-// Hash persistence (SPEC §5, issue 4) end to end: the module built from
+// Hash persistence (docs/persistence.md, issue 4) end to end: the module built from
 // source runs under hostsim with four workers sharing one shared-data store,
 // as the workers of one Envoy process do. Requests carry their persistence
 // key in x-client-id; the service is read from the x-hashlb-service and
@@ -589,7 +589,7 @@ func TestPersistEmptyKey(t *testing.T) {
 }
 
 // bucketOf returns the bucket (of nb) and the stored fingerprint of a
-// persistence key, as SPEC §5's table lays them out (lbcore/persist.go): the
+// persistence key, as the table lays them out (lbcore/persist.go): the
 // key's xxhash64 scaled to [0, nb), and that hash without its top bit.
 func bucketOf(key []byte, nb int) (bucket int, fp uint64) {
 	h := xxhash.Sum64(key)

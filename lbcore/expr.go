@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Expr is a parsed key expression (SPEC §6): literal text and ${ choice }
+// Expr is a parsed key expression (README, "Key expressions"): literal text and ${ choice }
 // parts, evaluated against a Request. It is immutable once parsed and safe
 // for concurrent use.
 //

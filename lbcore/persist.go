@@ -12,7 +12,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// The persistence table (TR7 hash persistence, SPEC §5) maps a key's
+// The persistence table (TR7 hash persistence; docs/persistence.md) maps a key's
 // fingerprint to the service first chosen for it. The host's shared data
 // cannot delete keys and has no size limit, so the table is a fixed set of
 // buckets, one shared-data key each ("<namespace>/p/<n>"), every bucket a
