@@ -3,8 +3,8 @@ package e2e
 // The same request corpus through the compiled module under every host we
 // have: hostsim with 1 and 4 workers under both import profiles, and the
 // SDK's own wasm runner (proxytest.NewWasmVMContext), a host we did not
-// write. lbcore is the oracle: a hash hostDecision must be exactly lbcore's, and
-// the same on every host; a hostDecision that depends on per-worker state or a
+// write. lbcore is the oracle: a hash decision must be exactly lbcore's, and
+// the same on every host; a decision that depends on per-worker state or a
 // random seed (round robin, least connection, backups) must name configured,
 // enabled services.
 
@@ -181,7 +181,7 @@ type hostDecision struct {
 	service  []string // every value of x-hashlb-service
 	status   int      // local reply status, 0 when the request went upstream
 	body     string   // local reply body
-	debug    string   // x-hashlb-hostDecision on the response
+	debug    string   // x-hashlb-decision on the response
 }
 
 func headerValues(headers [][2]string, name string) []string {
@@ -227,7 +227,7 @@ func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusR
 		d := &out[i]
 		if l := res.LocalReply; l != nil {
 			d.status, d.body = l.Status, string(l.Body)
-			d.debug, _ = l.Header("x-hashlb-hostDecision")
+			d.debug, _ = l.Header("x-hashlb-decision")
 		} else {
 			d.upstream = headerValues(res.Headers, "x-envoy-original-dst-host")
 			d.service = headerValues(res.Headers, "x-hashlb-service")
@@ -235,7 +235,7 @@ func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusR
 			if resp.Err != nil {
 				return nil, fmt.Errorf("request %d: response headers: %w", i, resp.Err)
 			}
-			d.debug, _ = resp.Header("x-hashlb-hostDecision")
+			d.debug, _ = resp.Header("x-hashlb-decision")
 		}
 		if err := s.Finish(); err != nil {
 			return nil, fmt.Errorf("request %d: finish: %w", i, err)
@@ -287,7 +287,7 @@ func runProxytest(vm proxytest.WasmVMContext, config []byte, reqs []corpusReques
 			d.upstream = headerValues(hs, "x-envoy-original-dst-host")
 			d.service = headerValues(hs, "x-hashlb-service")
 			h.CallOnResponseHeaders(id, [][2]string{{":status", "200"}}, true)
-			d.debug = firstOf(headerValues(h.GetCurrentResponseHeaders(id), "x-hashlb-hostDecision"))
+			d.debug = firstOf(headerValues(h.GetCurrentResponseHeaders(id), "x-hashlb-decision"))
 		}
 		h.CompleteHttpContext(id)
 	}
@@ -307,7 +307,7 @@ func briefHeaders(headers [][2]string) string {
 	return b.String()
 }
 
-// oracleDecision is lbcore's hostDecision for r, built from the request as the filter
+// oracleDecision is lbcore's decision for r, built from the request as the filter
 // sees it: pseudo-headers split out, client copies of hashlb's headers gone.
 func oracleDecision(b *lbcore.Balancer, r corpusRequest) lbcore.Decision {
 	c := b.Config()
@@ -328,7 +328,7 @@ func oracleDecision(b *lbcore.Balancer, r corpusRequest) lbcore.Decision {
 	return b.Decide(&req, time.Unix(1767225600, 0))
 }
 
-// checkDecision compares what a host did with lbcore's hostDecision want.
+// checkDecision compares what a host did with lbcore's decision want.
 func checkDecision(c *lbcore.Config, want lbcore.Decision, persist bool, got hostDecision) error {
 	if want.Reason == lbcore.ReasonNoService {
 		if got.status != 503 || got.body != "no healthy service" || len(got.upstream) != 0 {

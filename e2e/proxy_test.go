@@ -169,7 +169,7 @@ type proxyReply struct {
 	status  int
 	body    string
 	header  http.Header
-	backend string // the name the backend answered with, "" for a local proxyReply
+	backend string // the name the backend answered with, "" for a local reply
 }
 
 // proxyGet sends GET url with headers (name, value, ...) through c.
