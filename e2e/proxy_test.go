@@ -24,32 +24,17 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-var (
-	proxyOnce sync.Once
-	proxyBin  string
-	proxyErr  error
-)
-
-// proxyCommand builds hashlb-proxy once per test binary and returns its path.
-func proxyCommand(t *testing.T) string {
+// buildProxy builds hashlb-proxy from source into a directory removed at
+// t's cleanup and returns the binary's path.
+func buildProxy(t *testing.T) string {
 	t.Helper()
-	proxyOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hashlb-proxy-")
-		if err != nil {
-			proxyErr = err
-			return
-		}
-		proxyBin = filepath.Join(dir, "hashlb-proxy")
-		cmd := exec.Command("go", "build", "-o", proxyBin, "./hostsim/cmd/hashlb-proxy")
-		cmd.Dir = repoRoot(t)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			proxyErr = &buildError{err: err, out: string(b)}
-		}
-	})
-	if proxyErr != nil {
-		t.Fatalf("building hashlb-proxy: %v", proxyErr)
+	bin := filepath.Join(t.TempDir(), "hashlb-proxy")
+	cmd := exec.Command("go", "build", "-o", bin, "./hostsim/cmd/hashlb-proxy")
+	cmd.Dir = repoRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building hashlb-proxy: %v\n%s", err, b)
 	}
-	return proxyBin
+	return bin
 }
 
 // backend is a loopback HTTP server that answers with its name.
@@ -108,12 +93,11 @@ func (s *syncBuffer) String() string {
 
 var listenLine = regexp.MustCompile(`^hashlb-proxy: .* on http://(\S+), `)
 
-// runProxy starts hashlb-proxy with config on a free loopback port, its own
-// demo backends off, and returns its base URL once it accepts connections.
-// The process is killed at t's cleanup.
-func runProxy(t *testing.T, config []byte) string {
+// runProxy starts hashlb-proxy (the binary bin) with config on a free
+// loopback port, its own demo backends off, and returns its base URL once it
+// accepts connections. The process is killed at t's cleanup.
+func runProxy(t *testing.T, bin string, config []byte) string {
 	t.Helper()
-	bin := proxyCommand(t)
 	dir := t.TempDir()
 	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
 	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
@@ -220,7 +204,7 @@ func stickyBackend(t *testing.T, c *http.Client, n int, url string, headers ...s
 
 func TestProxy(t *testing.T) {
 	module(t) // build both before the parallel subtests
-	proxyCommand(t)
+	bin := buildProxy(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	// A new connection per request: new source ports, the same source IP.
 	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -229,7 +213,7 @@ func TestProxy(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
 		config := proxyConfig("URLHASH", "", bs)
-		base := runProxy(t, config)
+		base := runProxy(t, bin, config)
 		cfg, err := lbcore.ParseConfig(config)
 		if err != nil {
 			t.Fatal(err)
@@ -257,7 +241,7 @@ func TestProxy(t *testing.T) {
 	t.Run("forged-upstream-header", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3")
-		base := runProxy(t, proxyConfig("URLHASH", "", bs))
+		base := runProxy(t, bin, proxyConfig("URLHASH", "", bs))
 		for i := 0; i < 10; i++ {
 			url := fmt.Sprintf("%s/forged/%d", base, i)
 			plain := proxyGet(t, client, url)
@@ -286,7 +270,7 @@ func TestProxy(t *testing.T) {
 	t.Run("SOURCEIPHASH", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
-		base := runProxy(t, proxyConfig("SOURCEIPHASH", "", bs))
+		base := runProxy(t, bin, proxyConfig("SOURCEIPHASH", "", bs))
 		// Every request comes from 127.0.0.1, from many source ports and paths.
 		seen := map[string]int{}
 		for i := 0; i < 50; i++ {
@@ -304,7 +288,7 @@ func TestProxy(t *testing.T) {
 	t.Run("CALLIDHASH", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
-		base := runProxy(t, proxyConfig("CALLIDHASH", "", bs))
+		base := runProxy(t, bin, proxyConfig("CALLIDHASH", "", bs))
 		seen := map[string]bool{}
 		for i := 0; i < 10; i++ {
 			id := fmt.Sprintf("call-%d@pbx.example.com", i)
@@ -328,7 +312,7 @@ func TestProxy(t *testing.T) {
 	t.Run("TOKEN", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
-		base := runProxy(t, proxyConfig("TOKEN", `"token": "${request.header.x-tenant||request.cookie.tenant}",`, bs))
+		base := runProxy(t, bin, proxyConfig("TOKEN", `"token": "${request.header.x-tenant||request.cookie.tenant}",`, bs))
 		seen := map[string]bool{}
 		for i := 0; i < 10; i++ {
 			tenant := fmt.Sprintf("tenant-%d", i)
@@ -350,7 +334,7 @@ func TestProxy(t *testing.T) {
 	t.Run("no-healthy-service", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2")
-		base := runProxy(t, proxyConfig("URLHASH", "", bs, "b1", "b2"))
+		base := runProxy(t, bin, proxyConfig("URLHASH", "", bs, "b1", "b2"))
 		for _, c := range []*http.Client{client, fresh} {
 			r := proxyGet(t, c, base+"/anything")
 			if r.status != 503 || r.body != "no healthy service" {
@@ -380,9 +364,9 @@ func TestProxy(t *testing.T) {
 			}
 			return m
 		}
-		before := route(runProxy(t, proxyConfig("URLHASH", "", bs)))
+		before := route(runProxy(t, bin, proxyConfig("URLHASH", "", bs)))
 		// The operator disables b2 and restarts the proxy with the new config.
-		after := route(runProxy(t, proxyConfig("URLHASH", "", bs, "b2")))
+		after := route(runProxy(t, bin, proxyConfig("URLHASH", "", bs, "b2")))
 		onB2, moved := 0, 0
 		for _, p := range paths {
 			switch {
