@@ -2,7 +2,6 @@ package main
 
 import (
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -37,31 +36,15 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			action = h.recoverRequest(r)
 		}
 	}()
-	pairs, _ := proxywasm.GetHttpRequestHeaders()
-	req := lbcore.Request{Headers: pairs[:0]}
-	stripped := false
-	for _, kv := range pairs {
-		switch {
-		case strings.EqualFold(kv[0], p.cfg.UpstreamHeader),
-			p.cfg.ServiceHeader != "" && strings.EqualFold(kv[0], p.cfg.ServiceHeader):
-			// A client must never choose the upstream: drop every copy, whatever its case.
-			_ = proxywasm.RemoveHttpRequestHeader(kv[0])
-			stripped = true
-		case kv[0] == ":path":
-			req.Target = kv[1]
-		case kv[0] == ":authority":
-			req.Authority = kv[1]
-		case kv[0] == ":method":
-			req.Method = kv[1]
-		default:
-			req.Headers = append(req.Headers, kv)
-		}
+	// A client must never choose the upstream: drop every copy first.
+	stripped := stripHeader(p.cfg.UpstreamHeader)
+	if p.cfg.ServiceHeader != "" && stripHeader(p.cfg.ServiceHeader) {
+		stripped = true
 	}
 	if stripped {
 		p.m.stripped.Increment(1)
 	}
-	req.Source = property("source", "address")
-	req.Dest = property("destination", "address")
+	req := p.readRequest()
 
 	// time.Now reads WASI clock_time_get, which Envoy allows in every callback.
 	d := p.bal.Decide(&req, time.Now())
@@ -150,6 +133,63 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.p.bal.SetActive(i, h.p.bal.Active(i)-1)
 		h.p.m.routed(i, -1)
 	}
+}
+
+// maxCopies bounds the removal loop of stripHeader.
+const maxCopies = 32
+
+// stripHeader removes every copy of the request header name and reports
+// whether there was one. Header maps are case-insensitive in Envoy (names are
+// stored lower-case) and in nginx, so a name reaches every case variant;
+// removing until the header is gone also reaches every copy on hosts whose
+// remove takes only one (the SDK's proxytest).
+func stripHeader(name string) (found bool) {
+	for range maxCopies {
+		if _, err := proxywasm.GetHttpRequestHeader(name); err != nil {
+			return found
+		}
+		found = true
+		if proxywasm.RemoveHttpRequestHeader(name) != nil {
+			return found
+		}
+	}
+	return found
+}
+
+// readRequest fetches what the configuration's decisions read, and nothing
+// more (lbcore.Config.Inputs): copying every header into the module on every
+// request would cost time and garbage for nothing.
+func (p *pluginContext) readRequest() lbcore.Request {
+	in := &p.in
+	req := lbcore.Request{Headers: p.hdrs[:0]}
+	if in.Target {
+		req.Target = requestHeader(":path")
+	}
+	if in.Authority {
+		req.Authority = requestHeader(":authority")
+	}
+	if in.Method {
+		req.Method = requestHeader(":method")
+	}
+	for _, name := range in.Headers {
+		if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
+			req.Headers = append(req.Headers, [2]string{name, v})
+		}
+	}
+	p.hdrs = req.Headers[:0] // reuse the slice; the strings are the request's
+	if in.Source {
+		req.Source = property("source", "address")
+	}
+	if in.Dest {
+		req.Dest = property("destination", "address")
+	}
+	return req
+}
+
+// requestHeader returns a request header's value, or "".
+func requestHeader(name string) string {
+	v, _ := proxywasm.GetHttpRequestHeader(name)
+	return v
 }
 
 // property reads an Envoy string property such as source.address; "" if the

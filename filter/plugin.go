@@ -30,6 +30,9 @@ type pluginContext struct {
 	// them with the other workers once per tick.
 	own   []int64
 	board *lbcore.LoadBoard
+	// in is what decisions read from a request; hdrs is scratch for it.
+	in   lbcore.Inputs
+	hdrs [][2]string
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -55,6 +58,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	p.cfg = cfg
+	p.in = cfg.Inputs()
 	p.bal = lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
 	// must not read each other's buckets.
