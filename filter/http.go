@@ -56,14 +56,19 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if d.Len() == 0 {
 		return h.reply503()
 	}
-	h.route(d.At(0), p.upstreamValue(&d))
-	return types.ActionContinue
+	return h.route(d.At(0), p.upstreamValue(&d))
 }
 
-// route sets the request headers for service i and counts the request.
-func (h *httpContext) route(i int, upstream string) {
+// route sets the request headers for service i and counts the request. If
+// the host refuses the upstream header the request is answered 503: it must
+// never leave without the header hashlb chose.
+func (h *httpContext) route(i int, upstream string) types.Action {
 	p := h.p
-	_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream)
+	if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream); err != nil {
+		p.m.internalError.Increment(1)
+		proxywasm.LogErrorf("hashlb: setting %s: %v", p.cfg.UpstreamHeader, err)
+		return h.reply503()
+	}
 	if p.cfg.ServiceHeader != "" {
 		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name)
 	}
@@ -71,6 +76,7 @@ func (h *httpContext) route(i int, upstream string) {
 	p.own[i]++
 	p.bal.SetActive(i, p.bal.Active(i)+1)
 	p.m.routed(i, 1)
+	return types.ActionContinue
 }
 
 // reply503 answers the request locally: nothing is selectable, and a request
@@ -102,8 +108,7 @@ func (h *httpContext) recoverRequest(r any) (action types.Action) {
 		h.reason = lbcore.ReasonNoService
 		return h.reply503()
 	}
-	h.route(i, p.cfg.Services[i].Address)
-	return types.ActionContinue
+	return h.route(i, p.cfg.Services[i].Address)
 }
 
 // OnHttpResponseHeaders feeds passive health and adds the debug header when
