@@ -144,10 +144,12 @@ func (h *httpContext) OnHttpStreamDone() {
 const maxCopies = 32
 
 // stripHeader removes every copy of the request header name and reports
-// whether there was one. Header maps are case-insensitive in Envoy (names are
-// stored lower-case) and in nginx, so a name reaches every case variant;
-// removing until the header is gone also reaches every copy on hosts whose
-// remove takes only one (the SDK's proxytest).
+// whether there was one. Envoy looks names up as Http::LowerCaseString and
+// its remove takes every copy; a missing header is NotFound under ABI 0.2.x
+// (source/extensions/common/wasm/context.cc, Context::getHeaderMapValue and
+// removeHeaderMapValue), so a name reaches every case variant. Removing until
+// the header is gone also reaches every copy on hosts whose remove takes only
+// one (the SDK's proxytest); the bound covers hosts that answer Ok with "".
 func stripHeader(name string) (found bool) {
 	for range maxCopies {
 		if _, err := proxywasm.GetHttpRequestHeader(name); err != nil {
