@@ -108,7 +108,7 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 // a shared-data write only when this worker knows of failures to reset.
 func (h *health) passive(i int, status int) {
 	ph := h.p.cfg.PassiveHealth
-	failed := ph.FailureStatuses.Contains(status)
+	failed := ph.FailureStatuses.Contains(status) || status >= 500 && upstreamConnectionFailed()
 	if !failed && !h.p.failing[i] {
 		return
 	}
@@ -163,3 +163,21 @@ func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
 
 // setDown applies a verdict to this worker's Balancer.
 func (h *health) setDown(i int, down bool) { h.p.bal.SetDown(i, down) }
+
+// Envoy's response flags (property response.flags, a bitmask: StreamInfo's
+// legacy response flags) for a connection to the upstream that failed or broke:
+// UpstreamRemoteReset (UR), UpstreamConnectionFailure (UF) and
+// UpstreamConnectionTermination (UC).
+const connectionFailureFlags = 0x10 | 0x20 | 0x40
+
+// upstreamConnectionFailed reports whether Envoy answered this request itself
+// because the connection to the upstream failed: its local reply counts as
+// the service's failure whatever failureStatuses says. Read only for 5xx
+// responses, so a healthy request costs no property lookup.
+func upstreamConnectionFailed() bool {
+	v, err := proxywasm.GetProperty([]string{"response", "flags"})
+	if err != nil || len(v) != 8 {
+		return false
+	}
+	return binary.LittleEndian.Uint64(v)&connectionFailureFlags != 0
+}

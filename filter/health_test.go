@@ -115,3 +115,20 @@ func TestActiveHealthProbes(t *testing.T) {
 func addressOf(name string) string {
 	return map[string]string{"a": "10.0.0.1:8080", "b": "10.0.0.2:8080", "c": "10.0.0.3:8080", "d": "[2001:db8::4]:8080"}[name]
 }
+
+// A connection failure is a failure whatever failureStatuses says: Envoy
+// answers 503 itself with response flag UF.
+func TestPassiveHealthCountsConnectionFailures(t *testing.T) {
+	config := `{"lbMethod":"URLHASH","passiveHealth":{"consecutiveFailures":2,"failureStatuses":"500"},` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, config)
+		if err := h.SetProperty([]string{"response", "flags"}, []byte{0x20, 0, 0, 0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		bad := h.respond("/k", "503")
+		h.respond("/k", "503")
+		if got := h.respond("/k", "200"); got == bad {
+			t.Errorf("two connection failures (503, flag UF) in a row did not eject %s", bad)
+		}
+	})
+}
