@@ -201,6 +201,10 @@ func (b *Balancer) decideMethod(r *Request) Decision {
 // hashRank fills d with the rendezvous ranking for key hash k, honouring
 // hashBalanceFactor.
 func (b *Balancer) hashRank(d *Decision, k uint64) {
+	if b.want == 1 && b.cfg.HashBalanceFactor == 0 {
+		b.hashBest(d, k)
+		return
+	}
 	n := b.fill(k)
 	if n == 0 {
 		d.Reason = ReasonNoService
@@ -235,6 +239,26 @@ func (b *Balancer) hashRank(d *Decision, k uint64) {
 			d.add(b.cand[j].idx)
 		}
 	}
+}
+
+// hashBest is hashRank for the common case, one service and no bounded
+// load: a single pass that keeps the best score, without filling b.cand.
+func (b *Balancer) hashBest(d *Decision, k uint64) {
+	best := candidate{idx: -1}
+	for i := range b.services {
+		if !b.selectable(i) {
+			continue
+		}
+		c := candidate{idx: i, score: b.score(k, i)}
+		if best.idx < 0 || b.better(c, best) {
+			best = c
+		}
+	}
+	if best.idx < 0 {
+		d.Reason = ReasonNoService
+		return
+	}
+	d.add(best.idx)
 }
 
 // loadBound is the bounded-load capacity per service: factor/100 × the mean

@@ -14,6 +14,8 @@ func TestRankMatchesOracle(t *testing.T) {
 	c := mustConfig(t, pool("URLHASH", 40, `"upstreamCount":8`))
 	b := NewBalancer(c, 0)
 	b.SetDown(3, true)
+	one := NewBalancer(mustConfig(t, pool("URLHASH", 40, "")), 0) // the single-pass path
+	one.SetDown(3, true)
 	for i := 0; i < 2000; i++ {
 		url := fmt.Sprintf("/oracle/%d", i)
 		k := hashString(url)
@@ -31,6 +33,9 @@ func TestRankMatchesOracle(t *testing.T) {
 		}
 		if !slices.Equal(got, idx[:8]) {
 			t.Fatalf("Decide(%q) = %v, oracle %v", url, got, idx[:8])
+		}
+		if d1 := one.Decide(&Request{Target: url}, epoch); d1.Len() != 1 || d1.At(0) != idx[0] {
+			t.Fatalf("Decide(%q) with upstreamCount 1 = %d, oracle %d", url, d1.At(0), idx[0])
 		}
 	}
 }
