@@ -185,7 +185,7 @@ func persistMetric(h *hostsim.Host, name string) int64 {
 // persistMetrics reads the persistence counters by short name.
 func persistMetrics(h *hostsim.Host) map[string]int64 {
 	out := map[string]int64{}
-	for _, n := range []string{"hit", "miss", "expired", "evicted", "empty_key", "cas_retry", "cas_giveup"} {
+	for _, n := range []string{"hit", "miss", "expired", "rechosen", "evicted", "empty_key", "cas_retry", "cas_giveup"} {
 		out[n] = persistMetric(h, "hashlb.persistence_"+n)
 	}
 	return out

@@ -286,7 +286,7 @@ func TestPersistDisabledServiceReturns(t *testing.T) {
 			t.Errorf("%s: hash alone now gives %s, want %s as at first", r.src, hash, first[i])
 		}
 	}
-	checkMetrics(t, h, map[string]int64{"miss": n, "hit": 2*n - int64(onB2), "cas_giveup": 0})
+	checkMetrics(t, h, map[string]int64{"miss": n, "hit": 2*n - int64(onB2), "rechosen": int64(onB2), "cas_giveup": 0})
 	if got := persistMetric(h, "hashlb.decision.hash"); got != n+int64(onB2) {
 		t.Errorf("hashlb.decision.hash = %d, want %d (first requests and b2's keys once)", got, n+onB2)
 	}
@@ -339,7 +339,7 @@ func TestPersistReloadKeepsEntries(t *testing.T) {
 			}
 			// A removed service's identity is unknown: its entries read as
 			// not selectable and are overwritten, not counted as hits.
-			checkMetrics(t, h, map[string]int64{"miss": n, "hit": n - int64(rechosen), "cas_giveup": 0})
+			checkMetrics(t, h, map[string]int64{"miss": n, "hit": n - int64(rechosen), "rechosen": int64(rechosen), "cas_giveup": 0})
 		})
 	}
 }

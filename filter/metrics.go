@@ -14,13 +14,13 @@ type metrics struct {
 	decisions     []proxywasm.MetricCounter  // per lbcore.Reason
 	stripped      proxywasm.MetricCounter    // requests that carried a forged upstream/service header
 	internalError proxywasm.MetricCounter    // decisions that panicked and were recovered
-	persist       [7]proxywasm.MetricCounter // hit, miss, expired, evicted, empty_key, cas_retry, cas_giveup
+	persist       [8]proxywasm.MetricCounter // hit, miss, expired, rechosen, evicted, empty_key, cas_retry, cas_giveup
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
 	healthUp      []proxywasm.MetricCounter  // per service: it came back (active checks, or an ejection ended early)
 	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
 }
 
-var persistNames = [...]string{"hit", "miss", "expired", "evicted", "empty_key", "cas_retry", "cas_giveup"}
+var persistNames = [...]string{"hit", "miss", "expired", "rechosen", "evicted", "empty_key", "cas_retry", "cas_giveup"}
 
 func defineMetrics(c *lbcore.Config) *metrics {
 	m := &metrics{
@@ -64,7 +64,7 @@ func (m *metrics) routed(i int, delta int64) {
 // persisted counts what the persistence table did for one decision.
 func (m *metrics) persisted(d *lbcore.Decision) {
 	o := &d.Persist
-	for i, n := range [...]int{b2i(o.Hit), b2i(o.Miss), b2i(o.Expired), o.Evicted, b2i(d.EmptyKey), o.CASRetries, b2i(o.GaveUp)} {
+	for i, n := range [...]int{b2i(o.Hit), b2i(o.Miss), b2i(o.Expired), b2i(o.Rechosen), o.Evicted, b2i(d.EmptyKey), o.CASRetries, b2i(o.GaveUp)} {
 		if n > 0 {
 			m.persist[i].Increment(uint64(n))
 		}
