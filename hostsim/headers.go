@@ -120,48 +120,43 @@ func hostGetHeaderMapValue(v *vm, p []uint64) uint64 {
 	return v.copyOut([]byte(val), p[3], p[4])
 }
 
-// hostAddHeaderMapValue implements proxy_add_header_map_value: appends a copy.
-func hostAddHeaderMapValue(v *vm, p []uint64) uint64 {
+// editHeaderMap is the common part of the three writes: the map must be
+// writable in this phase and the key (and value) readable from guest memory;
+// then edit changes the map.
+func editHeaderMap(v *vm, p []uint64, withValue bool, edit func(m *headerMap, k, val string)) uint64 {
 	m, st := v.headerMap(p[0], true)
 	if st != statusOK {
 		return st
 	}
-	k, val, ok := v.keyValue(p, true)
+	k, val, ok := v.keyValue(p, withValue)
 	if !ok {
 		return statusInvalidMemoryAccess
 	}
-	m.pairs = append(m.pairs, [2]string{k, val})
+	edit(m, k, val)
 	return statusOK
+}
+
+// hostAddHeaderMapValue implements proxy_add_header_map_value: appends a copy.
+func hostAddHeaderMapValue(v *vm, p []uint64) uint64 {
+	return editHeaderMap(v, p, true, func(m *headerMap, k, val string) {
+		m.pairs = append(m.pairs, [2]string{k, val})
+	})
 }
 
 // hostReplaceHeaderMapValue implements proxy_replace_header_map_value: every
 // copy of key is removed and one value added.
 func hostReplaceHeaderMapValue(v *vm, p []uint64) uint64 {
-	m, st := v.headerMap(p[0], true)
-	if st != statusOK {
-		return st
-	}
-	k, val, ok := v.keyValue(p, true)
-	if !ok {
-		return statusInvalidMemoryAccess
-	}
-	m.pairs = append(without(m.pairs, k), [2]string{k, val})
-	return statusOK
+	return editHeaderMap(v, p, true, func(m *headerMap, k, val string) {
+		m.pairs = append(without(m.pairs, k), [2]string{k, val})
+	})
 }
 
 // hostRemoveHeaderMapValue implements proxy_remove_header_map_value: removes
 // every copy; removing an absent key is not an error.
 func hostRemoveHeaderMapValue(v *vm, p []uint64) uint64 {
-	m, st := v.headerMap(p[0], true)
-	if st != statusOK {
-		return st
-	}
-	k, _, ok := v.keyValue(p, false)
-	if !ok {
-		return statusInvalidMemoryAccess
-	}
-	m.pairs = without(m.pairs, k)
-	return statusOK
+	return editHeaderMap(v, p, false, func(m *headerMap, k, _ string) {
+		m.pairs = without(m.pairs, k)
+	})
 }
 
 // hostGetHeaderMapPairs implements proxy_get_header_map_pairs: the whole map,
