@@ -83,10 +83,5 @@ func (b *Balancer) failover(d *Decision, r *Request, chosen int) {
 		b.addRest(d, chosen)
 		return
 	}
-	n := b.fill(xxhash.Sum64(key))
-	for j := 0; j < n && d.n < b.want; j++ {
-		if i := b.next(j); i != chosen {
-			d.add(i)
-		}
-	}
+	b.addRanked(d, xxhash.Sum64(key), chosen)
 }

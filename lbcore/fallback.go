@@ -29,11 +29,15 @@ func (b *Balancer) roundRobin(d *Decision) {
 
 // addRest appends the failover order after chosen: every other selectable
 // service by rendezvous rank of the decision counter.
-func (b *Balancer) addRest(d *Decision, chosen int) {
+func (b *Balancer) addRest(d *Decision, chosen int) { b.addRanked(d, mix(b.seq), chosen) }
+
+// addRanked appends every selectable service but chosen, in rendezvous order
+// for key hash k, until the decision names b.want services.
+func (b *Balancer) addRanked(d *Decision, k uint64, chosen int) {
 	if d.n >= b.want {
 		return
 	}
-	n := b.fill(mix(b.seq))
+	n := b.fill(k)
 	for j := 0; j < n && d.n < b.want; j++ {
 		if i := b.next(j); i != chosen {
 			d.add(i)
