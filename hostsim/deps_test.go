@@ -1,0 +1,85 @@
+package hostsim
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// hostsimPath is this package's import path; anything else of the module is
+// out of bounds for hostsim.
+const hostsimPath = "github.com/hashlb/hashlb/hostsim"
+
+// TestDependencies enforces hostsim's import rule: Go's standard library and
+// wazero (with the golang.org/x/sys it needs) only. Never lbcore, filter, the
+// proxy-wasm SDK or any other package of this module, so the host cannot
+// share the module's bugs. It covers hostsim, hostsim/cmd/hashlb-proxy and
+// their tests natively, and the test modules in testdata for wasip1.
+func TestDependencies(t *testing.T) {
+	check := func(t *testing.T, what string, env []string, pkgs ...string) {
+		t.Helper()
+		args := append([]string{"list", "-deps", "-test", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, pkgs...)
+		cmd := exec.Command("go", args...)
+		cmd.Env = append(cmd.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			if dep, _, _ := strings.Cut(line, " "); dep != "" && !allowedDep(dep) {
+				t.Errorf("%s depends on %s: hostsim may import only std and wazero (never lbcore or filter)", what, dep)
+			}
+		}
+	}
+
+	t.Run("rule", func(t *testing.T) {
+		for path, want := range map[string]bool{
+			"github.com/hashlb/hashlb/hostsim":                     true,
+			"github.com/hashlb/hashlb/hostsim/cmd/hashlb-proxy":    true,
+			"github.com/tetratelabs/wazero/api":                    true,
+			"github.com/hashlb/hashlb/lbcore":                      false,
+			"github.com/hashlb/hashlb/filter":                      false,
+			"github.com/hashlb/hashlb/hostsimx":                    false,
+			"github.com/higress-group/proxy-wasm-go-sdk/proxywasm": false,
+			"github.com/tetratelabs/wazero-extra":                  false,
+		} {
+			if got := allowedDep(path); got != want {
+				t.Errorf("allowedDep(%q) = %v, want %v", path, got, want)
+			}
+		}
+	})
+	t.Run("native", func(t *testing.T) { check(t, "a hostsim package or test", nil, "./...") })
+
+	dirs, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mods []string
+	for _, d := range dirs {
+		if gos, _ := filepath.Glob(filepath.Join("testdata", d.Name(), "*.go")); d.IsDir() && len(gos) > 0 {
+			mods = append(mods, "./"+filepath.ToSlash(filepath.Join("testdata", d.Name())))
+		}
+	}
+	if len(mods) == 0 {
+		t.Fatal("no test modules found in testdata")
+	}
+	t.Run("testdata", func(t *testing.T) { check(t, "a hostsim test module", []string{"GOOS=wasip1", "GOARCH=wasm"}, mods...) })
+}
+
+// allowedDep reports whether hostsim may depend on the non-standard package
+// path. go list -test also lists the test binary as "pkg.test" and test
+// variants as "pkg [pkg.test]"; callers pass the part before the space.
+func allowedDep(path string) bool {
+	path = strings.TrimSuffix(path, ".test")
+	switch {
+	case path == hostsimPath, strings.HasPrefix(path, hostsimPath+"/"):
+		return true
+	case path == "github.com/tetratelabs/wazero", strings.HasPrefix(path, "github.com/tetratelabs/wazero/"):
+		return true
+	case strings.HasPrefix(path, "golang.org/x/sys/"): // wazero's
+		return true
+	}
+	return false
+}
