@@ -297,8 +297,9 @@ const (
 	statusUnimplemented       = 12
 )
 
-// pairs encodes header pairs the way the ABI exchanges them: a u32 count, then
-// per pair two u32 sizes, then each key and value followed by a NUL.
+// encodePairs encodes header pairs the way the ABI exchanges them: a u32
+// count, then per pair two u32 sizes, then each key and value followed by a
+// NUL.
 func encodePairs(ps [][2]string) []byte {
 	size := 4
 	for _, p := range ps {
