@@ -25,9 +25,9 @@ type health struct {
 // tickPeriod is how often workers refresh health and may start a probe round.
 const tickPeriod = time.Second
 
-func newHealth(p *pluginContext, ns string, me uint64) *health {
+func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *health {
 	h := &health{p: p, ns: ns, leaseKey: ns + "/h/lease", me: me | 1}
-	for _, s := range p.cfg.Services {
+	for _, s := range cfg.Services {
 		h.keys = append(h.keys, ns+"/h/"+strconv.FormatUint(s.ID, 16))
 	}
 	return h
@@ -85,7 +85,11 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 	}
 	_, err := proxywasm.DispatchHttpCall(hc.Cluster, headers, nil, nil, uint32(hc.Timeout/time.Millisecond),
 		func(numHeaders, _, _ int) {
-			defer func() { _ = recover() }()
+			defer func() {
+				if r := recover(); r != nil {
+					h.p.m.recovered("health check response", r)
+				}
+			}()
 			status := 0
 			if numHeaders > 0 {
 				hs, _ := proxywasm.GetHttpCallResponseHeaders()

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -28,14 +30,17 @@ type httpContext struct {
 // panic inside a Go module kills the VM and every later request of the worker.
 func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p := h.p
-	if p.cfg == nil {
-		return types.ActionContinue
-	}
 	defer func() {
 		if r := recover(); r != nil {
 			action = h.recoverRequest(r)
 		}
 	}()
+	if p.cfg == nil {
+		// The plugin never started (a host that ignores a failed start):
+		// fail closed, never forward a request without hashlb's header.
+		h.reason = lbcore.ReasonNoService
+		return h.reply503()
+	}
 	// A client must never choose the upstream: drop every copy first.
 	stripped := stripHeader(p.cfg.UpstreamHeader)
 	if p.cfg.ServiceHeader != "" && stripHeader(p.cfg.ServiceHeader) {
@@ -52,6 +57,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	p.m.decision(d.Reason)
 	if p.cfg.Persistence != nil {
 		p.m.persisted(&d)
+	}
+	if d.Capped {
+		p.m.capped.Increment(1)
 	}
 	if d.Len() == 0 {
 		return h.reply503()
@@ -94,11 +102,16 @@ func (h *httpContext) recoverRequest(r any) (action types.Action) {
 	p := h.p
 	defer func() {
 		if r2 := recover(); r2 != nil {
-			action = types.ActionPause
+			// Even the fallback failed: answer 503 rather than leave the
+			// request paused with no reply until the stream times out.
+			p.m.recovered("request fallback", r2)
+			action = h.lastResort()
 		}
 	}()
-	p.m.internalError.Increment(1)
-	proxywasm.LogErrorf("hashlb: internal error, request balanced round robin: %v", r)
+	p.m.recovered("request headers (request balanced round robin)", r)
+	if p.cfg == nil {
+		return h.reply503()
+	}
 	h.method, h.reason = lbcore.MethodRoundRobin, lbcore.ReasonBackup
 	if h.chosen >= 0 { // the panic came after routing; the headers are set
 		return types.ActionContinue
@@ -111,11 +124,24 @@ func (h *httpContext) recoverRequest(r any) (action types.Action) {
 	return h.route(i, p.cfg.Services[i].Address)
 }
 
+// lastResort sends the 503 local reply when everything else panicked, and
+// pauses the request: continuing could forward it without hashlb's header.
+func (h *httpContext) lastResort() (action types.Action) {
+	action = types.ActionPause
+	defer func() { _ = recover() }()
+	h.local = true
+	return h.reply503()
+}
+
 // OnHttpResponseHeaders feeds passive health and adds the debug header when
 // configured. Envoy passes our own local reply through here too: it is not
 // the upstream's failure and is not counted.
 func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
-	defer func() { _ = recover() }()
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.m.recovered("response headers", r)
+		}
+	}()
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
 		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
 			if status, err := strconv.Atoi(v); err == nil {
@@ -131,7 +157,11 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 
 // OnHttpStreamDone ends the request's active count, also after a reset.
 func (h *httpContext) OnHttpStreamDone() {
-	defer func() { _ = recover() }()
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.m.recovered("stream done", r)
+		}
+	}()
 	if i := h.chosen; i >= 0 {
 		h.chosen = -1
 		h.p.own[i]--
@@ -178,9 +208,22 @@ func (p *pluginContext) readRequest() lbcore.Request {
 	if in.Method {
 		req.Method = requestHeader(":method")
 	}
-	for _, name := range in.Headers {
-		if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
-			req.Headers = append(req.Headers, [2]string{name, v})
+	if in.AllCopies {
+		// Every copy, in order: a host may keep repeated lines apart, and
+		// get_header_map_value returns only the first (Envoy's
+		// Context::getHeaderMapValue takes entry [0]). One host call for the
+		// whole map, kept only for the names the decision reads.
+		all, _ := proxywasm.GetHttpRequestHeaders()
+		for _, h := range all {
+			if slices.ContainsFunc(in.Headers, func(n string) bool { return strings.EqualFold(n, h[0]) }) {
+				req.Headers = append(req.Headers, h)
+			}
+		}
+	} else {
+		for _, name := range in.Headers {
+			if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
+				req.Headers = append(req.Headers, [2]string{name, v})
+			}
 		}
 	}
 	p.hdrs = req.Headers[:0] // reuse the slice; the strings are the request's

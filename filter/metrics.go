@@ -13,7 +13,8 @@ type metrics struct {
 	active        []proxywasm.MetricGauge    // per service: active requests on this worker's VM
 	decisions     []proxywasm.MetricCounter  // per lbcore.Reason
 	stripped      proxywasm.MetricCounter    // requests that carried a forged upstream/service header
-	internalError proxywasm.MetricCounter    // decisions that panicked and were recovered
+	internalError proxywasm.MetricCounter    // callbacks that panicked and were recovered
+	capped        proxywasm.MetricCounter    // decisions whose input was cut by a cap (lbcore/limits.go)
 	persist       [8]proxywasm.MetricCounter // hit, miss, expired, rechosen, evicted, empty_key, cas_retry, cas_giveup
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
 	healthUp      []proxywasm.MetricCounter  // per service: it came back (active checks, or an ejection ended early)
@@ -26,6 +27,7 @@ func defineMetrics(c *lbcore.Config) *metrics {
 	m := &metrics{
 		stripped:      proxywasm.DefineCounterMetric("hashlb.forged_header_stripped"),
 		internalError: proxywasm.DefineCounterMetric("hashlb.internal_error"),
+		capped:        proxywasm.DefineCounterMetric("hashlb.input_capped"),
 	}
 	for _, s := range c.Services {
 		m.requests = append(m.requests, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".requests"))
@@ -89,4 +91,14 @@ func (m *metrics) healthTransition(i int, down, ejected bool) {
 	default:
 		m.healthUp[i].Increment(1)
 	}
+}
+
+// recovered counts and logs a panic recovered in callback where: a panic that
+// reached the host would kill the VM. m may be nil when the plugin never
+// started.
+func (m *metrics) recovered(where string, r any) {
+	if m != nil {
+		m.internalError.Increment(1)
+	}
+	proxywasm.LogErrorf("hashlb: internal error in %s: %v", where, r)
 }

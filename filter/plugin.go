@@ -57,25 +57,28 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		}
 		return types.OnPluginStartStatusFailed
 	}
-	p.cfg = cfg
-	p.in = cfg.Inputs()
-	p.bal = lbcore.NewBalancer(cfg, rand.Uint64())
+	// Everything is built before p.cfg is set: a plugin whose start failed
+	// half way must look unstarted to the request path (which then answers
+	// 503), never half configured.
+	m := defineMetrics(cfg)
+	bal := lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
 	// must not read each other's buckets.
 	ns := "hashlb/" + pluginRootID()
-	p.bal.EnablePersistence(sharedStore{}, ns)
-	p.m = defineMetrics(cfg)
-	p.own = make([]int64, len(cfg.Services))
-	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
-	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
-		p.health = newHealth(p, ns, rand.Uint64())
-		p.failing = make([]bool, len(cfg.Services))
-	}
+	bal.EnablePersistence(sharedStore{}, ns)
 	// The tick shares active request counts and runs health checks.
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
 		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
+	p.m, p.bal, p.in = m, bal, cfg.Inputs()
+	p.own = make([]int64, len(cfg.Services))
+	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
+	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
+		p.failing = make([]bool, len(cfg.Services))
+		p.health = newHealth(p, cfg, ns, rand.Uint64())
+	}
+	p.cfg = cfg
 	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
 	return types.OnPluginStartStatusOK
 }
@@ -84,8 +87,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 func (p *pluginContext) OnTick() {
 	defer func() {
 		if r := recover(); r != nil {
-			p.m.internalError.Increment(1)
-			proxywasm.LogErrorf("hashlb: internal error in tick: %v", r)
+			p.m.recovered("tick", r)
 		}
 	}()
 	if p.cfg == nil {

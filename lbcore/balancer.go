@@ -54,8 +54,11 @@ type Decision struct {
 	Persist Outcome
 	// EmptyKey: persistence is on and every key expression was empty.
 	EmptyKey bool
-	n        int
-	ranked   [maxUpstreamCount]int32
+	// Capped: an input was longer or deeper than a cap of limits.go and was
+	// cut (or read as empty) before deciding.
+	Capped bool
+	n      int
+	ranked [maxUpstreamCount]int32
 }
 
 // Len returns how many services the decision names (0 for ReasonNoService).
@@ -159,11 +162,16 @@ func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.d
 // persistence table.
 func (b *Balancer) Decide(r *Request, now time.Time) Decision {
 	r.TrustedHops = b.cfg.TrustedForwardedHops
+	r.capped = false
 	b.seq++
+	var d Decision
 	if b.table != nil {
-		return b.decidePersistent(r, now)
+		d = b.decidePersistent(r, now)
+	} else {
+		d = b.decideMethod(r)
 	}
-	return b.decideMethod(r)
+	d.Capped = r.capped
+	return d
 }
 
 // decideMethod applies lbMethod, falling back when it has no input.

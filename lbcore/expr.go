@@ -3,6 +3,7 @@ package lbcore
 import (
 	"errors"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -189,4 +190,50 @@ func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
 func (e *Expr) Eval(r *Request) string {
 	var buf [128]byte
 	return string(e.AppendEval(buf[:0], r))
+}
+
+var (
+	varNames = [...]string{varClientIP: "client.ip", varClientPort: "client.port", varServerIP: "server.ip",
+		varServerPort: "server.port", varHost: "request.host", varPath: "request.path", varURL: "request.url",
+		varMethod: "request.method", varHeader: "request.header.", varCookie: "request.cookie.",
+		varQuery: "request.query.", varCallID: "sip.callid"}
+	funcNames = [...]string{fnLower: "lower", fnUpper: "upper", fnHash: "hash", fnPrefix: "prefix",
+		fnSuffix: "suffix", fnMask: "mask", fnJWT: "jwt", fnReplace: "replace", fnDefault: "default"}
+)
+
+// canonical returns the expression as parsed: literal text exactly, and each
+// ${ } part without its optional whitespace, header names lower-cased and
+// arguments re-quoted. Two expressions with one canonical form always
+// evaluate alike; the duplicate-key check compares it, not the source text,
+// in which spaces inside literals and string arguments matter.
+func (e *Expr) canonical() string {
+	var b strings.Builder
+	for _, pt := range e.parts {
+		if pt.alts == nil {
+			b.WriteString(pt.lit)
+			continue
+		}
+		b.WriteString("${")
+		for i, pl := range pt.alts {
+			if i > 0 {
+				b.WriteString("||")
+			}
+			b.WriteString(varNames[pl.v.kind])
+			b.WriteString(pl.v.name)
+			for _, f := range pl.fns {
+				b.WriteByte('|')
+				b.WriteString(funcNames[f.kind])
+				switch f.kind {
+				case fnPrefix, fnSuffix, fnMask:
+					b.WriteString("(" + strconv.Itoa(f.n) + ")")
+				case fnJWT, fnDefault:
+					b.WriteString("(" + strconv.Quote(f.s) + ")")
+				case fnReplace:
+					b.WriteString("(" + strconv.Quote(f.re.String()) + "," + strconv.Quote(f.repl) + ")")
+				}
+			}
+		}
+		b.WriteString("}")
+	}
+	return b.String()
 }

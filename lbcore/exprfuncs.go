@@ -14,8 +14,12 @@ import (
 func (pl *exprPipeline) appendEval(dst []byte, r *Request) []byte {
 	start := len(dst)
 	dst = pl.v.appendValue(dst, r)
+	if len(dst)-start > MaxValueBytes {
+		dst = dst[:start+MaxValueBytes]
+		r.capped = true
+	}
 	for i := range pl.fns {
-		dst = pl.fns[i].apply(dst, start)
+		dst = pl.fns[i].apply(dst, start, r)
 	}
 	return dst
 }
@@ -53,31 +57,43 @@ func (v *exprVar) appendValue(dst []byte, r *Request) []byte {
 	case varCookie:
 		return append(dst, exprCookie(r, v.name)...)
 	case varQuery:
-		return append(dst, exprQuery(r.Query(), v.name)...)
-	case varCallID:
-		id := r.Header("call-id")
-		if id == "" {
-			id = r.Header("i")
+		q := r.Query()
+		if len(q) > MaxScanBytes {
+			q = q[:MaxScanBytes]
+			r.capped = true
 		}
-		return append(dst, id...)
+		return append(dst, exprQuery(q, v.name)...)
+	case varCallID:
+		return append(dst, r.CallID()...)
 	}
 	return dst
 }
 
 // exprCookie returns the value of the first cookie called name in any cookie
-// header ("a=1; b=2"), trimmed of spaces but otherwise as received.
+// header ("a=1; b=2"), trimmed of spaces but otherwise as received. It
+// searches the first MaxScanBytes bytes of cookie headers.
 func exprCookie(r *Request, name string) string {
+	budget := MaxScanBytes
 	for _, h := range r.Headers {
 		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
 			continue
 		}
-		for rest := h[1]; rest != ""; {
+		rest := h[1]
+		if len(rest) > budget {
+			rest = rest[:budget]
+			r.capped = true
+		}
+		budget -= len(rest)
+		for rest != "" {
 			var pair string
 			pair, rest, _ = strings.Cut(rest, ";")
 			k, v, ok := strings.Cut(pair, "=")
 			if ok && strings.TrimSpace(k) == name {
 				return strings.TrimSpace(v)
 			}
+		}
+		if budget == 0 {
+			break
 		}
 	}
 	return ""
@@ -97,8 +113,9 @@ func exprQuery(query, name string) string {
 	return ""
 }
 
-// apply transforms the value dst[start:] in place and returns dst.
-func (f *exprFunc) apply(dst []byte, start int) []byte {
+// apply transforms the value dst[start:] in place and returns dst. A cap it
+// hits is noted in r.
+func (f *exprFunc) apply(dst []byte, start int, r *Request) []byte {
 	v := dst[start:]
 	if len(v) == 0 {
 		if f.kind == fnDefault {
@@ -143,13 +160,36 @@ func (f *exprFunc) apply(dst []byte, start int) []byte {
 			dst = p.Addr().AppendTo(dst)
 		}
 	case fnJWT:
-		dst = append(dst[:start], jwtClaim(v, f.s)...)
+		claim, capped := jwtClaim(v, f.s)
+		r.capped = r.capped || capped
+		dst = append(dst[:start], claim...)
 	case fnReplace:
-		// A copy: regexp keeps its input in a pooled machine, so passing v
-		// would make every caller's dst escape to the heap.
-		dst = append(dst[:start], f.re.ReplaceAllString(string(v), f.repl)...)
+		out, capped := f.replace(v)
+		r.capped = r.capped || capped
+		dst = append(dst[:start], out...)
 	}
 	return dst
+}
+
+// replace is replace("re", "repl") on v, within MaxReplaceInput and
+// MaxReplacements (limits.go). The result is a new slice: regexp keeps its
+// input in a pooled machine, so passing dst's bytes would make every
+// caller's dst escape to the heap.
+func (f *exprFunc) replace(v []byte) (out []byte, capped bool) {
+	in := string(v[:min(len(v), MaxReplaceInput)])
+	capped = len(v) > MaxReplaceInput
+	// One more match than allowed tells whether the limit cut the list.
+	m := f.re.FindAllStringSubmatchIndex(in, MaxReplacements+1)
+	if len(m) > MaxReplacements {
+		m, capped = m[:MaxReplacements], true
+	}
+	last := 0
+	for _, loc := range m {
+		out = append(out, in[last:loc[0]]...)
+		out = f.re.ExpandString(out, f.repl, in, loc)
+		last = loc[1]
+	}
+	return append(out, in[last:]...), capped
 }
 
 func appendHashHex(dst []byte, h uint64) []byte {
@@ -162,24 +202,36 @@ func appendHashHex(dst []byte, h uint64) []byte {
 
 // jwtClaim reads the claim at path from the payload of the JWT in v
 // (optionally after "Bearer "). The signature is not verified. Anything
-// malformed gives "".
-func jwtClaim(v []byte, path string) string {
+// malformed gives "", and so does a token longer than MaxJWTBytes or a
+// payload nested deeper than MaxJSONDepth (capped is then true).
+func jwtClaim(v []byte, path string) (claim string, capped bool) {
 	if len(v) >= 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
 		v = v[7:]
 	}
 	v = bytes.TrimSpace(v)
+	if len(v) > MaxJWTBytes {
+		return "", true
+	}
 	if bytes.Count(v, []byte(".")) != 2 {
-		return ""
+		return "", false
 	}
 	payload := v[bytes.IndexByte(v, '.')+1:]
 	payload = payload[:bytes.IndexByte(payload, '.')]
 	payload = bytes.TrimRight(payload, "=")
 	buf := make([]byte, base64.RawURLEncoding.DecodedLen(len(payload)))
 	n, err := base64.RawURLEncoding.Decode(buf, payload)
-	if err != nil || !gjson.ValidBytes(buf[:n]) {
-		return ""
+	if err != nil {
+		return "", false
 	}
-	return gjson.GetBytes(buf[:n], path).String()
+	// gjson recurses once per nesting level, in validation and in lookup: a
+	// 13 KiB header of nested arrays overflowed V8's stack and trapped.
+	if !jsonDepthOK(buf[:n], MaxJSONDepth) {
+		return "", true
+	}
+	if !gjson.ValidBytes(buf[:n]) {
+		return "", false
+	}
+	return gjson.GetBytes(buf[:n], path).String(), false
 }
 
 // ipFromBytes parses "ip", "ip:port" or "[v6]:port" (a zone is dropped) as

@@ -14,6 +14,14 @@ type Inputs struct {
 	Source, Dest bool
 	// Headers are the lower-case names of the other headers read.
 	Headers []string
+	// AllCopies is true when a decision reads every copy of a header, not
+	// only the first: x-forwarded-for for trustedForwardedHops (read right to
+	// left across all its lines) and cookie (searched in every line). A host
+	// may keep repeated header lines apart, and proxy-wasm's single-value
+	// read returns only the first, so the filter must then read the whole
+	// header map: reading only the first x-forwarded-for line would let a
+	// client-sent line win over the one the trusted proxy appended.
+	AllCopies bool
 }
 
 // Inputs returns what c's decisions read: its method's input, the token and
@@ -21,7 +29,24 @@ type Inputs struct {
 // from it.
 func (c *Config) Inputs() Inputs {
 	var in Inputs
-	client := false
+	client := c.methodInputs(&in)
+	if c.LBMethod == MethodTokenHash {
+		client = c.Token.addInputs(&in) || client
+	}
+	if p := c.Persistence; p != nil {
+		for _, k := range p.Keys {
+			client = k.addInputs(&in) || client
+		}
+	}
+	if client {
+		c.clientInputs(&in)
+	}
+	return in
+}
+
+// methodInputs adds what lbMethod itself reads (not the token expression) to
+// in and reports whether it reads the client address.
+func (c *Config) methodInputs(in *Inputs) (client bool) {
 	switch c.LBMethod {
 	case MethodURLHash:
 		in.Target = true
@@ -39,22 +64,19 @@ func (c *Config) Inputs() Inputs {
 	case MethodCallIDHash:
 		in.header("call-id")
 		in.header("i")
-	case MethodTokenHash:
-		client = c.Token.addInputs(&in) || client
 	}
-	if p := c.Persistence; p != nil {
-		for _, k := range p.Keys {
-			client = k.addInputs(&in) || client
-		}
+	return client
+}
+
+// clientInputs adds what reading the client address takes: x-forwarded-for
+// behind trusted proxies, else the connection's source address.
+func (c *Config) clientInputs(in *Inputs) {
+	if c.TrustedForwardedHops > 0 {
+		in.header("x-forwarded-for")
+		in.AllCopies = true
+	} else {
+		in.Source = true
 	}
-	if client {
-		if c.TrustedForwardedHops > 0 {
-			in.header("x-forwarded-for")
-		} else {
-			in.Source = true
-		}
-	}
-	return in
 }
 
 func (in *Inputs) header(name string) {
@@ -84,6 +106,7 @@ func (e *Expr) addInputs(in *Inputs) (client bool) {
 				in.header(v.name)
 			case varCookie:
 				in.header("cookie")
+				in.AllCopies = true
 			case varCallID:
 				in.header("call-id")
 				in.header("i")

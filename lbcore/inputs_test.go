@@ -13,14 +13,14 @@ func TestInputs(t *testing.T) {
 		{"url", pool("URLHASH", 2, ""), Inputs{Target: true}},
 		{"domain", pool("DOMAINHASH", 2, ""), Inputs{Target: true, Authority: true, Headers: []string{"host"}}},
 		{"source", pool("SOURCEIPHASH", 2, ""), Inputs{Source: true}},
-		{"source behind proxies", pool("SOURCEIPHASH", 2, `"trustedForwardedHops":1`), Inputs{Headers: []string{"x-forwarded-for"}}},
+		{"source behind proxies", pool("SOURCEIPHASH", 2, `"trustedForwardedHops":1`), Inputs{Headers: []string{"x-forwarded-for"}, AllCopies: true}},
 		{"srcport ignores xff", pool("SRCIPSRCPORTHASH", 2, `"trustedForwardedHops":1`), Inputs{Source: true}},
 		{"srcdest", pool("SRCIPDESTIPHASH", 2, ""), Inputs{Source: true, Dest: true}},
 		{"call-id", pool("CALLIDHASH", 2, ""), Inputs{Headers: []string{"call-id", "i"}}},
 		{"round robin reads nothing", pool("ROUNDROBIN", 2, ""), Inputs{}},
 		{"token and persistence", pool("TOKEN", 2, `"token":"${request.header.X-Tenant||request.cookie.t}",
 			"persistence":{"keys":["${client.ip|mask(24)}","${request.query.k}${request.method}${server.port}"]}`),
-			Inputs{Target: true, Method: true, Source: true, Dest: true, Headers: []string{"x-tenant", "cookie"}}},
+			Inputs{Target: true, Method: true, Source: true, Dest: true, Headers: []string{"x-tenant", "cookie"}, AllCopies: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +51,10 @@ func TestInputsAreComplete(t *testing.T) {
 		{Target: "http://abs.example/p", Source: "[2001:db8::1]:9", Headers: [][2]string{{"host", "hh"}, {"i", "c2"}, {"x-forwarded-for", "203.0.113.3"}}},
 		{Target: "/b", Method: "POST", Dest: "198.51.100.2:443", Headers: [][2]string{{"x-other", "1"}}},
 		{Target: "/c", Source: "192.0.2.9:1", Headers: [][2]string{{"host", "only-host.example"}}},
+		// Repeated lines: the client's x-forwarded-for line first, the
+		// trusted proxy's last; the cookie sought only in the second line.
+		{Target: "/d", Source: "192.0.2.7:2", Headers: [][2]string{{"x-forwarded-for", "6.6.6.6"}, {"cookie", "x=1"},
+			{"x-a", "first"}, {"x-a", "second"}, {"cookie", "t=5; s=8"}, {"x-forwarded-for", "203.0.113.9, 203.0.113.10"}}},
 	}
 	for _, js := range configs {
 		c := mustConfig(t, js)
@@ -72,9 +76,11 @@ func TestInputsAreComplete(t *testing.T) {
 			if in.Dest {
 				cut.Dest = r.Dest
 			}
+			// Without AllCopies the filter reads one value per name, the
+			// first copy, as proxy-wasm's get_header_map_value does.
 			for _, h := range r.Headers {
 				for _, name := range in.Headers {
-					if h[0] == name {
+					if h[0] == name && (in.AllCopies || cut.Header(name) == "") {
 						cut.Headers = append(cut.Headers, h)
 					}
 				}

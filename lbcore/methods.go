@@ -118,10 +118,7 @@ type CallIDHash struct{}
 
 // AppendKey implements Keyer.
 func (CallIDHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
-	v := r.Header("call-id")
-	if v == "" {
-		v = r.Header("i")
-	}
+	v := r.CallID()
 	if v == "" {
 		return dst, false
 	}

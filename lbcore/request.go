@@ -28,6 +28,10 @@ type Request struct {
 	// TrustedHops, when > 0, makes the client IP the address that many hops
 	// from the right of x-forwarded-for instead of Source. Set from config.
 	TrustedHops int
+
+	// capped notes that evaluating the request hit one of the input caps of
+	// limits.go; Decide reports it as Decision.Capped.
+	capped bool
 }
 
 // Header returns the first value of the named header, or "". name must be
@@ -39,6 +43,14 @@ func (r *Request) Header(name string) string {
 		}
 	}
 	return ""
+}
+
+// CallID returns the SIP Call-ID: the call-id header, else its compact form i.
+func (r *Request) CallID() string {
+	if id := r.Header("call-id"); id != "" {
+		return id
+	}
+	return r.Header("i")
 }
 
 // ClientAddr returns the client's IP and port. With TrustedHops > 0 the IP is

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ const (
 	minTableSize       = 10000
 	maxTableSize       = 100000000
 	maxPersistenceKeys = 8
+	maxConfigDepth     = 16
 	defaultUpstreamHdr = "x-envoy-original-dst-host"
 	defaultServiceHdr  = "x-hashlb-service"
 )
@@ -41,6 +43,11 @@ var (
 // fields are errors. Every problem is reported, joined with errors.Join, each
 // as "json.path: problem" naming the bad value and the allowed range.
 func ParseConfig(data []byte) (*Config, error) {
+	// gjson recurses once per nesting level; no configuration nests deeper
+	// than a few levels, so a deeper one is refused before it is walked.
+	if !jsonDepthOK(data, maxConfigDepth) {
+		return nil, fmt.Errorf("configuration: nested deeper than %d levels", maxConfigDepth)
+	}
 	if !gjson.ValidBytes(data) {
 		return nil, errors.New("configuration: not valid JSON")
 	}
@@ -115,6 +122,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if c.ServiceHeader != "" && c.ServiceHeader == c.UpstreamHeader {
 		d.errorf("serviceHeader: %q is the same header as upstreamHeader", c.ServiceHeader)
 	}
+	d.ownHeadersUnread(c)
 	if err := errors.Join(d.errs...); err != nil {
 		return nil, err
 	}
@@ -271,7 +279,63 @@ func (d *decoder) headerName(path string, v gjson.Result, empty bool) string {
 		d.errorf("%s: %q is not a valid header name", path, s)
 		return ""
 	}
-	return strings.ToLower(s)
+	s = strings.ToLower(s)
+	if slices.Contains(managedHeaders, s) {
+		d.errorf("%s: %q is a header Envoy manages itself; hashlb would remove the client's copy from every request (choose a header of its own such as x-hashlb-upstream)", path, s)
+		return ""
+	}
+	return s
+}
+
+// managedHeaders are headers hashlb may not write: Envoy manages them itself
+// (host is HTTP/1's :authority; the rest frame the message or are hop by
+// hop), and removing a client's copy before deciding would break the request.
+var managedHeaders = []string{"host", "connection", "content-length", "keep-alive", "proxy-connection", "te", "transfer-encoding", "upgrade"}
+
+// ownHeadersUnread refuses a configuration whose decisions read a header
+// hashlb writes: the filter removes every client copy of upstreamHeader and
+// serviceHeader before deciding, so such an input would always be empty.
+func (d *decoder) ownHeadersUnread(c *Config) {
+	own := func(in *Inputs) (field, name string) {
+		for _, h := range in.Headers {
+			switch h {
+			case c.UpstreamHeader:
+				return "upstreamHeader", h
+			case c.ServiceHeader:
+				return "serviceHeader", h
+			}
+		}
+		return "", ""
+	}
+	const why = "which hashlb removes from every request before deciding (%s), so it would always be empty"
+	var in Inputs
+	if c.methodInputs(&in) {
+		c.clientInputs(&in)
+	}
+	if field, h := own(&in); field != "" {
+		if h == "x-forwarded-for" {
+			d.errorf("trustedForwardedHops: %d reads header %q, "+why, c.TrustedForwardedHops, h, field)
+		} else {
+			d.errorf("lbMethod: %s reads header %q, "+why, c.LBMethod, h, field)
+		}
+	}
+	check := func(path string, e *Expr) {
+		var in Inputs
+		if e.addInputs(&in) {
+			c.clientInputs(&in)
+		}
+		if field, h := own(&in); field != "" {
+			d.errorf("%s: %q reads header %q, "+why, path, e.String(), h, field)
+		}
+	}
+	if c.Token != nil {
+		check("token", c.Token)
+	}
+	if p := c.Persistence; p != nil {
+		for i, k := range p.Keys {
+			check(fmt.Sprintf("persistence.keys[%d]", i), k)
+		}
+	}
 }
 
 func isToken(s string) bool {
@@ -381,14 +445,30 @@ func ParseStatusSet(s string) (StatusSet, error) {
 		if !isRange {
 			hi = lo
 		}
-		a, err1 := strconv.Atoi(lo)
-		b, err2 := strconv.Atoi(hi)
-		if err1 != nil || err2 != nil || a < 100 || b > 599 || a > b {
+		a, ok1 := statusCode(lo)
+		b, ok2 := statusCode(hi)
+		if !ok1 || !ok2 || a > b {
 			return StatusSet{}, fmt.Errorf("%q is not a status list such as 200-399,404 (codes 100-599)", s)
 		}
 		set.ranges = append(set.ranges, [2]uint16{uint16(a), uint16(b)})
 	}
 	return set, nil
+}
+
+// statusCode parses an HTTP status code: three digits in [100, 599], no sign
+// or spaces (strconv.Atoi alone would take "+500").
+func statusCode(s string) (int, bool) {
+	if len(s) != 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, n >= 100 && n <= 599
 }
 
 // serviceID is a service's rendezvous hash and persistence identity.

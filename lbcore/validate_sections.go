@@ -44,8 +44,13 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 				if s.Address, ok = d.str(fp, v); ok {
 					hasAddr = true
 					s.Addr, ok = parseServiceAddr(s.Address)
-					if !ok {
+					switch {
+					case !ok:
 						d.errorf("%s: %q is not ip:port or [v6]:port with a port in [1, 65535]", fp, s.Address)
+					case s.Addr.Addr().Is4In6():
+						// One endpoint, two spellings, two hashes: refuse it.
+						d.errorf("%s: %q is an IPv4-mapped IPv6 address; write it as %s", fp, s.Address,
+							netip.AddrPortFrom(s.Addr.Addr().Unmap(), s.Addr.Port()))
 					}
 				}
 			case "weight":
@@ -148,7 +153,7 @@ func (d *decoder) keys(path string, v gjson.Result) []*Expr {
 		if e == nil {
 			continue
 		}
-		src := strings.Join(strings.Fields(e.String()), "")
+		src := e.canonical()
 		if j, dup := seen[src]; dup {
 			d.errorf("%s: %q duplicates %s[%d]", p, e.String(), path, j)
 			continue
@@ -169,8 +174,11 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 		switch name {
 		case "path":
 			if s, ok := d.str(fp, v); ok {
-				if !strings.HasPrefix(s, "/") || strings.ContainsAny(s, " \t\r\n") {
+				switch {
+				case !strings.HasPrefix(s, "/"):
 					d.errorf("%s: %q is not an absolute path such as /healthz", fp, s)
+				case !isVisibleASCII(s):
+					d.errorf("%s: %q has a space, control character or non-ASCII byte (percent-encode it)", fp, s)
 				}
 				h.Path = s
 			}
@@ -189,6 +197,8 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 			if s, ok := d.str(fp, v); ok {
 				if s == "" {
 					d.errorf("%s: must not be empty", fp)
+				} else if !isVisibleASCII(s) {
+					d.errorf("%s: %q has a space, control character or non-ASCII byte, which an Envoy cluster name cannot", fp, s)
 				}
 				h.Cluster = s
 			}
@@ -225,4 +235,16 @@ func (d *decoder) passiveHealth(path string, v gjson.Result) *PassiveHealth {
 		return true
 	})
 	return p
+}
+
+// isVisibleASCII reports whether s holds only printable ASCII other than
+// space: what may go into a probe's :path header or name an Envoy cluster
+// without being refused, or worse, read differently by the host.
+func isVisibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

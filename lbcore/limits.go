@@ -1,0 +1,67 @@
+package lbcore
+
+// Caps on what one request can make a decision read. Every input is the
+// client's: without a cap, one request could make the worker recurse until
+// its stack overflows (a trap that kills the VM and every later request of
+// the worker), scan for seconds, or grow linear memory for good. A value cut
+// by a cap still decides deterministically (the same request, the same key);
+// the decision records that a cap was hit (Decision.Capped) and the filter
+// counts it (metric hashlb.input_capped). SECURITY.md gives the reasons for
+// each figure.
+const (
+	// MaxValueBytes is how much of one expression variable's value is read:
+	// a longer header, cookie, query value or URL is cut to its first
+	// MaxValueBytes bytes. Envoy's default request header limit is 60 KiB,
+	// but an operator can raise it to 8 MiB.
+	MaxValueBytes = 16 << 10
+	// MaxScanBytes is how many bytes of cookie headers or of the query string
+	// are searched for one name; a name beyond them is not found.
+	MaxScanBytes = 64 << 10
+	// MaxJWTBytes is the longest token jwt() decodes; a longer one gives "".
+	MaxJWTBytes = 16 << 10
+	// MaxJSONDepth is the deepest nesting of arrays and objects jwt() accepts
+	// in a payload; a deeper one gives "". gjson walks nesting recursively,
+	// so depth is checked first, without recursion (jsonDepthOK).
+	MaxJSONDepth = 32
+	// MaxReplaceInput is how much of its value replace() reads; the rest is
+	// cut off before replacing. Go's regexp is linear per match, but a match
+	// can scan to the end of the input before settling on a short
+	// alternative ("a.*b|a"), so replacing every match is quadratic: 16 KiB
+	// took 4 s natively and 45 s in the guest.
+	MaxReplaceInput = 1 << 10
+	// MaxReplacements is how many matches replace() replaces; the text after
+	// the last one is kept as it is. With MaxReplaceInput it bounds one
+	// replace() to MaxReplacements scans of at most MaxReplaceInput bytes.
+	MaxReplacements = 32
+)
+
+// jsonDepthOK reports whether the arrays and objects of the JSON text b nest
+// at most max deep. It does not validate: it counts brackets outside
+// strings, iteratively, so that a hostile payload is refused before any
+// recursive parser sees it.
+func jsonDepthOK(b []byte, max int) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++ // the escaped byte cannot end the string
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > max {
+				return false
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return true
+}
