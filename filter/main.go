@@ -6,7 +6,7 @@
 // request view, the shared-data Store, metrics, and applying decisions: the
 // upstream header, the service header, local replies. Every decision is
 // lbcore's. The module must never start Go's netpoller: no timers, sleeps,
-// goroutines, files or printing (see ENVOY_IMPORTS.md in the design notes and
+// goroutines, files or printing (docs/envoy-host.md#the-go-runtime and
 // RATIONALE.md): Envoy answers poll_oneoff with ENOSYS and the Go runtime then
 // dies.
 package main
@@ -23,7 +23,7 @@ func init() { proxywasm.SetVMContext(&vmContext{}) }
 // abiVersion marks the module as proxy-wasm ABI 0.2.1. The SDK exports only
 // proxy_abi_version_0_2_100, a Higress marker that upstream Envoy refuses
 // ("Missing or unknown Proxy-Wasm ABI version"); proxy-wasm-cpp-host accepts
-// 0_1_0, 0_2_0 and 0_2_1 (src/wasm.cc, AbiVersion detection).
+// 0_1_0, 0_2_0 and 0_2_1 (src/bytecode_util.cc; docs/envoy-host.md#loading).
 //
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}

@@ -7,9 +7,9 @@ import (
 
 // clock is the host's virtual clock. Guest calls hold mu for reading and see
 // one snapshot for their whole duration; Advance takes mu for writing, so it
-// waits for running calls and no call starts while time moves (see "Clocks in
-// a test host" in ENVOY_IMPORTS.md: a clock that jumps under a running call
-// stalls Go's garbage collector).
+// waits for running calls and no call starts while time moves (a clock that
+// jumps under a running call stalls Go's garbage collector:
+// docs/envoy-host.md#clocks-in-a-test-host).
 type clock struct {
 	mu    sync.RWMutex
 	now   time.Time

@@ -13,8 +13,9 @@
 // The facts it emulates come from proxy-wasm-cpp-host (src/exports.cc,
 // src/wasm.cc, include/proxy-wasm/wasm.h, src/v8/v8.cc, src/shared_data.cc,
 // src/bytecode_util.cc) and Envoy (source/extensions/common/wasm/context.cc);
-// each file cites the parts it relies on. hostsim imports wazero and the
-// standard library only: it never imports the module's own packages, so it
+// docs/envoy-host.md lists them with their sources and commits, and each file
+// cites the parts it relies on. hostsim imports wazero and the standard library
+// only (TestDependencies): it never imports the module's own packages, so it
 // cannot share their bugs.
 //
 // Concurrency: every VM is single-threaded (one mutex per VM); different VMs
