@@ -40,6 +40,7 @@ func (h *health) tick(now time.Time) {
 		if v, _, err := proxywasm.GetSharedData(key); err == nil {
 			s, _ := lbcore.DecodeHealth(v)
 			h.setDown(i, !s.Selectable(now))
+			h.endEjections(now, i, &s)
 		}
 	}
 	hc := h.p.cfg.HealthCheck
@@ -140,10 +141,16 @@ func (h *health) othersSelectable(i int) bool {
 }
 
 // observe updates service i's shared record with f; f reports a transition,
-// which is logged at info and counted.
+// which is logged at info and counted. The log line says what changed, read
+// from the record before and after: an active check can bring a service UP
+// while a passive ejection still runs, and that is not a new ejection.
 func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
 	changed := false
-	r, ok := lbcore.UpdateHealth(sharedStore{}, h.keys[i], func(r *lbcore.ServiceHealth) { changed = f(r) })
+	var before lbcore.ServiceHealth
+	r, ok := lbcore.UpdateHealth(sharedStore{}, h.keys[i], func(r *lbcore.ServiceHealth) {
+		before = *r
+		changed = f(r)
+	})
 	if !ok {
 		return
 	}
@@ -151,18 +158,56 @@ func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
 	now := time.Now()
 	h.setDown(i, !r.Selectable(now))
 	if changed {
-		h.p.m.healthTransition(i, r.Down, !r.Down && !r.Selectable(now))
-		name := h.p.cfg.Services[i].Name
-		switch {
-		case r.Down:
-			proxywasm.LogInfof("hashlb: service %s (%s) is DOWN: %d failed health checks", name, h.p.cfg.Services[i].Address, h.p.cfg.HealthCheck.UnhealthyThreshold)
-		case !r.Selectable(now):
-			proxywasm.LogInfof("hashlb: service %s (%s) ejected for %s after %d failed responses", name, h.p.cfg.Services[i].Address,
-				lbcore.FormatDuration(h.p.cfg.PassiveHealth.EjectionTime), h.p.cfg.PassiveHealth.ConsecutiveFailures)
-		default:
-			proxywasm.LogInfof("hashlb: service %s (%s) is UP", name, h.p.cfg.Services[i].Address)
-		}
+		h.logTransition(i, &before, &r, now)
 	}
+}
+
+// logTransition logs and counts the change from before to after.
+func (h *health) logTransition(i int, before, after *lbcore.ServiceHealth, now time.Time) {
+	svc := &h.p.cfg.Services[i]
+	var state string
+	switch {
+	case after.Down && !before.Down:
+		h.p.m.healthTransition(i, true, false)
+		proxywasm.LogInfof("hashlb: service %s (%s) is DOWN: %d failed health checks", svc.Name, svc.Address, h.p.cfg.HealthCheck.UnhealthyThreshold)
+		return
+	case after.EjectedUntil > before.EjectedUntil && !after.Selectable(now):
+		h.p.m.healthTransition(i, false, true)
+		proxywasm.LogInfof("hashlb: service %s (%s) ejected for %s after %d failed responses", svc.Name, svc.Address,
+			lbcore.FormatDuration(h.p.cfg.PassiveHealth.EjectionTime), h.p.cfg.PassiveHealth.ConsecutiveFailures)
+		return
+	case before.Down && !after.Down:
+		state = "passed its health checks"
+	default:
+		state = "ejection ended"
+	}
+	if after.Selectable(now) {
+		h.p.m.healthTransition(i, false, false)
+		proxywasm.LogInfof("hashlb: service %s (%s) is UP: %s", svc.Name, svc.Address, state)
+		return
+	}
+	// UP by active checks, but a passive ejection still runs (or DOWN by
+	// active checks when an ejection ends): not selectable yet.
+	why := "it is DOWN by active health checks"
+	if !after.Down {
+		why = "still ejected for " + lbcore.FormatDuration(time.UnixMilli(after.EjectedUntil).Sub(now).Round(time.Second))
+	}
+	proxywasm.LogInfof("hashlb: service %s (%s) %s; not selectable yet: %s", svc.Name, svc.Address, state, why)
+}
+
+// endEjections clears the ejections that have run out, so that the end of
+// each is logged once, by the worker whose write clears it.
+func (h *health) endEjections(now time.Time, i int, s *lbcore.ServiceHealth) {
+	if s.EjectedUntil == 0 || now.UnixMilli() < s.EjectedUntil {
+		return
+	}
+	h.observe(i, func(r *lbcore.ServiceHealth) bool {
+		if r.EjectedUntil == 0 || now.UnixMilli() < r.EjectedUntil {
+			return false
+		}
+		r.EjectedUntil = 0
+		return true
+	})
 }
 
 // setDown applies a verdict to this worker's Balancer.

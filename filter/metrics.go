@@ -17,7 +17,7 @@ type metrics struct {
 	capped        proxywasm.MetricCounter    // decisions whose input was cut by a cap (lbcore/limits.go)
 	persist       [8]proxywasm.MetricCounter // hit, miss, expired, rechosen, evicted, empty_key, cas_retry, cas_giveup
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
-	healthUp      []proxywasm.MetricCounter  // per service: it came back (active checks, or an ejection ended early)
+	healthUp      []proxywasm.MetricCounter  // per service: selectable again (active checks passed, or an ejection ended)
 	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
 }
 
