@@ -337,6 +337,13 @@ func FuzzExpr(f *testing.F) {
 	f.Add("${sip.callid|upper}${server.port}${client.port}", []byte("i\x00abc@h\x00\x00::ffff:1.2.3.4"))
 	f.Add("${server.ip|mask(64)}", []byte("1:2:3:4:5:6:1.2.3.4"))
 	f.Add("${client.ip|mask(8)}", []byte("::1.2.3.4"))
+	// Hostile shapes (SECURITY.md): deep JSON in a JWT, a quadratic
+	// replace, cookies split over lines, over-long values.
+	f.Add(`${request.header.authorization|jwt("sub")}`, []byte("authorization\x00"+jwtWith(strings.Repeat("[", 3000)+strings.Repeat("]", 3000))))
+	f.Add(`${request.header.authorization|jwt("a.b")}`, []byte("authorization\x00"+jwtWith(`{"a":{"b":"x","c":`+strings.Repeat(`{"d":`, 40)+"1"+strings.Repeat("}", 40)+"}}")))
+	f.Add(`${request.path|replace("a.*b|a","x")}`, []byte("\x00\x00/"+strings.Repeat("a", 4096)))
+	f.Add(`${request.cookie.s|replace("(a)(b)?","$2$1$1")}`, []byte("cookie\x00a=1\x00cookie\x00s="+strings.Repeat("ab", 600)))
+	f.Add("${request.header.x|hash}", []byte("x\x00"+strings.Repeat("\xff\x00", 10000)))
 	f.Fuzz(func(t *testing.T, src string, data []byte) {
 		e, err := ParseExpr(src)
 		if ip, ok := parseIPBytes(data); bytes.IndexByte(data, '%') < 0 {

@@ -1,6 +1,9 @@
 package lbcore
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestRequestView(t *testing.T) {
 	tests := []struct {
@@ -35,6 +38,9 @@ func TestRequestView(t *testing.T) {
 func FuzzRequest(f *testing.F) {
 	f.Add("/a?b", "h:80", "192.0.2.1:5", "[::1]:80", "x-forwarded-for", "1.2.3.4, 5.6.7.8")
 	f.Add("http://[::1", "[", "::ffff:1.2.3.4", "1.2.3.4:99999", "call-id", "\x00\xff")
+	f.Add("/", "h", "192.0.2.1:1", "192.0.2.2:2", "authorization", jwtWith(strings.Repeat("{\"a\":", 2000)+"1"+strings.Repeat("}", 2000)))
+	f.Add("/", "h", "192.0.2.1:1", "192.0.2.2:2", "cookie", "s="+strings.Repeat("a", 3000))
+	f.Add("/", "h", "[fe80::1%eth0]:80", "1.2.3.4", "x-forwarded-for", strings.Repeat(",", 1000)+"fe80::1%25eth0")
 	var bals []*Balancer
 	for i, m := range append(Methods(), "SOURCEIPHASH", "SRCIPDESTIPHASH") {
 		extra := `"upstreamCount":3,"hashBalanceFactor":150`
@@ -42,7 +48,7 @@ func FuzzRequest(f *testing.F) {
 			extra += `,"trustedForwardedHops":2`
 		}
 		if m == "TOKEN" {
-			extra += `,"token":"${request.header.call-id|lower||client.ip|mask(24)}"`
+			extra += `,"token":"${request.header.call-id|lower||request.header.authorization|jwt(\"sub\")||request.cookie.s|replace(\"a.*b|a\",\"x\")||client.ip|mask(24)}"`
 		}
 		c, err := ParseConfig([]byte(pool(m, 5, extra)))
 		if err != nil {
