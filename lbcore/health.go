@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"encoding/binary"
+	"errors"
 	"time"
 )
 
@@ -99,7 +100,7 @@ func UpdateHealth(st Store, key string, f func(*ServiceHealth)) (ServiceHealth, 
 	var buf [healthSize]byte
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		val, cas, err := st.Get(key)
-		if err != nil && err != ErrNotFound {
+		if err != nil && !errors.Is(err, ErrNotFound) {
 			return s, false
 		}
 		s, _ = DecodeHealth(val)
@@ -109,7 +110,7 @@ func UpdateHealth(st Store, key string, f func(*ServiceHealth)) (ServiceHealth, 
 		// response repeats; health records never carry mappings that matter.
 		if err := st.Set(key, EncodeHealth(buf[:0], &s), cas); err == nil {
 			return s, true
-		} else if err != ErrCASMismatch {
+		} else if !errors.Is(err, ErrCASMismatch) {
 			return s, false
 		}
 	}

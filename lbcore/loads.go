@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -50,7 +51,13 @@ func NewLoadBoard(s Store, namespace string, services []Service, me uint64) *Loa
 
 // slot value: version 1 | owner uint64 | heartbeat unix ms int64 | n uint32 |
 // n × (service id uint64, count uint32), little-endian.
-const slotHeader = 1 + 8 + 8 + 4
+const (
+	slotOwnerAt = 1               // owner's offset
+	slotBeatAt  = slotOwnerAt + 8 // heartbeat's offset
+	slotCountAt = slotBeatAt + 8  // n's offset
+	slotHeader  = slotCountAt + 4 // where the entries start
+	slotEntry   = 8 + 4           // one entry: service id, count
+)
 
 func (b *LoadBoard) key(n int) string { return b.prefix + strconv.Itoa(n) }
 
@@ -67,13 +74,13 @@ func (b *LoadBoard) encode(now time.Time, own []int64) []byte {
 	return v
 }
 
-// header reads a slot's owner and heartbeat; ok is false for a value of
+// slotOwner reads a slot's owner and heartbeat; ok is false for a value of
 // another shape.
 func slotOwner(v []byte) (owner uint64, beat time.Time, ok bool) {
 	if len(v) < slotHeader || v[0] != 1 {
 		return 0, time.Time{}, false
 	}
-	return binary.LittleEndian.Uint64(v[1:]), time.UnixMilli(int64(binary.LittleEndian.Uint64(v[9:]))), true
+	return binary.LittleEndian.Uint64(v[slotOwnerAt:]), time.UnixMilli(int64(binary.LittleEndian.Uint64(v[slotBeatAt:]))), true
 }
 
 // Publish writes this worker's counts (own, in service order) with a fresh
@@ -90,7 +97,7 @@ func (b *LoadBoard) Publish(now time.Time, own []int64) bool {
 	for n := 0; n < MaxSlots; n++ {
 		v, cas, err := b.store.Get(b.key(n))
 		switch {
-		case err == ErrNotFound:
+		case errors.Is(err, ErrNotFound):
 			if CreateKey(b.store, b.marker, b.key(n), b.encode(now, own)) == nil {
 				b.slot = n
 				return true
@@ -115,15 +122,15 @@ func (b *LoadBoard) Others(now time.Time) []int64 {
 	clear(b.others)
 	for n := 0; n < MaxSlots; n++ {
 		v, _, err := b.store.Get(b.key(n))
-		if err == ErrNotFound {
+		if errors.Is(err, ErrNotFound) {
 			break // slots are claimed lowest first and never deleted
 		}
 		owner, beat, ok := slotOwner(v)
 		if err != nil || !ok || owner == b.me || now.Sub(beat) > SlotTTL {
 			continue
 		}
-		count := int(binary.LittleEndian.Uint32(v[17:]))
-		for j, p := 0, slotHeader; j < count && p+12 <= len(v); j, p = j+1, p+12 {
+		count := int(binary.LittleEndian.Uint32(v[slotCountAt:]))
+		for j, p := 0, slotHeader; j < count && p+slotEntry <= len(v); j, p = j+1, p+slotEntry {
 			// By identity, so a worker still on the previous configuration
 			// during a reload adds its counts to the right services.
 			if i, known := b.index[binary.LittleEndian.Uint64(v[p:])]; known {

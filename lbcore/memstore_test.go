@@ -14,7 +14,7 @@ import (
 
 func TestMemStoreSemantics(t *testing.T) {
 	s := NewMemStore()
-	if _, _, err := s.Get("k"); err != ErrNotFound {
+	if _, _, err := s.Get("k"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Get(missing) err = %v, want ErrNotFound", err)
 	}
 	steps := []struct {

@@ -191,7 +191,7 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 	for first := true; ; first = false {
 		final := out.CASRetries >= casAttempts
 		val, cas, err := t.store.Get(bkey)
-		missing := err == ErrNotFound || errors.Is(err, ErrNotFound)
+		missing := errors.Is(err, ErrNotFound)
 		if err != nil && !missing {
 			out.GaveUp = true
 			return t.unpersisted(chosen, have, choose, out)
@@ -239,7 +239,7 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 		switch {
 		case err == nil:
 			return chosen, true, out
-		case err != ErrCASMismatch && !errors.Is(err, ErrCASMismatch):
+		case !errors.Is(err, ErrCASMismatch):
 			out.GaveUp = true
 			return chosen, true, out
 		}
