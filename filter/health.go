@@ -10,15 +10,14 @@ import (
 )
 
 // health runs active probes and passive ejection for one plugin on one
-// worker. The records live in shared data ("<ns>/h/<service id>"), so every
-// worker sees every verdict; each worker refreshes its Balancer's view on
-// the plugin's tick (once a second), and at once for what it observed itself.
+// worker: it wires host calls (ticks, dispatch_http_call, response
+// properties, logs, metrics) to lbcore.HealthBoard, which holds the records
+// and the probe lease in shared data and decides. Each worker refreshes its
+// Balancer's view on the plugin's tick (once a second), and at once for what
+// it observed itself.
 type health struct {
 	p         *pluginContext
-	ns        string
-	keys      []string // shared-data key of each service's record
-	leaseKey  string
-	me        uint64 // this worker's lease identity
+	board     *lbcore.HealthBoard
 	nextRound time.Time
 }
 
@@ -26,21 +25,20 @@ type health struct {
 const tickPeriod = time.Second
 
 func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *health {
-	h := &health{p: p, ns: ns, leaseKey: ns + "/h/lease", me: me | 1}
-	for _, s := range cfg.Services {
-		h.keys = append(h.keys, ns+"/h/"+strconv.FormatUint(s.ID, 16))
-	}
-	return h
+	return &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me)}
 }
 
-// tick refreshes the view and, when a probe round is due and this worker
-// holds the lease, probes every service.
+// tick refreshes the view, ends the ejections that ran out and, when a probe
+// round is due and this worker holds the lease, probes every service.
 func (h *health) tick(now time.Time) {
-	for i, key := range h.keys {
-		if v, _, err := proxywasm.GetSharedData(key); err == nil {
-			s, _ := lbcore.DecodeHealth(v)
-			h.setDown(i, !s.Selectable(now))
-			h.endEjections(now, i, &s)
+	for i := range h.p.cfg.Services {
+		s := h.board.Read(i)
+		h.setDown(i, !s.Selectable(now))
+		if s.EjectedUntil == 0 || now.UnixMilli() < s.EjectedUntil {
+			continue
+		}
+		if c, ended := h.board.EndEjection(i, now); ended {
+			h.applied(i, &c, now)
 		}
 	}
 	hc := h.p.cfg.HealthCheck
@@ -48,31 +46,12 @@ func (h *health) tick(now time.Time) {
 		return
 	}
 	h.nextRound = now.Add(hc.Interval)
-	if !h.lease(now, hc.Interval) {
+	if !h.board.TakeLease(now, hc.Interval) {
 		return
 	}
 	for i := range h.p.cfg.Services {
 		h.probe(i, hc)
 	}
-}
-
-// lease makes one worker at a time the prober: the lease record holds the
-// holder's identity and expiry. Two workers that both find it missing may
-// both probe once; that costs a duplicate probe, never a wrong verdict.
-func (h *health) lease(now time.Time, d time.Duration) bool {
-	v, cas, err := proxywasm.GetSharedData(h.leaseKey)
-	if err == nil && len(v) == 16 {
-		holder, until := binary.LittleEndian.Uint64(v), int64(binary.LittleEndian.Uint64(v[8:]))
-		if holder != h.me && now.UnixMilli() < until {
-			return false
-		}
-	}
-	var buf [16]byte
-	binary.LittleEndian.PutUint64(buf[:], h.me)
-	// Held a little beyond one interval, so the holder renews it before
-	// anyone else may take it.
-	binary.LittleEndian.PutUint64(buf[8:], uint64(now.Add(d+d/2).UnixMilli()))
-	return proxywasm.SetSharedData(h.leaseKey, buf[:], cas) == nil
 }
 
 // probe sends one health request to service i through the cluster, with the
@@ -109,105 +88,58 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 }
 
 // passive records a response from service i; failed responses eject the
-// service after PassiveHealth.ConsecutiveFailures in a row. A success costs
-// a shared-data write only when this worker knows of failures to reset.
+// service after PassiveHealth.ConsecutiveFailures in a row, unless it is the
+// last selectable one. A success costs a shared-data write only when this
+// worker knows of failures to reset.
 func (h *health) passive(i int, status int) {
 	ph := h.p.cfg.PassiveHealth
-	failed := ph.FailureStatuses.Contains(status) || status >= 500 && upstreamConnectionFailed()
+	failed := ph.Failed(status, upstreamConnectionFailed)
 	if !failed && !h.p.failing[i] {
 		return
 	}
 	now := time.Now()
-	h.observe(i, func(r *lbcore.ServiceHealth) bool {
-		if failed && !h.othersSelectable(i) {
-			// Never eject the last selectable service: a half-working
-			// backend serves better than a 503 for everyone (Envoy's
-			// outlier detection bounds ejections the same way).
-			r.Failures = 0
-			return false
-		}
-		return ph.Response(r, failed, now)
-	})
+	last := h.p.bal.OnlySelectable(i)
+	h.observe(i, func(r *lbcore.ServiceHealth) bool { return ph.Observe(r, failed, last, now) })
 }
 
-// othersSelectable reports whether a service other than i is selectable.
-func (h *health) othersSelectable(i int) bool {
-	for j := range h.p.cfg.Services {
-		if j != i && h.p.bal.Selectable(j) {
-			return true
-		}
-	}
-	return false
-}
-
-// observe updates service i's shared record with f; f reports a transition,
-// which is logged at info and counted. The log line says what changed, read
-// from the record before and after: an active check can bring a service UP
-// while a passive ejection still runs, and that is not a new ejection.
+// observe updates service i's shared record with f (which reports a
+// transition) and applies the result to this worker.
 func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
-	changed := false
-	var before lbcore.ServiceHealth
-	r, ok := lbcore.UpdateHealth(sharedStore{}, h.keys[i], func(r *lbcore.ServiceHealth) {
-		before = *r
-		changed = f(r)
-	})
+	c, ok := h.board.Update(i, f)
 	if !ok {
 		return
 	}
-	h.p.failing[i] = r.Failures > 0
-	now := time.Now()
-	h.setDown(i, !r.Selectable(now))
-	if changed {
-		h.logTransition(i, &before, &r, now)
-	}
+	h.p.failing[i] = c.After.Failures > 0
+	h.applied(i, &c, time.Now())
 }
 
-// logTransition logs and counts the change from before to after.
-func (h *health) logTransition(i int, before, after *lbcore.ServiceHealth, now time.Time) {
+// applied sets this worker's view of service i from a change it wrote, and
+// logs (at info) and counts the transition, which only the writer sees.
+func (h *health) applied(i int, c *lbcore.Change, now time.Time) {
+	h.setDown(i, !c.After.Selectable(now))
 	svc := &h.p.cfg.Services[i]
-	var state string
-	switch {
-	case after.Down && !before.Down:
+	switch c.Transition(now) {
+	case lbcore.WentDown:
 		h.p.m.healthTransition(i, true, false)
 		proxywasm.LogInfof("hashlb: service %s (%s) is DOWN: %d failed health checks", svc.Name, svc.Address, h.p.cfg.HealthCheck.UnhealthyThreshold)
-		return
-	case after.EjectedUntil > before.EjectedUntil && !after.Selectable(now):
+	case lbcore.Ejected:
 		h.p.m.healthTransition(i, false, true)
 		proxywasm.LogInfof("hashlb: service %s (%s) ejected for %s after %d failed responses", svc.Name, svc.Address,
 			lbcore.FormatDuration(h.p.cfg.PassiveHealth.EjectionTime), h.p.cfg.PassiveHealth.ConsecutiveFailures)
-		return
-	case before.Down && !after.Down:
-		state = "passed its health checks"
-	default:
-		state = "ejection ended"
-	}
-	if after.Selectable(now) {
+	case lbcore.CameBack:
 		h.p.m.healthTransition(i, false, false)
-		proxywasm.LogInfof("hashlb: service %s (%s) is UP: %s", svc.Name, svc.Address, state)
-		return
-	}
-	// UP by active checks, but a passive ejection still runs (or DOWN by
-	// active checks when an ejection ends): not selectable yet.
-	why := "it is DOWN by active health checks"
-	if !after.Down {
-		why = "still ejected for " + lbcore.FormatDuration(time.UnixMilli(after.EjectedUntil).Sub(now).Round(time.Second))
-	}
-	proxywasm.LogInfof("hashlb: service %s (%s) %s; not selectable yet: %s", svc.Name, svc.Address, state, why)
-}
-
-// endEjections clears the ejections that have run out, so that the end of
-// each is logged once, by the worker whose write clears it.
-func (h *health) endEjections(now time.Time, i int, s *lbcore.ServiceHealth) {
-	if s.EjectedUntil == 0 || now.UnixMilli() < s.EjectedUntil {
-		return
-	}
-	h.observe(i, func(r *lbcore.ServiceHealth) bool {
-		if r.EjectedUntil == 0 || now.UnixMilli() < r.EjectedUntil {
-			return false
+		why := "ejection ended"
+		if c.Before.Down {
+			why = "passed its health checks"
 		}
-		r.EjectedUntil = 0
-		return true
-	})
+		proxywasm.LogInfof("hashlb: service %s (%s) is UP: %s", svc.Name, svc.Address, why)
+	case lbcore.PassedStillEjected:
+		left := time.UnixMilli(c.After.EjectedUntil).Sub(now).Round(time.Second)
+		proxywasm.LogInfof("hashlb: service %s (%s) passed its health checks; not selectable yet: still ejected for %s",
+			svc.Name, svc.Address, lbcore.FormatDuration(left))
+	case lbcore.EjectionEndedStillDown:
+		proxywasm.LogInfof("hashlb: service %s (%s) ejection ended; not selectable yet: it is DOWN by active health checks", svc.Name, svc.Address)
+	}
 }
 
 // setDown applies a verdict to this worker's Balancer.
