@@ -81,6 +81,8 @@ func (d *Decision) add(idx int) {
 type Balancer struct {
 	cfg      *Config
 	services []Service
+	method   *methodSpec // lbMethod
+	backup   *methodSpec // chooses when the hash method has no input
 	keyer    Keyer
 	uniform  bool // all weights equal: rank by raw scores, no logarithms
 	want     int  // how many services a decision names: min(UpstreamCount, len(services))
@@ -91,6 +93,7 @@ type Balancer struct {
 	seq    uint64  // decision counter; breaks least-connection ties
 	cand   []candidate
 	buf    []byte
+	x      evalCtx // the decision's evaluation context: trusted hops, caps hit
 
 	table *Table
 	pkey  []byte         // the persistence key being built
@@ -104,6 +107,8 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 	b := &Balancer{
 		cfg:      c,
 		services: c.Services,
+		method:   c.LBMethod.spec(),
+		backup:   c.BackupLBMethod.spec(),
 		keyer:    keyerFor(c),
 		uniform:  true,
 		want:     min(c.UpstreamCount, n),
@@ -115,6 +120,15 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		buf:      make([]byte, 0, 512),
 		pkey:     make([]byte, 0, 256),
 		ids:      make(map[uint64]int, n),
+	}
+	if b.method == nil { // not from ParseConfig: an unknown method
+		b.method = MethodRoundRobin.spec()
+	}
+	if b.method.ownBackup {
+		b.backup = b.method.backup.spec()
+	}
+	if b.backup == nil || b.backup.pick == nil { // not from ParseConfig
+		b.backup = MethodLeastConnection.spec()
 	}
 	total := 0
 	for i := range c.Services {
@@ -142,9 +156,6 @@ func (b *Balancer) Config() *Config { return b.cfg }
 // SetDown marks service i DOWN (not selectable) or UP.
 func (b *Balancer) SetDown(i int, down bool) { b.down[i] = down }
 
-// Down reports whether service i is marked DOWN.
-func (b *Balancer) Down(i int) bool { return b.down[i] }
-
 // SetActive sets service i's active request count, as least connection and
 // bounded load see it.
 func (b *Balancer) SetActive(i int, n int64) { b.active[i] = max(n, 0) }
@@ -159,10 +170,9 @@ func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.d
 
 // Decide chooses services for r. It never fails: with no selectable service
 // the decision is ReasonNoService and names none. now is used only by the
-// persistence table.
+// persistence table. r is only read.
 func (b *Balancer) Decide(r *Request, now time.Time) Decision {
-	r.TrustedHops = b.cfg.TrustedForwardedHops
-	r.capped = false
+	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops}
 	b.seq++
 	var d Decision
 	if b.table != nil {
@@ -170,36 +180,22 @@ func (b *Balancer) Decide(r *Request, now time.Time) Decision {
 	} else {
 		d = b.decideMethod(r)
 	}
-	d.Capped = r.capped
+	d.Capped = b.x.capped
 	return d
 }
 
 // decideMethod applies lbMethod, falling back when it has no input.
 func (b *Balancer) decideMethod(r *Request) Decision {
 	var d Decision
-	switch b.cfg.LBMethod {
-	case MethodRoundRobin:
-		d.Reason, d.Method = ReasonRoundRobin, MethodRoundRobin
-		b.roundRobin(&d)
-		return d
-	case MethodLeastConnection:
-		d.Reason, d.Method = ReasonLeastConnection, MethodLeastConnection
-		b.leastConnection(&d)
-		return d
+	if b.keyer == nil {
+		d.Reason, d.Method = b.method.reason, b.method.method
+		return b.method.pick(b, d)
 	}
-	key, ok := b.keyer.AppendKey(b.buf[:0], r)
+	key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
 	b.buf = key[:0]
 	if !ok {
-		d.Reason, d.Method = ReasonBackup, b.cfg.BackupLBMethod
-		if b.cfg.LBMethod == MethodURLHash {
-			d.Method = MethodRoundRobin // Citrix: an unparsable URL is balanced round robin
-		}
-		if d.Method == MethodRoundRobin {
-			b.roundRobin(&d)
-		} else {
-			b.leastConnection(&d)
-		}
-		return d
+		d.Reason, d.Method = ReasonBackup, b.backup.method
+		return b.backup.pick(b, d)
 	}
 	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
 	b.hashRank(&d, xxhash.Sum64(key))

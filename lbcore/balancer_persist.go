@@ -27,7 +27,7 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time) Decision {
 			key = append(key, 0x1f)
 		}
 		n := len(key)
-		key = e.AppendEval(key, r)
+		key = e.appendEval(key, r, &b.x)
 		empty = empty && len(key) == n
 	}
 	b.pkey = key[:0]
@@ -77,7 +77,7 @@ func (b *Balancer) failover(d *Decision, r *Request, chosen int) {
 		b.addRest(d, chosen)
 		return
 	}
-	key, ok := b.keyer.AppendKey(b.buf[:0], r)
+	key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
 	b.buf = key[:0]
 	if !ok {
 		b.addRest(d, chosen)

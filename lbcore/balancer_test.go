@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -122,6 +123,8 @@ func TestNoSelectableService(t *testing.T) {
 		extra := `"services":[{"name":"a","address":"10.0.0.1:80","enabled":false},{"name":"b","address":"10.0.0.2:80"}]`
 		if m == "TOKEN" {
 			extra = `"token":"${request.header.x-t}",` + extra
+		} else if e := methodSamples[m].extra; e != "" {
+			extra = e + "," + extra
 		}
 		c := mustConfig(t, fmt.Sprintf(`{"lbMethod":%q,%s}`, m, extra))
 		b := NewBalancer(c, 0)
@@ -178,6 +181,36 @@ func TestBoundedLoad(t *testing.T) {
 	}
 }
 
+// TestDecideLeavesRequest: Decide only reads the request, whatever the method,
+// trusted hops, expressions (caps hit included) and persistence.
+func TestDecideLeavesRequest(t *testing.T) {
+	long := strings.Repeat("v", MaxValueBytes+1)
+	mk := func() Request {
+		return Request{Target: "/a?q=1", Authority: "h.example", Method: "GET", Source: "192.0.2.1:10", Dest: "198.51.100.1:80",
+			Headers: [][2]string{{"x-forwarded-for", "203.0.113.1, 203.0.113.2"}, {"call-id", "c1"}, {"x-long", long}}}
+	}
+	store := NewMemStore()
+	for i, m := range Methods() {
+		extra := `"trustedForwardedHops":1,"persistence":{"keys":["${client.ip}","${request.header.x-long}"]}`
+		if m == "TOKEN" {
+			extra += `,"token":"${request.header.x-long||client.ip}"`
+		} else if e := methodSamples[m].extra; e != "" {
+			extra += "," + e
+		}
+		b := NewBalancer(mustConfig(t, pool(m, 3, extra)), 0)
+		b.EnablePersistence(store, fmt.Sprint("t", i))
+		r, want := mk(), mk()
+		if d := b.Decide(&r, epoch); !d.Capped {
+			t.Errorf("%s: Decide(long header).Capped = false, want true", m)
+		}
+		if !reflect.DeepEqual(r, want) {
+			t.Errorf("%s: Decide changed the request: %+v, was %+v", m, r, want)
+		}
+	}
+}
+
+// TestHashAllocatesNothing: a decision allocates nothing, for every method of
+// the table (the hashing methods with bounded load and failover).
 func TestHashAllocatesNothing(t *testing.T) {
 	reqs := map[string]*Request{
 		"URLHASH":           {Target: "/static/app.js?v=3"},
@@ -189,10 +222,18 @@ func TestHashAllocatesNothing(t *testing.T) {
 		"CALLIDHASH":        {Headers: [][2]string{{"call-id", "a84b4c76e66710@pc33.example.com"}}},
 		"TOKEN":             {Headers: [][2]string{{"x-user", "Alice-Example"}}},
 	}
-	for m, r := range reqs {
+	for _, m := range Methods() {
 		extra := `"upstreamCount":3,"hashBalanceFactor":150`
-		if m == "TOKEN" {
+		r, ok := reqs[m]
+		switch {
+		case m == "TOKEN":
 			extra += `,"token":"${request.header.x-user|lower|prefix(8)}"`
+		case !ok: // every other method, with the sample of the method table's tests
+			sample := methodSamples[m]
+			r = &sample.req
+			if sample.extra != "" {
+				extra += "," + sample.extra
+			}
 		}
 		b := NewBalancer(mustConfig(t, pool(m, 10, extra)), 0)
 		if n := testing.AllocsPerRun(200, func() { b.Decide(r, epoch) }); n != 0 {

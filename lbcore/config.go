@@ -5,56 +5,6 @@ import (
 	"time"
 )
 
-// Method is a load-balancing method, named by the vendor token operators know.
-type Method uint8
-
-// The load-balancing methods. The first eight are the Citrix ADC hashing
-// methods; LEASTCONNECTION and ROUNDROBIN are the fallbacks and may also be
-// used on their own.
-const (
-	MethodRoundRobin Method = iota
-	MethodLeastConnection
-	MethodURLHash
-	MethodDomainHash
-	MethodDestIPHash
-	MethodSourceIPHash
-	MethodSrcDestIPHash
-	MethodSrcIPSrcPortHash
-	MethodCallIDHash
-	MethodTokenHash
-)
-
-var methodNames = [...]string{
-	MethodRoundRobin:       "ROUNDROBIN",
-	MethodLeastConnection:  "LEASTCONNECTION",
-	MethodURLHash:          "URLHASH",
-	MethodDomainHash:       "DOMAINHASH",
-	MethodDestIPHash:       "DESTINATIONIPHASH",
-	MethodSourceIPHash:     "SOURCEIPHASH",
-	MethodSrcDestIPHash:    "SRCIPDESTIPHASH",
-	MethodSrcIPSrcPortHash: "SRCIPSRCPORTHASH",
-	MethodCallIDHash:       "CALLIDHASH",
-	MethodTokenHash:        "TOKEN",
-}
-
-// String returns the vendor token, for example "URLHASH".
-func (m Method) String() string {
-	if int(m) < len(methodNames) {
-		return methodNames[m]
-	}
-	return "UNKNOWN"
-}
-
-// IsHash reports whether m is one of the eight hashing methods.
-func (m Method) IsHash() bool { return m >= MethodURLHash && m <= MethodTokenHash }
-
-// Methods returns every method token, hashing methods first, in the order the
-// Citrix documentation lists them.
-func Methods() []string {
-	return []string{"URLHASH", "DOMAINHASH", "DESTINATIONIPHASH", "SOURCEIPHASH",
-		"SRCIPDESTIPHASH", "SRCIPSRCPORTHASH", "CALLIDHASH", "TOKEN", "LEASTCONNECTION", "ROUNDROBIN"}
-}
-
 // Config is a validated plugin configuration. Build one with ParseConfig;
 // a Config is never modified after parsing.
 type Config struct {

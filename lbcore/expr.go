@@ -161,8 +161,23 @@ func (e *Expr) String() string {
 // input yields "" for its pipeline. Each pipeline is evaluated in place at the
 // end of dst, so an expression built from variables and lower, upper, hash,
 // prefix, suffix, mask and default allocates nothing when dst has room; jwt
-// and replace allocate.
+// and replace allocate. client.ip and client.port are the connection's peer,
+// as with trustedForwardedHops 0; a Balancer evaluates with its
+// configuration's hops.
 func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
+	var x evalCtx
+	return e.appendEval(dst, r, &x)
+}
+
+// Eval returns the expression's value for r; see AppendEval.
+func (e *Expr) Eval(r *Request) string {
+	var buf [128]byte
+	return string(e.AppendEval(buf[:0], r))
+}
+
+// appendEval is AppendEval within a decision: x gives the trusted hops and
+// records the caps hit. r is only read.
+func (e *Expr) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	if e == nil {
 		return dst
 	}
@@ -178,18 +193,12 @@ func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
 		start := len(dst)
 		for j := range pt.alts {
 			// An alternative writes at start; a later one overwrites it.
-			if dst = pt.alts[j].appendEval(dst[:start], r); len(dst) > start {
+			if dst = pt.alts[j].appendEval(dst[:start], r, x); len(dst) > start {
 				break
 			}
 		}
 	}
 	return dst
-}
-
-// Eval returns the expression's value for r; see AppendEval.
-func (e *Expr) Eval(r *Request) string {
-	var buf [128]byte
-	return string(e.AppendEval(buf[:0], r))
 }
 
 var (

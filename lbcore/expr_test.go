@@ -63,6 +63,7 @@ func TestExprEval(t *testing.T) {
 		name string
 		src  string
 		req  *Request // nil: exprTestRequest()
+		hops int      // trustedForwardedHops of the Balancer evaluating it
 		want string
 	}{
 		// Variables.
@@ -70,10 +71,10 @@ func TestExprEval(t *testing.T) {
 		{name: "client.port", src: "${client.port}", want: "5555"},
 		{name: "server.ip", src: "${server.ip}", want: "2001:db8:1:2:3:4:5:6"},
 		{name: "server.port", src: "${server.port}", want: "443"},
-		{name: "client.ip trusted hops 1", src: "${client.ip}", req: exprReqWith(func(r *Request) { r.TrustedHops = 1 }), want: "198.51.100.2"},
-		{name: "client.ip trusted hops 2", src: "${client.ip}", req: exprReqWith(func(r *Request) { r.TrustedHops = 2 }), want: "203.0.113.7"},
-		{name: "client.ip trusted hops too many", src: "${client.ip}", req: exprReqWith(func(r *Request) { r.TrustedHops = 3 }), want: ""},
-		{name: "client.port unknown behind proxies", src: "${client.port}", req: exprReqWith(func(r *Request) { r.TrustedHops = 1 }), want: ""},
+		{name: "client.ip trusted hops 1", src: "${client.ip}", hops: 1, want: "198.51.100.2"},
+		{name: "client.ip trusted hops 2", src: "${client.ip}", hops: 2, want: "203.0.113.7"},
+		{name: "client.ip trusted hops too many", src: "${client.ip}", hops: 3, want: ""},
+		{name: "client.port unknown behind proxies", src: "${client.port}", hops: 1, want: ""},
 		{name: "client.ip v4-mapped", src: "${client.ip}", req: exprReqWith(func(r *Request) { r.Source = "[::ffff:10.9.8.7]:1" }), want: "10.9.8.7"},
 		{name: "client.ip missing", src: "${client.ip}", req: exprReqWith(func(r *Request) { r.Source = "" }), want: ""},
 		{name: "request.host as received", src: "${request.host}", want: "Shop.Example.COM"},
@@ -166,11 +167,17 @@ func TestExprEval(t *testing.T) {
 			if r == nil && tt.name != "nil request" {
 				r = exprTestRequest()
 			}
-			if got := e.Eval(r); got != tt.want {
+			eval := e.AppendEval
+			if tt.hops > 0 { // as a Balancer with trustedForwardedHops evaluates
+				eval = func(dst []byte, r *Request) []byte { return e.appendEval(dst, r, &evalCtx{hops: tt.hops}) }
+			} else if got := e.Eval(r); got != tt.want {
+				t.Errorf("Eval(%q) = %q, want %q", tt.src, got, tt.want)
+			}
+			if got := string(eval(nil, r)); got != tt.want {
 				t.Errorf("Eval(%q) = %q, want %q", tt.src, got, tt.want)
 			}
 			// AppendEval keeps what dst held and appends the same value.
-			got := e.AppendEval([]byte("prefix|"), r)
+			got := eval([]byte("prefix|"), r)
 			if string(got) != "prefix|"+tt.want {
 				t.Errorf("AppendEval(%q) = %q, want %q", tt.src, got, "prefix|"+tt.want)
 			}
@@ -361,12 +368,12 @@ func FuzzExpr(f *testing.F) {
 		if e.String() != src {
 			t.Errorf("String() = %q, want %q", e.String(), src)
 		}
-		r := exprFuzzRequest(data)
-		got := e.AppendEval([]byte("keep"), r)
+		r, x := exprFuzzRequest(data)
+		got := e.appendEval([]byte("keep"), r, x)
 		if !bytes.HasPrefix(got, []byte("keep")) {
 			t.Fatalf("AppendEval(%q) = %q, lost its prefix", src, got)
 		}
-		if again := e.Eval(r); again != string(got[4:]) {
+		if again := string(e.appendEval(nil, r, x)); again != string(got[4:]) {
 			t.Errorf("Eval(%q) = %q, then %q", src, got[4:], again)
 		}
 	})
@@ -374,12 +381,12 @@ func FuzzExpr(f *testing.F) {
 
 // exprFuzzRequest builds a request from NUL-separated fields: pairs of the first
 // twelve are headers, and fields 1–5 also give dest, target, authority,
-// method and source. The first byte picks TrustedHops.
-func exprFuzzRequest(data []byte) *Request {
+// method and source. The first byte picks the trusted hops.
+func exprFuzzRequest(data []byte) (*Request, *evalCtx) {
 	f := strings.Split(string(data), "\x00")
-	r := &Request{}
+	r, x := &Request{}, &evalCtx{}
 	if len(data) > 0 {
-		r.TrustedHops = int(data[0] % 3)
+		x.hops = int(data[0] % 3)
 	}
 	for i := 0; i+1 < len(f) && i < 12; i += 2 {
 		r.Headers = append(r.Headers, [2]string{f[i], f[i+1]})
@@ -391,5 +398,5 @@ func exprFuzzRequest(data []byte) *Request {
 		return ""
 	}
 	r.Target, r.Authority, r.Method, r.Source, r.Dest = at(2), at(3), at(4), at(5), at(1)
-	return r
+	return r, x
 }

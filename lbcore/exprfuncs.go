@@ -11,27 +11,27 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-func (pl *exprPipeline) appendEval(dst []byte, r *Request) []byte {
+func (pl *exprPipeline) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	start := len(dst)
-	dst = pl.v.appendValue(dst, r)
+	dst = pl.v.appendValue(dst, r, x)
 	if len(dst)-start > MaxValueBytes {
 		dst = dst[:start+MaxValueBytes]
-		r.capped = true
+		x.capped = true
 	}
 	for i := range pl.fns {
-		dst = pl.fns[i].apply(dst, start, r)
+		dst = pl.fns[i].apply(dst, start, x)
 	}
 	return dst
 }
 
-func (v *exprVar) appendValue(dst []byte, r *Request) []byte {
+func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 	switch v.kind {
 	case varClientIP, varClientPort, varServerIP, varServerPort:
 		var ip netip.Addr
 		var port uint16
 		var ok bool
 		if v.kind == varClientIP || v.kind == varClientPort {
-			ip, port, ok = r.ClientAddr()
+			ip, port, ok = r.ClientAddr(x.hops)
 		} else {
 			ip, port, ok = r.ServerAddr()
 		}
@@ -55,12 +55,12 @@ func (v *exprVar) appendValue(dst []byte, r *Request) []byte {
 	case varHeader:
 		return append(dst, r.Header(v.name)...)
 	case varCookie:
-		return append(dst, exprCookie(r, v.name)...)
+		return append(dst, exprCookie(r, v.name, x)...)
 	case varQuery:
 		q := r.Query()
 		if len(q) > MaxScanBytes {
 			q = q[:MaxScanBytes]
-			r.capped = true
+			x.capped = true
 		}
 		return append(dst, exprQuery(q, v.name)...)
 	case varCallID:
@@ -72,7 +72,7 @@ func (v *exprVar) appendValue(dst []byte, r *Request) []byte {
 // exprCookie returns the value of the first cookie called name in any cookie
 // header ("a=1; b=2"), trimmed of spaces but otherwise as received. It
 // searches the first MaxScanBytes bytes of cookie headers.
-func exprCookie(r *Request, name string) string {
+func exprCookie(r *Request, name string, x *evalCtx) string {
 	budget := MaxScanBytes
 	for _, h := range r.Headers {
 		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
@@ -81,7 +81,7 @@ func exprCookie(r *Request, name string) string {
 		rest := h[1]
 		if len(rest) > budget {
 			rest = rest[:budget]
-			r.capped = true
+			x.capped = true
 		}
 		budget -= len(rest)
 		for rest != "" {
@@ -114,8 +114,8 @@ func exprQuery(query, name string) string {
 }
 
 // apply transforms the value dst[start:] in place and returns dst. A cap it
-// hits is noted in r.
-func (f *exprFunc) apply(dst []byte, start int, r *Request) []byte {
+// hits is noted in x.
+func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 	v := dst[start:]
 	if len(v) == 0 {
 		if f.kind == fnDefault {
@@ -161,11 +161,11 @@ func (f *exprFunc) apply(dst []byte, start int, r *Request) []byte {
 		}
 	case fnJWT:
 		claim, capped := jwtClaim(v, f.s)
-		r.capped = r.capped || capped
+		x.capped = x.capped || capped
 		dst = append(dst[:start], claim...)
 	case fnReplace:
 		out, capped := f.replace(v)
-		r.capped = r.capped || capped
+		x.capped = x.capped || capped
 		dst = append(dst[:start], out...)
 	}
 	return dst

@@ -29,7 +29,7 @@ func Fields() []FieldSpec {
 		{Path: "netmask", Type: "string", Format: "netmask", Default: "255.255.255.255"},
 		{Path: "v6NetmaskLen", Type: "integer", Default: 128, Min: 1, Max: 128},
 		{Path: "token", Type: "string", Format: "expression"},
-		{Path: "backupLBMethod", Type: "string", Format: "method", Default: "LEASTCONNECTION", Enum: []string{"LEASTCONNECTION", "ROUNDROBIN"}},
+		{Path: "backupLBMethod", Type: "string", Format: "method", Default: "LEASTCONNECTION", Enum: backupMethods()},
 		{Path: "services", Type: "array", Min: 1, Max: maxServices, Required: true},
 		{Path: "services[].name", Type: "string", Required: true},
 		{Path: "services[].address", Type: "string", Format: "address", Required: true},

@@ -30,7 +30,7 @@ type Inputs struct {
 func (c *Config) Inputs() Inputs {
 	var in Inputs
 	client := c.methodInputs(&in)
-	if c.LBMethod == MethodTokenHash {
+	if c.Token != nil {
 		client = c.Token.addInputs(&in) || client
 	}
 	if p := c.Persistence; p != nil {
@@ -44,28 +44,13 @@ func (c *Config) Inputs() Inputs {
 	return in
 }
 
-// methodInputs adds what lbMethod itself reads (not the token expression) to
-// in and reports whether it reads the client address.
+// methodInputs adds what lbMethod itself reads (methodSpec.inputs; not the
+// token expression) to in and reports whether it reads the client address.
 func (c *Config) methodInputs(in *Inputs) (client bool) {
-	switch c.LBMethod {
-	case MethodURLHash:
-		in.Target = true
-	case MethodDomainHash:
-		in.Target, in.Authority = true, true
-		in.header("host")
-	case MethodDestIPHash:
-		in.Dest = true
-	case MethodSourceIPHash:
-		client = true
-	case MethodSrcDestIPHash:
-		client, in.Dest = true, true
-	case MethodSrcIPSrcPortHash:
-		in.Source = true // the connection's peer, never x-forwarded-for
-	case MethodCallIDHash:
-		in.header("call-id")
-		in.header("i")
+	if s := c.LBMethod.spec(); s != nil && s.inputs != nil {
+		return s.inputs(in)
 	}
-	return client
+	return false
 }
 
 // clientInputs adds what reading the client address takes: x-forwarded-for
@@ -82,6 +67,13 @@ func (c *Config) clientInputs(in *Inputs) {
 func (in *Inputs) header(name string) {
 	if !slices.Contains(in.Headers, name) {
 		in.Headers = append(in.Headers, name)
+	}
+}
+
+// callID adds the headers Request.CallID reads.
+func (in *Inputs) callID() {
+	for _, name := range callIDHeaders {
+		in.header(name)
 	}
 }
 
@@ -108,8 +100,7 @@ func (e *Expr) addInputs(in *Inputs) (client bool) {
 				in.header("cookie")
 				in.AllCopies = true
 			case varCallID:
-				in.header("call-id")
-				in.header("i")
+				in.callID()
 			}
 		}
 	}

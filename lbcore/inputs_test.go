@@ -33,18 +33,21 @@ func TestInputs(t *testing.T) {
 
 // TestInputsAreComplete: a decision made from only the inputs Inputs lists
 // equals the decision made from the whole request, so the filter may fetch
-// no more than that.
+// no more than that. Every method of the table is tried, on its sample
+// request among others.
 func TestInputsAreComplete(t *testing.T) {
-	configs := []string{
-		pool("URLHASH", 5, ""), pool("DOMAINHASH", 5, ""), pool("DESTINATIONIPHASH", 5, ""),
-		pool("SOURCEIPHASH", 5, ""), pool("SOURCEIPHASH", 5, `"trustedForwardedHops":2`),
-		pool("SRCIPDESTIPHASH", 5, `"trustedForwardedHops":1`), pool("SRCIPSRCPORTHASH", 5, ""),
-		pool("CALLIDHASH", 5, ""),
+	var configs []string
+	for _, m := range Methods() {
+		configs = append(configs, pool(m, 5, methodSamples[m].extra))
+	}
+	configs = append(configs,
+		pool("SOURCEIPHASH", 5, `"trustedForwardedHops":2`),
+		pool("SRCIPDESTIPHASH", 5, `"trustedForwardedHops":1`),
 		pool("TOKEN", 5, `"token":"${request.cookie.t||request.header.x-a|lower||sip.callid||request.host||client.ip}"`),
 		pool("TOKEN", 5, `"token":"${request.query.q}-${request.method}-${server.ip}-${request.path}"`),
 		pool("ROUNDROBIN", 5, `"persistence":{"keys":["${request.header.x-id||client.ip}"]}`),
 		pool("DOMAINHASH", 5, `"persistence":{"keys":["${request.cookie.s}"],"emptyKey":"shared"}`),
-	}
+	)
 	requests := []Request{
 		{Target: "/a?q=1", Authority: "h.example", Method: "GET", Source: "192.0.2.1:10", Dest: "198.51.100.1:80",
 			Headers: [][2]string{{"host", "x"}, {"x-a", "AbC"}, {"cookie", "t=9; s=4"}, {"call-id", "c1"}, {"x-forwarded-for", "203.0.113.1, 203.0.113.2"}, {"x-id", "7"}, {"other", "z"}}},
@@ -55,6 +58,9 @@ func TestInputsAreComplete(t *testing.T) {
 		// trusted proxy's last; the cookie sought only in the second line.
 		{Target: "/d", Source: "192.0.2.7:2", Headers: [][2]string{{"x-forwarded-for", "6.6.6.6"}, {"cookie", "x=1"},
 			{"x-a", "first"}, {"x-a", "second"}, {"cookie", "t=5; s=8"}, {"x-forwarded-for", "203.0.113.9, 203.0.113.10"}}},
+	}
+	for _, m := range Methods() {
+		requests = append(requests, methodSamples[m].req)
 	}
 	for _, js := range configs {
 		c := mustConfig(t, js)

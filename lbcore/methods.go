@@ -2,12 +2,163 @@ package lbcore
 
 import "strings"
 
+// Method is a load-balancing method, named by the vendor token operators know.
+type Method uint8
+
+// The load-balancing methods. The first eight are the Citrix ADC hashing
+// methods; LEASTCONNECTION and ROUNDROBIN are the fallbacks and may also be
+// used on their own. A new method gets a constant here and an entry in
+// methodSpecs; its values need not follow any order.
+const (
+	MethodRoundRobin Method = iota
+	MethodLeastConnection
+	MethodURLHash
+	MethodDomainHash
+	MethodDestIPHash
+	MethodSourceIPHash
+	MethodSrcDestIPHash
+	MethodSrcIPSrcPortHash
+	MethodCallIDHash
+	MethodTokenHash
+)
+
+// methodSpec is everything lbcore knows about one method. ParseConfig,
+// Inputs, Methods, IsHash, the Balancer and the tests all read methodSpecs,
+// so a new method is one entry there plus its Keyer.
+type methodSpec struct {
+	method Method
+	// name is the vendor token, as configured (case-insensitively) and as
+	// reported in metrics and the debug header.
+	name string
+	// keyer returns the Keyer that extracts the method's hash input under c.
+	// It is nil for a method that does not hash: such a method chooses with
+	// pick, and may be backupLBMethod.
+	keyer func(c *Config) Keyer
+	// inputs adds what the keyer reads to in and reports whether it reads
+	// the client address (Inputs adds x-forwarded-for or source.address for
+	// that). nil: the method reads nothing, or only its expression (TOKEN's
+	// token, added with the other expressions).
+	inputs func(in *Inputs) (client bool)
+	// backup, when ownBackup is set, chooses for a request without the
+	// method's input instead of backupLBMethod (Citrix balances a URLHASH
+	// request without a URL round robin).
+	backup    Method
+	ownBackup bool
+	// pick chooses without a key, for a method that does not hash: it fills
+	// in d's services and returns d. reason is the decision's Reason when
+	// the method itself chose. (d goes by value: a pointer passed to a func
+	// value escapes, and the Decision would be allocated on every request.)
+	pick   func(b *Balancer, d Decision) Decision
+	reason Reason
+}
+
+// methodSpecs describes every method, hashing methods first, in the order
+// the Citrix documentation lists them (Methods, the README and the schema
+// keep this order).
+var methodSpecs = [...]methodSpec{
+	{method: MethodURLHash, name: "URLHASH", backup: MethodRoundRobin, ownBackup: true,
+		keyer:  func(c *Config) Keyer { return URLHash{Length: c.HashLength} },
+		inputs: func(in *Inputs) bool { in.Target = true; return false }},
+	{method: MethodDomainHash, name: "DOMAINHASH",
+		keyer: func(c *Config) Keyer { return DomainHash{Length: c.HashLength} },
+		inputs: func(in *Inputs) bool {
+			in.Target, in.Authority = true, true
+			in.header("host")
+			return false
+		}},
+	{method: MethodDestIPHash, name: "DESTINATIONIPHASH",
+		keyer:  func(c *Config) Keyer { return DestIPHash{c.ipMask()} },
+		inputs: func(in *Inputs) bool { in.Dest = true; return false }},
+	{method: MethodSourceIPHash, name: "SOURCEIPHASH",
+		keyer:  func(c *Config) Keyer { return SourceIPHash{c.ipMask()} },
+		inputs: func(in *Inputs) bool { return true }},
+	{method: MethodSrcDestIPHash, name: "SRCIPDESTIPHASH",
+		keyer:  func(c *Config) Keyer { return SrcDestIPHash{c.ipMask()} },
+		inputs: func(in *Inputs) bool { in.Dest = true; return true }},
+	{method: MethodSrcIPSrcPortHash, name: "SRCIPSRCPORTHASH",
+		keyer: func(c *Config) Keyer { return SrcIPSrcPortHash{c.ipMask()} },
+		// The connection's peer, never x-forwarded-for.
+		inputs: func(in *Inputs) bool { in.Source = true; return false }},
+	{method: MethodCallIDHash, name: "CALLIDHASH",
+		keyer:  func(*Config) Keyer { return CallIDHash{} },
+		inputs: func(in *Inputs) bool { in.callID(); return false }},
+	{method: MethodTokenHash, name: "TOKEN",
+		keyer: func(c *Config) Keyer { return Token{Expr: c.Token} }},
+	{method: MethodLeastConnection, name: "LEASTCONNECTION",
+		pick:   func(b *Balancer, d Decision) Decision { b.leastConnection(&d); return d },
+		reason: ReasonLeastConnection},
+	{method: MethodRoundRobin, name: "ROUNDROBIN",
+		pick:   func(b *Balancer, d Decision) Decision { b.roundRobin(&d); return d },
+		reason: ReasonRoundRobin},
+}
+
+// spec returns m's description, or nil for a value that is no method.
+func (m Method) spec() *methodSpec {
+	for i := range methodSpecs {
+		if methodSpecs[i].method == m {
+			return &methodSpecs[i]
+		}
+	}
+	return nil
+}
+
+// methodNamed returns the method called name (case-insensitively).
+func methodNamed(name string) (Method, bool) {
+	for i := range methodSpecs {
+		if strings.EqualFold(methodSpecs[i].name, name) {
+			return methodSpecs[i].method, true
+		}
+	}
+	return 0, false
+}
+
+// String returns the vendor token, for example "URLHASH".
+func (m Method) String() string {
+	if s := m.spec(); s != nil {
+		return s.name
+	}
+	return "UNKNOWN"
+}
+
+// IsHash reports whether m is a hashing method: it ranks the services by a
+// key taken from the request.
+func (m Method) IsHash() bool {
+	s := m.spec()
+	return s != nil && s.keyer != nil
+}
+
+// Methods returns every method token, hashing methods first, in the order the
+// Citrix documentation lists them.
+func Methods() []string {
+	out := make([]string, 0, len(methodSpecs))
+	for i := range methodSpecs {
+		out = append(out, methodSpecs[i].name)
+	}
+	return out
+}
+
+// backupMethods returns the tokens backupLBMethod accepts: the methods that
+// need no input from the request.
+func backupMethods() []string {
+	var out []string
+	for i := range methodSpecs {
+		if methodSpecs[i].pick != nil {
+			out = append(out, methodSpecs[i].name)
+		}
+	}
+	return out
+}
+
+// ipMask is the configured netmask and v6NetmaskLen.
+func (c *Config) ipMask() ipMask { return ipMask{v4: c.Netmask, v6: c.V6NetmaskLen} }
+
 // Keyer extracts a hashing method's input from a request. Each of the eight
 // Citrix methods is one small Keyer; ranking is shared (hrw.go).
 type Keyer interface {
 	// AppendKey appends the method's hash input to dst. ok is false when the
-	// request does not carry the input, and the backup method decides.
-	AppendKey(dst []byte, r *Request) (key []byte, ok bool)
+	// request does not carry the input, and the backup method decides. x is
+	// the decision's evaluation context (trusted hops, caps hit).
+	AppendKey(dst []byte, r *Request, x *evalCtx) (key []byte, ok bool)
 }
 
 // URLHash hashes the first Length bytes of the request target as received,
@@ -15,7 +166,7 @@ type Keyer interface {
 type URLHash struct{ Length int }
 
 // AppendKey implements Keyer.
-func (m URLHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (m URLHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	u := r.URL()
 	if u == "" {
 		return dst, false
@@ -29,7 +180,7 @@ func (m URLHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type DomainHash struct{ Length int }
 
 // AppendKey implements Keyer.
-func (m DomainHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (m DomainHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	h, ok := r.Host()
 	if !ok {
 		return dst, false
@@ -54,7 +205,7 @@ func (m DomainHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type DestIPHash struct{ mask ipMask }
 
 // AppendKey implements Keyer.
-func (m DestIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (m DestIPHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	a, _, ok := r.ServerAddr()
 	if !ok {
 		return dst, false
@@ -67,8 +218,8 @@ func (m DestIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type SourceIPHash struct{ mask ipMask }
 
 // AppendKey implements Keyer.
-func (m SourceIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
-	a, _, ok := r.ClientAddr()
+func (m SourceIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+	a, _, ok := r.ClientAddr(x.hops)
 	if !ok {
 		return dst, false
 	}
@@ -81,19 +232,19 @@ func (m SourceIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type SrcDestIPHash struct{ mask ipMask }
 
 // AppendKey implements Keyer.
-func (m SrcDestIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
-	src, _, ok1 := r.ClientAddr()
+func (m SrcDestIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+	src, _, ok1 := r.ClientAddr(x.hops)
 	dstIP, _, ok2 := r.ServerAddr()
 	if !ok1 || !ok2 {
 		return dst, false
 	}
 	var a, b [17]byte
-	x := m.mask.appendIP(a[:0], src)
-	y := m.mask.appendIP(b[:0], dstIP)
-	if string(x) > string(y) { // order by bytes: the smaller address first
-		x, y = y, x
+	p := m.mask.appendIP(a[:0], src)
+	q := m.mask.appendIP(b[:0], dstIP)
+	if string(p) > string(q) { // order by bytes: the smaller address first
+		p, q = q, p
 	}
-	return append(append(dst, x...), y...), true
+	return append(append(dst, p...), q...), true
 }
 
 // SrcIPSrcPortHash hashes the masked source IP and source port of the
@@ -103,7 +254,7 @@ func (m SrcDestIPHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type SrcIPSrcPortHash struct{ mask ipMask }
 
 // AppendKey implements Keyer.
-func (m SrcIPSrcPortHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (m SrcIPSrcPortHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	a, port, ok := parseAddrPort(r.Source)
 	if !ok || port == 0 {
 		return dst, false
@@ -117,7 +268,7 @@ func (m SrcIPSrcPortHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type CallIDHash struct{}
 
 // AppendKey implements Keyer.
-func (CallIDHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (CallIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	v := r.CallID()
 	if v == "" {
 		return dst, false
@@ -130,33 +281,17 @@ func (CallIDHash) AppendKey(dst []byte, r *Request) ([]byte, bool) {
 type Token struct{ Expr *Expr }
 
 // AppendKey implements Keyer.
-func (m Token) AppendKey(dst []byte, r *Request) ([]byte, bool) {
+func (m Token) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
 	n := len(dst)
-	dst = m.Expr.AppendEval(dst, r)
+	dst = m.Expr.appendEval(dst, r, x)
 	return dst, len(dst) > n
 }
 
-// keyerFor returns the Keyer of c's method, or nil for ROUNDROBIN and
-// LEASTCONNECTION.
+// keyerFor returns the Keyer of c's method, or nil for a method that does not
+// hash.
 func keyerFor(c *Config) Keyer {
-	mask := ipMask{v4: c.Netmask, v6: c.V6NetmaskLen}
-	switch c.LBMethod {
-	case MethodURLHash:
-		return URLHash{Length: c.HashLength}
-	case MethodDomainHash:
-		return DomainHash{Length: c.HashLength}
-	case MethodDestIPHash:
-		return DestIPHash{mask}
-	case MethodSourceIPHash:
-		return SourceIPHash{mask}
-	case MethodSrcDestIPHash:
-		return SrcDestIPHash{mask}
-	case MethodSrcIPSrcPortHash:
-		return SrcIPSrcPortHash{mask}
-	case MethodCallIDHash:
-		return CallIDHash{}
-	case MethodTokenHash:
-		return Token{Expr: c.Token}
+	if s := c.LBMethod.spec(); s != nil && s.keyer != nil {
+		return s.keyer(c)
 	}
 	return nil
 }

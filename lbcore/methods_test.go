@@ -2,13 +2,94 @@ package lbcore
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 )
 
-// keyOf runs one Keyer on r.
+// keyOf runs one Keyer on r, as a Balancer with trustedForwardedHops 0 does.
 func keyOf(k Keyer, r *Request) (string, bool) {
-	key, ok := k.AppendKey(nil, r)
+	key, ok := k.AppendKey(nil, r, &evalCtx{})
 	return string(key), ok
+}
+
+// behind runs k as a Balancer with trustedForwardedHops hops does.
+type behind struct {
+	k    Keyer
+	hops int
+}
+
+func (b behind) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+	x.hops = b.hops
+	return b.k.AppendKey(dst, r, x)
+}
+
+// methodSamples holds, for every method, the configuration fields it needs
+// besides lbMethod and a request that carries its input. Tests that cover
+// every method (and BenchmarkSelect) read it; TestMethodSpecs fails for a
+// method without an entry.
+var methodSamples = map[string]struct {
+	extra string // top-level configuration fields, for pool
+	req   Request
+}{
+	"URLHASH":           {req: Request{Target: "/static/js/app.3f9a1c.js?v=12"}},
+	"DOMAINHASH":        {req: Request{Target: "/", Authority: "Img.Example.com:443"}},
+	"DESTINATIONIPHASH": {req: Request{Dest: "198.51.100.1:443"}},
+	"SOURCEIPHASH":      {req: Request{Source: "192.0.2.77:51234"}},
+	"SRCIPDESTIPHASH":   {req: Request{Source: "192.0.2.77:51234", Dest: "198.51.100.1:443"}},
+	"SRCIPSRCPORTHASH":  {req: Request{Source: "192.0.2.77:51234"}},
+	"CALLIDHASH":        {req: Request{Headers: [][2]string{{"call-id", "a84b4c76e66710@pc33.example.com"}}}},
+	"TOKEN":             {extra: `"token":"${request.header.x-tenant|lower}"`, req: Request{Headers: [][2]string{{"x-tenant", "Blue-Team"}}}},
+	"LEASTCONNECTION":   {},
+	"ROUNDROBIN":        {},
+}
+
+// TestMethodSpecs checks the method table: each method once, its name
+// round-trips, a hashing method has a Keyer that finds its input in its
+// sample request and none in an empty one, a method that does not hash can
+// choose on its own (and so be backupLBMethod).
+func TestMethodSpecs(t *testing.T) {
+	seen := map[Method]bool{}
+	for _, s := range methodSpecs {
+		m := s.method
+		if seen[m] {
+			t.Errorf("%s: twice in methodSpecs", s.name)
+		}
+		seen[m] = true
+		if s.name == "" || s.name != strings.ToUpper(s.name) {
+			t.Errorf("method %d: name %q, want an upper-case token", m, s.name)
+		}
+		if got, ok := methodNamed(strings.ToLower(s.name)); !ok || got != m || m.String() != s.name {
+			t.Errorf("%s: methodNamed = %v, %v; String = %q", s.name, got, ok, m.String())
+		}
+		if m.IsHash() != (s.keyer != nil) || (s.keyer != nil) == (s.pick != nil) {
+			t.Errorf("%s: IsHash %v, keyer %v, pick %v: want a keyer or pick, not both", s.name, m.IsHash(), s.keyer != nil, s.pick != nil)
+		}
+		if s.ownBackup && (s.backup.spec() == nil || s.backup.spec().pick == nil) {
+			t.Errorf("%s: backup %v cannot choose without a key", s.name, s.backup)
+		}
+		sample, ok := methodSamples[s.name]
+		if !ok {
+			t.Errorf("%s: add a sample configuration and request to methodSamples", s.name)
+			continue
+		}
+		c := mustConfig(t, pool(s.name, 3, sample.extra))
+		if c.LBMethod != m {
+			t.Errorf("ParseConfig(lbMethod %s).LBMethod = %v", s.name, c.LBMethod)
+		}
+		if s.keyer == nil {
+			continue
+		}
+		k := keyerFor(c)
+		if key, ok := keyOf(k, &sample.req); !ok || key == "" {
+			t.Errorf("%s: AppendKey(%+v) = %q, %v, want its key", s.name, sample.req, key, ok)
+		}
+		if key, ok := keyOf(k, &Request{}); ok {
+			t.Errorf("%s: AppendKey(empty request) = %q, %v, want no key", s.name, key, ok)
+		}
+	}
+	if len(Methods()) != len(methodSpecs) {
+		t.Errorf("Methods() = %v, want the %d methods of methodSpecs", Methods(), len(methodSpecs))
+	}
 }
 
 func TestKeyExtraction(t *testing.T) {
@@ -44,13 +125,13 @@ func TestKeyExtraction(t *testing.T) {
 
 		{"source v4 /32", SourceIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.9:5555"}, v4(192, 0, 2, 9), true},
 		{"source v4-mapped v6 is v4", SourceIPHash{ipMask{32, 128}}, Request{Source: "[::ffff:192.0.2.9]:5555"}, v4(192, 0, 2, 9), true},
-		{"source xff one hop", SourceIPHash{ipMask{32, 128}}, Request{Source: "10.0.0.1:1", TrustedHops: 1,
+		{"source xff one hop", behind{SourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5, 198.51.100.7"}}}, v4(198, 51, 100, 7), true},
-		{"source xff two hops across copies", SourceIPHash{ipMask{32, 128}}, Request{Source: "10.0.0.1:1", TrustedHops: 2,
+		{"source xff two hops across copies", behind{SourceIPHash{ipMask{32, 128}}, 2}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5"}, {"X-Forwarded-For", "198.51.100.7"}}}, v4(203, 0, 113, 5), true},
-		{"source xff too few hops", SourceIPHash{ipMask{32, 128}}, Request{Source: "10.0.0.1:1", TrustedHops: 3,
+		{"source xff too few hops", behind{SourceIPHash{ipMask{32, 128}}, 3}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5"}}}, "", false},
-		{"source xff garbage", SourceIPHash{ipMask{32, 128}}, Request{Source: "10.0.0.1:1", TrustedHops: 1,
+		{"source xff garbage", behind{SourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "unknown"}}}, "", false},
 
 		{"srcdest", SrcDestIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.1:1000", Dest: "198.51.100.2:80"},
@@ -97,8 +178,8 @@ func TestKeysAppend(t *testing.T) {
 		Headers: [][2]string{{"call-id", "c"}}}
 	for _, k := range []Keyer{URLHash{80}, DomainHash{80}, DestIPHash{ipMask{32, 128}}, SourceIPHash{ipMask{32, 128}},
 		SrcDestIPHash{ipMask{32, 128}}, SrcIPSrcPortHash{ipMask{32, 128}}, CallIDHash{}} {
-		a, _ := k.AppendKey(nil, r)
-		b, _ := k.AppendKey([]byte("prefix"), r)
+		a, _ := k.AppendKey(nil, r, &evalCtx{})
+		b, _ := k.AppendKey([]byte("prefix"), r, &evalCtx{})
 		if !bytes.Equal(b, append([]byte("prefix"), a...)) {
 			t.Errorf("%T.AppendKey did not append: %q vs %q", k, b, a)
 		}

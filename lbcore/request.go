@@ -25,12 +25,18 @@ type Request struct {
 	// Headers holds the request headers as received, names lower-case.
 	// Repeated headers appear once per copy.
 	Headers [][2]string
-	// TrustedHops, when > 0, makes the client IP the address that many hops
-	// from the right of x-forwarded-for instead of Source. Set from config.
-	TrustedHops int
+}
 
-	// capped notes that evaluating the request hit one of the input caps of
-	// limits.go; Decide reports it as Decision.Capped.
+// evalCtx is what evaluating a request takes beyond the request itself: the
+// configuration's trusted hops in, the caps hit out. The Balancer owns one
+// and resets it for each decision, so a Request is only ever read; keyers
+// and expressions receive it with the request.
+type evalCtx struct {
+	// hops is trustedForwardedHops: when > 0 the client IP is read from
+	// x-forwarded-for (Request.ClientAddr).
+	hops int
+	// capped notes that an input was cut by a cap of limits.go; Decide
+	// reports it as Decision.Capped.
 	capped bool
 }
 
@@ -45,24 +51,30 @@ func (r *Request) Header(name string) string {
 	return ""
 }
 
+// callIDHeaders are the headers that carry the SIP Call-ID, in the order
+// they are read: call-id, else its compact form i (RFC 3261, 20.8).
+var callIDHeaders = [...]string{"call-id", "i"}
+
 // CallID returns the SIP Call-ID: the call-id header, else its compact form i.
 func (r *Request) CallID() string {
-	if id := r.Header("call-id"); id != "" {
-		return id
+	for _, name := range callIDHeaders {
+		if id := r.Header(name); id != "" {
+			return id
+		}
 	}
-	return r.Header("i")
+	return ""
 }
 
-// ClientAddr returns the client's IP and port. With TrustedHops > 0 the IP is
-// read from x-forwarded-for (all copies, in order, read right to left) and the
-// port is 0; a missing or malformed entry gives ok == false, never Source:
-// falling back to the connection address would let a proxy chain silently
-// collapse every client onto one key.
-func (r *Request) ClientAddr() (ip netip.Addr, port uint16, ok bool) {
-	if r.TrustedHops <= 0 {
+// ClientAddr returns the client's IP and port. With trustedHops > 0
+// (trustedForwardedHops) the IP is read from x-forwarded-for (all copies, in
+// order, read right to left) and the port is 0; a missing or malformed entry
+// gives ok == false, never Source: falling back to the connection address
+// would let a proxy chain silently collapse every client onto one key.
+func (r *Request) ClientAddr(trustedHops int) (ip netip.Addr, port uint16, ok bool) {
+	if trustedHops <= 0 {
 		return parseAddrPort(r.Source)
 	}
-	hop := r.TrustedHops
+	hop := trustedHops
 	for i := len(r.Headers) - 1; i >= 0; i-- {
 		h := r.Headers[i]
 		if !strings.EqualFold(h[0], "x-forwarded-for") {

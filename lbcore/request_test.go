@@ -49,6 +49,8 @@ func FuzzRequest(f *testing.F) {
 		}
 		if m == "TOKEN" {
 			extra += `,"token":"${request.header.call-id|lower||request.header.authorization|jwt(\"sub\")||request.cookie.s|replace(\"a.*b|a\",\"x\")||client.ip|mask(24)}"`
+		} else if e := methodSamples[m].extra; e != "" {
+			extra += "," + e
 		}
 		c, err := ParseConfig([]byte(pool(m, 5, extra)))
 		if err != nil {

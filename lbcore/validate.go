@@ -81,7 +81,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		case "token":
 			token = v
 		case "backupLBMethod":
-			c.BackupLBMethod = d.method(name, v, []string{"LEASTCONNECTION", "ROUNDROBIN"})
+			c.BackupLBMethod = d.method(name, v, backupMethods())
 		case "services":
 			sawServices = true
 			c.Services = d.services(name, v)
@@ -235,12 +235,8 @@ func (d *decoder) method(path string, v gjson.Result, allowed []string) Method {
 		return MethodRoundRobin
 	}
 	for _, a := range allowed {
-		if strings.EqualFold(s, a) {
-			for m, n := range methodNames {
-				if n == a {
-					return Method(m)
-				}
-			}
+		if m, ok := methodNamed(a); ok && strings.EqualFold(s, a) {
+			return m
 		}
 	}
 	d.errorf("%s: %q is not one of %s", path, s, strings.Join(allowed, ", "))
