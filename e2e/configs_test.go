@@ -36,24 +36,19 @@ func pluginConfigFiles(t testing.TB) []string {
 	return out
 }
 
-// exampleIntent is what each example config is there to show.
+// exampleIntent is what each example config is there to show, beyond what
+// its name says: configs/<method>.json, one per method of lbcore.Methods(),
+// must use that method (TestConfigsPluginExamples); any other example needs
+// an entry here.
 var exampleIntent = map[string]func(c *lbcore.Config) bool{
-	"demo.json":              func(c *lbcore.Config) bool { return len(c.Services) > 0 },
-	"urlhash.json":           func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodURLHash },
-	"domainhash.json":        func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodDomainHash },
-	"destinationiphash.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodDestIPHash },
+	"demo.json": func(c *lbcore.Config) bool { return len(c.Services) > 0 },
 	"sourceiphash.json": func(c *lbcore.Config) bool {
-		return c.LBMethod == lbcore.MethodSourceIPHash && c.Netmask == 24 && c.V6NetmaskLen == 64
+		return c.Netmask == 24 && c.V6NetmaskLen == 64
 	},
-	"srcipdestiphash.json":  func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodSrcDestIPHash },
-	"srcipsrcporthash.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodSrcIPSrcPortHash },
-	"callidhash.json":       func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodCallIDHash },
 	"token.json": func(c *lbcore.Config) bool {
-		return c.LBMethod == lbcore.MethodTokenHash && c.Token != nil &&
+		return c.Token != nil &&
 			strings.Contains(c.Token.String(), "request.header.x-tenant") && strings.Contains(c.Token.String(), "request.cookie.tenant")
 	},
-	"leastconnection.json": func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodLeastConnection },
-	"roundrobin.json":      func(c *lbcore.Config) bool { return c.LBMethod == lbcore.MethodRoundRobin },
 	"persistence.json": func(c *lbcore.Config) bool {
 		p := c.Persistence
 		return p != nil && len(p.Keys) == 2 && strings.Contains(p.Keys[0].String(), "client.ip") &&
@@ -63,26 +58,34 @@ var exampleIntent = map[string]func(c *lbcore.Config) bool{
 }
 
 func TestConfigsPluginExamples(t *testing.T) {
-	for _, name := range pluginConfigFiles(t) {
+	files := pluginConfigFiles(t)
+	// The example of each method is named after it.
+	methodOf := map[string]string{}
+	for _, m := range lbcore.Methods() {
+		name := strings.ToLower(m) + ".json"
+		methodOf[name] = m
+		if !slices.Contains(files, name) {
+			t.Errorf("no example config for %s (configs/%s)", m, name)
+		}
+	}
+	for _, name := range files {
 		t.Run(name, func(t *testing.T) {
 			c, err := lbcore.ParseConfig(readRepoFile(t, "configs/"+name))
 			if err != nil {
 				t.Fatalf("ParseConfig(configs/%s): %v", name, err)
 			}
-			intent, ok := exampleIntent[name]
-			if !ok {
-				t.Fatalf("configs/%s: add what it demonstrates to exampleIntent", name)
+			m, isMethod := methodOf[name]
+			if isMethod && c.LBMethod.String() != m {
+				t.Errorf("configs/%s: lbMethod %s, want %s", name, c.LBMethod, m)
 			}
-			if !intent(c) {
+			intent, ok := exampleIntent[name]
+			switch {
+			case !ok && !isMethod:
+				t.Fatalf("configs/%s: add what it demonstrates to exampleIntent", name)
+			case ok && !intent(c):
 				t.Errorf("configs/%s does not show what its name promises", name)
 			}
 		})
-	}
-	for _, m := range lbcore.Methods() {
-		name := strings.ToLower(m) + ".json"
-		if !slices.Contains(pluginConfigFiles(t), name) {
-			t.Errorf("no example config for %s (configs/%s)", m, name)
-		}
 	}
 }
 
