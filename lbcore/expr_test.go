@@ -351,6 +351,7 @@ func FuzzExpr(f *testing.F) {
 	f.Add(`${request.path|replace("a.*b|a","x")}`, []byte("\x00\x00/"+strings.Repeat("a", 4096)))
 	f.Add(`${request.cookie.s|replace("(a)(b)?","$2$1$1")}`, []byte("cookie\x00a=1\x00cookie\x00s="+strings.Repeat("ab", 600)))
 	f.Add("${request.header.x|hash}", []byte("x\x00"+strings.Repeat("\xff\x00", 10000)))
+	addHostileExprSeeds(f)
 	f.Fuzz(func(t *testing.T, src string, data []byte) {
 		e, err := ParseExpr(src)
 		if ip, ok := parseIPBytes(data); bytes.IndexByte(data, '%') < 0 {

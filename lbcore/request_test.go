@@ -41,6 +41,7 @@ func FuzzRequest(f *testing.F) {
 	f.Add("/", "h", "192.0.2.1:1", "192.0.2.2:2", "authorization", jwtWith(strings.Repeat("{\"a\":", 2000)+"1"+strings.Repeat("}", 2000)))
 	f.Add("/", "h", "192.0.2.1:1", "192.0.2.2:2", "cookie", "s="+strings.Repeat("a", 3000))
 	f.Add("/", "h", "[fe80::1%eth0]:80", "1.2.3.4", "x-forwarded-for", strings.Repeat(",", 1000)+"fe80::1%25eth0")
+	addHostileRequestSeeds(f)
 	var bals []*Balancer
 	for i, m := range append(Methods(), "SOURCEIPHASH", "SRCIPDESTIPHASH") {
 		extra := `"upstreamCount":3,"hashBalanceFactor":150`
