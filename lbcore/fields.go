@@ -1,63 +1,201 @@
 package lbcore
 
-// FieldSpec describes one configuration field: its JSON path, type, default
-// and range. Fields publishes the validator's rules so that configs/schema.json
-// (for editors) can be checked against them; a test keeps the two in step.
+import (
+	"slices"
+	"time"
+)
+
+// FieldSpec describes one configuration field: its JSON path, type, default,
+// range and meaning. The decoder takes every default and bound from the
+// field table (fieldTable); Fields publishes it, configs/schema.json is
+// generated from it, and TestEveryField checks the decoder, the schema and
+// the README's configuration reference against it, field by field.
 type FieldSpec struct {
 	// Path is the JSON path: "hashLength", "services[].weight", "persistence.tableSize".
 	Path string
 	// Type is the JSON Schema type: "string", "integer", "boolean", "array" or "object".
 	Type string
 	// Format refines strings: "duration", "expression", "netmask", "statuses",
-	// "address", "header", "method", or "".
+	// "address", "header", "method", "name" (an HTTP token), "path", or "".
 	Format string
-	// Default is the value used when the field is absent; nil when none.
+	// Default is the value used when the field is absent: an int, bool or
+	// string (a duration as written, "7d"); nil when none.
 	Default any
-	// Min and Max bound integers, array lengths (int) and durations ("10m"); nil when none.
+	// Min and Max bound integers and array lengths (int) and durations
+	// ("10m"); nil when none.
 	Min, Max any
+	// Off is a value outside [Min, Max] that is also accepted and turns the
+	// feature off: 0 for hashBalanceFactor, "" for serviceHeader; nil when none.
+	Off any
 	// Enum lists the allowed strings (case-insensitive for methods).
 	Enum []string
 	// Required is true for a field that must be present (within its object).
 	Required bool
+	// NonEmpty is true for a string that must not be "".
+	NonEmpty bool
+	// Unique is true for an array whose items must all differ.
+	Unique bool
+	// Doc says what the field does: configs/schema.json's description.
+	Doc string
+}
+
+// fieldID names a field of fieldTable; the decoder reads its entry.
+type fieldID uint8
+
+// The configuration fields, in the order the README lists them.
+const (
+	fLBMethod fieldID = iota
+	fHashLength
+	fNetmask
+	fV6NetmaskLen
+	fToken
+	fBackupLBMethod
+	fServices
+	fServiceName
+	fServiceAddress
+	fServiceWeight
+	fServiceEnabled
+	fServiceHashID
+	fPersistence
+	fPersistenceKeys
+	fPersistenceTableSize
+	fPersistenceExpire
+	fPersistenceEmptyKey
+	fHealthCheck
+	fHealthPath
+	fHealthInterval
+	fHealthTimeout
+	fHealthyThreshold
+	fUnhealthyThreshold
+	fExpectedStatuses
+	fHealthCluster
+	fPassiveHealth
+	fConsecutiveFailures
+	fEjectionTime
+	fFailureStatuses
+	fUpstreamHeader
+	fUpstreamCount
+	fServiceHeader
+	fTrustedForwardedHops
+	fHashBalanceFactor
+	fDebugHeader
+	numFields
+)
+
+// maxUpstreamCount bounds upstreamCount; Decision holds that many services,
+// so it is the one bound a type needs as a constant.
+const maxUpstreamCount = 8
+
+// fieldTable is every configuration field: the one place its default, range
+// and meaning are written.
+var fieldTable = [numFields]FieldSpec{
+	fLBMethod: {Path: "lbMethod", Type: "string", Format: "method", Default: "ROUNDROBIN", Enum: Methods(),
+		Doc: "How the service is chosen. The eight Citrix ADC hashing methods (URLHASH … TOKEN) rank services by rendezvous hashing of the request's key; LEASTCONNECTION picks the fewest active requests per weight; ROUNDROBIN is smooth weighted round robin. hashlb accepts any letter case."},
+	fHashLength: {Path: "hashLength", Type: "integer", Default: 80, Min: 1, Max: 4096,
+		Doc: "URLHASH and DOMAINHASH: how many bytes of the URL (path and query as received) or the host name are hashed."},
+	fNetmask: {Path: "netmask", Type: "string", Format: "netmask", Default: "255.255.255.255",
+		Doc: "IPv4 mask applied to the addresses the IP methods hash, e.g. 255.255.255.0 to keep a /24 on one service. Must be contiguous."},
+	fV6NetmaskLen: {Path: "v6NetmaskLen", Type: "integer", Default: 128, Min: 1, Max: 128,
+		Doc: "IPv6 prefix length kept by the IP methods, e.g. 64."},
+	fToken: {Path: "token", Type: "string", Format: "expression",
+		Doc: "Required for lbMethod TOKEN, not allowed otherwise: a key expression whose value is hashed, e.g. ${request.header.x-tenant||request.cookie.tenant}. An empty value uses backupLBMethod."},
+	fBackupLBMethod: {Path: "backupLBMethod", Type: "string", Format: "method", Default: "LEASTCONNECTION", Enum: backupMethods(),
+		Doc: "Used when a hashing method has no input (no Host, no Call-ID, empty token)."},
+	fServices: {Path: "services", Type: "array", Min: 1, Max: 10000, Required: true,
+		Doc: "The upstream services. With Envoy's override_host policy they must be exactly the cluster's endpoints."},
+	fServiceName: {Path: "services[].name", Type: "string", Format: "name", Required: true,
+		Doc: "Unique name, used in the x-hashlb-service header, metrics (hashlb.service.<name>.requests) and logs. An HTTP token: letters, digits and !#$%&'*+-.^_`|~."},
+	fServiceAddress: {Path: "services[].address", Type: "string", Format: "address", Required: true,
+		Doc: "ip:port or [v6]:port, written canonically (as Envoy reports the endpoint). Unique."},
+	fServiceWeight: {Path: "services[].weight", Type: "integer", Default: 1, Min: 1, Max: 100,
+		Doc: "Share of keys (and of round-robin/least-connection traffic) relative to the other services."},
+	fServiceEnabled: {Path: "services[].enabled", Type: "boolean", Default: true,
+		Doc: "false takes the service out of rotation; its keys move to their next-ranked services."},
+	fServiceHashID: {Path: "services[].hashId", Type: "string", NonEmpty: true,
+		Doc: "Hashed instead of the address (Citrix -hashId, HAProxy hash-key id), so a service that changes address keeps its keys. Unique, not empty."},
+	fPersistence: {Path: "persistence", Type: "object",
+		Doc: "TR7 hash persistence: a table in the proxy's shared data maps a key to the service chosen for it, so the key stays on that service while it is selectable."},
+	fPersistenceKeys: {Path: "persistence.keys", Type: "array", Format: "expression", Min: 1, Max: 8, Required: true, Unique: true,
+		Doc: `Key expressions, joined into one key, e.g. ["${client.ip}", "${request.header.x-client-id}"].`},
+	fPersistenceTableSize: {Path: "persistence.tableSize", Type: "integer", Default: 3000000, Min: 10000, Max: 100000000,
+		Doc: "Maximum number of entries; the least recently used are evicted when full."},
+	fPersistenceExpire: {Path: "persistence.expire", Type: "string", Format: "duration", Default: "7d", Min: "10m", Max: "365d",
+		Doc: "How long an unused entry lives: a whole number and a unit (ms, s, m, h, d), 10m to 365d."},
+	fPersistenceEmptyKey: {Path: "persistence.emptyKey", Type: "string", Default: "skip", Enum: []string{"skip", "shared"},
+		Doc: "skip: a request whose key is empty is balanced but not persisted; shared: all empty keys share one entry (TR7)."},
+	fHealthCheck: {Path: "healthCheck", Type: "object",
+		Doc: "Active HTTP probes, sent by one worker at a time through Envoy (dispatch_http_call on cluster)."},
+	fHealthPath: {Path: "healthCheck.path", Type: "string", Format: "path", Default: "/healthz",
+		Doc: "Absolute request path of the probe."},
+	fHealthInterval: {Path: "healthCheck.interval", Type: "string", Format: "duration", Default: "5s", Min: "1s", Max: "1h",
+		Doc: "Time between probe rounds, 1s to 1h."},
+	fHealthTimeout: {Path: "healthCheck.timeout", Type: "string", Format: "duration", Default: "2s", Min: "100ms", Max: "1m",
+		Doc: "Timeout of one probe, 100ms to 1m, at most interval."},
+	fHealthyThreshold: {Path: "healthCheck.healthyThreshold", Type: "integer", Default: 2, Min: 1, Max: 10,
+		Doc: "Consecutive successes that bring a DOWN service back."},
+	fUnhealthyThreshold: {Path: "healthCheck.unhealthyThreshold", Type: "integer", Default: 3, Min: 1, Max: 10,
+		Doc: "Consecutive failures that mark a service DOWN."},
+	fExpectedStatuses: {Path: "healthCheck.expectedStatuses", Type: "string", Format: "statuses", Default: "200-399",
+		Doc: "Status codes that count as healthy, e.g. 200-399,404."},
+	fHealthCluster: {Path: "healthCheck.cluster", Type: "string", Default: "hashlb_upstream", NonEmpty: true,
+		Doc: "Envoy cluster the probes are sent on; it must exist in the proxy."},
+	fPassiveHealth: {Path: "passiveHealth", Type: "object",
+		Doc: "Ejection after consecutive failed responses (or failed connections) of a service."},
+	fConsecutiveFailures: {Path: "passiveHealth.consecutiveFailures", Type: "integer", Default: 5, Min: 1, Max: 1000,
+		Doc: "Failures in a row that eject the service."},
+	fEjectionTime: {Path: "passiveHealth.ejectionTime", Type: "string", Format: "duration", Default: "30s", Min: "1s", Max: "1h",
+		Doc: "How long an ejected service stays out, 1s to 1h."},
+	fFailureStatuses: {Path: "passiveHealth.failureStatuses", Type: "string", Format: "statuses", Default: "502-504",
+		Doc: "Response codes that count as failures, e.g. 502-504."},
+	fUpstreamHeader: {Path: "upstreamHeader", Type: "string", Format: "header", Default: "x-envoy-original-dst-host",
+		Doc: "Request header hashlb sets to the chosen address(es); the header Envoy's override_host policy (or ORIGINAL_DST cluster) reads. Client-supplied copies are always removed."},
+	fUpstreamCount: {Path: "upstreamCount", Type: "integer", Default: 1, Min: 1, Max: maxUpstreamCount,
+		Doc: "How many ranked addresses upstreamHeader carries, comma-separated, best first; Envoy's override_host uses the later ones for retries. Must be 1 with an ORIGINAL_DST cluster."},
+	fServiceHeader: {Path: "serviceHeader", Type: "string", Format: "header", Default: "x-hashlb-service", Off: "",
+		Doc: `Request header set to the chosen service's name; "" disables it. Must differ from upstreamHeader.`},
+	fTrustedForwardedHops: {Path: "trustedForwardedHops", Type: "integer", Default: 0, Min: 0, Max: 32,
+		Doc: "When > 0 the client IP is read from x-forwarded-for, this many hops from the right, instead of the connection's source address. Only for traffic through that many trusted proxies."},
+	fHashBalanceFactor: {Path: "hashBalanceFactor", Type: "integer", Default: 0, Min: 101, Max: 1000, Off: 0,
+		Doc: "Bounded load for the hashing methods: 0 is off, else 101 to 1000 (percent of the mean active requests a service may carry before a key spills to its next-ranked service)."},
+	fDebugHeader: {Path: "debugHeader", Type: "boolean", Default: false,
+		Doc: "Adds the response header x-hashlb-decision (method, service, reason)."},
 }
 
 // Fields returns every configuration field, in the order the README lists them.
 func Fields() []FieldSpec {
-	return []FieldSpec{
-		{Path: "lbMethod", Type: "string", Format: "method", Default: "ROUNDROBIN", Enum: Methods()},
-		{Path: "hashLength", Type: "integer", Default: defaultHashLength, Min: 1, Max: maxHashLength},
-		{Path: "netmask", Type: "string", Format: "netmask", Default: "255.255.255.255"},
-		{Path: "v6NetmaskLen", Type: "integer", Default: 128, Min: 1, Max: 128},
-		{Path: "token", Type: "string", Format: "expression"},
-		{Path: "backupLBMethod", Type: "string", Format: "method", Default: "LEASTCONNECTION", Enum: backupMethods()},
-		{Path: "services", Type: "array", Min: 1, Max: maxServices, Required: true},
-		{Path: "services[].name", Type: "string", Required: true},
-		{Path: "services[].address", Type: "string", Format: "address", Required: true},
-		{Path: "services[].weight", Type: "integer", Default: 1, Min: 1, Max: maxWeight},
-		{Path: "services[].enabled", Type: "boolean", Default: true},
-		{Path: "services[].hashId", Type: "string"},
-		{Path: "persistence", Type: "object"},
-		{Path: "persistence.keys", Type: "array", Format: "expression", Min: 1, Max: maxPersistenceKeys, Required: true},
-		{Path: "persistence.tableSize", Type: "integer", Default: defaultTableSize, Min: minTableSize, Max: maxTableSize},
-		{Path: "persistence.expire", Type: "string", Format: "duration", Default: "7d", Min: FormatDuration(minExpire), Max: FormatDuration(maxExpire)},
-		{Path: "persistence.emptyKey", Type: "string", Default: "skip", Enum: []string{"skip", "shared"}},
-		{Path: "healthCheck", Type: "object"},
-		{Path: "healthCheck.path", Type: "string", Default: "/healthz"},
-		{Path: "healthCheck.interval", Type: "string", Format: "duration", Default: "5s", Min: "1s", Max: "1h"},
-		{Path: "healthCheck.timeout", Type: "string", Format: "duration", Default: "2s", Min: "100ms", Max: "1m"},
-		{Path: "healthCheck.healthyThreshold", Type: "integer", Default: 2, Min: 1, Max: 10},
-		{Path: "healthCheck.unhealthyThreshold", Type: "integer", Default: 3, Min: 1, Max: 10},
-		{Path: "healthCheck.expectedStatuses", Type: "string", Format: "statuses", Default: "200-399"},
-		{Path: "healthCheck.cluster", Type: "string", Default: "hashlb_upstream"},
-		{Path: "passiveHealth", Type: "object"},
-		{Path: "passiveHealth.consecutiveFailures", Type: "integer", Default: 5, Min: 1, Max: 1000},
-		{Path: "passiveHealth.ejectionTime", Type: "string", Format: "duration", Default: "30s", Min: "1s", Max: "1h"},
-		{Path: "passiveHealth.failureStatuses", Type: "string", Format: "statuses", Default: "502-504"},
-		{Path: "upstreamHeader", Type: "string", Format: "header", Default: defaultUpstreamHdr},
-		{Path: "upstreamCount", Type: "integer", Default: 1, Min: 1, Max: maxUpstreamCount},
-		{Path: "serviceHeader", Type: "string", Format: "header", Default: defaultServiceHdr},
-		{Path: "trustedForwardedHops", Type: "integer", Default: 0, Min: 0, Max: maxForwardedHops},
-		{Path: "hashBalanceFactor", Type: "integer", Default: 0, Min: 0, Max: maxBalanceFactor},
-		{Path: "debugHeader", Type: "boolean", Default: false},
+	out := make([]FieldSpec, len(fieldTable))
+	for i, f := range fieldTable {
+		f.Enum = slices.Clone(f.Enum)
+		out[i] = f
 	}
+	return out
+}
+
+// spec returns the field's entry.
+func (f fieldID) spec() *FieldSpec { return &fieldTable[f] }
+
+// defaultInt, defaultBool, defaultString and defaultDuration return the
+// field's default.
+func (f fieldID) defaultInt() int       { return fieldTable[f].Default.(int) }
+func (f fieldID) defaultBool() bool     { return fieldTable[f].Default.(bool) }
+func (f fieldID) defaultString() string { return fieldTable[f].Default.(string) }
+func (f fieldID) defaultDuration() time.Duration {
+	return mustDuration(fieldTable[f].Default.(string))
+}
+
+// intRange returns an integer field's (or an array's length) bounds.
+func (f fieldID) intRange() (lo, hi int) { return fieldTable[f].Min.(int), fieldTable[f].Max.(int) }
+
+// durationRange returns a duration field's bounds.
+func (f fieldID) durationRange() (lo, hi time.Duration) {
+	return mustDuration(fieldTable[f].Min.(string)), mustDuration(fieldTable[f].Max.(string))
+}
+
+// mustDuration parses a duration of the field table, which tests keep valid.
+func mustDuration(s string) time.Duration {
+	d, err := ParseDuration(s)
+	if err != nil {
+		panic("lbcore: field table: " + err.Error())
+	}
+	return d
 }

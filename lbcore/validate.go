@@ -14,30 +14,9 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// Ranges and defaults of the configuration fields. Fields() publishes them
-// for configs/schema.json; a test keeps the two in step.
-const (
-	defaultHashLength  = 80
-	maxHashLength      = 4096
-	maxServices        = 10000
-	maxWeight          = 100
-	maxUpstreamCount   = 8
-	maxForwardedHops   = 32
-	minBalanceFactor   = 101
-	maxBalanceFactor   = 1000
-	defaultTableSize   = 3000000
-	minTableSize       = 10000
-	maxTableSize       = 100000000
-	maxPersistenceKeys = 8
-	maxConfigDepth     = 16
-	defaultUpstreamHdr = "x-envoy-original-dst-host"
-	defaultServiceHdr  = "x-hashlb-service"
-)
-
-var (
-	minExpire = 10 * time.Minute
-	maxExpire = 365 * 24 * time.Hour
-)
+// maxConfigDepth is the deepest nesting of arrays and objects a
+// configuration may have.
+const maxConfigDepth = 16
 
 // ParseConfig parses and validates a JSON plugin configuration. Unknown
 // fields are errors. Every problem is reported, joined with errors.Join, each
@@ -57,31 +36,34 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	d := &decoder{}
 	c := &Config{
-		LBMethod:       MethodRoundRobin,
-		HashLength:     defaultHashLength,
-		Netmask:        32,
-		V6NetmaskLen:   128,
-		BackupLBMethod: MethodLeastConnection,
-		UpstreamHeader: defaultUpstreamHdr,
-		UpstreamCount:  1,
-		ServiceHeader:  defaultServiceHdr,
+		LBMethod:             mustMethod(fLBMethod.defaultString()),
+		HashLength:           fHashLength.defaultInt(),
+		Netmask:              mustNetmask(fNetmask.defaultString()),
+		V6NetmaskLen:         fV6NetmaskLen.defaultInt(),
+		BackupLBMethod:       mustMethod(fBackupLBMethod.defaultString()),
+		UpstreamHeader:       fUpstreamHeader.defaultString(),
+		UpstreamCount:        fUpstreamCount.defaultInt(),
+		ServiceHeader:        fServiceHeader.defaultString(),
+		TrustedForwardedHops: fTrustedForwardedHops.defaultInt(),
+		HashBalanceFactor:    fHashBalanceFactor.defaultInt(),
+		DebugHeader:          fDebugHeader.defaultBool(),
 	}
 	var token gjson.Result
 	sawServices := false
 	d.object("", root, func(name string, v gjson.Result) bool {
 		switch name {
 		case "lbMethod":
-			c.LBMethod = d.method(name, v, Methods())
+			c.LBMethod = d.method(fLBMethod, name, v)
 		case "hashLength":
-			c.HashLength = d.intIn(name, v, 1, maxHashLength)
+			c.HashLength = d.intField(fHashLength, name, v)
 		case "netmask":
 			c.Netmask = d.netmask(name, v)
 		case "v6NetmaskLen":
-			c.V6NetmaskLen = d.intIn(name, v, 1, 128)
+			c.V6NetmaskLen = d.intField(fV6NetmaskLen, name, v)
 		case "token":
 			token = v
 		case "backupLBMethod":
-			c.BackupLBMethod = d.method(name, v, backupMethods())
+			c.BackupLBMethod = d.method(fBackupLBMethod, name, v)
 		case "services":
 			sawServices = true
 			c.Services = d.services(name, v)
@@ -92,15 +74,15 @@ func ParseConfig(data []byte) (*Config, error) {
 		case "passiveHealth":
 			c.PassiveHealth = d.passiveHealth(name, v)
 		case "upstreamHeader":
-			c.UpstreamHeader = d.headerName(name, v, false)
+			c.UpstreamHeader = d.headerName(fUpstreamHeader, name, v)
 		case "upstreamCount":
-			c.UpstreamCount = d.intIn(name, v, 1, maxUpstreamCount)
+			c.UpstreamCount = d.intField(fUpstreamCount, name, v)
 		case "serviceHeader":
-			c.ServiceHeader = d.headerName(name, v, true)
+			c.ServiceHeader = d.headerName(fServiceHeader, name, v)
 		case "trustedForwardedHops":
-			c.TrustedForwardedHops = d.intIn(name, v, 0, maxForwardedHops)
+			c.TrustedForwardedHops = d.intField(fTrustedForwardedHops, name, v)
 		case "hashBalanceFactor":
-			c.HashBalanceFactor = d.balanceFactor(name, v)
+			c.HashBalanceFactor = d.intField(fHashBalanceFactor, name, v)
 		case "debugHeader":
 			c.DebugHeader = d.boolean(name, v)
 		default:
@@ -202,45 +184,79 @@ func (d *decoder) integer(path string, v gjson.Result) (int64, bool) {
 	return 0, false
 }
 
-// intIn parses an integer in [lo, hi]; on error it returns lo so that later
-// checks see a sane value.
-func (d *decoder) intIn(path string, v gjson.Result, lo, hi int64) int {
-	n, ok := d.integer(path, v)
-	if !ok {
-		return int(lo)
+// intField parses integer field f within its range (or its Off value). On error
+// it returns the Off value, else the lower bound, so that later checks see a
+// sane value.
+func (d *decoder) intField(f fieldID, path string, v gjson.Result) int {
+	lo, hi := f.intRange()
+	off, hasOff := f.spec().Off.(int)
+	bad := lo
+	if hasOff {
+		bad = off
 	}
-	if n < lo || n > hi {
+	n, ok := d.integer(path, v)
+	switch {
+	case !ok:
+		return bad
+	case hasOff && n == int64(off):
+		return off
+	case n >= int64(lo) && n <= int64(hi):
+		return int(n)
+	case hasOff:
+		d.errorf("%s: %d is out of range: %d (off) or [%d, %d]", path, n, off, lo, hi)
+	default:
 		d.errorf("%s: %d is out of range [%d, %d]", path, n, lo, hi)
-		return int(lo)
 	}
-	return int(n)
+	return bad
 }
 
-func (d *decoder) balanceFactor(path string, v gjson.Result) int {
-	n, ok := d.integer(path, v)
-	if !ok {
-		return 0
+// count checks the length of array field f against its range; noun names
+// the items in the error.
+func (d *decoder) count(f fieldID, path string, n int, noun string) bool {
+	lo, hi := f.intRange()
+	if n < lo || n > hi {
+		d.errorf("%s: %d %s is out of range [%d, %d]", path, n, noun, lo, hi)
+		return false
 	}
-	if n != 0 && (n < minBalanceFactor || n > maxBalanceFactor) {
-		d.errorf("%s: %d is out of range: 0 (off) or [%d, %d]", path, n, minBalanceFactor, maxBalanceFactor)
-		return 0
-	}
-	return int(n)
+	return true
 }
 
-// method parses a method token, case-insensitively, from the allowed list.
-func (d *decoder) method(path string, v gjson.Result, allowed []string) Method {
+// method parses a method token of field f, case-insensitively, from the
+// field's Enum.
+func (d *decoder) method(f fieldID, path string, v gjson.Result) Method {
 	s, ok := d.str(path, v)
 	if !ok {
 		return MethodRoundRobin
 	}
+	allowed := f.spec().Enum
 	for _, a := range allowed {
-		if m, ok := methodNamed(a); ok && strings.EqualFold(s, a) {
-			return m
+		if strings.EqualFold(s, a) {
+			return mustMethod(a)
 		}
 	}
 	d.errorf("%s: %q is not one of %s", path, s, strings.Join(allowed, ", "))
 	return MethodRoundRobin
+}
+
+// enum parses string field f, one of the field's Enum exactly.
+func (d *decoder) enum(f fieldID, path string, v gjson.Result) (string, bool) {
+	s, ok := d.str(path, v)
+	if !ok {
+		return "", false
+	}
+	if allowed := f.spec().Enum; !slices.Contains(allowed, s) {
+		d.errorf("%s: %q is not one of %s", path, s, strings.Join(allowed, ", "))
+	}
+	return s, true
+}
+
+// mustMethod returns the method of a name the field table gives.
+func mustMethod(name string) Method {
+	m, ok := methodNamed(name)
+	if !ok {
+		panic("lbcore: field table: no method " + name)
+	}
+	return m
 }
 
 // netmask parses a dotted IPv4 mask and returns its prefix length.
@@ -249,26 +265,50 @@ func (d *decoder) netmask(path string, v gjson.Result) int {
 	if !ok {
 		return 32
 	}
+	ones, err := parseNetmask(s)
+	switch err {
+	case errNotIPv4:
+		d.errorf("%s: %q is not an IPv4 mask such as 255.255.255.0", path, s)
+	case errNotContiguous:
+		d.errorf("%s: %q is not a contiguous IPv4 mask (ones then zeros, at least one bit)", path, s)
+	}
+	return ones
+}
+
+var (
+	errNotIPv4       = errors.New("not an IPv4 address")
+	errNotContiguous = errors.New("not a contiguous mask")
+)
+
+// parseNetmask returns the prefix length of a dotted IPv4 mask; on error, 32.
+func parseNetmask(s string) (int, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil || !a.Is4() {
-		d.errorf("%s: %q is not an IPv4 mask such as 255.255.255.0", path, s)
-		return 32
+		return 32, errNotIPv4
 	}
 	b := a.As4()
 	m := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 	ones := bits.LeadingZeros32(^m)
 	if ones == 0 || m<<ones != 0 {
-		d.errorf("%s: %q is not a contiguous IPv4 mask (ones then zeros, at least one bit)", path, s)
-		return 32
+		return 32, errNotContiguous
+	}
+	return ones, nil
+}
+
+// mustNetmask returns the prefix length of the field table's default mask.
+func mustNetmask(s string) int {
+	ones, err := parseNetmask(s)
+	if err != nil {
+		panic("lbcore: field table: netmask " + s + ": " + err.Error())
 	}
 	return ones
 }
 
-// headerName parses a header name: an HTTP token, not a pseudo-header,
-// lower-cased as Envoy stores names. empty allows "" (disabled).
-func (d *decoder) headerName(path string, v gjson.Result, empty bool) string {
+// headerName parses header field f: an HTTP token, not a pseudo-header,
+// lower-cased as Envoy stores names; "" when the field's Off value is "".
+func (d *decoder) headerName(f fieldID, path string, v gjson.Result) string {
 	s, ok := d.str(path, v)
-	if !ok || (s == "" && empty) {
+	if !ok || (s == "" && f.spec().Off == "") {
 		return ""
 	}
 	if s == "" || !isToken(s) {
@@ -357,8 +397,10 @@ func (d *decoder) expr(path string, v gjson.Result) *Expr {
 	return e
 }
 
-// duration parses "90s", "10m", "36h", "7d" (also "500ms") within [lo, hi].
-func (d *decoder) duration(path string, v gjson.Result, lo, hi time.Duration) time.Duration {
+// duration parses duration field f, "90s", "10m", "36h", "7d" (also
+// "500ms"), within its range.
+func (d *decoder) duration(f fieldID, path string, v gjson.Result) time.Duration {
+	lo, hi := f.durationRange()
 	s, ok := d.str(path, v)
 	if !ok {
 		return lo

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/tidwall/gjson"
 )
@@ -17,11 +16,8 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 		return nil
 	}
 	items := v.Array()
-	if len(items) < 1 || len(items) > maxServices {
-		d.errorf("%s: %d services is out of range [1, %d]", path, len(items), maxServices)
-		if len(items) > maxServices {
-			return nil
-		}
+	if !d.count(fServices, path, len(items), "services") && len(items) > 0 {
+		return nil // too many to check one by one
 	}
 	out := make([]Service, 0, len(items))
 	names := map[string]int{}
@@ -29,7 +25,7 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 	ids := map[uint64]int{}
 	for i, item := range items {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		s := Service{Weight: 1, Enabled: true}
+		s := Service{Weight: fServiceWeight.defaultInt(), Enabled: fServiceEnabled.defaultBool()}
 		hasName, hasAddr := false, false
 		if !d.object(p, item, func(name string, v gjson.Result) bool {
 			fp := p + "." + name
@@ -54,7 +50,7 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 					}
 				}
 			case "weight":
-				s.Weight = d.intIn(fp, v, 1, maxWeight)
+				s.Weight = d.intField(fServiceWeight, fp, v)
 			case "enabled":
 				s.Enabled = d.boolean(fp, v)
 			case "hashId":
@@ -106,7 +102,8 @@ func parseServiceAddr(s string) (netip.AddrPort, bool) {
 }
 
 func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
-	p := &Persistence{TableSize: defaultTableSize, Expire: 7 * 24 * time.Hour, EmptyKey: "skip"}
+	p := &Persistence{TableSize: fPersistenceTableSize.defaultInt(), Expire: fPersistenceExpire.defaultDuration(),
+		EmptyKey: fPersistenceEmptyKey.defaultString()}
 	hasKeys := false
 	d.object(path, v, func(name string, v gjson.Result) bool {
 		fp := path + "." + name
@@ -115,14 +112,11 @@ func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
 			hasKeys = true
 			p.Keys = d.keys(fp, v)
 		case "tableSize":
-			p.TableSize = d.intIn(fp, v, minTableSize, maxTableSize)
+			p.TableSize = d.intField(fPersistenceTableSize, fp, v)
 		case "expire":
-			p.Expire = d.duration(fp, v, minExpire, maxExpire)
+			p.Expire = d.duration(fPersistenceExpire, fp, v)
 		case "emptyKey":
-			if s, ok := d.str(fp, v); ok {
-				if s != "skip" && s != "shared" {
-					d.errorf("%s: %q is not one of skip, shared", fp, s)
-				}
+			if s, ok := d.enum(fPersistenceEmptyKey, fp, v); ok {
 				p.EmptyKey = s
 			}
 		default:
@@ -142,9 +136,7 @@ func (d *decoder) keys(path string, v gjson.Result) []*Expr {
 		return nil
 	}
 	items := v.Array()
-	if len(items) < 1 || len(items) > maxPersistenceKeys {
-		d.errorf("%s: %d keys is out of range [1, %d]", path, len(items), maxPersistenceKeys)
-	}
+	d.count(fPersistenceKeys, path, len(items), "keys")
 	seen := map[string]int{}
 	var out []*Expr
 	for i, item := range items {
@@ -165,9 +157,10 @@ func (d *decoder) keys(path string, v gjson.Result) []*Expr {
 }
 
 func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
-	h := &HealthCheck{Path: "/healthz", Interval: 5 * time.Second, Timeout: 2 * time.Second,
-		HealthyThreshold: 2, UnhealthyThreshold: 3, Cluster: "hashlb_upstream"}
-	h.ExpectedStatuses, _ = ParseStatusSet("200-399")
+	h := &HealthCheck{Path: fHealthPath.defaultString(), Interval: fHealthInterval.defaultDuration(),
+		Timeout: fHealthTimeout.defaultDuration(), HealthyThreshold: fHealthyThreshold.defaultInt(),
+		UnhealthyThreshold: fUnhealthyThreshold.defaultInt(), Cluster: fHealthCluster.defaultString()}
+	h.ExpectedStatuses, _ = ParseStatusSet(fExpectedStatuses.defaultString())
 	timeoutSet := false
 	d.object(path, v, func(name string, v gjson.Result) bool {
 		fp := path + "." + name
@@ -183,14 +176,14 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 				h.Path = s
 			}
 		case "interval":
-			h.Interval = d.duration(fp, v, time.Second, time.Hour)
+			h.Interval = d.duration(fHealthInterval, fp, v)
 		case "timeout":
 			timeoutSet = true
-			h.Timeout = d.duration(fp, v, 100*time.Millisecond, time.Minute)
+			h.Timeout = d.duration(fHealthTimeout, fp, v)
 		case "healthyThreshold":
-			h.HealthyThreshold = d.intIn(fp, v, 1, 10)
+			h.HealthyThreshold = d.intField(fHealthyThreshold, fp, v)
 		case "unhealthyThreshold":
-			h.UnhealthyThreshold = d.intIn(fp, v, 1, 10)
+			h.UnhealthyThreshold = d.intField(fUnhealthyThreshold, fp, v)
 		case "expectedStatuses":
 			h.ExpectedStatuses = d.statuses(fp, v)
 		case "cluster":
@@ -218,15 +211,15 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 }
 
 func (d *decoder) passiveHealth(path string, v gjson.Result) *PassiveHealth {
-	p := &PassiveHealth{ConsecutiveFailures: 5, EjectionTime: 30 * time.Second}
-	p.FailureStatuses, _ = ParseStatusSet("502-504")
+	p := &PassiveHealth{ConsecutiveFailures: fConsecutiveFailures.defaultInt(), EjectionTime: fEjectionTime.defaultDuration()}
+	p.FailureStatuses, _ = ParseStatusSet(fFailureStatuses.defaultString())
 	d.object(path, v, func(name string, v gjson.Result) bool {
 		fp := path + "." + name
 		switch name {
 		case "consecutiveFailures":
-			p.ConsecutiveFailures = d.intIn(fp, v, 1, 1000)
+			p.ConsecutiveFailures = d.intField(fConsecutiveFailures, fp, v)
 		case "ejectionTime":
-			p.EjectionTime = d.duration(fp, v, time.Second, time.Hour)
+			p.EjectionTime = d.duration(fEjectionTime, fp, v)
 		case "failureStatuses":
 			p.FailureStatuses = d.statuses(fp, v)
 		default:
