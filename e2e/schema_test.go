@@ -1,7 +1,8 @@
 package e2e
 
-// configs/schema.json kept in step with lbcore.Fields(): every field lbcore
-// knows is in the schema with the same type, default, range, enum and
+// configs/schema.json kept in step with lbcore.Fields() (lbcore generates it
+// from its field table: go test ./lbcore -run Golden -update): every field
+// lbcore knows is in the schema with the same type, default, range, enum and
 // required flag, the schema has no field lbcore lacks, and each format's
 // pattern accepts what lbcore accepts. A small validator for the keywords the
 // schema uses then checks the example configs against it.
@@ -79,6 +80,8 @@ var formatSamples = map[string]struct{ good, bad []string }{
 	"address":  {[]string{"10.0.0.1:80", "127.0.0.1:18081", "[fd00::1]:8080"}, []string{"10.0.0.1", "host:80", "[fd00::1]"}},
 	"header":   {[]string{"x-envoy-original-dst-host", "X-Hashlb"}, []string{"x bad", "x:y"}},
 	"statuses": {[]string{"200-399", "200-399,404", "502-504"}, []string{"ok", "2xx"}},
+	"name":     {[]string{"a", "b3", "svc-1.east_2~"}, []string{"", "a b", "a/b", "é"}},
+	"path":     {[]string{"/healthz", "/", "/a?b=1"}, []string{"healthz", "", "/a b"}},
 }
 
 func TestSchemaMatchesFields(t *testing.T) {
@@ -107,7 +110,13 @@ func TestSchemaMatchesFields(t *testing.T) {
 		case f.Format == "duration":
 			lo, hi = "x-minDuration", "x-maxDuration"
 		}
-		if !sameJSON(node[lo], f.Min) || !sameJSON(node[hi], f.Max) {
+		if off, ok := f.Off.(int); ok {
+			// Off or [Min, Max]: the schema says [Off, Max] but not (Off, Min).
+			not, _ := node["not"].(schemaNode)
+			if !sameJSON(node[lo], off) || !sameJSON(node[hi], f.Max) || !sameJSON(not["minimum"], off+1) || !sameJSON(not["maximum"], f.Min.(int)-1) {
+				t.Errorf("%s: schema range [%v, %v] but not %v, lbcore %v (off) or [%v, %v]", f.Path, node[lo], node[hi], not, off, f.Min, f.Max)
+			}
+		} else if !sameJSON(node[lo], f.Min) || !sameJSON(node[hi], f.Max) {
 			t.Errorf("%s: schema range [%v, %v], lbcore [%v, %v]", f.Path, node[lo], node[hi], f.Min, f.Max)
 		}
 		var enum []string
