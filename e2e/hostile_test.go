@@ -7,7 +7,7 @@ package e2e
 //     workers under envoy-1.33. No VM may trap, every request gets exactly
 //     one upstream header naming configured, enabled services (or hashlb's
 //     503), no forged header survives, no request stalls its worker, and
-//     memory stays flat (TestStress's rule).
+//     memory stays flat (TestStress's rule, with a floor of 2 MiB).
 //   - TestHostileDeepJWT, TestHostileReplaceQuadratic,
 //     TestHostileRepeatedHeaders, TestHostileConfigsRefused: one regression
 //     test per defect of issue 8, each failing on the module of main before
@@ -340,12 +340,14 @@ func TestHostileStress(t *testing.T) {
 			half, end := mem[w][5][hi], mem[w][10][hi]
 			ratio := float64(end) / float64(half)
 			t.Logf("%-12s worker %d memory MiB at 0,10..100%%:%s  end/half %.3f", hc.name, w, line.String(), ratio)
-			// TestStress's rule, end ≤ 1.05 × halfway, with one step of
-			// Go's heap allowed: at 8–11 MiB it grows by 0.25–0.75 MiB at
-			// a time, once seen after 40000 requests of a steady load. A
-			// leak from hostile input is tens of MiB (main: 50–150 MiB).
-			if end > half+max(half/20, 1<<20) {
-				t.Errorf("%s worker %d: memory at the end %d ÷ at the halfway point %d = %.3f, want ≤ 1.05 or ≤ 1 MiB more", hc.name, w, end, half, ratio)
+			// TestStress's rule, end ≤ 1.05 × halfway, with a floor of
+			// 2 MiB: at 8–11 MiB Go's heap grows in steps of 0.25–1.5 MiB
+			// until it settles, sometimes past 40000 requests of a steady
+			// load, while one VM alone on the same requests stays flat
+			// from 6000 on. Memory held for hostile input is tens of MiB
+			// (main: 50–150 MiB).
+			if end > half+max(half/20, 2<<20) {
+				t.Errorf("%s worker %d: memory at the end %d ÷ at the halfway point %d = %.3f, want ≤ 1.05 or ≤ 2 MiB more", hc.name, w, end, half, ratio)
 			}
 		}
 	}
