@@ -201,6 +201,37 @@ func firstOf(xs []string) string {
 	return xs[0]
 }
 
+// runOn runs request r as one whole stream on worker w of h and returns
+// what the module decided.
+func runOn(h *hostsim.Host, w int, r corpusRequest) (hostDecision, error) {
+	var d hostDecision
+	s := h.Stream(w)
+	props := map[string][]byte{}
+	if r.src != "" {
+		props["source.address"] = hostsim.PropString(r.src)
+	}
+	if r.dst != "" {
+		props["destination.address"] = hostsim.PropString(r.dst)
+	}
+	res := s.RequestHeaders(r.headers, props)
+	if res.Err != nil {
+		return d, fmt.Errorf("VM error: %w", res.Err)
+	}
+	if l := res.LocalReply; l != nil {
+		d.status, d.body = l.Status, string(l.Body)
+		d.debug, _ = l.Header("x-hashlb-decision")
+	} else {
+		d.upstream = headerValues(res.Headers, "x-envoy-original-dst-host")
+		d.service = headerValues(res.Headers, "x-hashlb-service")
+		resp := s.ResponseHeaders([][2]string{{":status", "200"}})
+		if resp.Err != nil {
+			return d, fmt.Errorf("response headers: %w", resp.Err)
+		}
+		d.debug, _ = resp.Header("x-hashlb-decision")
+	}
+	return d, s.Finish()
+}
+
 // runHostsim runs the corpus through hostsim, requests spread round robin
 // over the workers, each a whole stream.
 func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusRequest) ([]hostDecision, error) {
@@ -212,33 +243,8 @@ func runHostsim(wasm, config []byte, workers int, profile string, reqs []corpusR
 	defer h.Close(ctx)
 	out := make([]hostDecision, len(reqs))
 	for i, r := range reqs {
-		s := h.Stream(i % workers)
-		props := map[string][]byte{}
-		if r.src != "" {
-			props["source.address"] = hostsim.PropString(r.src)
-		}
-		if r.dst != "" {
-			props["destination.address"] = hostsim.PropString(r.dst)
-		}
-		res := s.RequestHeaders(r.headers, props)
-		if res.Err != nil {
-			return nil, fmt.Errorf("request %d: %w", i, res.Err)
-		}
-		d := &out[i]
-		if l := res.LocalReply; l != nil {
-			d.status, d.body = l.Status, string(l.Body)
-			d.debug, _ = l.Header("x-hashlb-decision")
-		} else {
-			d.upstream = headerValues(res.Headers, "x-envoy-original-dst-host")
-			d.service = headerValues(res.Headers, "x-hashlb-service")
-			resp := s.ResponseHeaders([][2]string{{":status", "200"}})
-			if resp.Err != nil {
-				return nil, fmt.Errorf("request %d: response headers: %w", i, resp.Err)
-			}
-			d.debug, _ = resp.Header("x-hashlb-decision")
-		}
-		if err := s.Finish(); err != nil {
-			return nil, fmt.Errorf("request %d: finish: %w", i, err)
+		if out[i], err = runOn(h, i%workers, r); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
 		}
 	}
 	for w := 0; w < workers; w++ {
