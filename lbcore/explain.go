@@ -86,6 +86,8 @@ type Explanation struct {
 	// Ranking is every service in rank order for KeyHash, when HasInput; the
 	// ones not selectable are in their place with Rank 0.
 	Ranking []RankedService
+	// States is every service's state, in configuration order.
+	States []ServiceState
 	// Decision is what Decide returns for the request on this Balancer in
 	// its present state (for a fresh Balancer: a fresh worker's choice), with
 	// an empty persistence table. Decision.Method is the method that chose,
@@ -126,6 +128,9 @@ func (b *Balancer) Explain(r *Request, now time.Time) Explanation {
 		c.clientInputs(&e.Reads)
 	}
 
+	for i := range b.services {
+		e.States = append(e.States, b.state(i))
+	}
 	w := b.copyState()
 	e.Decision = w.Decide(r, now)
 
@@ -193,12 +198,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 			s := &b.services[c.idx]
 			rs.Weighted = weightedScore(k, s.ID, s.Weight)
 		}
-		switch {
-		case !b.services[c.idx].Enabled:
-			rs.State = StateDisabled
-		case b.down[c.idx]:
-			rs.State = StateDown
-		}
+		rs.State = b.state(c.idx)
 		out = append(out, rs)
 	}
 	var others []candidate
@@ -228,6 +228,17 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 		add(others[j], 0)
 	}
 	return out
+}
+
+// state returns service i's state.
+func (b *Balancer) state(i int) ServiceState {
+	switch {
+	case !b.services[i].Enabled:
+		return StateDisabled
+	case b.down[i]:
+		return StateDown
+	}
+	return StateSelectable
 }
 
 // scratchStore is the empty, private Store of an explained decision's
