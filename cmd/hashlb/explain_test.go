@@ -1,0 +1,142 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// jwtAlice is a JWT whose payload is {"sub":"alice","iss":"https://idp.example.com"}
+// (the signature is not verified: jwt() reads claims only).
+const jwtAlice = "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJhbGljZSIsImlzcyI6Imh0dHBzOi8vaWRwLmV4YW1wbGUuY29tIn0.c2lnbmF0dXJl"
+
+// TestExplainGolden: the report an operator reads for each kind of decision.
+func TestExplainGolden(t *testing.T) {
+	const td = "testdata/explain/"
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"envoy-urlhash", []string{"../../envoy.yaml", "-url", "/some/path"}},
+		// The Citrix example: /h1/7 ranks S1 > S2 > S3.
+		{"citrix-all-up", []string{td + "citrix.json", "-url", "/h1/7"}},
+		{"citrix-s1-down", []string{td + "citrix.json", "-url", "/h1/7", "-down", "S1"}},
+		{"citrix-s1-s2-down", []string{td + "citrix.json", "-url", "/h1/7", "-down", "S1,S2"}},
+		{"citrix-all-down", []string{td + "citrix.json", "-url", "/h1/7", "-down", "S1,S2,S3"}},
+		{"token-jwt", []string{td + "token-jwt.json", "-url", "/api/orders", "-header", "authorization: Bearer " + jwtAlice}},
+		{"token-jwt-json", []string{td + "token-jwt.json", "-url", "/api/orders", "-header", "authorization: Bearer " + jwtAlice, "-json"}},
+		{"token-missing", []string{td + "token-jwt.json", "-url", "/api/orders", "-seed", "3"}},
+		{"urlhash-without-url", []string{"../../configs/urlhash.json", "-url", ""}},
+		{"domainhash-missing-host", []string{"../../configs/domainhash.json", "-url", "/x"}},
+		{"domainhash-absolute-url", []string{td + "weighted.json", "-url", "http://Images.Example.COM.:8080/a.png", "-header", "host: other.example.com"}},
+		{"weighted-disabled", []string{td + "weighted.json", "-url", "/", "-authority", "shop.example.com"}},
+		{"persistence", []string{"../../configs/persistence.json", "-url", "/", "-client", "192.0.2.10:5555", "-header", "x-client-id: 42"}},
+		{"persistence-skip-empty", []string{"../../configs/persistence.json", "-url", "/"}},
+		{"persistence-shared-v6", []string{td + "persistence-shared.json", "-url", "/", "-client", "[2001:db8:1:2:3::9]:40000",
+			"-header", "cookie: theme=dark; session=s-77", "-header", "x-user: Bob"}},
+		{"persistence-shared-empty", []string{td + "persistence-shared.json", "-url", "/", "-client", "[2001:db8:1:2:3::9]:40000"}},
+		{"srcipdestiphash", []string{"../../configs/srcipdestiphash.json", "-client", "192.0.2.10:5555", "-dest", "10.0.0.1:80", "-url", "/"}},
+		{"forged-header", []string{"../../configs/demo.json", "-url", "/x", "-header", "X-Envoy-Original-Dst-Host: 203.0.113.9:80"}},
+		{"istio-wasmplugin", []string{"-url", "/", "-client", "10.1.2.3:40000", "../../configs/istio/wasmplugin.yaml"}},
+		{"roundrobin", []string{"../../configs/roundrobin.json", "-url", "/"}},
+		{"choose-invalid-config", []string{"testdata/check/envoy-bad.yaml", "-config", "2", "-url", "/"}},
+		{"choose-config-by-place", []string{"testdata/check/envoy-bad.yaml", "-config", "public", "-url", "/", "-authority", "www.example.com"}},
+		{"choose-config-ambiguous", []string{"testdata/check/envoy-bad.yaml", "-config", "filter hashlb", "-url", "/"}},
+		{"several-configs", []string{"testdata/check/envoy-bad.yaml", "-url", "/"}},
+		{"no-url", []string{"../../configs/demo.json"}},
+		{"unknown-service", []string{"../../configs/demo.json", "-url", "/", "-down", "b9"}},
+		{"bad-header", []string{"../../configs/demo.json", "-url", "/", "-header", "no colon"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runGolden(t, "explain", tt.name, append([]string{"explain"}, tt.args...))
+		})
+	}
+}
+
+// TestExplainMatchesDecide: for every example configuration and many
+// requests, explain -json names the service and failover order a fresh
+// Balancer's Decide gives.
+func TestExplainMatchesDecide(t *testing.T) {
+	files, _ := filepath.Glob("../../configs/*.json")
+	for _, f := range files {
+		if filepath.Base(f) == "schema.json" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := lbcore.ParseConfig(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			for i := range 40 {
+				path := fmt.Sprintf("/item/%d?v=%d", i, i%3)
+				client := fmt.Sprintf("192.0.2.%d:%d", i%200+1, 20000+i)
+				dest := fmt.Sprintf("198.51.100.%d:443", i%7+1)
+				host := fmt.Sprintf("h%d.example.com", i%11)
+				callID := fmt.Sprintf("%d@pc33.example.com", i)
+				tenant := fmt.Sprintf("t%d", i%13)
+				down := cfg.Services[i%len(cfg.Services)].Name
+				args := []string{"explain", f, "-json", "-url", path, "-client", client, "-dest", dest, "-authority", host,
+					"-header", "call-id: " + callID, "-header", "x-tenant: " + tenant, "-down", down}
+				var stdout, stderr bytes.Buffer
+				if code := run(args, &stdout, &stderr); code != 0 {
+					t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
+				}
+				var r report
+				if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+					t.Fatal(err)
+				}
+				got := []string{}
+				if r.Chosen != nil {
+					got = append(got, r.Chosen.Name)
+				}
+				for _, s := range r.Failover {
+					got = append(got, s.Name)
+				}
+
+				b := lbcore.NewBalancer(cfg, 0)
+				b.SetDown(i%len(cfg.Services), true)
+				req := lbcore.Request{Target: path, Authority: host, Method: "GET", Source: client, Dest: dest,
+					Headers: [][2]string{{"call-id", callID}, {"x-tenant", tenant}}}
+				d := b.Decide(&req, time.Now())
+				want := []string{}
+				for j := 0; j < d.Len(); j++ {
+					want = append(want, cfg.Services[d.At(j)].Name)
+				}
+				if !slices.Equal(got, want) || r.Reason != d.Reason.String() {
+					t.Errorf("hashlb %s: %v (%s), Decide: %v (%s)", strings.Join(args[1:], " "), got, r.Reason, want, d.Reason)
+				}
+			}
+		})
+	}
+}
+
+// TestExplainCapped: a token cut by an input cap is reported.
+func TestExplainCapped(t *testing.T) {
+	args := []string{"explain", "testdata/explain/token-jwt.json", "-url", "/", "-json",
+		"-header", "authorization: Bearer " + strings.Repeat("x", lbcore.MaxJWTBytes+1)}
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("hashlb explain = %d: %s", code, stderr.String())
+	}
+	var r report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Capped || r.Input || r.Reason != "backup" {
+		t.Errorf("explain with a %d-byte JWT: capped %v, input %v, reason %s; want capped, no input, backup",
+			lbcore.MaxJWTBytes+1, r.Capped, r.Input, r.Reason)
+	}
+}
