@@ -238,3 +238,48 @@ func TestModuleNeverLinksYAML(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEExamples: the README's CLI reference shows real output. Each
+// "$ hashlb …" line of its console blocks is run from the repository root
+// and must print the lines that follow it (stdout, then stderr).
+func TestREADMEExamples(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## CLI reference\n")
+	if !ok {
+		t.Fatal("README.md: no CLI reference section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	type example struct {
+		args []string
+		want string
+	}
+	var examples []example
+	inBlock := false
+	for _, line := range strings.Split(section, "\n") {
+		switch {
+		case line == "```console":
+			inBlock = true
+		case line == "```":
+			inBlock = false
+		case inBlock && strings.HasPrefix(line, "$ hashlb "):
+			cmd, _, _ := strings.Cut(strings.TrimPrefix(line, "$ hashlb "), "  #")
+			examples = append(examples, example{args: strings.Fields(cmd)})
+		case inBlock && len(examples) > 0:
+			examples[len(examples)-1].want += line + "\n"
+		}
+	}
+	if len(examples) < 3 {
+		t.Fatalf("README CLI reference: %d examples, want one of each command and a failing check", len(examples))
+	}
+	t.Chdir("../..")
+	for _, ex := range examples {
+		var stdout, stderr bytes.Buffer
+		run(ex.args, &stdout, &stderr)
+		if got := stdout.String() + stderr.String(); got != ex.want {
+			t.Errorf("hashlb %s prints\n%s\nthe README says\n%s", strings.Join(ex.args, " "), got, ex.want)
+		}
+	}
+}
