@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -79,7 +80,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 				status = 1
 				continue
 			}
-			fmt.Fprintf(stdout, "%sok (%s over %d services)\n", e.prefix(file), cfg.LBMethod, len(cfg.Services))
+			fmt.Fprintf(stdout, "%sok (%s over %s)\n", e.prefix(file), cfg.LBMethod, plural(len(cfg.Services), "service"))
 		}
 	}
 	if found == 0 && status == 0 {
@@ -217,7 +218,7 @@ func isEnvoyOrManifest(top map[string]json.RawMessage) bool {
 func scanYAML(data []byte) (*source, error) {
 	src := &source{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	envoyDocs, wasmSeen := 0, 0
+	docs, envoyDocs, wasmSeen := 0, 0, 0
 	for {
 		var doc yaml.Node
 		err := dec.Decode(&doc)
@@ -237,6 +238,7 @@ func scanYAML(data []byte) (*source, error) {
 		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
 			continue // an empty document
 		}
+		docs++
 		if root.Kind != yaml.MappingNode {
 			return nil, errors.New("not a hashlb configuration (JSON), an Envoy configuration or Kubernetes manifests")
 		}
@@ -251,6 +253,9 @@ func scanYAML(data []byte) (*source, error) {
 		w := &wasmWalk{src: src}
 		w.walk(root, walkCtx{})
 		wasmSeen += w.seen
+	}
+	if docs == 0 {
+		return nil, errors.New("no hashlb configuration: the file holds no YAML or JSON document")
 	}
 	if envoyDocs > 0 && wasmSeen == 0 {
 		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm filter in this Envoy configuration")
@@ -304,7 +309,10 @@ func (src *source) wasmPlugin(m *yaml.Node, where string) {
 		return
 	}
 	e := embedded{where: where}
-	if pc := get(spec, "pluginConfig"); pc != nil && pc.ShortTag() != "!!null" {
+	// An absent or empty pluginConfig gives the module no configuration at
+	// all (istio pilot/pkg/model/wasm.go: only a Struct with fields is
+	// marshalled).
+	if pc := get(spec, "pluginConfig"); pc != nil && pc.ShortTag() != "!!null" && !(pc.Kind == yaml.MappingNode && len(pc.Content) == 0) {
 		if pc.Kind != yaml.MappingNode {
 			e.problem = fmt.Sprintf("spec.pluginConfig (line %d): a %s; Istio takes a mapping and passes it to the module as JSON", pc.Line, kindName(pc))
 		} else if v, err := structValue(pc); err != nil {
@@ -599,4 +607,12 @@ func marshalJSON(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// plural writes "1 service", "3 services".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

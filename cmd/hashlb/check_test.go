@@ -89,6 +89,7 @@ func TestCheckGolden(t *testing.T) {
 		{"not-a-config", []string{td + "not-a-config.txt"}},
 		{"plugin-in-yaml", []string{td + "plugin-in-yaml.yaml"}},
 		{"bad-yaml", []string{td + "bad-yaml.yaml"}},
+		{"comments-only", []string{td + "comments-only.yaml"}},
 		{"schema", []string{"../../configs/schema.json"}},
 		{"missing-file", []string{td + "no-such-file.json", "../../configs/demo.json"}},
 		{"several", []string{"../../envoy.yaml", td + "bad-plugin.json", "../../configs/token.json"}},
