@@ -1,0 +1,548 @@
+package nsconf
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// outService is one service of a written configuration.
+type outService struct {
+	Name    string
+	Address string
+	Weight  int   // 0: not written (1)
+	Enabled *bool // nil: not written (true)
+	HashID  string
+}
+
+// outConfig is a written configuration; fields left at their zero value are
+// not written (hashlb's default applies).
+type outConfig struct {
+	lbMethod     string
+	hashLength   int
+	netmask      string
+	v6NetmaskLen int
+	token        string
+	backup       string
+	persistKeys  []string
+	expire       string
+	services     []outService
+}
+
+// The method facts the translation needs, from the Citrix pages:
+//
+//   - LEASTCONNECTION is NetScaler's default method ("This is the default
+//     load balancing algorithm", https://docs.netscaler.com/en-us/citrix-adc/13/load-balancing/load-balancing-customizing-algorithms);
+//     hashlb's default is ROUNDROBIN, so lbMethod is always written.
+//   - A hashing method without its input falls back to the backup method,
+//     least connection unless -backupLBMethod says otherwise (the
+//     setlbvserver_lbmethod apidoc: "If the request does not contain a domain
+//     name, the load balancing method defaults to LEASTCONNECTION"), as
+//     hashlb's backupLBMethod does; it is written only when ns.conf sets it.
+//   - -netmask and -v6netmasklen apply to DESTINATIONIPHASH, SOURCEIPHASH and
+//     SRCIPDESTIPHASH (the NITRO lbvserver resource's netmask).
+var (
+	ipMaskMethods   = []string{"DESTINATIONIPHASH", "SOURCEIPHASH", "SRCIPDESTIPHASH"}
+	hashLenMethods  = []string{"URLHASH", "DOMAINHASH"}
+	nonHashMethods  = []string{"ROUNDROBIN", "LEASTCONNECTION"}
+	hashlbBackups   = []string{"LEASTCONNECTION", "ROUNDROBIN"}
+	nearestLeastCon = map[string]string{
+		"LEASTRESPONSETIME": "hashlb measures no response times; NetScaler's LEASTRESPONSETIME weighs active connections by response time, and least connection is its connection half",
+		"LRTM":              "hashlb measures no response times; LRTM weighs active connections by response time, and least connection is its connection half",
+		"LEASTBANDWIDTH":    "hashlb counts no bandwidth; active requests are the load it sees",
+		"LEASTPACKETS":      "hashlb counts no packets; active requests are the load it sees",
+		"CUSTOMLOAD":        "custom load monitors (SNMP metrics) are not translated; active requests are the load hashlb sees",
+		"SOURCEIPHASH":      "hashlb's backup methods need no input (LEASTCONNECTION, ROUNDROBIN); the request already lacks the hash method's input",
+	}
+	// whyPersistence says why a persistence type is not translated.
+	whyPersistence = map[string]string{
+		"COOKIEINSERT":   "hashlb does not insert cookies (it never adds Set-Cookie to responses); if the application sets its own cookie, RULE persistence on HTTP.REQ.COOKIE.VALUE(\"name\") translates",
+		"SSLSESSION":     "TLS session ids are not visible to a Wasm HTTP filter (Envoy terminates TLS before hashlb sees the request)",
+		"CUSTOMSERVERID": "the request would name its own server: hashlb never lets a client choose its upstream",
+		"URLPASSIVE":     "the request would name its own server: hashlb never lets a client choose its upstream",
+		"RTSPSID":        "RTSP sessions are not HTTP requests; hashlb does not see them",
+		"DIAMETER":       "Diameter sessions are not HTTP requests; hashlb does not see them",
+		"FIXSESSION":     "FIX sessions are not HTTP requests; hashlb does not see them",
+		"USERSESSION":    "persistence from a protocol extension is not translated",
+	}
+)
+
+// build writes the configuration of every vserver, in file order, and
+// settles the status of the lines that only count when something uses them.
+func (t *translator) build() []Output {
+	var outs []Output
+	used := map[*Entry]bool{}
+	files := map[string]string{} // lower-case file name → vserver
+	for _, v := range t.vsOrder {
+		cfg, written, ok := t.buildVserver(v)
+		if !ok {
+			continue
+		}
+		js := cfg.json()
+		if _, err := lbcore.ParseConfig(js); err != nil {
+			// Never expected: every value is checked above. Say so rather
+			// than write what hashlb check would refuse.
+			v.e.Status, v.e.Detail = Failed, "internal error, nothing written: hashlb refuses the translation: "+
+				strings.ReplaceAll(err.Error(), "\n", "; ")
+			continue
+		}
+		file := fileName(v.name)
+		if other, dup := files[strings.ToLower(file)]; dup {
+			base := strings.TrimSuffix(file, ".json")
+			for i := 2; ; i++ {
+				f := fmt.Sprintf("%s-%d.json", base, i)
+				if _, taken := files[strings.ToLower(f)]; !taken {
+					v.e.Warnings = append(v.e.Warnings, fmt.Sprintf("written as %s: %s is lb vserver %s's", f, file, other))
+					file = f
+					break
+				}
+			}
+		}
+		files[strings.ToLower(file)] = v.name
+		for _, e := range written {
+			used[e] = true
+		}
+		desc := fmt.Sprintf("%s (%s, %d service%s", file, cfg.lbMethod, len(cfg.services), plural(len(cfg.services)))
+		if len(cfg.persistKeys) > 0 {
+			desc += ", persistence"
+		}
+		v.e.Detail = desc + ")"
+		outs = append(outs, Output{VServer: v.name, File: file, JSON: js})
+	}
+	// A server, service, group, member or named expression counts as
+	// translated only when a written configuration uses it.
+	for _, e := range t.entries {
+		if e.Status != Translated || used[e] || !t.countsWhenUsed(e) {
+			continue
+		}
+		e.Status, e.Detail = Ignored, "not used by a translated lb vserver"
+	}
+	return outs
+}
+
+// countsWhenUsed reports whether e is a line whose status depends on use.
+func (t *translator) countsWhenUsed(e *Entry) bool {
+	w := strings.ToLower(e.What)
+	for _, p := range []string{"add server", "add service", "add servicegroup", "bind servicegroup", "add policy expression"} {
+		if strings.HasPrefix(w, p+" ") {
+			return true
+		}
+	}
+	return false
+}
+
+// buildVserver translates v; written are the lines its configuration uses.
+// ok is false when nothing can be written.
+func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, ok bool) {
+	written = append(written, v.e)
+	warnAt := func(line int, format string, args ...any) {
+		e := t.entryAt(line, v.e)
+		e.Warnings = append(e.Warnings, fmt.Sprintf(format, args...))
+	}
+
+	// Services, in bind order; a group's members in their bind order.
+	names := map[string]string{}   // written name → its origin, for renames
+	addrs := map[string]string{}   // address → service
+	idents := map[string]string{}  // hashId, or address → service
+	identLn := map[string]string{} // identity → line of its service
+	for _, b := range v.binds {
+		var items []*backend
+		groupDisabled := false
+		if b.svc != nil {
+			items = []*backend{&b.svc.backend}
+		} else {
+			items = b.grp.members
+			groupDisabled = b.grp.disabled
+			written = append(written, b.grp.e)
+			if len(items) == 0 {
+				b.e.Status, b.e.Detail = NotTranslated, fmt.Sprintf("service group %s has no members", b.grp.name)
+				continue
+			}
+		}
+		var problems []string
+		for _, it := range items {
+			if it.problem != "" {
+				problems = append(problems, fmt.Sprintf("%s not written: %s", it.name, it.problem))
+				continue
+			}
+			s := outService{Address: netip.AddrPortFrom(it.srv.ip, uint16(it.port)).String()}
+			if prev, dup := addrs[s.Address]; dup {
+				problems = append(problems, fmt.Sprintf("%s not written: %s is %s's address too (hashlb needs one address per service)", it.name, s.Address, prev))
+				continue
+			}
+			ident, why := s.Address, ""
+			switch {
+			case it.hashID != "":
+				s.HashID, ident, why = it.hashID, it.hashID, "-hashId "+it.hashID
+			case !t.usePort:
+				// "If you do not configure a hash identifier, but change the
+				// default value of the global setting so that it does not
+				// specify use of the port number, the hash value is based
+				// only on the IP address of the service."
+				// (https://docs.citrix.com/en-us/citrix-adc/12-1/load-balancing/load-balancing-customizing/customize-hash-algorithm.html)
+				s.HashID = it.srv.ip.String()
+				ident, why = s.HashID, fmt.Sprintf("-usePortForHashLb NO (%s) hashes it as %s", t.at(t.usePortLine), s.HashID)
+			}
+			if prev, dup := idents[ident]; dup {
+				problems = append(problems, fmt.Sprintf("%s not written: %s, as %s (%s) does: NetScaler gives both the same hash, "+
+					"hashlb needs one identity per service (give one a -hashId)", it.name, why, prev, identLn[ident]))
+				continue
+			}
+			s.Name = sanitizeName(it.name)
+			if s.Name != it.name {
+				warnAt(it.e.Line, "service name %q written as %q (hashlb names are letters, digits and - . _ ~ ! # $ %% & ' * + ^ ` |)", it.name, s.Name)
+			}
+			if prev, dup := names[s.Name]; dup {
+				base := s.Name
+				for i := 2; ; i++ {
+					s.Name = fmt.Sprintf("%s~%d", base, i)
+					if _, taken := names[s.Name]; !taken {
+						break
+					}
+				}
+				warnAt(b.e.Line, "service %s written as %s: %s is %s's name", it.name, s.Name, base, prev)
+			}
+			w := it.weight
+			if b.svc != nil {
+				w = b.weight
+			}
+			if w != 1 {
+				s.Weight = w
+			}
+			if it.disabled || groupDisabled || it.srv.disabled {
+				f := false
+				s.Enabled = &f
+			}
+			names[s.Name], addrs[s.Address], idents[ident] = it.name, it.name, it.name
+			identLn[ident] = t.at(it.e.Line)
+			cfg.services = append(cfg.services, s)
+			written = append(written, it.e)
+			if it.srv.e != nil {
+				written = append(written, it.srv.e)
+			}
+		}
+		if len(problems) > 0 {
+			b.e.Status, b.e.Detail = Failed, strings.Join(problems, "; ")
+		}
+		written = append(written, b.e)
+	}
+	if len(cfg.services) == 0 {
+		if len(v.binds) == 0 {
+			v.e.Status, v.e.Detail = NotTranslated, "no service is bound to it (a hashlb configuration needs one)"
+		} else {
+			v.e.Status, v.e.Detail = Failed, "nothing written: none of its services could be translated"
+		}
+		return cfg, nil, false
+	}
+
+	if v.typ != "HTTP" && v.typ != "SSL" {
+		warnAt(v.e.Line, "service type %s: hashlb balances HTTP requests (it is an Envoy HTTP filter); this configuration applies only where Envoy handles this traffic as HTTP", v.typ)
+	}
+	if v.state.s == "DISABLED" {
+		warnAt(v.state.line, "the vserver is DISABLED on NetScaler; its configuration is written anyway")
+	}
+
+	t.method(v, &cfg, warnAt)
+	t.persistence(v, &cfg, warnAt)
+	if v.rule.line != 0 && !strings.EqualFold(v.rule.s, "none") {
+		p := v.persistType.s
+		if cfg.lbMethod != "TOKEN" && !(p == "RULE" || p == "CUSTOMSERVERID" || p == "URLPASSIVE") && v.lbMethod.s != "TOKEN" {
+			warnAt(v.rule.line, "-rule: not written: only TOKEN and RULE persistence use it")
+		}
+	}
+	for _, n := range t.exprUsed {
+		written = append(written, t.entryAt(t.namedLine[n], v.e))
+		if t.exprUsers[n] == nil {
+			t.exprUsers[n] = map[string]bool{}
+		}
+		t.exprUsers[n][v.name] = true
+	}
+	t.exprUsed = nil
+	return cfg, written, true
+}
+
+// method translates -lbMethod and what goes with it.
+func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
+	m, line := v.lbMethod.s, v.lbMethod.line
+	if m == "" {
+		m, line = "LEASTCONNECTION", v.e.Line
+	}
+	backup := "LEASTCONNECTION"
+	if b := v.backup.s; b != "" {
+		backup = b
+		if !contains(hashlbBackups, b) {
+			backup = "LEASTCONNECTION"
+			warnAt(v.backup.line, "-backupLBMethod %s: written as LEASTCONNECTION: %s", b, nearestLeastCon[b])
+		}
+	}
+	switch {
+	case m == "TOKEN" || m == "USER_TOKEN":
+		var why string
+		switch {
+		case m == "USER_TOKEN":
+			why = "tokens from a protocol extension are not translated"
+		case v.rule.line == 0 || strings.EqualFold(v.rule.s, "none"):
+			why = "TOKEN without -rule reads the TCP payload (-dataOffset, -dataLength), which hashlb does not see"
+		default:
+			tok, err := t.expr(v.rule.s)
+			if err == nil {
+				cfg.lbMethod, cfg.token = "TOKEN", tok
+				break
+			}
+			why = "-rule " + strconv.Quote(v.rule.s) + ": " + err.Error()
+			line = v.rule.line
+		}
+		if cfg.lbMethod == "" {
+			cfg.lbMethod = backup
+			warnAt(line, "-lbMethod %s: written as %s, the backup method NetScaler uses for a request without a token: %s", m, backup, why)
+		}
+	case slices.Contains(lbcore.Methods(), m):
+		cfg.lbMethod = m
+	default:
+		cfg.lbMethod = "LEASTCONNECTION"
+		warnAt(line, "-lbMethod %s: written as LEASTCONNECTION, the nearest hashlb has: %s", m, nearestLeastCon[m])
+	}
+	if slices.Contains(nonHashMethods, cfg.lbMethod) {
+		return
+	}
+	if v.backup.s != "" {
+		cfg.backup = backup
+	}
+	if v.hashLength.line != 0 && slices.Contains(hashLenMethods, cfg.lbMethod) {
+		cfg.hashLength = v.hashLength.n
+	}
+	for _, f := range []struct {
+		s    setting
+		flag string
+		set  func()
+	}{
+		{v.netmask, "-netmask", func() { cfg.netmask = v.netmask.s }},
+		{v.v6netmasklen, "-v6netmasklen", func() { cfg.v6NetmaskLen = v.v6netmasklen.n }},
+	} {
+		switch {
+		case f.s.line == 0:
+		case slices.Contains(ipMaskMethods, cfg.lbMethod):
+			f.set()
+		case cfg.lbMethod == "SRCIPSRCPORTHASH":
+			warnAt(f.s.line, "%s %s: not written: the NetScaler reference applies it to DESTINATIONIPHASH, SOURCEIPHASH and SRCIPDESTIPHASH only", f.flag, f.s.s)
+		}
+	}
+}
+
+// persistence translates -persistenceType and its flags.
+func (t *translator) persistence(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
+	p, line := v.persistType.s, v.persistType.line
+	v4, v6 := 32, 128
+	if v.persistMask.line != 0 {
+		v4 = v.persistMask.n
+	}
+	if v.v6persist.line != 0 {
+		v6 = v.v6persist.n
+	}
+	masked := v4 != 32 || v6 != 128
+	switch p {
+	case "", "NONE":
+		return
+	case "SOURCEIP":
+		cfg.persistKeys = []string{ipKey("client.ip", v4, v6)}
+	case "DESTIP", "SRCIPDESTIP":
+		if masked {
+			warnAt(line, "-persistMask/-v6persistmasklen: not applied to %s: the NetScaler reference documents them for SOURCEIP", p)
+		}
+		cfg.persistKeys = []string{"${server.ip}"}
+		if p == "SRCIPDESTIP" {
+			cfg.persistKeys = []string{"${client.ip}", "${server.ip}"}
+		}
+	case "CALLID":
+		cfg.persistKeys = []string{"${sip.callid}"}
+	case "RULE":
+		if v.rule.line == 0 || strings.EqualFold(v.rule.s, "none") {
+			warnAt(line, "-persistenceType RULE: not translated: no -rule says what to persist on")
+			return
+		}
+		key, err := t.expr(v.rule.s)
+		if err != nil {
+			warnAt(v.rule.line, "-persistenceType RULE: not translated: -rule %q: %v", v.rule.s, err)
+			return
+		}
+		cfg.persistKeys = []string{key}
+	default:
+		warnAt(line, "-persistenceType %s: not translated: %s", p, whyPersistence[p])
+		return
+	}
+	// The timeout is in minutes; NetScaler's default is 2 for every type
+	// (https://docs.citrix.com/en-us/citrix-adc/current-release/load-balancing/load-balancing-persistence/no-rule-persistence.html).
+	minutes, tline, given := 2, line, "no -timeout: NetScaler's default is 2 minutes"
+	if v.timeout.line != 0 {
+		minutes, tline, given = v.timeout.n, v.timeout.line, fmt.Sprintf("-timeout %d (minutes)", v.timeout.n)
+	}
+	if minutes < 10 {
+		warnAt(tline, "%s: persistence.expire written as 10m, hashlb's least (clamped)", given)
+		minutes = 10
+	}
+	cfg.expire = duration(minutes)
+}
+
+// ipKey is the persistence key of an address variable masked to v4 bits for
+// IPv4 and v6 bits for IPv6. mask(n) applies n to both families (capped at
+// 32 for IPv4), so when the two differ the key has two alternatives: an IPv6
+// address (it has a ":") is emptied in the first, which falls through to the
+// second.
+func ipKey(v string, v4, v6 int) string {
+	m := func(bits, full int) string {
+		if bits == full {
+			return v
+		}
+		return fmt.Sprintf("%s | mask(%d)", v, bits)
+	}
+	switch {
+	case v4 == 32 && v6 == 128:
+		return "${" + v + "}"
+	case v4 == 32 && v6 >= 32:
+		return "${" + m(v6, 128) + "}"
+	case v4 == v6:
+		return "${" + m(v4, 32) + "}"
+	}
+	return fmt.Sprintf(`${%s | replace(".*:.*", "") | mask(%d) || %s}`, v, v4, m(v6, 128))
+}
+
+// duration writes minutes in hashlb's duration syntax, in the largest
+// whole unit.
+func duration(minutes int) string {
+	switch {
+	case minutes%(24*60) == 0:
+		return fmt.Sprintf("%dd", minutes/(24*60))
+	case minutes%60 == 0:
+		return fmt.Sprintf("%dh", minutes/60)
+	}
+	return fmt.Sprintf("%dm", minutes)
+}
+
+// expr translates a NetScaler expression, noting the named expressions used.
+func (t *translator) expr(src string) (string, error) {
+	x := exprTranslator{named: t.named}
+	out, err := x.translate(src)
+	if err == nil {
+		t.exprUsed = append(t.exprUsed, x.used...)
+	}
+	return out, err
+}
+
+// entryAt returns the entry of line n (def when there is none).
+func (t *translator) entryAt(n int, def *Entry) *Entry {
+	i, ok := slices.BinarySearchFunc(t.entries, n, func(e *Entry, n int) int { return e.Line - n })
+	if !ok {
+		return def
+	}
+	return t.entries[i]
+}
+
+// sanitizeName maps the characters NetScaler names may have and hashlb
+// service names may not (space : @ =) to "_".
+func sanitizeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return r
+		}
+		return '_'
+	}, s)
+}
+
+// fileName is the configuration file of vserver name: letters, digits,
+// "-", "_" and "." kept, anything else "_", never starting with ".".
+func fileName(name string) string {
+	f := strings.Map(func(r rune) rune {
+		if r < 0x80 && (r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return r
+		}
+		return '_'
+	}, name)
+	if f == "" || f[0] == '.' {
+		f = "_" + f
+	}
+	return f + ".json"
+}
+
+// json writes cfg in the layout of configs/*.json: two-space indent, one
+// service per line.
+func (cfg *outConfig) json() []byte {
+	var b bytes.Buffer
+	var fields []string
+	add := func(k string, v any) { fields = append(fields, fmt.Sprintf("  %s: %s", jsonText(k), jsonText(v))) }
+	add("lbMethod", cfg.lbMethod)
+	if cfg.hashLength != 0 {
+		add("hashLength", cfg.hashLength)
+	}
+	if cfg.netmask != "" {
+		add("netmask", cfg.netmask)
+	}
+	if cfg.v6NetmaskLen != 0 {
+		add("v6NetmaskLen", cfg.v6NetmaskLen)
+	}
+	if cfg.token != "" {
+		add("token", cfg.token)
+	}
+	if cfg.backup != "" {
+		add("backupLBMethod", cfg.backup)
+	}
+	if len(cfg.persistKeys) > 0 {
+		fields = append(fields, fmt.Sprintf("  \"persistence\": {\n    \"keys\": %s,\n    \"expire\": %s\n  }",
+			jsonText(cfg.persistKeys), jsonText(cfg.expire)))
+	}
+	svcs := make([]string, len(cfg.services))
+	for i, s := range cfg.services {
+		svcs[i] = "    " + s.json()
+	}
+	fields = append(fields, "  \"services\": [\n"+strings.Join(svcs, ",\n")+"\n  ]")
+	b.WriteString("{\n")
+	b.WriteString(strings.Join(fields, ",\n"))
+	b.WriteString("\n}\n")
+	return b.Bytes()
+}
+
+// jsonText marshals v without HTML escaping (expressions hold & and <); a
+// list of strings gets a space after each comma.
+func jsonText(v any) string {
+	if ss, ok := v.([]string); ok {
+		parts := make([]string, len(ss))
+		for i, s := range ss {
+			parts[i] = jsonText(s)
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err) // only strings and ints
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// json writes s on one line, as configs/*.json do.
+func (s outService) json() string {
+	f := []string{`"name": ` + jsonText(s.Name), `"address": ` + jsonText(s.Address)}
+	if s.Weight != 0 {
+		f = append(f, `"weight": `+jsonText(s.Weight))
+	}
+	if s.Enabled != nil {
+		f = append(f, `"enabled": false`)
+	}
+	if s.HashID != "" {
+		f = append(f, `"hashId": `+jsonText(s.HashID))
+	}
+	return "{" + strings.Join(f, ", ") + "}"
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
