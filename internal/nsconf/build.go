@@ -241,6 +241,13 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 		return cfg, nil, false
 	}
 
+	enabled := false
+	for _, s := range cfg.services {
+		enabled = enabled || s.Enabled == nil
+	}
+	if !enabled {
+		warnAt(v.e.Line, "every service is disabled: hashlb answers every request 503 until one is enabled")
+	}
 	if v.typ != "HTTP" && v.typ != "SSL" {
 		warnAt(v.e.Line, "service type %s: hashlb balances HTTP requests (it is an Envoy HTTP filter); this configuration applies only where Envoy handles this traffic as HTTP", v.typ)
 	}
