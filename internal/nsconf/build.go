@@ -118,23 +118,11 @@ func (t *translator) build() []Output {
 	// A server, service, group, member or named expression counts as
 	// translated only when a written configuration uses it.
 	for _, e := range t.entries {
-		if e.Status != Translated || used[e] || !t.countsWhenUsed(e) {
-			continue
+		if e.Status == Translated && e.ifUsed && !used[e] {
+			e.Status, e.Detail = Ignored, "not used by a translated lb vserver"
 		}
-		e.Status, e.Detail = Ignored, "not used by a translated lb vserver"
 	}
 	return outs
-}
-
-// countsWhenUsed reports whether e is a line whose status depends on use.
-func (t *translator) countsWhenUsed(e *Entry) bool {
-	w := strings.ToLower(e.What)
-	for _, p := range []string{"add server", "add service", "add servicegroup", "bind servicegroup", "add policy expression"} {
-		if strings.HasPrefix(w, p+" ") {
-			return true
-		}
-	}
-	return false
 }
 
 // buildVserver translates v; written are the lines its configuration uses.

@@ -48,6 +48,9 @@ type Entry struct {
 	Warnings []string
 
 	refs []ref // the objects the line is about, for -vserver
+	// ifUsed: the line counts as translated only if a written configuration
+	// uses what it adds (a server, service, group member, expression).
+	ifUsed bool
 	// concerns is the set of lb vservers the line is about (computed at the
 	// end from refs); all: every vserver.
 	concerns map[string]bool
@@ -79,6 +82,8 @@ type Result struct {
 	Outputs []Output
 	// Missing is set when VServer names no lb vserver of the file.
 	Missing bool
+	// vservers are the file's lb vservers, sorted.
+	vservers []string
 }
 
 // Translate reads an ns.conf (src; file is its name in the report) and
@@ -93,6 +98,10 @@ func Translate(file string, src []byte, vserver string) *Result {
 		t.read(n, sc.Text())
 	}
 	res := &Result{File: file, VServer: vserver, Entries: t.entries}
+	for _, v := range t.vsOrder {
+		res.vservers = append(res.vservers, v.name)
+	}
+	slices.Sort(res.vservers)
 	outs := t.build()
 	t.settle()
 	if vserver != "" {
@@ -168,7 +177,7 @@ func (r *Result) WriteReport(w io.Writer) error {
 	if r.VServer != "" {
 		scope += ": lb vserver " + r.VServer
 		if r.Missing {
-			fmt.Fprintf(bw, "%s: no lb vserver named %q (the file has: %s)\n", r.File, r.VServer, strings.Join(r.names(), ", "))
+			fmt.Fprintf(bw, "%s: no lb vserver named %q (the file has: %s)\n", r.File, r.VServer, strings.Join(r.vservers, ", "))
 		}
 	}
 	parts := make([]string, 0, len(statusNames))
@@ -182,20 +191,6 @@ func (r *Result) WriteReport(w io.Writer) error {
 	}
 	bw.WriteByte('\n')
 	return bw.Flush()
-}
-
-// names returns the file's lb vserver names, sorted.
-func (r *Result) names() []string {
-	var out []string
-	for _, e := range r.Entries {
-		for _, rf := range e.refs {
-			if rf.kind == 'v' && strings.HasPrefix(strings.ToLower(e.What), "add lb vserver") && e.Status != Failed {
-				out = append(out, rf.name)
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // settle computes each entry's concerns from its refs.

@@ -380,7 +380,7 @@ func (t *translator) addServer(c *cmdLine) {
 			ip = ip.Unmap()
 		}
 		s.ip = ip
-		c.e.Status = Translated
+		c.e.Status, c.e.ifUsed = Translated, true
 	} else if isDomainName(addr) {
 		s.fqdn = addr
 		c.e.Status, c.e.Detail = NotTranslated, fmt.Sprintf("%s is a domain name: hashlb needs each service's ip:port (resolve it and add the addresses as servers, or balance it with an Envoy STRICT_DNS cluster)", addr)
@@ -493,7 +493,7 @@ func (t *translator) addService(c *cmdLine) {
 	}
 	b.name = name
 	t.services[name] = &service{backend: *b, typ: typ}
-	c.e.Status = Translated
+	c.e.Status, c.e.ifUsed = Translated, true
 	if b.problem != "" {
 		c.e.Status, c.e.Detail = NotTranslated, b.problem
 	}
@@ -520,7 +520,7 @@ func (t *translator) addGroup(c *cmdLine) {
 		return
 	}
 	t.groups[name] = &group{e: c.e, name: name, typ: typ, disabled: disabled}
-	c.e.Status = Translated
+	c.e.Status, c.e.ifUsed = Translated, true
 }
 
 func (t *translator) bindGroup(c *cmdLine) {
@@ -561,7 +561,7 @@ func (t *translator) bindGroup(c *cmdLine) {
 	}
 	b.name = name + "_" + srvTok + "_" + portTok
 	g.members = append(g.members, b)
-	c.e.Status = Translated
+	c.e.Status, c.e.ifUsed = Translated, true
 	if b.problem != "" {
 		c.e.Status, c.e.Detail = NotTranslated, b.problem
 	}
@@ -812,5 +812,5 @@ func (t *translator) addPolicyExpression(c *cmdLine) {
 	}
 	t.named[name] = c.pos[1].text
 	t.namedLine[name] = c.e.Line
-	c.e.Status = Translated // Ignored at the end unless a translated -rule uses it
+	c.e.Status, c.e.ifUsed = Translated, true // Ignored at the end unless a translated -rule uses it
 }

@@ -369,6 +369,16 @@ func equalInts(a, b []int) bool {
 	return true
 }
 
+// TestTranslateLineEndings: CRLF line ends and a UTF-8 byte order mark, as
+// files copied off Windows have, read like plain lines.
+func TestTranslateLineEndings(t *testing.T) {
+	src := "\xef\xbb\xbfadd server s1 192.0.2.1\r\nadd service a s1 HTTP 80\r\n\r\nadd lb vserver v HTTP -lbMethod URLHASH\r\nbind lb vserver v a\r\n"
+	res, rep := translateText(t, src, "")
+	if res.Failed() || len(res.Outputs) != 1 || !strings.Contains(rep, "ns.conf:5: translated: bind lb vserver v a\n") {
+		t.Errorf("CRLF file: failed %v, %d outputs\n%s", res.Failed(), len(res.Outputs), rep)
+	}
+}
+
 // TestTranslateDeterministic: the same input gives the same bytes.
 func TestTranslateDeterministic(t *testing.T) {
 	src := "set lb parameter -useportforhashlb NO\n" + servers +
