@@ -47,6 +47,9 @@ type Config struct {
 	LogOutput io.Writer
 	// Cache is the wazero compilation cache (default: one shared by the process).
 	Cache wazero.CompilationCache
+	// Trace records, per stream, every host function the module calls with
+	// its key arguments (Stream.Calls).
+	Trace bool
 }
 
 // Host runs one compiled module in Config.Workers VMs that share shared data,
@@ -161,6 +164,9 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 					if f.params[i] == 'i' {
 						stack[i] = uint64(uint32(stack[i]))
 					}
+				}
+				if h.cfg.Trace {
+					v.trace(mod, f.name, stack)
 				}
 				r := f.fn(v, stack)
 				if f.results != "" {

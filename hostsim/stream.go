@@ -63,6 +63,7 @@ type Stream struct {
 	inLocal  bool
 	finished bool
 	closed   bool
+	calls    []Call // Config.Trace
 }
 
 // ErrStreamFinished is returned when a finished stream is used again.

@@ -54,6 +54,7 @@ type vm struct {
 	allowed   map[string]bool // non-nil while V8 would restrict callbacks
 	now       time.Time       // clock snapshot for the running call
 	cur       uint32          // context of the running callback
+	phase     string          // the running top-level export (for Config.Trace)
 	effective uint32          // set by proxy_set_effective_context, reset per call
 	nextID    uint32
 	root      *rootCtx
@@ -213,7 +214,9 @@ func (v *vm) call(name string, args ...uint64) (uint64, error) {
 	if len(args) > 0 && name != "_initialize" {
 		v.cur = uint32(args[0])
 	}
+	v.phase = name
 	res, err := f.Call(v.ctx, args...)
+	v.phase = ""
 	v.h.clock.mu.RUnlock()
 	if err != nil {
 		return 0, v.fail(name, err.Error())
