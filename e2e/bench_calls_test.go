@@ -75,9 +75,8 @@ func traceStream(t testing.TB, wasm, config []byte) ([]hostsim.Call, map[string]
 
 const clockCall = "wasi_snapshot_preview1.clock_time_get"
 
-// baselineRecipe turns a trace into the baseline module's configuration: each
-// call as is, except that Go's time.Now reads the WASI clock twice (wall and
-// monotonic), so a pair of clock reads is one "now".
+// baselineRecipe turns a trace into the baseline module's configuration:
+// each call as is, WASI clock reads by their clock id.
 func baselineRecipe(calls []hostsim.Call, metrics map[string]hostsim.Metric) ([]byte, error) {
 	type call struct {
 		Phase string `json:"phase"`
@@ -96,15 +95,10 @@ func baselineRecipe(calls []hostsim.Call, metrics map[string]hostsim.Metric) ([]
 		Calls   []call   `json:"calls"`
 	}
 	seen := map[string]bool{}
-	for i := 0; i < len(calls); i++ {
-		c := calls[i]
+	for i, c := range calls {
 		switch {
 		case c.Func == clockCall:
-			if i+1 >= len(calls) || calls[i+1].Func != clockCall || calls[i+1].Phase != c.Phase {
-				return nil, fmt.Errorf("call %d: a lone clock read (%v)", i, c)
-			}
-			i++
-			r.Calls = append(r.Calls, call{Phase: c.Phase, Func: "now"})
+			r.Calls = append(r.Calls, call{Phase: c.Phase, Func: "clock_time_get", Key: c.Key})
 			continue
 		case strings.Contains(c.Func, "."):
 			return nil, fmt.Errorf("call %d: %v: the baseline does not replay this WASI call", i, c)

@@ -15,7 +15,8 @@ type Call struct {
 	// for the header functions, else -1.
 	Map int
 	// Key is the header name, the metric's name, the property path (segments
-	// joined with "."), the shared-data key or the log level; "" otherwise.
+	// joined with "."), the shared-data key, the log level or the WASI clock
+	// id (clock_time_get: "0" realtime, "1" monotonic); "" otherwise.
 	Key string
 	// Value is the header value written, or for a metric the offset or value.
 	Value string
@@ -104,6 +105,8 @@ func (v *vm) trace(mod, name string, p []uint64) {
 		c.Key = str(p[0], p[1])
 	case "proxy_set_shared_data":
 		c.Key, c.Size = str(p[0], p[1]), int(p[3])
+	case "clock_time_get":
+		c.Key = itoa(int64(p[0]))
 	case "proxy_log":
 		c.Key, c.Size = itoa(int64(p[0])), int(p[2])
 	}

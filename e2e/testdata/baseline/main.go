@@ -8,13 +8,13 @@
 //
 //	{"metrics": [{"name": "hashlb.decision.hash", "type": 0}],   // defined at configure; 0 counter, 1 gauge, 2 histogram
 //	 "calls": [{"phase": "proxy_on_request_headers", "func": "proxy_get_header_map_value", "map": 0, "key": ":path"},
-//	           {"phase": "proxy_on_request_headers", "func": "now"}, ...]}
+//	           {"phase": "proxy_on_request_headers", "func": "clock_time_get", "key": "0"}, ...]}
 //
 // phase is proxy_on_context_create, proxy_on_request_headers,
 // proxy_on_response_headers or proxy_on_log. func is a host function as
 // hostsim.Call names it (header map get, replace, add, remove and pairs;
 // increment_metric and record_metric; get_property; get and set_shared_data;
-// log) or "now", one time.Now (the two WASI clock reads Go makes for it).
+// log) or "clock_time_get", WASI's clock read with key the clock id.
 // value is the header value or metric offset written, size the length of a
 // shared-data value. An unknown phase, function or metric refuses the
 // configuration.
@@ -25,7 +25,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+	"unsafe"
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
@@ -39,6 +39,15 @@ func init() { proxywasm.SetVMContext(&vmContext{}) }
 //
 //go:wasmexport proxy_abi_version_0_2_1
 func abi() {}
+
+// clockTimeGet is WASI clock_time_get, called directly so that one replayed
+// clock read is one host call (time.Now makes two).
+//
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func clockTimeGet(id uint32, precision uint64, out unsafe.Pointer) uint32
+
+// clockNanos receives clock_time_get's result.
+var clockNanos uint64
 
 type vmContext struct{ types.DefaultVMContext }
 
@@ -131,8 +140,12 @@ func op(c call, counters map[string]proxywasm.MetricCounter, gauges map[string]p
 	}
 	n, _ := strconv.ParseInt(value, 10, 64)
 	switch c.Func {
-	case "now":
-		return func() { _ = time.Now() }, nil
+	case "clock_time_get":
+		id, err := strconv.ParseUint(key, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("clock_time_get: clock id %q", key)
+		}
+		return func() { clockTimeGet(uint32(id), 1, unsafe.Pointer(&clockNanos)) }, nil
 	case "proxy_get_header_map_value":
 		if req {
 			return func() { _, _ = proxywasm.GetHttpRequestHeader(key) }, nil

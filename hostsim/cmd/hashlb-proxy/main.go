@@ -40,13 +40,15 @@ func main() {
 	workers := flag.Int("workers", 4, "number of VMs (Envoy worker threads)")
 	profile := flag.String("profile", hostsim.ProfileEnvoy133, "import profile: envoy-1.33 or envoy-1.39")
 	backends := flag.Bool("backends", true, "start a demo backend on every service address of the config")
+	backendsConfig := flag.String("backends-config", "", "start the demo backends on the service addresses of this config instead of -config's\n"+
+		"(for a module whose configuration is not hashlb's, such as the benchmarks' same-calls baseline)")
 	flag.Parse()
-	if err := run(*wasmPath, *configPath, *listen, *workers, *profile, *backends); err != nil {
+	if err := run(*wasmPath, *configPath, *backendsConfig, *listen, *workers, *profile, *backends); err != nil {
 		log.Fatalf("hashlb-proxy: %v", err)
 	}
 }
 
-func run(wasmPath, configPath, listen string, workers int, profile string, backends bool) error {
+func run(wasmPath, configPath, backendsConfig, listen string, workers int, profile string, backends bool) error {
 	wasm, err := os.ReadFile(wasmPath)
 	if err != nil {
 		return fmt.Errorf("%w (build it with: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o dist/hashlb.wasm ./filter)", err)
@@ -61,6 +63,17 @@ func run(wasmPath, configPath, listen string, workers int, profile string, backe
 	}
 	if pc.UpstreamHeader == "" {
 		pc.UpstreamHeader = "x-envoy-original-dst-host"
+	}
+	if backends && backendsConfig != "" {
+		b, err := os.ReadFile(backendsConfig)
+		if err != nil {
+			return err
+		}
+		var bc pluginConfig
+		if err := json.Unmarshal(b, &bc); err != nil {
+			return fmt.Errorf("%s: %w", backendsConfig, err)
+		}
+		pc.Services = bc.Services
 	}
 	if backends {
 		for _, s := range pc.Services {
