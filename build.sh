@@ -4,7 +4,8 @@
 #   test   build the module, then run every test (the README's test command; CI runs it)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
-#   bench  the benchmarks, with -benchmem
+#   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk if missing);
+#          bench REGEX: the Go benchmarks matching REGEX, with -benchmem
 #   oci    pack dist/hashlb.wasm as an OCI image layout in dist/oci (Istio's WasmPlugin format)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -47,7 +48,18 @@ run)
 check) check ;;
 bench)
 	wasm
-	go test -run '^$' -bench "${1:-.}" -benchmem ./...
+	if [ $# -gt 0 ]; then
+		go test -run '^$' -bench "$1" -benchmem ./...
+		exit
+	fi
+	if ! command -v wrk >/dev/null; then
+		echo "bench: installing wrk (Debian's) for R7" >&2
+		if [ "$(id -u)" = 0 ]; then apt-get install -y wrk >/dev/null || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
+		else sudo apt-get install -y wrk >/dev/null || { sudo apt-get update >/dev/null && sudo apt-get install -y wrk >/dev/null; }; fi
+	fi
+	mkdir -p dist
+	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md"
+	echo "table also written to dist/performance.md"
 	;;
 oci)
 	wasm
