@@ -10,6 +10,7 @@
 //	 "calls": [{"phase": "proxy_on_request_headers", "func": "proxy_get_header_map_value", "map": 0, "key": ":path"},
 //	           {"phase": "proxy_on_request_headers", "func": "clock_time_get", "key": "0"}, ...]}
 //
+// Each call is made with the host function imported directly (no SDK helper).
 // phase is proxy_on_context_create, proxy_on_request_headers,
 // proxy_on_response_headers or proxy_on_log. func is a host function as
 // hostsim.Call names it (header map get, replace, add, remove and pairs;
@@ -74,6 +75,7 @@ type recipe struct {
 type pluginContext struct {
 	types.DefaultPluginContext
 	phases map[string][]func()
+	free   []*httpContext
 }
 
 var phaseNames = []string{"proxy_on_context_create", "proxy_on_request_headers", "proxy_on_response_headers", "proxy_on_log"}
@@ -133,96 +135,156 @@ func compile(r recipe) (map[string][]func(), error) {
 }
 
 func op(c call, counters map[string]proxywasm.MetricCounter, gauges map[string]proxywasm.MetricGauge, hists map[string]proxywasm.MetricHistogram) (func(), error) {
-	key, value := c.Key, c.Value
-	req := c.Map == 0
-	if c.Map != 0 && c.Map != 2 && strings.Contains(c.Func, "header_map") {
+	key, value := []byte(c.Key), []byte(c.Value)
+	if strings.Contains(c.Func, "header_map") && c.Map != 0 && c.Map != 2 {
 		return nil, fmt.Errorf("%s: header map %d", c.Func, c.Map)
 	}
-	n, _ := strconv.ParseInt(value, 10, 64)
+	typ := uint32(c.Map)
+	n, _ := strconv.ParseInt(c.Value, 10, 64)
 	switch c.Func {
 	case "clock_time_get":
-		id, err := strconv.ParseUint(key, 10, 32)
+		id, err := strconv.ParseUint(c.Key, 10, 32)
 		if err != nil {
-			return nil, fmt.Errorf("clock_time_get: clock id %q", key)
+			return nil, fmt.Errorf("clock_time_get: clock id %q", c.Key)
 		}
 		return func() { clockTimeGet(uint32(id), 1, unsafe.Pointer(&clockNanos)) }, nil
 	case "proxy_get_header_map_value":
-		if req {
-			return func() { _, _ = proxywasm.GetHttpRequestHeader(key) }, nil
-		}
-		return func() { _, _ = proxywasm.GetHttpResponseHeader(key) }, nil
+		return func() { getHeaderMapValue(typ, ptr(key), size(key), unsafe.Pointer(&retPtr), &retSize) }, nil
 	case "proxy_get_header_map_pairs":
-		if req {
-			return func() { _, _ = proxywasm.GetHttpRequestHeaders() }, nil
-		}
-		return func() { _, _ = proxywasm.GetHttpResponseHeaders() }, nil
+		return func() { getHeaderMapPairs(typ, unsafe.Pointer(&retPtr), &retSize) }, nil
 	case "proxy_replace_header_map_value":
-		if req {
-			return func() { _ = proxywasm.ReplaceHttpRequestHeader(key, value) }, nil
-		}
-		return func() { _ = proxywasm.ReplaceHttpResponseHeader(key, value) }, nil
+		return func() { replaceHeaderMapValue(typ, ptr(key), size(key), ptr(value), size(value)) }, nil
 	case "proxy_add_header_map_value":
-		if req {
-			return func() { _ = proxywasm.AddHttpRequestHeader(key, value) }, nil
-		}
-		return func() { _ = proxywasm.AddHttpResponseHeader(key, value) }, nil
+		return func() { addHeaderMapValue(typ, ptr(key), size(key), ptr(value), size(value)) }, nil
 	case "proxy_remove_header_map_value":
-		if req {
-			return func() { _ = proxywasm.RemoveHttpRequestHeader(key) }, nil
-		}
-		return func() { _ = proxywasm.RemoveHttpResponseHeader(key) }, nil
+		return func() { removeHeaderMapValue(typ, ptr(key), size(key)) }, nil
 	case "proxy_increment_metric", "proxy_record_metric":
-		if m, ok := counters[key]; ok {
-			return func() { m.Increment(uint64(n)) }, nil
+		var id uint32
+		if m, ok := counters[c.Key]; ok {
+			id = uint32(m)
+		} else if m, ok := gauges[c.Key]; ok {
+			id = uint32(m)
+		} else if m, ok := hists[c.Key]; ok {
+			id = uint32(m)
+		} else {
+			return nil, fmt.Errorf("%s: no metric %q", c.Func, c.Key)
 		}
-		if m, ok := gauges[key]; ok && c.Func == "proxy_increment_metric" {
-			return func() { m.Add(n) }, nil
+		if c.Func == "proxy_increment_metric" {
+			return func() { incrementMetric(id, n) }, nil
 		}
-		if m, ok := hists[key]; ok && c.Func == "proxy_record_metric" {
-			return func() { m.Record(uint64(n)) }, nil
-		}
-		return nil, fmt.Errorf("%s: no metric %q of that kind", c.Func, key)
+		return func() { recordMetric(id, uint64(n)) }, nil
 	case "proxy_get_property":
-		path := strings.Split(key, ".")
-		return func() { _, _ = proxywasm.GetProperty(path) }, nil
+		path := []byte(strings.ReplaceAll(c.Key, ".", "\x00"))
+		return func() { getProperty(ptr(path), size(path), unsafe.Pointer(&retPtr), &retSize) }, nil
 	case "proxy_get_shared_data":
-		return func() { _, _, _ = proxywasm.GetSharedData(key) }, nil
+		var cas uint32
+		return func() { getSharedData(ptr(key), size(key), unsafe.Pointer(&retPtr), &retSize, &cas) }, nil
 	case "proxy_set_shared_data":
 		data := make([]byte, c.Size)
-		return func() { _ = proxywasm.SetSharedData(key, data, 0) }, nil
+		return func() { setSharedData(ptr(key), size(key), ptr(data), size(data), 0) }, nil
 	case "proxy_log":
-		msg := strings.Repeat("x", c.Size)
-		switch key {
-		case "0":
-			return func() { proxywasm.LogTrace(msg) }, nil
-		case "1":
-			return func() { proxywasm.LogDebug(msg) }, nil
-		case "2":
-			return func() { proxywasm.LogInfo(msg) }, nil
-		case "3":
-			return func() { proxywasm.LogWarn(msg) }, nil
-		case "4":
-			return func() { proxywasm.LogError(msg) }, nil
-		}
-		return func() { proxywasm.LogCritical(msg) }, nil
+		level, _ := strconv.ParseUint(c.Key, 10, 32)
+		msg := []byte(strings.Repeat("x", c.Size))
+		return func() { proxyLog(uint32(level), ptr(msg), size(msg)) }, nil
 	}
 	return nil, fmt.Errorf("unsupported function %q", c.Func)
 }
 
+func ptr(b []byte) *byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return &b[0]
+}
+
+func size(b []byte) uint32 { return uint32(len(b)) }
+
+// retPtr and retSize receive what the host returns (it allocates through the
+// SDK's malloc export, as for hashlb); the baseline never reads it.
+var (
+	retPtr  uint32
+	retSize uint32
+)
+
+// The host functions, imported directly: a replayed call is the host call and
+// nothing else (no SDK helper copying or wrapping errors), so R2 charges
+// hashlb for everything but the calls themselves.
+
+//go:wasmimport env proxy_get_header_map_value
+func getHeaderMapValue(typ uint32, key *byte, keySize uint32, ret unsafe.Pointer, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_header_map_pairs
+func getHeaderMapPairs(typ uint32, ret unsafe.Pointer, retSize *uint32) uint32
+
+//go:wasmimport env proxy_replace_header_map_value
+func replaceHeaderMapValue(typ uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_add_header_map_value
+func addHeaderMapValue(typ uint32, key *byte, keySize uint32, value *byte, valueSize uint32) uint32
+
+//go:wasmimport env proxy_remove_header_map_value
+func removeHeaderMapValue(typ uint32, key *byte, keySize uint32) uint32
+
+//go:wasmimport env proxy_increment_metric
+func incrementMetric(id uint32, offset int64) uint32
+
+//go:wasmimport env proxy_record_metric
+func recordMetric(id uint32, value uint64) uint32
+
+//go:wasmimport env proxy_get_property
+func getProperty(path *byte, pathSize uint32, ret unsafe.Pointer, retSize *uint32) uint32
+
+//go:wasmimport env proxy_get_shared_data
+func getSharedData(key *byte, keySize uint32, ret unsafe.Pointer, retSize *uint32, cas *uint32) uint32
+
+//go:wasmimport env proxy_set_shared_data
+func setSharedData(key *byte, keySize uint32, value *byte, valueSize uint32, cas uint32) uint32
+
+//go:wasmimport env proxy_log
+func proxyLog(level uint32, msg *byte, size uint32) uint32
+
 func run(fs []func()) {
+	scratchOn = true
 	for _, f := range fs {
 		f()
 	}
+	scratchOn = false
 }
 
-// NewHttpContext implements types.PluginContext.
+// scratch serves the host's copies (cpp-host calls the module's malloc
+// export for every value it returns) while replayed calls run: the baseline
+// never reads them, so every copy may start at the same place, and a stream
+// makes no garbage, as hashlb's arena makes none. Outside replayed calls (the
+// configuration, which the SDK reads) malloc is Go memory.
+var (
+	scratch   [1 << 20]byte
+	scratchOn bool
+)
+
+//go:wasmexport malloc
+func hostMalloc(size uint32) *byte {
+	if scratchOn && size > 0 && size <= uint32(len(scratch)) {
+		return &scratch[0]
+	}
+	buf := make([]byte, max(size, 1))
+	return &buf[0]
+}
+
+// NewHttpContext implements types.PluginContext. Contexts whose stream has
+// ended are reused, as hashlb reuses its own.
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
 	run(p.phases["proxy_on_context_create"])
-	return &httpContext{req: p.phases["proxy_on_request_headers"], resp: p.phases["proxy_on_response_headers"], log: p.phases["proxy_on_log"]}
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free = p.free[:n-1]
+		return h
+	}
+	return &httpContext{p: p, req: p.phases["proxy_on_request_headers"], resp: p.phases["proxy_on_response_headers"], log: p.phases["proxy_on_log"]}
 }
 
 type httpContext struct {
 	types.DefaultHttpContext
+	p              *pluginContext
 	req, resp, log []func()
 }
 
@@ -239,4 +301,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 }
 
 // OnHttpStreamDone implements types.HttpContext (proxy_on_log).
-func (h *httpContext) OnHttpStreamDone() { run(h.log) }
+func (h *httpContext) OnHttpStreamDone() {
+	run(h.log)
+	h.p.free = append(h.p.free, h)
+}
