@@ -172,7 +172,7 @@ func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.d
 // the decision is ReasonNoService and names none. now is used only by the
 // persistence table. r is only read.
 func (b *Balancer) Decide(r *Request, now time.Time) Decision {
-	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops}
+	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops, jwt: b.x.jwt}
 	b.seq++
 	var d Decision
 	if b.table != nil {

@@ -160,7 +160,7 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 			dst = p.Addr().AppendTo(dst)
 		}
 	case fnJWT:
-		claim, capped := jwtClaim(v, f.s)
+		claim, capped := jwtClaim(v, f.s, &x.jwt)
 		x.capped = x.capped || capped
 		dst = append(dst[:start], claim...)
 	case fnReplace:
@@ -204,7 +204,10 @@ func appendHashHex(dst []byte, h uint64) []byte {
 // (optionally after "Bearer "). The signature is not verified. Anything
 // malformed gives "", and so does a token longer than MaxJWTBytes or a
 // payload nested deeper than MaxJSONDepth (capped is then true).
-func jwtClaim(v []byte, path string) (claim string, capped bool) {
+//
+// The decoded payload goes to *scratch, kept for the next call (nil makes
+// a new buffer).
+func jwtClaim(v []byte, path string, scratch *[]byte) (claim string, capped bool) {
 	if len(v) >= 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
 		v = v[7:]
 	}
@@ -218,7 +221,16 @@ func jwtClaim(v []byte, path string) (claim string, capped bool) {
 	payload := v[bytes.IndexByte(v, '.')+1:]
 	payload = payload[:bytes.IndexByte(payload, '.')]
 	payload = bytes.TrimRight(payload, "=")
-	buf := make([]byte, base64.RawURLEncoding.DecodedLen(len(payload)))
+	size := base64.RawURLEncoding.DecodedLen(len(payload))
+	var buf []byte
+	if scratch != nil && cap(*scratch) >= size {
+		buf = (*scratch)[:size]
+	} else {
+		buf = make([]byte, size)
+		if scratch != nil {
+			*scratch = buf
+		}
+	}
 	n, err := base64.RawURLEncoding.Decode(buf, payload)
 	if err != nil {
 		return "", false

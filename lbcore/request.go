@@ -38,6 +38,8 @@ type evalCtx struct {
 	// capped notes that an input was cut by a cap of limits.go; Decide
 	// reports it as Decision.Capped.
 	capped bool
+	// jwt is jwt()'s buffer for a decoded payload, kept across decisions.
+	jwt []byte
 }
 
 // Header returns the first value of the named header, or "". name must be
