@@ -152,6 +152,7 @@ func TestLeastConnectionAcrossWorkers(t *testing.T) {
 	for _, s := range open {
 		end(s)
 	}
+	h.Advance(time.Second) // the workers give the host their counts on the tick
 	for _, name := range []string{"a", "b"} {
 		if m, _ := h.Metric("hashlb.service." + name + ".active"); m.Value != 0 {
 			t.Errorf("hashlb.service.%s.active = %d after every request on it ended, want 0", name, m.Value)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
 )
@@ -176,17 +177,29 @@ func releaseStreams(t testing.TB, ss []*hostsim.Stream) {
 	}
 }
 
-// persistMetric returns a counter's value (0 when the module never defined it).
+// flushMetrics lets every worker tick once: the module counts requests in
+// the worker and gives the host the counts on its tick (one second), after
+// which the host's values are exact.
+func flushMetrics(h *hostsim.Host) { h.Advance(time.Second) }
+
+// persistMetric returns a counter's value after a tick (0 when the module
+// never defined it).
 func persistMetric(h *hostsim.Host, name string) int64 {
+	flushMetrics(h)
+	return metricValue(h, name)
+}
+
+func metricValue(h *hostsim.Host, name string) int64 {
 	m, _ := h.Metric(name)
 	return m.Value
 }
 
-// persistMetrics reads the persistence counters by short name.
+// persistMetrics reads the persistence counters by short name, after a tick.
 func persistMetrics(h *hostsim.Host) map[string]int64 {
+	flushMetrics(h)
 	out := map[string]int64{}
 	for _, n := range []string{"hit", "miss", "expired", "rechosen", "evicted", "empty_key", "cas_retry", "cas_giveup"} {
-		out[n] = persistMetric(h, "hashlb.persistence_"+n)
+		out[n] = metricValue(h, "hashlb.persistence_"+n)
 	}
 	return out
 }

@@ -141,15 +141,14 @@ func TestPersistLeastConnectionKeepsClients(t *testing.T) {
 	}
 	// The 1,000 clients again, each from another worker: all stay, b1 and b2
 	// included, although least connection alone would now avoid them.
-	hits := persistMetric(h, "hashlb.persistence_hit")
+	// (Their hits are counted in the checkMetrics at the end: reading the
+	// counters here would tick, and a tick shares the workers' loads, which
+	// changes what least connection sees below.)
 	for i := range clients {
 		rep := mustRoundTrip(t, h, (i+1)%4, persistReq{id: clientID(i)})
 		if rep.service != first[i] || rep.reason != "persistence" {
 			t.Errorf("%s under load: %s (%s), want %s (persistence)", clientID(i), rep.service, rep.reason, first[i])
 		}
-	}
-	if got := persistMetric(h, "hashlb.persistence_hit") - hits; got != clients {
-		t.Errorf("persistence_hit rose by %d, want %d", got, clients)
 	}
 	// New clients, held open, fill the least loaded services first: 300 new
 	// requests (75 a worker) bring b2, b3 and b4 up to b1's load, so b1

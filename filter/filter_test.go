@@ -126,7 +126,7 @@ func TestLocal503WhenNothingSelectable(t *testing.T) {
 				if got := get(r.headers, "x-envoy-original-dst-host"); len(got) != 0 {
 					t.Errorf("%s: upstream header %v set on a refused request", m, got)
 				}
-				if n, _ := h.GetCounterMetric("hashlb.decision.no_service"); n != 1 {
+				if n := h.counter("hashlb.decision.no_service"); n != 1 {
 					t.Errorf("%s: hashlb.decision.no_service = %d, want 1", m, n)
 				}
 			})
@@ -178,13 +178,13 @@ func TestDebugHeaderAndMetrics(t *testing.T) {
 		if got := get(r.response, "x-hashlb-decision"); len(got) != 1 || !strings.Contains(got[0], "method=LEASTCONNECTION") || !strings.Contains(got[0], "reason=backup") {
 			t.Errorf("debug header without Call-ID %v, want least connection backup", got)
 		}
-		if n, _ := h.GetCounterMetric("hashlb.service." + name[0] + ".requests"); n < 1 {
+		if n := h.counter("hashlb.service." + name[0] + ".requests"); n < 1 {
 			t.Errorf("hashlb.service.%s.requests = %d, want ≥ 1", name[0], n)
 		}
-		if n, _ := h.GetGaugeMetric("hashlb.service." + name[0] + ".active"); n != 0 {
+		if n := h.gauge("hashlb.service." + name[0] + ".active"); n != 0 {
 			t.Errorf("active gauge after the streams ended = %d, want 0", n)
 		}
-		if n, _ := h.GetCounterMetric("hashlb.decision.backup"); n != 1 {
+		if n := h.counter("hashlb.decision.backup"); n != 1 {
 			t.Errorf("hashlb.decision.backup = %d, want 1", n)
 		}
 	})
@@ -215,15 +215,58 @@ func TestPersistenceSticksAndCounts(t *testing.T) {
 		if len(spread) < 3 {
 			t.Errorf("8 new clients went to %d services, want round robin to spread them", len(spread))
 		}
-		hits, _ := h.GetCounterMetric("hashlb.persistence_hit")
-		misses, _ := h.GetCounterMetric("hashlb.persistence_miss")
+		hits := h.counter("hashlb.persistence_hit")
+		misses := h.counter("hashlb.persistence_miss")
 		if hits != 16 || misses != 8 {
 			t.Errorf("persistence hits/misses = %d/%d, want 16/8", hits, misses)
 		}
 		// A request without the key is balanced, not persisted, and counted.
 		h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/"})
-		if n, _ := h.GetCounterMetric("hashlb.persistence_empty_key"); n != 1 {
+		if n := h.counter("hashlb.persistence_empty_key"); n != 1 {
 			t.Errorf("hashlb.persistence_empty_key = %d, want 1", n)
+		}
+	})
+}
+
+// TestMetricsFlushedOnTick: the request path counts in the worker and the
+// tick gives the host the counts (no metric host call per request); after a
+// tick every counter and gauge is exact.
+func TestMetricsFlushedOnTick(t *testing.T) {
+	config := `{"lbMethod":"URLHASH",` + services + `}`
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, config)
+		var first string
+		for i := range 5 {
+			r := h.request("192.0.2.1:1", "198.51.100.1:80", [2]string{":path", "/same"},
+				[2]string{"x-envoy-original-dst-host", "203.0.113.9:80"})
+			if i == 0 {
+				first = get(r.headers, "x-hashlb-service")[0]
+			}
+		}
+		if n, _ := h.GetCounterMetric("hashlb.service." + first + ".requests"); n != 0 {
+			t.Errorf("hashlb.service.%s.requests = %d before a tick, want 0 (counted in the worker)", first, n)
+		}
+		want := map[string]uint64{"hashlb.service." + first + ".requests": 5, "hashlb.decision.hash": 5, "hashlb.forged_header_stripped": 5}
+		for name, v := range want {
+			if n := h.counter(name); n != v {
+				t.Errorf("%s = %d after a tick, want %d", name, n, v)
+			}
+		}
+		if n := h.gauge("hashlb.service." + first + ".active"); n != 0 {
+			t.Errorf("hashlb.service.%s.active = %d after the streams ended and a tick, want 0", first, n)
+		}
+		// A stream still open counts as active after the tick.
+		id := h.InitializeHttpContext()
+		h.CallOnRequestHeaders(id, [][2]string{{":path", "/same"}}, true)
+		if n := int64(h.gauge("hashlb.service." + first + ".active")); n != 1 {
+			t.Errorf("hashlb.service.%s.active = %d with one open stream, want 1", first, n)
+		}
+		h.CompleteHttpContext(id)
+		if n := h.gauge("hashlb.service." + first + ".active"); n != 0 {
+			t.Errorf("hashlb.service.%s.active = %d after it ended, want 0", first, n)
+		}
+		if n := h.counter("hashlb.service." + first + ".requests"); n != 6 {
+			t.Errorf("hashlb.service.%s.requests = %d, want 6", first, n)
 		}
 	})
 }

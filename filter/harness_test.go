@@ -122,3 +122,21 @@ func (h *host) request(src, dst string, headers ...[2]string) result {
 	h.CompleteHttpContext(id)
 	return r
 }
+
+// counter returns a counter's value after a tick: the module counts requests
+// in the worker and gives the host the counts on the tick (metrics.flush), so
+// the host's values are exact after one.
+func (h *host) counter(name string) uint64 {
+	h.t.Helper()
+	h.Tick()
+	n, _ := h.GetCounterMetric(name) // an error: never incremented
+	return n
+}
+
+// gauge is counter for a gauge.
+func (h *host) gauge(name string) uint64 {
+	h.t.Helper()
+	h.Tick()
+	n, _ := h.GetGaugeMetric(name)
+	return n
+}

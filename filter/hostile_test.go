@@ -94,7 +94,7 @@ func TestCappedInputCounted(t *testing.T) {
 		if got := get(r.response, "x-hashlb-decision"); len(got) != 1 || !strings.Contains(got[0], "reason=backup") {
 			t.Errorf("debug header %v, want the backup method", got)
 		}
-		if n, _ := h.GetCounterMetric("hashlb.input_capped"); n != 1 {
+		if n := h.counter("hashlb.input_capped"); n != 1 {
 			t.Errorf("hashlb.input_capped = %d, want 1", n)
 		}
 	})

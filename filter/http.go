@@ -23,6 +23,7 @@ type httpContext struct {
 	method lbcore.Method
 	reason lbcore.Reason
 	local  bool // we sent a local reply
+	ended  bool // OnHttpStreamDone ran: h is in the plugin's free list
 }
 
 // OnHttpRequestHeaders strips client copies of our headers, decides, and sets
@@ -35,6 +36,10 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			action = h.recoverRequest(r)
 		}
 	}()
+	// What the host returns during this callback is copied into the
+	// module's arena (hostmem_wasip1.go) and must not outlive it.
+	arenaStart()
+	defer arenaStop()
 	if p.cfg == nil {
 		// The plugin never started (a host that ignores a failed start):
 		// fail closed, never forward a request without hashlb's header.
@@ -47,19 +52,25 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		stripped = true
 	}
 	if stripped {
-		p.m.stripped.Increment(1)
+		p.m.pend.stripped++
 	}
 	req := p.readRequest()
+	defer p.doneRequest()
 
-	// time.Now reads WASI clock_time_get, which Envoy allows in every callback.
-	d := p.bal.Decide(&req, time.Now())
+	// Decide reads the clock only for persistence (lbcore.Balancer.Decide):
+	// without it the request costs no clock read.
+	var now time.Time
+	if p.cfg.Persistence != nil {
+		now = wallClock()
+	}
+	d := p.bal.Decide(req, now)
 	h.method, h.reason = d.Method, d.Reason
 	p.m.decision(d.Reason)
 	if p.cfg.Persistence != nil {
 		p.m.persisted(&d)
 	}
 	if d.Capped {
-		p.m.capped.Increment(1)
+		p.m.pend.capped++
 	}
 	if d.Len() == 0 {
 		return h.reply503()
@@ -168,6 +179,10 @@ func (h *httpContext) OnHttpStreamDone() {
 		h.p.bal.SetActive(i, h.p.bal.Active(i)-1)
 		h.p.m.routed(i, -1)
 	}
+	if !h.ended { // once: a context in the free list twice would serve two streams
+		h.ended = true
+		h.p.free = append(h.p.free, h) // the stream is over: NewHttpContext may reuse h
+	}
 }
 
 // maxCopies bounds the removal loop of stripHeader.
@@ -182,7 +197,7 @@ const maxCopies = 32
 // one (the SDK's proxytest); the bound covers hosts that answer Ok with "".
 func stripHeader(name string) (found bool) {
 	for range maxCopies {
-		if _, err := proxywasm.GetHttpRequestHeader(name); err != nil {
+		if _, err := getRequestHeader(name); err != nil {
 			return found
 		}
 		found = true
@@ -195,10 +210,13 @@ func stripHeader(name string) (found bool) {
 
 // readRequest fetches what the configuration's decisions read, and nothing
 // more (lbcore.Config.Inputs): copying every header into the module on every
-// request would cost time and garbage for nothing.
-func (p *pluginContext) readRequest() lbcore.Request {
+// request would cost time and garbage for nothing. The request lives in the
+// plugin context (one per worker, one request at a time): a Request on the
+// stack would escape to the heap through lbcore's keyers.
+func (p *pluginContext) readRequest() *lbcore.Request {
 	in := &p.in
-	req := lbcore.Request{Headers: p.hdrs[:0]}
+	req := &p.req
+	*req = lbcore.Request{Headers: req.Headers[:0]}
 	if in.Target {
 		req.Target = requestHeader(":path")
 	}
@@ -213,41 +231,47 @@ func (p *pluginContext) readRequest() lbcore.Request {
 		// get_header_map_value returns only the first (Envoy's
 		// Context::getHeaderMapValue takes entry [0]). One host call for the
 		// whole map, kept only for the names the decision reads.
-		all, _ := proxywasm.GetHttpRequestHeaders()
-		for _, h := range all {
-			if slices.ContainsFunc(in.Headers, func(n string) bool { return strings.EqualFold(n, h[0]) }) {
-				req.Headers = append(req.Headers, h)
+		_ = eachRequestHeader(func(name, value string) {
+			if slices.ContainsFunc(in.Headers, func(n string) bool { return strings.EqualFold(n, name) }) {
+				req.Headers = append(req.Headers, [2]string{name, value})
 			}
-		}
+		})
 	} else {
 		for _, name := range in.Headers {
-			if v, err := proxywasm.GetHttpRequestHeader(name); err == nil {
+			if name == "host" && p.hostLate && req.Authority != "" {
+				continue // read only when :authority is missing (lbcore.Config.HostOnlyForAuthority)
+			}
+			if v, err := getRequestHeader(name); err == nil {
 				req.Headers = append(req.Headers, [2]string{name, v})
 			}
 		}
 	}
-	p.hdrs = req.Headers[:0] // reuse the slice; the strings are the request's
 	if in.Source {
-		req.Source = property("source", "address")
+		req.Source = property("source\x00address")
 	}
 	if in.Dest {
-		req.Dest = property("destination", "address")
+		req.Dest = property("destination\x00address")
 	}
 	return req
 }
 
+// doneRequest drops the request's strings (the slice is kept for the next
+// request): nothing may keep host memory of a finished request.
+func (p *pluginContext) doneRequest() {
+	clear(p.req.Headers)
+	p.req = lbcore.Request{Headers: p.req.Headers[:0]}
+}
+
 // requestHeader returns a request header's value, or "".
 func requestHeader(name string) string {
-	v, _ := proxywasm.GetHttpRequestHeader(name)
+	v, _ := getRequestHeader(name)
 	return v
 }
 
-// property reads an Envoy string property such as source.address; "" if the
-// host does not have it.
-func property(path ...string) string {
-	v, err := proxywasm.GetProperty(path)
-	if err != nil {
-		return ""
-	}
-	return string(v)
+// property reads an Envoy string property such as source.address, its path
+// serialised as the ABI wants it (segments joined by NUL: "source\x00address");
+// "" if the host does not have it.
+func property(path string) string {
+	v, _ := getProperty(path)
+	return v
 }

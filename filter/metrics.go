@@ -19,6 +19,20 @@ type metrics struct {
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
 	healthUp      []proxywasm.MetricCounter  // per service: selectable again (active checks passed, or an ejection ended)
 	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
+
+	// pend is what this worker counted on the request path and has not yet
+	// given the host: each metric is a host call, so the request path only
+	// adds here and the tick flushes (flush). The host's values lag by up to
+	// one tick (tickPeriod); after a tick they are exact. Health transitions
+	// and internal errors are rare and go to the host at once.
+	pend struct {
+		requests  []uint64 // per service
+		active    []int64  // per service: the change since the last flush
+		decisions []uint64 // per lbcore.Reason
+		stripped  uint64
+		capped    uint64
+		persist   [len(persistNames)]uint64
+	}
 }
 
 var persistNames = [...]string{"hit", "miss", "expired", "rechosen", "evicted", "empty_key", "cas_retry", "cas_giveup"}
@@ -46,31 +60,76 @@ func defineMetrics(c *lbcore.Config) *metrics {
 	for _, r := range lbcore.Reasons() {
 		m.decisions = append(m.decisions, proxywasm.DefineCounterMetric("hashlb.decision."+r))
 	}
+	m.pend.requests = make([]uint64, len(c.Services))
+	m.pend.active = make([]int64, len(c.Services))
+	m.pend.decisions = make([]uint64, len(m.decisions))
 	return m
 }
 
+// flush gives the host what this worker counted since the last flush: one
+// host call per metric that changed, none when nothing did.
+func (m *metrics) flush() {
+	p := &m.pend
+	for i, n := range p.requests {
+		if n != 0 {
+			p.requests[i] = 0
+			m.requests[i].Increment(n)
+		}
+	}
+	for i, d := range p.active {
+		if d != 0 {
+			p.active[i] = 0
+			m.active[i].Add(d)
+		}
+	}
+	for i, n := range p.decisions {
+		if n != 0 {
+			p.decisions[i] = 0
+			m.decisions[i].Increment(n)
+		}
+	}
+	if p.stripped != 0 {
+		m.stripped.Increment(p.stripped)
+		p.stripped = 0
+	}
+	if p.capped != 0 {
+		m.capped.Increment(p.capped)
+		p.capped = 0
+	}
+	for i, n := range p.persist {
+		if n != 0 {
+			p.persist[i] = 0
+			m.persist[i].Increment(n)
+		}
+	}
+}
+
 func (m *metrics) decision(r lbcore.Reason) {
-	if int(r) < len(m.decisions) {
-		m.decisions[r].Increment(1)
+	if int(r) < len(m.pend.decisions) {
+		m.pend.decisions[r]++
 	}
 }
 
 // routed counts a request routed to service i (delta 1) or its end (delta -1).
 func (m *metrics) routed(i int, delta int64) {
 	if delta > 0 {
-		m.requests[i].Increment(1)
+		m.pend.requests[i]++
 	}
-	m.active[i].Add(delta)
+	m.pend.active[i] += delta
 }
 
 // persisted counts what the persistence table did for one decision.
 func (m *metrics) persisted(d *lbcore.Decision) {
 	o := &d.Persist
-	for i, n := range [...]int{b2i(o.Hit), b2i(o.Miss), b2i(o.Expired), b2i(o.Rechosen), o.Evicted, b2i(d.EmptyKey), o.CASRetries, b2i(o.GaveUp)} {
-		if n > 0 {
-			m.persist[i].Increment(uint64(n))
-		}
-	}
+	p := &m.pend.persist
+	p[0] += uint64(b2i(o.Hit))
+	p[1] += uint64(b2i(o.Miss))
+	p[2] += uint64(b2i(o.Expired))
+	p[3] += uint64(b2i(o.Rechosen))
+	p[4] += uint64(max(o.Evicted, 0))
+	p[5] += uint64(b2i(d.EmptyKey))
+	p[6] += uint64(max(o.CASRetries, 0))
+	p[7] += uint64(b2i(o.GaveUp))
 }
 
 func b2i(b bool) int {

@@ -30,9 +30,18 @@ type pluginContext struct {
 	// them with the other workers once per tick.
 	own   []int64
 	board *lbcore.LoadBoard
-	// in is what decisions read from a request; hdrs is scratch for it.
-	in   lbcore.Inputs
-	hdrs [][2]string
+	// in is what decisions read from a request; req holds the request being decided.
+	in  lbcore.Inputs
+	req lbcore.Request
+	// upstream is the buffer of upstreamValue's comma-separated list, debug
+	// that of decisionText; values are the strings made from them (value).
+	upstream, debug []byte
+	values          map[string]string
+	// free are ended requests' contexts, reused by NewHttpContext.
+	free []*httpContext
+	// hostLate: the host header is read only for a request without
+	// :authority (lbcore.Config.HostOnlyForAuthority).
+	hostLate bool
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -71,7 +80,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	p.m, p.bal, p.in = m, bal, cfg.Inputs()
+	p.m, p.bal, p.in, p.hostLate = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority()
 	p.own = make([]int64, len(cfg.Services))
 	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
 	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
@@ -93,11 +102,34 @@ func (p *pluginContext) OnTick() {
 	if p.cfg == nil {
 		return
 	}
+	if tickHook != nil {
+		tickHook("tick-start")
+		defer tickHook("tick-end")
+	}
+	p.m.flush()
 	now := time.Now()
 	p.shareLoads(now)
 	if p.health != nil {
 		p.health.tick(now)
 	}
+}
+
+// tickHook is nil in the module; the test build with tag hashlb_memstats
+// (memstats.go) sets it to log the guest's memory statistics around a tick.
+var tickHook func(where string)
+
+// OnPluginDone gives the host the counts not yet flushed: the plugin is
+// going away (a configuration change or shutdown) and will tick no more.
+func (p *pluginContext) OnPluginDone() bool {
+	defer func() {
+		if r := recover(); r != nil {
+			p.m.recovered("plugin done", r)
+		}
+	}()
+	if p.cfg != nil {
+		p.m.flush()
+	}
+	return true
 }
 
 // shareLoads publishes this worker's active requests and takes in the other
@@ -111,7 +143,17 @@ func (p *pluginContext) shareLoads(now time.Time) {
 }
 
 // NewHttpContext implements types.PluginContext.
+// A context whose stream ended (OnHttpStreamDone: proxy_on_log, after which
+// a host only deletes the context) is reused, so that a request allocates
+// no context.
 func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
+	if n := len(p.free); n > 0 {
+		h := p.free[n-1]
+		p.free[n-1] = nil
+		p.free = p.free[:n-1]
+		*h = httpContext{p: p, chosen: -1}
+		return h
+	}
 	return &httpContext{p: p, chosen: -1}
 }
 
@@ -121,14 +163,40 @@ func (p *pluginContext) upstreamValue(d *lbcore.Decision) string {
 	if d.Len() == 1 {
 		return p.cfg.Services[d.At(0)].Address
 	}
-	var b strings.Builder
+	b := p.upstream[:0]
 	for i := 0; i < d.Len(); i++ {
 		if i > 0 {
-			b.WriteByte(',')
+			b = append(b, ',')
 		}
-		b.WriteString(p.cfg.Services[d.At(i)].Address)
+		b = append(b, p.cfg.Services[d.At(i)].Address...)
 	}
-	return b.String()
+	p.upstream = b
+	return p.value(b)
+}
+
+// maxValues bounds the strings value keeps.
+const maxValues = 4096
+
+// value returns b as a string that is never written again. A header value
+// handed to the host must stay as it was: Envoy copies it during the call,
+// but a host may keep a view of module memory (the SDK's own wazero host
+// does). The strings the filter sets are few (the upstream lists and debug
+// texts a configuration can produce), so each is made once and kept: no
+// allocation per request. Past maxValues distinct values (a configuration
+// with very many services and upstreamCount > 1), a new value is made for
+// each request.
+func (p *pluginContext) value(b []byte) string {
+	if s, ok := p.values[string(b)]; ok { // no allocation: a lookup by the bytes
+		return s
+	}
+	s := string(b)
+	if p.values == nil {
+		p.values = make(map[string]string)
+	}
+	if len(p.values) < maxValues {
+		p.values[s] = s
+	}
+	return s
 }
 
 // fallbackService picks an enabled, not DOWN service round robin, without
@@ -145,13 +213,21 @@ func (p *pluginContext) fallbackService() int {
 	return -1
 }
 
-// decisionText is the debug header's value.
+// decisionText is the debug header's value, built in a buffer reused by
+// every request: the host copies it during the call that sets the header.
 func (p *pluginContext) decisionText(method lbcore.Method, reason lbcore.Reason, chosen int) string {
 	svc := "-"
 	if chosen >= 0 {
 		svc = p.cfg.Services[chosen].Name
 	}
-	return "method=" + method.String() + "; service=" + svc + "; reason=" + reason.String()
+	b := append(p.debug[:0], "method="...)
+	b = append(b, method.String()...)
+	b = append(b, "; service="...)
+	b = append(b, svc...)
+	b = append(b, "; reason="...)
+	b = append(b, reason.String()...)
+	p.debug = b
+	return p.value(b)
 }
 
 // pluginRootID is the plugin's root_id (Envoy property plugin_root_id), or

@@ -1,0 +1,37 @@
+//go:build !wasip1
+
+package main
+
+import (
+	"strings"
+
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+)
+
+// Outside Wasm (the SDK's native test host) the host's copies are ordinary
+// Go memory: hostmem_wasip1.go holds the module's arena.
+
+func arenaStart() {}
+func arenaStop()  {}
+
+// eachRequestHeader calls f for every request header line, in order.
+func eachRequestHeader(f func(name, value string)) error {
+	all, err := proxywasm.GetHttpRequestHeaders()
+	if err != nil {
+		return err
+	}
+	for _, h := range all {
+		f(h[0], h[1])
+	}
+	return nil
+}
+
+// getRequestHeader is proxywasm.GetHttpRequestHeader.
+func getRequestHeader(name string) (string, error) { return proxywasm.GetHttpRequestHeader(name) }
+
+// getProperty is proxywasm.GetProperty for a path serialised with NULs
+// between its segments.
+func getProperty(path string) (string, error) {
+	v, err := proxywasm.GetProperty(strings.Split(path, "\x00"))
+	return string(v), err
+}

@@ -1,0 +1,185 @@
+//go:build wasip1
+
+package main
+
+import (
+	"encoding/binary"
+	"unsafe"
+
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+)
+
+// What the host returns to the module (a header value, a property, the
+// header map) it copies into memory it asks the module for: cpp-host's
+// WasmBase::allocMemory calls the module's export malloc, or
+// proxy_on_memory_allocate when there is no malloc (docs/envoy-host.md#loading).
+// The SDK exports only proxy_on_memory_allocate, which makes a new Go slice
+// for every value: garbage on every request, and GC cycles. The SDK offers no
+// read into a buffer of the caller's. So the module exports malloc, which
+// cpp-host prefers, and serves it from an arena while a request's headers
+// are handled: the arena is reset when the next request's headers arrive.
+// Everything read there lives only as long as that callback (the request
+// read into pluginContext.req is cleared at its end: doneRequest).
+
+// arenaSize bounds what one request's reads take from the arena; a larger
+// request gets ordinary Go memory for the rest. 128 KiB holds twice Envoy's
+// default limit on a request's headers (max_request_headers_kb 60), read
+// whole by get_header_map_pairs, plus the single values read beside it.
+const arenaSize = 128 << 10
+
+// maxOverflow bounds the one larger copy a request may take besides the
+// arena (a header map over arenaSize, read whole), kept for later requests.
+const maxOverflow = 1 << 20
+
+var arena struct {
+	buf  [arenaSize]byte
+	used int
+	on   bool
+	// overflow serves one copy per request that does not fit in buf; it
+	// grows to the largest such copy (up to maxOverflow) and is kept, so
+	// that repeated large header maps make no garbage either.
+	overflow     []byte
+	overflowUsed bool
+}
+
+// hostMalloc is the module's malloc export, called by the host only.
+//
+//go:wasmexport malloc
+func hostMalloc(size uint32) *byte {
+	if arena.on && size > 0 {
+		n := (int(size) + 7) &^ 7
+		if n <= arenaSize-arena.used {
+			p := &arena.buf[arena.used]
+			arena.used += n
+			return p
+		}
+		if !arena.overflowUsed && n <= maxOverflow {
+			if cap(arena.overflow) < n {
+				arena.overflow = make([]byte, n)
+			}
+			arena.overflowUsed = true
+			return &arena.overflow[:n][0]
+		}
+	}
+	buf := make([]byte, max(size, 1))
+	return &buf[0]
+}
+
+// arenaStart starts serving the host's copies from the arena, from its
+// beginning: nothing read during an earlier callback is still referenced.
+func arenaStart() { arena.used, arena.overflowUsed, arena.on = 0, false, true }
+
+// arenaStop ends it: what the host returns outside a request's headers
+// (configuration, shared data on the tick, response headers) may be kept.
+func arenaStop() { arena.on = false }
+
+// proxyGetHeaderMapPairs is proxy_get_header_map_pairs, imported here
+// because the SDK's GetHttpRequestHeaders builds a new [][2]string for every
+// call.
+//
+//go:wasmimport env proxy_get_header_map_pairs
+func proxyGetHeaderMapPairs(mapType uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer) uint32
+
+// The call's results: globals, so that passing their addresses allocates nothing.
+var (
+	pairsData *byte
+	pairsSize int32
+)
+
+// eachRequestHeader calls f for every request header line, in order, from
+// one host call; the strings are the host's copy (the arena during a
+// request). Serialisation: cpp-host pairs_util.cc, u32 count, count × (u32
+// name size, u32 value size), then each name and value NUL-terminated.
+func eachRequestHeader(f func(name, value string)) error {
+	const requestHeaders = 0
+	pairsData, pairsSize = nil, 0
+	if st := proxyGetHeaderMapPairs(requestHeaders, unsafe.Pointer(&pairsData), unsafe.Pointer(&pairsSize)); st != 0 {
+		return types.ErrorStatusBadArgument
+	}
+	if pairsData == nil || pairsSize < 4 {
+		return nil
+	}
+	bs := unsafe.Slice(pairsData, pairsSize)
+	pairsData = nil
+	n := int(binary.LittleEndian.Uint32(bs))
+	sizes, data := 4, 4+8*n
+	if n < 0 || data > len(bs) {
+		return types.ErrorStatusBadArgument
+	}
+	for range n {
+		ks := int(binary.LittleEndian.Uint32(bs[sizes:]))
+		vs := int(binary.LittleEndian.Uint32(bs[sizes+4:]))
+		sizes += 8
+		if ks < 0 || vs < 0 || ks+vs+2 > len(bs)-data {
+			return types.ErrorStatusBadArgument
+		}
+		k := unsafe.String(unsafe.SliceData(bs[data:]), ks)
+		data += ks + 1
+		v := unsafe.String(unsafe.SliceData(bs[data:]), vs)
+		data += vs + 1
+		f(k, v)
+	}
+	return nil
+}
+
+// The SDK's GetHttpRequestHeader and GetProperty pass the addresses of
+// their locals to the host, which moves them to the heap: two or three small
+// allocations per call. The request path reads through these imports
+// instead, whose results land in globals.
+
+//go:wasmimport env proxy_get_header_map_value
+func proxyGetHeaderMapValue(mapType uint32, keyData unsafe.Pointer, keySize uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer) uint32
+
+//go:wasmimport env proxy_get_property
+func proxyGetProperty(pathData unsafe.Pointer, pathSize uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer) uint32
+
+var (
+	valueData *byte
+	valueSize int32
+)
+
+// statusError is the SDK's error for a proxy-wasm status.
+func statusError(st uint32) error {
+	switch st {
+	case 0:
+		return nil
+	case 1:
+		return types.ErrorStatusNotFound
+	case 2:
+		return types.ErrorStatusBadArgument
+	}
+	return types.ErrorInternalFailure
+}
+
+// takeValue is the string the host returned in valueData/valueSize.
+func takeValue() string {
+	p, n := valueData, valueSize
+	valueData, valueSize = nil, 0
+	if p == nil || n <= 0 {
+		return ""
+	}
+	return unsafe.String(p, n)
+}
+
+// getRequestHeader is proxywasm.GetHttpRequestHeader: the first value of
+// request header name; NotFound when there is none (ABI 0.2.x).
+func getRequestHeader(name string) (string, error) {
+	const requestHeaders = 0
+	valueData, valueSize = nil, 0
+	if st := proxyGetHeaderMapValue(requestHeaders, unsafe.Pointer(unsafe.StringData(name)), uint32(len(name)),
+		unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize)); st != 0 {
+		return "", statusError(st)
+	}
+	return takeValue(), nil
+}
+
+// getProperty is proxywasm.GetProperty for a path already serialised: its
+// segments joined by NUL ("source\x00address").
+func getProperty(path string) (string, error) {
+	valueData, valueSize = nil, 0
+	if st := proxyGetProperty(unsafe.Pointer(unsafe.StringData(path)), uint32(len(path)),
+		unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize)); st != 0 {
+		return "", statusError(st)
+	}
+	return takeValue(), nil
+}
