@@ -274,15 +274,29 @@ func tick(h *hostsim.Host) {
 const guestRequests = 100_000
 
 // TestGuestAllocations runs 10^5 requests of every hash method without
-// persistence or debugHeader in hostsim (envoy-1.33) after a warm-up, between
+// persistence or debugHeader, and of a persistence hit, in hostsim
+// (envoy-1.33) after a warm-up, between
 // two ticks, and reads the guest's runtime.MemStats at the end of the first
 // tick and the start of the second: the request path must allocate nothing
 // (issue 11: no garbage per request, steady state).
 func TestGuestAllocations(t *testing.T) {
 	wasm := memstatsModule(t)
+	type guestCase struct {
+		name string
+		cfg  []byte
+	}
+	var cases []guestCase
 	for _, name := range hashMethodConfigs {
+		cases = append(cases, guestCase{name, exampleConfig(t, name, nil)})
+	}
+	// A persistence hit (every request carries the same key): the bucket
+	// is read into the arena too.
+	cases = append(cases, guestCase{"urlhash+persistence hit", exampleConfig(t, "urlhash",
+		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
+	for _, c := range cases {
+		name := c.name
 		t.Run(name, func(t *testing.T) {
-			h := costHost(t, wasm, exampleConfig(t, name, nil), nil)
+			h := costHost(t, wasm, c.cfg, nil)
 			for range 1000 {
 				costStream(t, h, costRequest.headers)
 			}

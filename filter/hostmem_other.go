@@ -35,3 +35,6 @@ func getProperty(path string) (string, error) {
 	v, err := proxywasm.GetProperty(strings.Split(path, "\x00"))
 	return string(v), err
 }
+
+// getSharedData is proxywasm.GetSharedData.
+func getSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }

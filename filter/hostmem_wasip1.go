@@ -183,3 +183,25 @@ func getProperty(path string) (string, error) {
 	}
 	return takeValue(), nil
 }
+
+//go:wasmimport env proxy_get_shared_data
+func proxyGetSharedData(keyData unsafe.Pointer, keySize uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer, returnCAS unsafe.Pointer) uint32
+
+var sharedCAS uint32
+
+// getSharedData is proxywasm.GetSharedData without its locals on the heap:
+// the persistence table reads a bucket on every request. The value is the
+// host's copy (the arena during a request), read before the next request.
+func getSharedData(key string) ([]byte, uint32, error) {
+	valueData, valueSize, sharedCAS = nil, 0, 0
+	if st := proxyGetSharedData(unsafe.Pointer(unsafe.StringData(key)), uint32(len(key)),
+		unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize), unsafe.Pointer(&sharedCAS)); st != 0 {
+		return nil, 0, statusError(st)
+	}
+	p, n := valueData, valueSize
+	valueData, valueSize = nil, 0
+	if p == nil || n <= 0 {
+		return nil, sharedCAS, nil
+	}
+	return unsafe.Slice(p, n), sharedCAS, nil
+}

@@ -15,7 +15,7 @@ type sharedStore struct{}
 
 // Get implements lbcore.Store.
 func (sharedStore) Get(key string) ([]byte, uint32, error) {
-	v, cas, err := proxywasm.GetSharedData(key)
+	v, cas, err := getSharedData(key)
 	if errors.Is(err, types.ErrorStatusNotFound) {
 		return nil, 0, lbcore.ErrNotFound
 	}
