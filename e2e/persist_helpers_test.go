@@ -219,6 +219,28 @@ func clientID(i int) string { return "client-" + strconv.Itoa(i) }
 
 // desyncWorkers sends w requests without a key (and without persistence effect when
 // emptyKey is skip) to worker w, so the workers' round-robin positions differ.
+// offsetRoundRobin moves the round robin of each worker of a fourServices
+// host so that, walking the keys as TestPersistSameKeyAnyWorker does (worker w
+// from key 50w), no two workers pick the same service for any key: worker w's
+// next pick is b(1 + 3w mod 4). Each worker starts its round robin at a
+// random point, so without this, all four agree on every key once in 64 runs
+// and the test proves nothing.
+func offsetRoundRobin(t *testing.T, h *hostsim.Host) {
+	t.Helper()
+	for w := 0; w < h.Workers(); w++ {
+		// Equal weights: the round robin cycles b1, b2, b3, b4.
+		last := "b" + strconv.Itoa(1+(3*w+3)%4) // the pick before the wanted one
+		for i := 0; ; i++ {
+			if mustRoundTrip(t, h, w, persistReq{}).service == last {
+				break
+			}
+			if i == 8 {
+				t.Fatalf("worker %d never picked %s: not a four-service round robin", w, last)
+			}
+		}
+	}
+}
+
 func desyncWorkers(t *testing.T, h *hostsim.Host) {
 	t.Helper()
 	for w := 0; w < h.Workers(); w++ {

@@ -37,7 +37,11 @@ func TestPersistSameKeyAnyWorker(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			h := lbHost(t, lbConfig(t, "ROUNDROBIN", tc.p, fourServices()), 4)
-			desyncWorkers(t, h)
+			if tc.p == nil {
+				offsetRoundRobin(t, h)
+			} else {
+				desyncWorkers(t, h)
+			}
 			got := make([][4]persistReply, keys) // key → worker → reply
 			run := func(w int) error {
 				for i := 0; i < keys; i++ {
