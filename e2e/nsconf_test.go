@@ -25,16 +25,7 @@ import (
 )
 
 // buildHashlbCLI builds cmd/hashlb into a directory removed at t's cleanup.
-func buildHashlbCLI(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hashlb")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hashlb")
-	cmd.Dir = repoRoot(t)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building hashlb: %v\n%s", err, b)
-	}
-	return bin
-}
+func buildHashlbCLI(t *testing.T) string { return buildCommand(t, "./cmd/hashlb") }
 
 // importNSConf runs hashlb import-nsconf on testdata/nsconf/<name>/ns.conf
 // and returns the configurations it wrote, by file name.

@@ -26,13 +26,17 @@ import (
 
 // buildProxy builds hashlb-proxy from source into a directory removed at
 // t's cleanup and returns the binary's path.
-func buildProxy(t *testing.T) string {
+func buildProxy(t *testing.T) string { return buildCommand(t, "./hostsim/cmd/hashlb-proxy") }
+
+// buildCommand builds the command package pkg (relative to the repository
+// root) into a directory removed at t's cleanup and returns the binary's path.
+func buildCommand(t *testing.T, pkg string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "hashlb-proxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./hostsim/cmd/hashlb-proxy")
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
 	cmd.Dir = repoRoot(t)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building hashlb-proxy: %v\n%s", err, b)
+		t.Fatalf("building %s: %v\n%s", pkg, err, b)
 	}
 	return bin
 }
