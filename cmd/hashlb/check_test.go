@@ -11,7 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/hashlb/hashlb/lbcore"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
@@ -106,7 +105,6 @@ func TestCheckGolden(t *testing.T) {
 // TestCheckRepositoryConfigs: every configuration the repository ships
 // passes, each named by its place.
 func TestCheckRepositoryConfigs(t *testing.T) {
-	jsons, _ := filepath.Glob("../../configs/*.json")
 	istio, _ := filepath.Glob("../../configs/istio/*.yaml")
 	tests := []struct {
 		name  string
@@ -119,18 +117,8 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 			[]string{"../../configs/envoy-original-dst.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 	}
-	for _, f := range jsons {
-		if filepath.Base(f) == "schema.json" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := lbcore.ParseConfig(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for _, ex := range exampleConfigs(t) {
+		f, cfg := ex.path, ex.cfg
 		tests = append(tests, struct {
 			name  string
 			files []string

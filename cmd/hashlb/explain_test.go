@@ -66,19 +66,8 @@ func TestExplainGolden(t *testing.T) {
 // requests, explain -json names the service and failover order a fresh
 // Balancer's Decide gives.
 func TestExplainMatchesDecide(t *testing.T) {
-	files, _ := filepath.Glob("../../configs/*.json")
-	for _, f := range files {
-		if filepath.Base(f) == "schema.json" {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := lbcore.ParseConfig(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for _, ex := range exampleConfigs(t) {
+		f, cfg := ex.path, ex.cfg
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			for i := range 40 {
 				path := fmt.Sprintf("/item/%d?v=%d", i, i%3)
@@ -139,4 +128,34 @@ func TestExplainCapped(t *testing.T) {
 		t.Errorf("explain with a %d-byte JWT: capped %v, input %v, reason %s; want capped, no input, backup",
 			lbcore.MaxJWTBytes+1, r.Capped, r.Input, r.Reason)
 	}
+}
+
+// exampleConfig is one of the repository's configs/*.json plugin
+// configurations, parsed.
+type exampleConfig struct {
+	path string
+	cfg  *lbcore.Config
+}
+
+// exampleConfigs returns every plugin configuration in configs/ (not the
+// schema), parsed by lbcore; one that does not parse fails t.
+func exampleConfigs(t *testing.T) []exampleConfig {
+	t.Helper()
+	files, _ := filepath.Glob("../../configs/*.json")
+	var out []exampleConfig
+	for _, f := range files {
+		if filepath.Base(f) == "schema.json" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := lbcore.ParseConfig(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out = append(out, exampleConfig{f, cfg})
+	}
+	return out
 }
