@@ -58,8 +58,8 @@ bench)
 		else sudo apt-get install -y wrk >/dev/null || { sudo apt-get update >/dev/null && sudo apt-get install -y wrk >/dev/null; }; fi
 	fi
 	mkdir -p dist
-	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md"
-	echo "table also written to dist/performance.md"
+	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
+	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
 	;;
 oci)
 	wasm

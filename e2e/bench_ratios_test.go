@@ -42,6 +42,7 @@ var (
 	ratioStreams = flag.Int("ratios.streams", 20000, "BenchmarkRatios: streams timed per module and configuration per round (hostsim and V8)")
 	ratioWrk     = flag.Duration("ratios.wrk", 3*time.Second, "BenchmarkRatios: wrk duration per proxy per round")
 	ratioOut     = flag.String("ratios.out", "", "BenchmarkRatios: also write the table (Markdown) to this file")
+	ratioChart   = flag.String("ratios.chart", "", "BenchmarkRatios: draw the HRW decision's cost against the number of services (PNG) into this file")
 )
 
 // BenchmarkSameCalls is R2 in hostsim as a Go benchmark: per configuration,
@@ -520,10 +521,13 @@ func BenchmarkRatios(b *testing.B) {
 			start := time.Now()
 			natives[sz].Run(it)
 			nat := float64(time.Since(start).Nanoseconds()) / float64(it)
+			wz := float64(g.Nanoseconds()) / float64(it)
 			if inV8 != nil {
 				t.add(fmt.Sprintf("R1 HRW V8 ÷ native, %d services", sz), "", "≤ 2.0", atMost(2), inV8[sz]/nat)
+				t.add(fmt.Sprintf("HRW V8 ns/decision, %d services", sz), "ns", "", nil, inV8[sz])
 			}
-			t.add(fmt.Sprintf("R1 HRW wazero ÷ native, %d services", sz), "", "", nil, float64(g.Nanoseconds())/float64(it)/nat)
+			t.add(fmt.Sprintf("R1 HRW wazero ÷ native, %d services", sz), "", "", nil, wz/nat)
+			t.add(fmt.Sprintf("HRW wazero ns/decision, %d services", sz), "ns", "", nil, wz)
 			t.add(fmt.Sprintf("HRW native ns/decision, %d services", sz), "ns", "", nil, nat)
 		}
 
@@ -586,6 +590,11 @@ func BenchmarkRatios(b *testing.B) {
 	fmt.Printf("\n%d rounds, %d streams per module and configuration per round\n\n%s", rounds, n, table)
 	if *ratioOut != "" {
 		if err := os.WriteFile(*ratioOut, []byte(table), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if *ratioChart != "" {
+		if err := costChart(&t, *ratioChart); err != nil {
 			b.Fatal(err)
 		}
 	}
