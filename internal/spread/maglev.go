@@ -1,6 +1,7 @@
 package spread
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -61,15 +62,7 @@ func NewMaglev(addrs []string, weights []int, m uint64) *Maglev {
 			weight: w,
 		}
 	}
-	slices.SortStableFunc(es, func(x, y entry) int {
-		switch {
-		case x.key < y.key:
-			return -1
-		case x.key > y.key:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(es, func(x, y entry) int { return cmp.Compare(x.key, y.key) })
 	t := &Maglev{table: make([]int32, m)}
 	taken := make([]bool, m)
 	filled := uint64(0)

@@ -1,6 +1,7 @@
 package spread
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -60,15 +61,7 @@ func NewRing(addrs []string, weights []int, minRingSize uint64) *Ring {
 			current++
 		}
 	}
-	slices.SortStableFunc(pts, func(x, y point) int {
-		switch {
-		case x.hash < y.hash:
-			return -1
-		case x.hash > y.hash:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(pts, func(x, y point) int { return cmp.Compare(x.hash, y.hash) })
 	r := &Ring{hashes: make([]uint64, len(pts)), hosts: make([]int32, len(pts))}
 	for i, p := range pts {
 		r.hashes[i], r.hosts[i] = p.hash, p.host
