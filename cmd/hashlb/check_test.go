@@ -16,19 +16,9 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// -update rewrites the golden files of testdata/check and testdata/explain.
-// It is registered only if another test file of the package has not
-// registered it already.
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite the golden files")
-	}
-}
-
-func updating() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
+// update (-update) rewrites the golden files of testdata/check,
+// testdata/explain and testdata/nsconf.
+var update = flag.Bool("update", false, "rewrite the golden files")
 
 // runGolden runs the hashlb command line args and compares its exit status,
 // stdout and stderr with testdata/<dir>/<name>.golden.
@@ -42,7 +32,7 @@ func runGolden(t *testing.T, dir, name string, args []string) {
 	got.WriteString("-- stdout --\n" + stdout.String())
 	got.WriteString("-- stderr --\n" + stderr.String())
 	path := filepath.Join("testdata", dir, name+".golden")
-	if updating() {
+	if *update {
 		if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,17 +15,6 @@ import (
 // NetScaler command reference (see internal/nsconf), with its golden
 // configurations in want/ and its golden report in report.golden.
 // go test ./cmd/hashlb -run NSConf -update rewrites them.
-
-func init() {
-	if flag.Lookup("update") == nil {
-		flag.Bool("update", false, "rewrite the golden files")
-	}
-}
-
-func nsconfUpdating() bool {
-	f := flag.Lookup("update")
-	return f != nil && f.Value.String() == "true"
-}
 
 // nsconfCorpus lists every case of the corpus and what it covers; a
 // directory of testdata/nsconf not listed here fails TestNSConfCorpusListed.
@@ -78,7 +66,7 @@ func TestNSConfCorpus(t *testing.T) {
 					t.Errorf("hashlb check of the written configurations: exit %d\n%s%s", code, checkOut.String(), checkErr.String())
 				}
 			}
-			if nsconfUpdating() {
+			if *update {
 				os.RemoveAll("want")
 				if err := os.MkdirAll("want", 0o755); err != nil {
 					t.Fatal(err)
@@ -205,7 +193,7 @@ func TestNSConfOutputs(t *testing.T) {
 			}
 			want := []byte{}
 			if tt.wantStdout != "" {
-				if nsconfUpdating() && tt.wantStdout == "stdout.golden" {
+				if *update && tt.wantStdout == "stdout.golden" {
 					os.WriteFile(tt.wantStdout, stdout.Bytes(), 0o644)
 				}
 				if want, err = os.ReadFile(tt.wantStdout); err != nil {
