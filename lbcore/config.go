@@ -79,6 +79,33 @@ type Persistence struct {
 	// EmptyKey is "skip" (default: key-less requests are balanced, not
 	// persisted) or "shared" (TR7: they all share one entry).
 	EmptyKey string
+	// Fleet makes etcd the fleet-wide level behind the local table; nil
+	// when the table is per proxy (docs/persistence.md#fleet-wide-persistence).
+	Fleet *Fleet
+}
+
+// Fleet configures fleet-wide persistence: one etcd (reached through an
+// Envoy cluster and etcd's JSON gateway) decides the first service of a
+// key for every proxy of the fleet.
+type Fleet struct {
+	// Cluster is the Envoy cluster that reaches etcd's client port (required).
+	Cluster string
+	// Authority is the :authority of the calls; "" means Cluster (CallAuthority).
+	Authority string
+	// Prefix starts every etcd key of this table; "" stands for the
+	// default "/hashlb/<plugin root id>/", which the filter fills in.
+	Prefix string
+	// Timeout bounds how long a request waits for etcd (default 200ms,
+	// 10ms–5s); past it the request is decided locally.
+	Timeout time.Duration
+}
+
+// CallAuthority is the :authority of the calls to etcd.
+func (f *Fleet) CallAuthority() string {
+	if f.Authority != "" {
+		return f.Authority
+	}
+	return f.Cluster
 }
 
 // HealthCheck configures active HTTP probes.

@@ -61,6 +61,11 @@ const (
 	fPersistenceTableSize
 	fPersistenceExpire
 	fPersistenceEmptyKey
+	fFleet
+	fFleetCluster
+	fFleetAuthority
+	fFleetPrefix
+	fFleetTimeout
 	fHealthCheck
 	fHealthPath
 	fHealthInterval
@@ -123,6 +128,16 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "How long an unused entry lives: a whole number and a unit (ms, s, m, h, d), 10m to 365d."},
 	fPersistenceEmptyKey: {Path: "persistence.emptyKey", Type: "string", Default: "skip", Enum: []string{"skip", "shared"},
 		Doc: "skip: a request whose key is empty is balanced but not persisted; shared: all empty keys share one entry (TR7)."},
+	fFleet: {Path: "persistence.fleet", Type: "object",
+		Doc: "Fleet-wide persistence: etcd, reached through an Envoy cluster, decides a new key's service once for every proxy (first writer wins); the local table stays the first level. Without it the table is per proxy, as in TR7."},
+	fFleetCluster: {Path: "persistence.fleet.cluster", Type: "string", Required: true, NonEmpty: true,
+		Doc: "Envoy cluster that reaches etcd's client port (HTTP/1.1; TLS through the cluster's transport socket)."},
+	fFleetAuthority: {Path: "persistence.fleet.authority", Type: "string", NonEmpty: true,
+		Doc: "The :authority of the calls to etcd; default: the cluster name."},
+	fFleetPrefix: {Path: "persistence.fleet.prefix", Type: "string", NonEmpty: true,
+		Doc: "Start of every etcd key of this table; default /hashlb/<plugin root id>/."},
+	fFleetTimeout: {Path: "persistence.fleet.timeout", Type: "string", Format: "duration", Default: "200ms", Min: "10ms", Max: "5s",
+		Doc: "How long a request waits for etcd, 10ms to 5s; past it the request is decided by the local table, as without fleet."},
 	fHealthCheck: {Path: "healthCheck", Type: "object",
 		Doc: "Active HTTP probes, sent by one worker at a time through Envoy (dispatch_http_call on cluster)."},
 	fHealthPath: {Path: "healthCheck.path", Type: "string", Format: "path", Default: "/healthz",

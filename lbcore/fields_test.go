@@ -253,6 +253,10 @@ func configWith(path, raw string) string {
 		}
 	case parent == "services[]":
 		set(svc, name)
+	case parent == "persistence" && strings.HasPrefix(name, "fleet."):
+		fleet := map[string]any{"cluster": "etcd"}
+		set(fleet, strings.TrimPrefix(name, "fleet."))
+		root[parent] = map[string]any{"keys": []string{"${client.ip}"}, "fleet": fleet}
 	default:
 		obj := map[string]any{}
 		switch parent {
@@ -556,7 +560,7 @@ func configDocs(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	prefix := map[string]string{"Config": "", "Service": "services[].", "Persistence": "persistence.",
-		"HealthCheck": "healthCheck.", "PassiveHealth": "passiveHealth."}
+		"Fleet": "persistence.fleet.", "HealthCheck": "healthCheck.", "PassiveHealth": "passiveHealth."}
 	paths := map[string]string{} // lower-case path → path
 	for _, f := range fieldTable {
 		paths[strings.ToLower(f.Path)] = f.Path

@@ -119,6 +119,8 @@ func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
 			if s, ok := d.enum(fPersistenceEmptyKey, fp, v); ok {
 				p.EmptyKey = s
 			}
+		case "fleet":
+			p.Fleet = d.fleet(fp, v)
 		default:
 			return false
 		}
@@ -128,6 +130,46 @@ func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
 		d.errorf("%s.keys: is required", path)
 	}
 	return p
+}
+
+func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
+	f := &Fleet{Timeout: fFleetTimeout.defaultDuration()}
+	if !d.object(path, v, func(name string, v gjson.Result) bool {
+		fp := path + "." + name
+		switch name {
+		case "cluster":
+			f.Cluster = d.visible(fp, v, "an Envoy cluster name")
+		case "authority":
+			f.Authority = d.visible(fp, v, "an HTTP :authority")
+		case "prefix":
+			f.Prefix = d.visible(fp, v, "this prefix (write it as printable ASCII)")
+		case "timeout":
+			f.Timeout = d.duration(fFleetTimeout, fp, v)
+		default:
+			return false
+		}
+		return true
+	}) {
+		return nil
+	}
+	if !v.Get("cluster").Exists() {
+		d.errorf("%s.cluster: is required", path)
+	}
+	return f
+}
+
+// visible decodes a string that must be non-empty printable ASCII without
+// spaces; what says what the value is, for the error.
+func (d *decoder) visible(path string, v gjson.Result, what string) string {
+	s, ok := d.str(path, v)
+	switch {
+	case !ok:
+	case s == "":
+		d.errorf("%s: must not be empty", path)
+	case !isVisibleASCII(s):
+		d.errorf("%s: %q has a space, control character or non-ASCII byte, which %s cannot", path, s, what)
+	}
+	return s
 }
 
 func (d *decoder) keys(path string, v gjson.Result) []*Expr {
