@@ -19,7 +19,9 @@ const noServiceBody = "no healthy service"
 type httpContext struct {
 	types.DefaultHttpContext
 	p      *pluginContext
-	chosen int // index of the chosen service, -1 for none
+	id     uint32   // the stream's context id
+	chosen int      // index of the chosen service, -1 for none
+	wait   *fleetOp // the fleet transaction the request waits for, nil when none
 	method lbcore.Method
 	reason lbcore.Reason
 	local  bool // we sent a local reply
@@ -64,10 +66,28 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		now = wallClock()
 	}
 	d := p.bal.Decide(req, now)
+	if d.Ask { // a local miss, and the table has a fleet level
+		h.method, h.reason = d.Method, d.Reason
+		p.m.persisted(&d)
+		if p.fleet.ask(h, d.At(0), now) {
+			return types.ActionPause // resumed by fleet.done or fleet.forget
+		}
+		d = p.bal.DecideLocal(req, now)
+		d.Persist.Miss, d.Persist.Expired, d.Persist.Rechosen = false, false, false
+	} else if p.fleet != nil && d.Persist.Hit {
+		p.fleet.hit(&d, now)
+	}
+	return h.decided(&d)
+}
+
+// decided counts decision d and applies it: the headers, or a 503 when it
+// names no service.
+func (h *httpContext) decided(d *lbcore.Decision) types.Action {
+	p := h.p
 	h.method, h.reason = d.Method, d.Reason
 	p.m.decision(d.Reason)
 	if p.cfg.Persistence != nil {
-		p.m.persisted(&d)
+		p.m.persisted(d)
 	}
 	if d.Capped {
 		p.m.pend.capped++
@@ -75,7 +95,7 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if d.Len() == 0 {
 		return h.reply503()
 	}
-	return h.route(d.At(0), p.upstreamValue(&d))
+	return h.route(d.At(0), p.upstreamValue(d))
 }
 
 // route sets the request headers for service i and counts the request. If
@@ -173,6 +193,9 @@ func (h *httpContext) OnHttpStreamDone() {
 			h.p.m.recovered("stream done", r)
 		}
 	}()
+	if h.wait != nil { // reset while waiting for the fleet
+		h.p.fleet.forget(h)
+	}
 	if i := h.chosen; i >= 0 {
 		h.chosen = -1
 		h.p.own[i]--

@@ -23,6 +23,8 @@ type pluginContext struct {
 	fallbackNext int
 	// health runs active and passive checks; nil when neither is configured.
 	health *health
+	// fleet is persistence's fleet-wide level; nil without persistence.fleet.
+	fleet *fleet
 	// failing[i] is true while this worker knows service i has failed
 	// responses in a row (passive health).
 	failing []bool
@@ -75,12 +77,16 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	// must not read each other's buckets.
 	ns := "hashlb/" + pluginRootID()
 	bal.EnablePersistence(sharedStore{}, ns)
+	var fl *fleet
+	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
+		fl = newFleet(p, cfg.Persistence, pluginRootID())
+	}
 	// The tick shares active request counts and runs health checks.
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
 		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	p.m, p.bal, p.in, p.hostLate = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority()
+	p.m, p.bal, p.in, p.hostLate, p.fleet = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority(), fl
 	p.own = make([]int64, len(cfg.Services))
 	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
 	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
@@ -111,6 +117,9 @@ func (p *pluginContext) OnTick() {
 	p.shareLoads(now)
 	if p.health != nil {
 		p.health.tick(now)
+	}
+	if p.fleet != nil {
+		p.fleet.tick(now)
 	}
 }
 
@@ -146,15 +155,15 @@ func (p *pluginContext) shareLoads(now time.Time) {
 // A context whose stream ended (OnHttpStreamDone: proxy_on_log, after which
 // a host only deletes the context) is reused, so that a request allocates
 // no context.
-func (p *pluginContext) NewHttpContext(uint32) types.HttpContext {
+func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, chosen: -1}
+		*h = httpContext{p: p, id: id, chosen: -1}
 		return h
 	}
-	return &httpContext{p: p, chosen: -1}
+	return &httpContext{p: p, id: id, chosen: -1}
 }
 
 // upstreamValue is the upstream header's value: the decision's addresses in

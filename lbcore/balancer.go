@@ -57,6 +57,11 @@ type Decision struct {
 	// Capped: an input was longer or deeper than a cap of limits.go and was
 	// cut (or read as empty) before deciding.
 	Capped bool
+	// Ask: the persistence key (Balancer.AskKey) has no live local entry and
+	// the table has a fleet level; the decision is the method's proposal,
+	// not stored. The caller asks the fleet, then calls DecideFleet with its
+	// answer (or DecideLocal when it cannot).
+	Ask    bool
 	n      int
 	ranked [maxUpstreamCount]int32
 }
@@ -95,9 +100,12 @@ type Balancer struct {
 	buf    []byte
 	x      evalCtx // the decision's evaluation context: trusted hops, caps hit
 
-	table *Table
-	pkey  []byte         // the persistence key being built
-	ids   map[uint64]int // service identity → index, for the persistence table
+	table  *Table
+	fleet  bool           // persistence has a fleet level: a local miss asks it (Decision.Ask)
+	local  bool           // DecideLocal is running: decide a miss locally
+	askKey []byte         // the last decision's persistence key
+	pkey   []byte         // the persistence key being built
+	ids    map[uint64]int // service identity → index, for the persistence table
 }
 
 // NewBalancer returns a Balancer for c. seed varies the tie-breaking and
@@ -176,7 +184,11 @@ func (b *Balancer) Decide(r *Request, now time.Time) Decision {
 	b.seq++
 	var d Decision
 	if b.table != nil {
-		d = b.decidePersistent(r, now)
+		mode := persistLocal
+		if b.fleet && !b.local {
+			mode = persistAsk
+		}
+		d = b.decidePersistent(r, now, mode, 0)
 	} else {
 		d = b.decideMethod(r)
 	}

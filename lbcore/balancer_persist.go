@@ -13,13 +13,25 @@ import (
 func (b *Balancer) EnablePersistence(s Store, namespace string) {
 	if p := b.cfg.Persistence; p != nil {
 		b.table = NewTable(s, namespace, p.TableSize, p.Expire)
+		b.fleet = p.Fleet != nil
 	}
 }
 
+// persistMode says what decidePersistent does on a local miss.
+type persistMode uint8
+
+const (
+	persistLocal persistMode = iota // the method chooses and the table stores it (no fleet, or etcd unreachable)
+	persistAsk                      // the method proposes, nothing is stored: Decision.Ask
+	persistForce                    // the fleet's service is stored, replacing what the table has
+)
+
 // decidePersistent consults the persistence table: a hit on a selectable
 // service wins over the method, a miss lets the method choose and records
-// the choice.
-func (b *Balancer) decidePersistent(r *Request, now time.Time) Decision {
+// the choice (persistLocal), or returns the method's choice unstored for the
+// caller to ask the fleet (persistAsk). With persistForce, service force
+// replaces whatever the table holds for the key.
+func (b *Balancer) decidePersistent(r *Request, now time.Time, mode persistMode, force int) Decision {
 	p := b.cfg.Persistence
 	key, empty := b.pkey[:0], true
 	for i, e := range p.Keys {
@@ -31,27 +43,43 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time) Decision {
 		empty = empty && len(key) == n
 	}
 	b.pkey = key[:0]
+	b.askKey = key
 	if empty && p.EmptyKey == "skip" {
 		d := b.decideMethod(r)
 		d.EmptyKey = true
 		return d
 	}
 	var d Decision
-	chose := false
-	svc, ok, out := b.table.Resolve(key, now,
-		func(id uint64) bool {
-			i, known := b.ids[id]
-			return known && b.selectable(i)
-		},
+	chose, asked := false, false
+	selectable := func(id uint64) bool {
+		i, known := b.ids[id]
+		return known && b.selectable(i)
+	}
+	if mode == persistForce {
+		forced := b.services[force].ID
+		selectable = func(id uint64) bool { return id == forced }
+	}
+	svc, ok, out := b.table.Resolve(key, now, selectable,
 		func() (uint64, bool) {
+			if mode == persistForce {
+				return b.services[force].ID, true
+			}
 			chose = true
 			d = b.decideMethod(r)
 			if d.Len() == 0 {
 				return 0, false
 			}
+			if mode == persistAsk {
+				asked = true
+				return 0, false
+			}
 			return b.services[d.At(0)].ID, true
 		})
 	d.Persist, d.EmptyKey = out, empty
+	if asked {
+		d.Ask = true
+		return d
+	}
 	if !ok {
 		d.Reason = ReasonNoService
 		d.n = 0
@@ -61,7 +89,8 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time) Decision {
 	if chose && d.Len() > 0 && d.At(0) == idx {
 		return d // the method's own choice was stored
 	}
-	// The table's service (a hit, or another worker's concurrent store).
+	// The table's service (a hit, another worker's concurrent store, or
+	// the fleet's).
 	d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
 	d.add(idx)
 	if b.want > 1 {
@@ -69,6 +98,43 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time) Decision {
 	}
 	return d
 }
+
+// DecideLocal is Decide deciding a local miss locally even when the table
+// has a fleet level: etcd is unreachable, slow, or in backoff.
+func (b *Balancer) DecideLocal(r *Request, now time.Time) Decision {
+	b.local = true
+	defer func() { b.local = false }()
+	return b.Decide(r, now)
+}
+
+// DecideFleet stores service i, the fleet's answer for r's key, in the
+// local table (replacing what it holds) and decides with it first. A
+// service that is not selectable here is not stored: the request is then
+// decided locally (DecideLocal).
+func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) Decision {
+	if b.table == nil || i < 0 || i >= len(b.services) || !b.selectable(i) {
+		return b.DecideLocal(r, now)
+	}
+	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops, jwt: b.x.jwt}
+	b.seq++
+	d := b.decidePersistent(r, now, persistForce, i)
+	d.Capped = b.x.capped
+	return d
+}
+
+// Remember stores service i for persistence key key in the local table,
+// replacing what it holds: the fleet moved the key.
+func (b *Balancer) Remember(key []byte, now time.Time, i int) {
+	if b.table == nil || i < 0 || i >= len(b.services) {
+		return
+	}
+	id := b.services[i].ID
+	b.table.Resolve(key, now, func(s uint64) bool { return s == id }, func() (uint64, bool) { return id, true })
+}
+
+// AskKey is the persistence key of the last decision (valid until the next
+// one): the key a Decision.Ask names.
+func (b *Balancer) AskKey() []byte { return b.askKey }
 
 // failover appends the failover order after a persisted choice: the hash
 // method's ranking when the request has its input, else the decision counter's.

@@ -99,6 +99,10 @@ type Outcome struct {
 	// GaveUp: the mapping could not be stored (too many conflicts or a store
 	// error); the request was served without persisting (persistence_cas_giveup).
 	GaveUp bool
+	// PrevUse is, on a hit, the entry's last use before this one (Unix
+	// seconds): a fleet level refreshes its stamp when this hit is the
+	// first of a new slot (lbcore.FleetSlotOf).
+	PrevUse uint32
 }
 
 // Table is the persistence table of one worker over the shared Store. Each
@@ -207,7 +211,9 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 			out.Rechosen = out.Rechosen || first
 		default:
 			e := t.ents[i]
-			out.Hit = out.Hit || first
+			if first {
+				out.Hit, out.PrevUse = true, e.last
+			}
 			if e.last >= nowS && e.hot {
 				return e.svc, true, out
 			}

@@ -88,6 +88,7 @@ func TestPersistResolve(t *testing.T) {
 			c := &chooser{svc: st.choose}
 			before := s.Stats().Sets
 			svc, ok, out := tb.Resolve([]byte(st.key), t0.Add(st.at), st.selectable, c.choose)
+			out.PrevUse = 0 // TestPersistPrevUse
 			if svc != st.want || ok != st.wantOK || out != st.wantOut {
 				t.Fatalf("Resolve(%q) = %d, %v, %+v, want %d, %v, %+v", st.key, svc, ok, out, st.want, st.wantOK, st.wantOut)
 			}
@@ -134,6 +135,7 @@ func TestPersistExpiry(t *testing.T) {
 			}
 			c.svc = 8
 			_, _, out := tb.Resolve([]byte("k"), now.Add(tt.idle), selectAll, c.choose)
+			out.PrevUse = 0
 			if out != tt.want {
 				t.Errorf("Resolve after %v idle: %+v, want %+v", tt.idle, out, tt.want)
 			}
@@ -371,4 +373,22 @@ func BenchmarkPersist(b *testing.B) {
 		b.ReportMetric(100*float64(retries.Load())/float64(b.N), "cas-retry-%")
 		b.ReportMetric(float64(gaveUp.Load()), "gaveup")
 	})
+}
+
+// TestPersistPrevUse: a hit reports the entry's previous last use, which a
+// fleet level compares with the current slot to refresh its stamp.
+func TestPersistPrevUse(t *testing.T) {
+	tb := NewTable(NewMemStore(), "ns", 10000, time.Hour)
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	c := &chooser{svc: 7}
+	tb.Resolve([]byte("k"), t0, selectAll, c.choose)
+	for _, step := range []struct {
+		at   time.Duration
+		want time.Duration
+	}{{5 * time.Second, 0}, {20 * time.Second, 5 * time.Second}, {20 * time.Second, 20 * time.Second}} {
+		_, _, out := tb.Resolve([]byte("k"), t0.Add(step.at), selectAll, c.choose)
+		if want := uint32(t0.Add(step.want).Unix()); !out.Hit || out.PrevUse != want {
+			t.Errorf("Resolve at +%v = %+v, want a hit with PrevUse %d (+%v)", step.at, out, want, step.want)
+		}
+	}
 }

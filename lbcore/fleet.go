@@ -1,0 +1,264 @@
+package lbcore
+
+import (
+	"encoding/base64"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/tidwall/gjson"
+)
+
+// Fleet-wide persistence (docs/persistence.md#fleet-wide-persistence-through-etcd).
+//
+// One etcd key per persistence key: Fleet.Prefix, then the key's xxhash64 in
+// 16 hex digits (the local table's fingerprint: fixed size, and no client data
+// in etcd). Its value is a FleetRecord, "<stamp> <service>": the Unix second
+// of its last refresh and the service's identity (hashId, else address), so
+// that etcdctl shows which service a key went to.
+//
+// Time is cut into slots of FleetSlot(expire). An entry is alive while
+// now − stamp ≤ expire + slot; a proxy that uses a key in a slot later than
+// its previous use refreshes the stamp (once per slot and proxy), so after
+// its last use anywhere an entry lives at least expire and at most
+// expire + slot. etcd forgets it later still, through a lease per slot
+// (FleetLeaseTTL): the lease is etcd's garbage collector, the stamp the
+// rule, so expiry follows the proxies' clocks (and a test's virtual one).
+//
+// The calls go to etcd's JSON gateway (grpc-gateway over the v3 API, etcd
+// 3.4 and later): POST /v3/kv/txn, /v3/kv/range and /v3/lease/grant, keys and
+// values base64, int64 fields as JSON strings; answers use the proto field
+// names (create_revision) or, from some gateways, camelCase (createRevision):
+// both are read.
+
+// FleetSlot is the refresh slot for entries that expire after expire.
+func FleetSlot(expire time.Duration) time.Duration { return max(expire/8, time.Second) }
+
+// FleetKey is the etcd key of persistence key key under prefix.
+func FleetKey(prefix string, key []byte) string {
+	h, _ := fingerprint(key)
+	var b [16]byte
+	const hexDigits = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		b[i] = hexDigits[h&15]
+		h >>= 4
+	}
+	return prefix + string(b[:])
+}
+
+// FleetRecord is the value of a fleet entry.
+type FleetRecord struct {
+	// Stamp is the Unix second of the entry's creation or last refresh.
+	Stamp int64
+	// Service is the service's identity: its hashId, or else its address.
+	Service string
+}
+
+// String encodes the record as stored in etcd.
+func (r FleetRecord) String() string { return strconv.FormatInt(r.Stamp, 10) + " " + r.Service }
+
+// ParseFleetRecord decodes a stored record; ok is false for any other shape
+// (which the caller treats as an entry to replace).
+func ParseFleetRecord(v string) (r FleetRecord, ok bool) {
+	stamp, svc, found := strings.Cut(v, " ")
+	n, err := strconv.ParseInt(stamp, 10, 64)
+	if !found || err != nil || svc == "" {
+		return FleetRecord{}, false
+	}
+	return FleetRecord{Stamp: n, Service: svc}, true
+}
+
+// Alive reports whether the record still holds at now for entries that
+// expire after expire.
+func (r FleetRecord) Alive(now time.Time, expire time.Duration) bool {
+	return now.Unix()-r.Stamp <= int64((expire+FleetSlot(expire))/time.Second)
+}
+
+// FleetSlotOf numbers the slot of Unix second t.
+func FleetSlotOf(t int64, expire time.Duration) int64 {
+	return t / int64(FleetSlot(expire)/time.Second)
+}
+
+// FleetLeaseTTL is the TTL, in seconds, of the lease that entries written
+// during slot k are attached to, granted at Unix second granted (in slot k or
+// before it): it outlives every stamp of slot k by expire + slot, plus a
+// minute for clocks that disagree.
+func FleetLeaseTTL(k, granted int64, expire time.Duration) int64 {
+	s := int64(FleetSlot(expire) / time.Second)
+	end := (k + 1) * s
+	return end - granted + int64(expire/time.Second) + s + 60
+}
+
+// ServiceKey is service i's identity in fleet records: hashId or address.
+func (s *Service) ServiceKey() string {
+	if s.HashID != "" {
+		return s.HashID
+	}
+	return s.Address
+}
+
+// EtcdKV is one key-value of an etcd answer.
+type EtcdKV struct {
+	Value       string
+	ModRevision int64
+	Lease       int64
+}
+
+// EtcdCreateOrGet is the body of a /v3/kv/txn that creates key with value
+// (attached to lease, if not 0) if it does not exist, and else reads it.
+func EtcdCreateOrGet(key, value string, lease int64) []byte {
+	k := b64(key)
+	b := make([]byte, 0, 256+2*len(k)+len(value))
+	b = append(b, `{"compare":[{"key":"`...)
+	b = append(b, k...)
+	b = append(b, `","target":"CREATE","result":"EQUAL","create_revision":"0"}],"success":[`...)
+	b = appendPut(b, k, value, lease)
+	b = append(b, `],"failure":[{"request_range":{"key":"`...)
+	b = append(b, k...)
+	return append(b, `"}}]}`...)
+}
+
+// EtcdReplace is the body of a /v3/kv/txn that overwrites key with value if
+// its mod_revision is still modRevision, and else reads it: every proxy that
+// finds the same stale entry moves the key to one new service.
+func EtcdReplace(key string, modRevision int64, value string, lease int64) []byte {
+	k := b64(key)
+	b := make([]byte, 0, 256+2*len(k)+len(value))
+	b = append(b, `{"compare":[{"key":"`...)
+	b = append(b, k...)
+	b = append(b, `","target":"MOD","result":"EQUAL","mod_revision":"`...)
+	b = strconv.AppendInt(b, modRevision, 10)
+	b = append(b, `"}],"success":[`...)
+	b = appendPut(b, k, value, lease)
+	b = append(b, `],"failure":[{"request_range":{"key":"`...)
+	b = append(b, k...)
+	return append(b, `"}}]}`...)
+}
+
+// EtcdRange is the body of a /v3/kv/range reading key.
+func EtcdRange(key string) []byte { return []byte(`{"key":"` + b64(key) + `"}`) }
+
+// EtcdLeaseGrant is the body of a /v3/lease/grant for a lease of ttl seconds.
+func EtcdLeaseGrant(ttl int64) []byte {
+	return []byte(`{"TTL":"` + strconv.FormatInt(ttl, 10) + `","ID":"0"}`)
+}
+
+func appendPut(b []byte, k, value string, lease int64) []byte {
+	b = append(b, `{"request_put":{"key":"`...)
+	b = append(b, k...)
+	b = append(b, `","value":"`...)
+	b = append(b, b64(value)...)
+	b = append(b, '"')
+	if lease != 0 {
+		b = append(b, `,"lease":"`...)
+		b = strconv.AppendInt(b, lease, 10)
+		b = append(b, '"')
+	}
+	return append(b, "}}"...)
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// ErrEtcdLeaseNotFound is etcd's refusal of a put on a lease it does not
+// know (expired, or revoked): grant a new one.
+var ErrEtcdLeaseNotFound = errors.New("etcd: requested lease not found")
+
+// EtcdAnswerError reads an error answer of the gateway ({"error": …,
+// "message": …, "code": …}); nil when the body has none.
+func EtcdAnswerError(body []byte) error {
+	if !gjson.ValidBytes(body) {
+		return errors.New("etcd: answer is not JSON")
+	}
+	r := gjson.ParseBytes(body)
+	msg := r.Get("message").String()
+	if msg == "" {
+		msg = r.Get("error").String()
+	}
+	switch {
+	case msg == "":
+		return nil
+	case strings.Contains(msg, "lease not found"):
+		return ErrEtcdLeaseNotFound
+	}
+	return errors.New("etcd: " + clip(msg))
+}
+
+// ParseEtcdTxn reads a /v3/kv/txn answer of EtcdCreateOrGet or EtcdReplace:
+// succeeded says the put was done (kv is then the written revision), else
+// kv is the key's current value, found false when it has none (it expired
+// between the compare and the read, or never existed).
+func ParseEtcdTxn(body []byte) (succeeded bool, kv EtcdKV, found bool, err error) {
+	if err := EtcdAnswerError(body); err != nil {
+		return false, EtcdKV{}, false, err
+	}
+	r := gjson.ParseBytes(body)
+	if r.Get("succeeded").Bool() {
+		rev := r.Get("header.revision").Int()
+		if rev == 0 {
+			return false, EtcdKV{}, false, errors.New("etcd: txn answer without header.revision")
+		}
+		return true, EtcdKV{ModRevision: rev}, true, nil
+	}
+	rr := pick(r.Get("responses.0"), "response_range", "responseRange")
+	if !rr.Exists() {
+		return false, EtcdKV{}, false, errors.New("etcd: txn answer without its range")
+	}
+	kv, found, err = parseKVs(rr)
+	return false, kv, found, err
+}
+
+// ParseEtcdRange reads a /v3/kv/range answer.
+func ParseEtcdRange(body []byte) (kv EtcdKV, found bool, err error) {
+	if err := EtcdAnswerError(body); err != nil {
+		return EtcdKV{}, false, err
+	}
+	return parseKVs(gjson.ParseBytes(body))
+}
+
+func parseKVs(r gjson.Result) (EtcdKV, bool, error) {
+	first := r.Get("kvs.0")
+	if !first.Exists() {
+		return EtcdKV{}, false, nil
+	}
+	v, err := base64.StdEncoding.DecodeString(first.Get("value").String())
+	if err != nil {
+		return EtcdKV{}, false, errors.New("etcd: value is not base64")
+	}
+	kv := EtcdKV{Value: string(v), ModRevision: pick(first, "mod_revision", "modRevision").Int(),
+		Lease: first.Get("lease").Int()}
+	if kv.ModRevision == 0 {
+		return EtcdKV{}, false, errors.New("etcd: kv without mod_revision")
+	}
+	return kv, true, nil
+}
+
+// ParseEtcdLease reads a /v3/lease/grant answer.
+func ParseEtcdLease(body []byte) (id int64, err error) {
+	if err := EtcdAnswerError(body); err != nil {
+		return 0, err
+	}
+	id = gjson.GetBytes(body, "ID").Int()
+	if id == 0 {
+		return 0, errors.New("etcd: lease grant answer without ID")
+	}
+	return id, nil
+}
+
+// pick returns r's field a, or else b.
+func pick(r gjson.Result, a, b string) gjson.Result {
+	if v := r.Get(a); v.Exists() {
+		return v
+	}
+	return r.Get(b)
+}
+
+// ServiceByKey returns the index of the service whose ServiceKey is key.
+func (b *Balancer) ServiceByKey(key string) (int, bool) {
+	i, ok := b.ids[xxhash.Sum64String(key)]
+	if ok && b.services[i].ServiceKey() != key {
+		return 0, false
+	}
+	return i, ok
+}

@@ -1,0 +1,166 @@
+package lbcore
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFleetRecord(t *testing.T) {
+	r := FleetRecord{Stamp: 1767225600, Service: "cache a"}
+	if got := r.String(); got != "1767225600 cache a" {
+		t.Errorf("String() = %q", got)
+	}
+	back, ok := ParseFleetRecord(r.String())
+	if !ok || back != r {
+		t.Errorf("ParseFleetRecord(%q) = %+v, %v, want %+v", r.String(), back, ok, r)
+	}
+	for _, bad := range []string{"", "10.0.0.1:80", "x 10.0.0.1:80", "1767225600 ", "1767225600"} {
+		if _, ok := ParseFleetRecord(bad); ok {
+			t.Errorf("ParseFleetRecord(%q) ok, want refused", bad)
+		}
+	}
+}
+
+// TestFleetExpiryBound: an entry whose stamp was refreshed at the first use
+// of each slot lives at least expire and at most expire + slot after its
+// last use.
+func TestFleetExpiryBound(t *testing.T) {
+	expire := 10 * time.Minute
+	slot := FleetSlot(expire)
+	if slot != 75*time.Second {
+		t.Fatalf("FleetSlot(10m) = %v, want 75s", slot)
+	}
+	t0 := time.Unix(1767225600, 0) // a slot boundary
+	for _, lastUse := range []time.Duration{0, 10 * time.Second, 74 * time.Second, 75 * time.Second, 140 * time.Second} {
+		u := t0.Add(lastUse)
+		// The stamp is the first use in u's slot: its start at the earliest.
+		stamp := FleetSlotOf(u.Unix(), expire) * int64(slot/time.Second)
+		r := FleetRecord{Stamp: stamp, Service: "a"}
+		if !r.Alive(u.Add(expire), expire) {
+			t.Errorf("last use +%v: dead at last use + expire", lastUse)
+		}
+		if r.Alive(u.Add(expire+slot+time.Second), expire) {
+			t.Errorf("last use +%v: alive past last use + expire + slot", lastUse)
+		}
+		// etcd's lease outlives the rule.
+		granted := stamp - 30
+		if end := granted + FleetLeaseTTL(FleetSlotOf(stamp, expire), granted, expire); end < stamp+int64((expire+slot)/time.Second) {
+			t.Errorf("lease ends at %d, before the entry's logical end %d", end, stamp+int64((expire+slot)/time.Second))
+		}
+	}
+}
+
+func TestFleetKey(t *testing.T) {
+	a, b := FleetKey("/hashlb/x/", []byte("10.1.2.3")), FleetKey("/hashlb/x/", []byte("10.1.2.4"))
+	if len(a) != len("/hashlb/x/")+16 || !strings.HasPrefix(a, "/hashlb/x/") || a == b {
+		t.Errorf("FleetKey = %q, %q: want the prefix and 16 hex digits, distinct", a, b)
+	}
+}
+
+// TestEtcdBodies: the bodies are JSON in the v3 gateway's shape.
+func TestEtcdBodies(t *testing.T) {
+	enc := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, tt := range []struct {
+		name, body, want string
+	}{
+		{"create", string(EtcdCreateOrGet("/k", "1 a", 42)),
+			`{"compare":[{"create_revision":"0","key":"` + enc("/k") + `","result":"EQUAL","target":"CREATE"}],"failure":[{"request_range":{"key":"` + enc("/k") + `"}}],"success":[{"request_put":{"key":"` + enc("/k") + `","lease":"42","value":"` + enc("1 a") + `"}}]}`},
+		{"replace", string(EtcdReplace("/k", 7, "2 b", 0)),
+			`{"compare":[{"key":"` + enc("/k") + `","mod_revision":"7","result":"EQUAL","target":"MOD"}],"failure":[{"request_range":{"key":"` + enc("/k") + `"}}],"success":[{"request_put":{"key":"` + enc("/k") + `","value":"` + enc("2 b") + `"}}]}`},
+		{"range", string(EtcdRange("/k")), `{"key":"` + enc("/k") + `"}`},
+		{"grant", string(EtcdLeaseGrant(600)), `{"ID":"0","TTL":"600"}`},
+	} {
+		var v any
+		if err := json.Unmarshal([]byte(tt.body), &v); err != nil {
+			t.Fatalf("%s: %v in %s", tt.name, err, tt.body)
+		}
+		got, _ := json.Marshal(v) // sorted keys
+		if string(got) != tt.want {
+			t.Errorf("%s body = %s\nwant %s", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestParseEtcdAnswers(t *testing.T) {
+	val := base64.StdEncoding.EncodeToString([]byte("1767225600 10.0.0.1:80"))
+	for _, tt := range []struct {
+		name      string
+		body      string
+		succeeded bool
+		found     bool
+		kv        EtcdKV
+		err       string
+	}{
+		{"created", `{"header":{"revision":"12"},"succeeded":true,"responses":[{"response_put":{"header":{}}}]}`, true, true, EtcdKV{ModRevision: 12}, ""},
+		{"existing, proto names", `{"header":{"revision":"12"},"responses":[{"response_range":{"kvs":[{"key":"eA==","create_revision":"3","mod_revision":"9","version":"2","value":"` + val + `","lease":"77"}],"count":"1"}}]}`,
+			false, true, EtcdKV{Value: "1767225600 10.0.0.1:80", ModRevision: 9, Lease: 77}, ""},
+		{"existing, camelCase", `{"header":{"revision":"12"},"responses":[{"responseRange":{"kvs":[{"key":"eA==","modRevision":"9","value":"` + val + `"}]}}]}`,
+			false, true, EtcdKV{Value: "1767225600 10.0.0.1:80", ModRevision: 9}, ""},
+		{"gone meanwhile", `{"header":{"revision":"12"},"responses":[{"response_range":{"header":{}}}]}`, false, false, EtcdKV{}, ""},
+		{"lease not found", `{"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested lease not found"}`, false, false, EtcdKV{}, "lease not found"},
+		{"not JSON", `<html>`, false, false, EtcdKV{}, "not JSON"},
+		{"bad value", `{"responses":[{"response_range":{"kvs":[{"mod_revision":"9","value":"%%%"}]}}]}`, false, false, EtcdKV{}, "not base64"},
+	} {
+		ok, kv, found, err := ParseEtcdTxn([]byte(tt.body))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%s: ParseEtcdTxn error %v, want %q", tt.name, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || ok != tt.succeeded || found != tt.found || kv != tt.kv {
+			t.Errorf("%s: ParseEtcdTxn = %v, %+v, %v, %v; want %v, %+v, %v", tt.name, ok, kv, found, err, tt.succeeded, tt.kv, tt.found)
+		}
+	}
+	if id, err := ParseEtcdLease([]byte(`{"header":{},"ID":"7587883421836473355","TTL":"675"}`)); err != nil || id != 7587883421836473355 {
+		t.Errorf("ParseEtcdLease = %d, %v", id, err)
+	}
+}
+
+// TestDecideAsksTheFleet: with a fleet level, a local miss proposes the
+// method's choice without storing it; DecideFleet stores the fleet's answer
+// even when it is not what the method would choose, and later requests hit it.
+func TestDecideAsksTheFleet(t *testing.T) {
+	c := mustConfig(t, `{"lbMethod":"LEASTCONNECTION","services":[{"name":"a","address":"10.0.0.1:80"},{"name":"b","address":"10.0.0.2:80","hashId":"bee"}],
+		"persistence":{"keys":["${client.ip}"],"fleet":{"cluster":"etcd"}}}`)
+	b := NewBalancer(c, 1)
+	b.EnablePersistence(NewMemStore(), "t")
+	now := time.Unix(1767225600, 0)
+	r := &Request{Source: "192.0.2.7:5000"}
+	b.SetActive(0, 5) // the method proposes b
+	d := b.Decide(r, now)
+	if !d.Ask || d.Len() == 0 || d.At(0) != 1 || !d.Persist.Miss || string(b.AskKey()) != "192.0.2.7" {
+		t.Fatalf("Decide = %+v (key %q), want Ask proposing b after a miss on 192.0.2.7", d, b.AskKey())
+	}
+	if d2 := b.Decide(r, now); !d2.Ask {
+		t.Fatalf("second Decide = %+v: the proposal was stored, want nothing stored", d2)
+	}
+	d = b.DecideFleet(r, now, 0) // the fleet says a
+	if d.Len() == 0 || d.At(0) != 0 || d.Reason != ReasonPersistence {
+		t.Fatalf("DecideFleet(a) = %+v, want a by persistence", d)
+	}
+	if d = b.Decide(r, now.Add(time.Second)); d.Ask || d.At(0) != 0 || !d.Persist.Hit {
+		t.Fatalf("Decide after DecideFleet = %+v, want a local hit on a", d)
+	}
+	if i, ok := b.ServiceByKey("bee"); !ok || i != 1 {
+		t.Errorf("ServiceByKey(bee) = %d, %v, want 1 (hashId)", i, ok)
+	}
+	if _, ok := b.ServiceByKey("10.0.0.2:80"); ok {
+		t.Errorf("ServiceByKey(address of a service with a hashId) found it, want not: records name it by hashId")
+	}
+	b.SetDown(0, true)
+	if d = b.DecideFleet(r, now, 0); d.Ask || d.Len() == 0 || d.At(0) != 1 {
+		t.Errorf("DecideFleet(a DOWN) = %+v, want decided locally on b", d)
+	}
+	b.SetDown(0, false)
+	b.Remember([]byte("192.0.2.7"), now.Add(2*time.Second), 0)
+	if d = b.Decide(r, now.Add(3*time.Second)); d.At(0) != 0 || !d.Persist.Hit {
+		t.Errorf("Decide after Remember(a) = %+v, want a hit on a", d)
+	}
+	if d = b.DecideLocal(&Request{Source: "192.0.2.8:1"}, now); d.Ask || d.Len() == 0 {
+		t.Errorf("DecideLocal = %+v, want a local decision", d)
+	}
+}
