@@ -425,6 +425,12 @@ func (f *fleet) tick(now time.Time) {
 			f.grant(slot+1, now)
 		}
 	}
+	f.sendRefreshes(now)
+}
+
+// sendRefreshes sends queued refreshes once this slot has a lease.
+func (f *fleet) sendRefreshes(now time.Time) {
+	slot := lbcore.FleetSlotOf(now.Unix(), f.expire)
 	for len(f.refresh) > 0 && f.refreshing < refreshesAtOnce && f.leaseFor(slot) != 0 {
 		it := f.refresh[0]
 		f.refresh = f.refresh[1:]
@@ -456,6 +462,7 @@ func (f *fleet) grant(slot int64, now time.Time) {
 					f.nextSlot = slot
 				}
 				f.setLease(slot, id)
+				f.sendRefreshes(time.Now())
 			}
 		})
 	f.granting = err == nil
