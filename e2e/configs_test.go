@@ -55,6 +55,12 @@ var exampleIntent = map[string]func(c *lbcore.Config) bool{
 			strings.Contains(p.Keys[1].String(), "request.header.x-client-id")
 	},
 	"health.json": func(c *lbcore.Config) bool { return c.HealthCheck != nil && c.PassiveHealth != nil },
+	// The fleet demo (hashlb-proxy -etcd -fleet 3 -config configs/fleet.json):
+	// a method that differs between proxies, made to agree by etcd.
+	"fleet.json": func(c *lbcore.Config) bool {
+		p := c.Persistence
+		return p != nil && p.Fleet != nil && p.Fleet.Cluster == "etcd" && c.LBMethod == lbcore.MethodLeastConnection
+	},
 }
 
 func TestConfigsPluginExamples(t *testing.T) {
