@@ -133,6 +133,14 @@ func checkHCM(hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.C
 		errs = append(errs, errors.New("route_config: must be inline so the routed clusters can be checked"))
 	}
 	for _, cfg := range configs {
+		if p := cfg.Persistence; p != nil && p.Fleet != nil {
+			switch c := clusters[p.Fleet.Cluster]; {
+			case c == nil:
+				errs = append(errs, fmt.Errorf("plugin persistence.fleet.cluster %q: no such cluster", p.Fleet.Cluster))
+			case c.GetHttp2ProtocolOptions() != nil || len(c.GetTypedExtensionProtocolOptions()) > 0:
+				errs = append(errs, fmt.Errorf("cluster %s (persistence.fleet): must speak plain HTTP/1.1 to etcd's JSON gateway", c.GetName()))
+			}
+		}
 		if hc := cfg.HealthCheck; hc != nil && clusters[hc.Cluster] == nil {
 			errs = append(errs, fmt.Errorf("plugin healthCheck.cluster %q: no such cluster", hc.Cluster))
 		}
@@ -346,6 +354,10 @@ func TestEnvoyBrokenCopies(t *testing.T) {
 			[]string{"configuration: upstreamCount: 30 is out of range [1, 8]"}},
 		{"unknown plugin field", orig, `"upstreamCount": 3,`, `"upstreamCount": 3, "upstreamHeaders": "x",`,
 			[]string{"upstreamHeaders: unknown field"}},
+		{"fleet cluster missing", orig, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
+			[]string{`persistence.fleet.cluster "etcd": no such cluster`}},
+		{"fleet cluster on HTTP/2", orig, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
+			[]string{"hashlb_etcd (persistence.fleet): must speak plain HTTP/1.1"}},
 		{"unknown envoy field", orig, "num_retries: 2", "num_retriess: 2",
 			[]string{"num_retriess"}},
 		{"invalid envoy value", orig, "port_value: 10000", "port_value: 70000",
