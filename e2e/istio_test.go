@@ -36,6 +36,7 @@ type istioBundle struct {
 	wasm *extensionsv1alpha1.WasmPlugin
 	ef   *networkingv1alpha3.EnvoyFilter
 	se   *networkingv1alpha3.ServiceEntry
+	etcd *networkingv1alpha3.ServiceEntry // named hashlb-etcd: persistence.fleet's etcd
 	dr   *networkingv1alpha3.DestinationRule
 	vs   *networkingv1alpha3.VirtualService
 }
@@ -92,7 +93,10 @@ func (b *istioBundle) add(doc []byte) error {
 	case o.Kind == "EnvoyFilter" && o.APIVersion == "networking.istio.io/v1alpha3" && b.ef == nil:
 		b.ef = &networkingv1alpha3.EnvoyFilter{}
 		spec = b.ef
-	case o.Kind == "ServiceEntry" && networking && b.se == nil:
+	case o.Kind == "ServiceEntry" && networking && o.Metadata.Name == "hashlb-etcd" && b.etcd == nil:
+		b.etcd = &networkingv1alpha3.ServiceEntry{}
+		spec = b.etcd
+	case o.Kind == "ServiceEntry" && networking && o.Metadata.Name != "hashlb-etcd" && b.se == nil:
 		b.se = &networkingv1alpha3.ServiceEntry{}
 		spec = b.se
 	case o.Kind == "DestinationRule" && networking && b.dr == nil:
@@ -156,6 +160,9 @@ func checkIstio(b *istioBundle) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	if err := checkFleetEntry(b.etcd, cfg); err != nil {
+		errs = append(errs, err)
+	}
 	if err := checkEnvoyFilter(b.ef, cfg, host, port); err != nil {
 		errs = append(errs, err)
 	}
@@ -173,6 +180,34 @@ func checkIstio(b *istioBundle) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkFleetEntry checks that persistence.fleet.cluster names the outbound
+// cluster Istio makes of the hashlb-etcd ServiceEntry ("outbound|PORT||HOST"),
+// whose port speaks HTTP (etcd's JSON gateway, HTTP/1.1).
+func checkFleetEntry(se *networkingv1alpha3.ServiceEntry, cfg *lbcore.Config) error {
+	p := cfg.Persistence
+	if p == nil || p.Fleet == nil {
+		if se != nil {
+			return errors.New("ServiceEntry hashlb-etcd: the plugin has no persistence.fleet to use it")
+		}
+		return nil
+	}
+	if se == nil {
+		return fmt.Errorf("pluginConfig persistence.fleet.cluster %q: no ServiceEntry hashlb-etcd for etcd", p.Fleet.Cluster)
+	}
+	if len(se.GetHosts()) != 1 || len(se.GetPorts()) != 1 {
+		return fmt.Errorf("ServiceEntry hashlb-etcd: want one host and one port")
+	}
+	port := se.GetPorts()[0]
+	want := fmt.Sprintf("outbound|%d||%s", port.GetNumber(), se.GetHosts()[0])
+	if p.Fleet.Cluster != want {
+		return fmt.Errorf("pluginConfig persistence.fleet.cluster %q: Istio names the etcd cluster %q", p.Fleet.Cluster, want)
+	}
+	if port.GetProtocol() != "HTTP" {
+		return fmt.Errorf("ServiceEntry hashlb-etcd port protocol %q: want HTTP (etcd's JSON gateway over HTTP/1.1)", port.GetProtocol())
+	}
+	return nil
 }
 
 // checkServiceEntry checks that the ServiceEntry's endpoints are exactly the
@@ -325,6 +360,10 @@ func TestIstioBrokenCopies(t *testing.T) {
 			[]string{`services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`}},
 		{"bad plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 30",
 			[]string{"pluginConfig: upstreamCount: 30 is out of range [1, 8]"}},
+		{"fleet cluster not Istio's name", "wasmplugin.yaml", "cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", "cluster: etcd",
+			[]string{`persistence.fleet.cluster "etcd": Istio names the etcd cluster "outbound|2379||etcd.hashlb-system.svc.cluster.local"`}},
+		{"etcd port not HTTP", "etcd-serviceentry.yaml", "protocol: HTTP", "protocol: GRPC",
+			[]string{`ServiceEntry hashlb-etcd port protocol "GRPC": want HTTP`}},
 		{"unknown plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 3\n    lbMthod: URLHASH",
 			[]string{"lbMthod: unknown field"}},
 		{"unknown spec field", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_CLOSE\n  failStrategyy: FAIL_CLOSE",
