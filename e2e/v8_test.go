@@ -124,6 +124,9 @@ type v8Job struct {
 	Strings  string          `json:"strings"`
 	BudgetMs int             `json:"budgetMs"`
 	Phases   json.RawMessage `json:"phases,omitempty"`
+	// EtcdClusters are the clusters whose calls the script's MiniEtcd answers
+	// (persistence.fleet); calls to others are never answered.
+	EtcdClusters []string `json:"etcdClusters,omitempty"`
 }
 
 // v8JobFile runs several jobs in one process; each takes what it does not set from Defaults.
@@ -289,7 +292,8 @@ func TestV8(t *testing.T) {
 		var jobs []v8Job
 		for _, r := range share {
 			jobs = append(jobs, v8Job{Name: r.key(), Profile: r.profile, Config: latin1(string(r.config)), RootID: "hashlb",
-				Warmup: r.warmup, Repeat: r.repeat, Strings: "latin1", BudgetMs: int(v8PhaseBudget.Milliseconds())})
+				Warmup: r.warmup, Repeat: r.repeat, Strings: "latin1", BudgetMs: int(v8PhaseBudget.Milliseconds()),
+				EtcdClusters: fleetClusters(r.config)})
 		}
 		wg.Add(1)
 		go func() {
@@ -466,7 +470,8 @@ func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l 
 
 // v8Decision says what is wrong with an outcome, or "" if it is exactly one decision: the upstream
 // header once, naming 1 to upstreamCount distinct configured services, and the service header once
-// naming the first of them; or a local 503 "no healthy service".
+// naming the first of them; or a local 503 "no healthy service". With persistence.fleet a request
+// may pause while etcd (the script's MiniEtcd) answers, and must then be resumed with its decision.
 func v8Decision(c *lbcore.Config, services map[string]string, o *v8Outcome) string {
 	switch {
 	case o.Local != nil:
@@ -474,7 +479,9 @@ func v8Decision(c *lbcore.Config, services map[string]string, o *v8Outcome) stri
 			return "got a local reply other than one 503 \"no healthy service\""
 		}
 		return ""
-	case o.Action != "continue":
+	case o.Action == "paused-then-continued" && (c.Persistence == nil || c.Persistence.Fleet == nil):
+		return "were paused and resumed, which only persistence.fleet does (waiting for etcd)"
+	case o.Action != "continue" && o.Action != "paused-then-continued":
 		return "were left " + o.Action + " without a local reply"
 	case o.Closed > 0:
 		return "were closed"
@@ -580,4 +587,13 @@ func wasmModule(mod, name string, params int, callInit bool) []byte {
 		append([]byte{byte(len(initBody))}, initBody...),
 		[]byte{4, 0, 0x41, 0, 0x0b}) // allocate: i32.const 0
 	return bytes.Join([][]byte{{0, 'a', 's', 'm', 1, 0, 0, 0}, types, imports, funcs, memory, exports, code}, nil)
+}
+
+// fleetClusters is the etcd cluster of a configuration with persistence.fleet.
+func fleetClusters(config []byte) []string {
+	c, err := lbcore.ParseConfig(config)
+	if err != nil || c.Persistence == nil || c.Persistence.Fleet == nil {
+		return nil
+	}
+	return []string{c.Persistence.Fleet.Cluster}
 }

@@ -80,7 +80,10 @@
 // - Envoy joins repeated lines of its well-known ("inline") request headers into one value
 //   (source/common/http/header_map_impl.cc, HeaderMapImpl::insertByKey); here every line stays a
 //   separate entry, the harder case for a module that must see all of them.
-// - http_call is accepted (with Envoy's argument checks) but never answered; gRPC, shared queues,
+// - http_call is accepted (with Envoy's argument checks). A call to a cluster the job names in
+//   "etcdClusters" is answered, once the running top-level call has returned, by a small etcd of
+//   this script (MiniEtcd: the v3 JSON gateway's txn, range and lease grant, enough for
+//   persistence.fleet); any other call is never answered. gRPC, shared queues,
 //   set_buffer_bytes and foreign functions return Unimplemented; envoy_resolve_dns BadArgument.
 // - Export signatures are not checked; memory imports are supported, table and global imports are
 //   refused.
@@ -244,6 +247,54 @@ class HarnessFault extends Error {}
 
 // ---- One VM -------------------------------------------------------------------------------------------
 
+// MiniEtcd answers etcd's v3 JSON gateway as etcd does (base64 keys and values, int64 fields as
+// strings, fields at their zero value left out): /v3/kv/txn with one compare (CREATE or MOD),
+// request_put and request_range operations; /v3/kv/range; /v3/lease/grant. Leases never expire
+// here; a put on an unknown lease is refused as etcd refuses it.
+class MiniEtcd {
+  constructor() { this.kv = new Map(); this.rev = 1; this.leases = new Set(); this.nextLease = 7000; this.requests = 0; }
+  handle(path, body) {
+    this.requests++;
+    let req;
+    try { req = JSON.parse(body.toString('latin1')); } catch { return this.error(400, 3, 'invalid JSON'); }
+    const hdr = () => ({ revision: String(this.rev) });
+    const key = (b) => Buffer.from(b ?? '', 'base64').toString('latin1');
+    const range = (k) => {
+      const e = this.kv.get(key(k));
+      return e ? { header: hdr(), kvs: [{ key: k, create_revision: String(e.create), mod_revision: String(e.mod), version: String(e.version), value: e.value, ...(e.lease ? { lease: String(e.lease) } : {}) }], count: '1' } : { header: hdr() };
+    };
+    if (path === '/v3/lease/grant') {
+      const id = ++this.nextLease;
+      this.leases.add(id);
+      return this.ok({ header: hdr(), ID: String(id), TTL: String(req.TTL) });
+    }
+    if (path === '/v3/kv/range') return this.ok(range(req.key));
+    if (path !== '/v3/kv/txn') return this.error(404, 5, 'Not Found');
+    const c = req.compare?.[0];
+    const cur = c && this.kv.get(key(c.key));
+    let ok = true;
+    if (c?.target === 'CREATE') ok = (cur?.create ?? 0) === Number(c.create_revision ?? 0);
+    else if (c?.target === 'MOD') ok = (cur?.mod ?? 0) === Number(c.mod_revision ?? 0);
+    const ops = (ok ? req.success : req.failure) ?? [];
+    const responses = [];
+    for (const op of ops) {
+      if (op.request_put) {
+        const p = op.request_put, lease = Number(p.lease ?? 0);
+        if (lease && !this.leases.has(lease)) return this.error(400, 5, 'etcdserver: requested lease not found');
+        const k = key(p.key), old = this.kv.get(k);
+        this.rev++;
+        this.kv.set(k, { value: p.value ?? '', create: old?.create ?? this.rev, mod: this.rev, version: (old?.version ?? 0) + 1, lease });
+        responses.push({ response_put: { header: hdr() } });
+      } else if (op.request_range) responses.push({ response_range: range(op.request_range.key) });
+    }
+    return this.ok({ header: hdr(), ...(ok ? { succeeded: true } : {}), responses });
+  }
+  ok(v) { return { headers: [[':status', '200'], ['content-type', 'application/json']], body: Buffer.from(JSON.stringify(v), 'latin1') }; }
+  error(status, code, message) {
+    return { headers: [[':status', String(status)], ['content-type', 'application/json']], body: Buffer.from(JSON.stringify({ error: message, code, message }), 'latin1') };
+  }
+}
+
 class VM {
   constructor(run, compiled) {
     Object.assign(this, { run, compiled, job: run.job, profile: run.profile });
@@ -253,6 +304,7 @@ class VM {
     this.shared = new Map(); this.cas = 0;
     this.metrics = new Map(); this.metricNames = new Map(); this.metricNext = [0, 1, 2];
     this.tickMs = 0; this.nextTick = 0; this.ticks = 0; this.httpCalls = 0; this.httpToken = 0;
+    this.etcd = new MiniEtcd(); this.pendingCalls = []; this.callResp = null;
     this.logs = [0, 0, 0, 0, 0, 0]; this.errorLogs = []; this.stderr = '';
     this.clockOffsetNs = 0n; this.wall0 = BigInt(Date.now()) * 1000000n - process.hrtime.bigint();
   }
@@ -307,6 +359,7 @@ class VM {
     this.cur = c; this.effective = null;
     try {
       const r = f(...args);
+      if (saved[0] === null) this.deliverCalls(); // answers arrive once the top-level call returned
       return r === undefined ? 0 : r >>> 0;
     } catch (e) {
       if (e instanceof HarnessFault) throw e;
@@ -314,6 +367,24 @@ class VM {
       return undefined;
     } finally {
       [this.cur, this.effective] = saved;
+    }
+  }
+
+  // deliverCalls answers the pending calls to the job's etcd clusters through
+  // proxy_on_http_call_response(root, token, headers, body size, trailers) on the calling root
+  // context; the answer is readable during the callback as header map 6 and buffer 4.
+  deliverCalls() {
+    while (this.pendingCalls.length > 0 && !this.dead) {
+      const call = this.pendingCalls.shift();
+      const root = this.contexts.get(call.root);
+      if (!root) continue;
+      const resp = this.etcd.handle(call.path, call.body);
+      this.callResp = resp;
+      try {
+        this.call(root, 'proxy_on_http_call_response', root.id, call.token, resp.headers.length, resp.body.length, 0);
+      } finally {
+        this.callResp = null;
+      }
     }
   }
 
@@ -342,6 +413,7 @@ class VM {
 
   // Header maps: Envoy Context::getConstMap (reads) and getMap (writes).
   headerMap(type, write) {
+    if ((type === 6 || type === 7) && this.callResp) return write ? null : type === 6 ? this.callResp.headers : [];
     const c = this.ctx();
     if (c.kind !== 'stream') return null;
     if (c.logPhase) return write ? null : type === 0 ? c.req : type === 2 ? c.resp : null;
@@ -570,7 +642,14 @@ class VM {
         vm.httpCalls++;
         vm.httpToken++;
         m().u32(tokenp, vm.httpToken);
-        return S.Ok; // never answered
+        if (vm.job.etcdClusters.includes(cluster)) {
+          // cpp-host http_call: the call belongs to the root context of the calling one.
+          let c = vm.ctx();
+          while (c && c.kind === 'stream') c = vm.contexts.get(c.parent);
+          const path = decodePairs(hdrs).find(([k]) => asciiLower(k) === ':path')?.[1] ?? '';
+          vm.pendingCalls.push({ root: c?.id ?? 0, token: vm.httpToken, path, body: Buffer.from(body) });
+        }
+        return S.Ok; // other clusters: never answered
       },
       proxy_set_tick_period_milliseconds: (ms) => { vm.tickMs = ms >>> 0; vm.nextTick = Number(vm.clockOffsetNs / 1000000n) + vm.tickMs; return S.Ok; },
       proxy_get_current_time_nanoseconds: (out) => (m().u64(out, vm.nowNs()) ? S.Ok : S.InvalidMemoryAccess),
@@ -639,6 +718,7 @@ class VM {
       type >>>= 0;
       const c = vm.ctx();
       if (type > 8) return undefined;
+      if (type === 4) return vm.callResp ? vm.callResp.body : null;
       if (type === 7) return c.pluginConfigReadable ? vm.run.config : null;
       if (type === 6) return ''; // the VM configuration: none
       if (type === 1) return c.kind === 'stream' && c.responseBody !== undefined ? c.responseBody : '';
@@ -700,6 +780,7 @@ function loadJob(job, phaseCache) {
     warmup: job.warmup ?? 0, repeat: job.repeat ?? 1, logLevel: job.logLevel ?? 2,
     intervalNs: BigInt(Math.round((job.requestIntervalMs ?? 1) * 1e6)), slowUs: (job.slowMs ?? 50) * 1000,
     budgetMs: job.budgetMs ?? 0, perRequest: !!job.perRequest,
+    etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
     phases: job.phases.map((ph) => {
       const key = `${job.strings}`;
       if (!phaseCache.has(ph)) phaseCache.set(ph, new Map());
