@@ -60,6 +60,7 @@ type fleetOp struct {
 	deadline time.Time
 	replaces int
 	creates  int
+	calls    int // calls sent; at most maxCalls
 }
 
 type refreshItem struct {
@@ -79,6 +80,7 @@ const (
 	firstBackoff    = time.Second
 	maxBackoff      = 30 * time.Second
 	maxReplaces     = 2
+	maxCalls        = 6 // per transaction: grant, create, two replaces, and a retry of each kind
 	maxRefreshes    = 4096 // queued refreshes per worker; more are dropped
 	refreshesAtOnce = 32
 )
@@ -169,7 +171,8 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 	})
 	switch {
 	case err == lbcore.ErrEtcdLeaseNotFound:
-		f.setLease(f.leaseSlot, 0) // expired or revoked: grant again
+		// Expired or revoked (etcd lost it): grant again.
+		f.setLease(lbcore.FleetSlotOf(now.Unix(), f.expire), 0)
 		f.retry(op)
 		return
 	case err != nil:
@@ -220,9 +223,10 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 // its timeout. The answer goes to handle, from the stream op answers to.
 func (f *fleet) call(op *fleetOp, path string, body []byte, now time.Time, handle func(status int, body []byte)) bool {
 	left := op.deadline.Sub(now)
-	if left < time.Millisecond {
+	if left < time.Millisecond || op.calls >= maxCalls {
 		return false
 	}
+	op.calls++
 	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.headers(path), body, nil, uint32(left/time.Millisecond),
 		func(numHeaders, bodySize, _ int) {
 			defer func() {
