@@ -80,7 +80,7 @@ const (
 	firstBackoff    = time.Second
 	maxBackoff      = 30 * time.Second
 	maxReplaces     = 2
-	maxCalls        = 6 // per transaction: grant, create, two replaces, and a retry of each kind
+	maxCalls        = 6    // per transaction: grant, create, two replaces, and a retry of each kind
 	maxRefreshes    = 4096 // queued refreshes per worker; more are dropped
 	refreshesAtOnce = 32
 )
