@@ -50,7 +50,15 @@ func hostSendLocalResponse(v *vm, p []uint64) uint64 {
 }
 
 // hostSetEffectiveContext implements proxy_set_effective_context: later host
-// calls of the running callback act on context id (BadArgument if unknown).
+// calls of the running callback act on context id. An id that is not a live
+// context, such as a stream already reset and deleted, is BadArgument and
+// leaves the effective context as it was (cpp-host src/exports.cc
+// set_effective_context at 03da0e12ca6d8b677161f764a99373566c6768ff:
+// getContext(cid) null → WasmResult::BadArgument; Envoy's Context is removed
+// from the VM's contexts when its stream is destroyed). So a module that
+// resumes a stream from a callout's response after Finish reset it gets
+// BadArgument here, and its proxy_continue_stream then acts on the root
+// context and finds no stream (see continueStream).
 func hostSetEffectiveContext(v *vm, p []uint64) uint64 {
 	id := uint32(p[0])
 	if _, ok := v.roots[id]; !ok && v.streams[id] == nil {
@@ -69,8 +77,12 @@ func hostDone(*vm, []uint64) uint64 { return statusNotFound }
 func hostContinueStream(v *vm, p []uint64) uint64 { return v.continueStream(p[0]) }
 
 // continueStream resumes a paused request (0) or response (1): the headers
-// go on and leave the module's reach. Downstream/upstream (2, 3) are TCP
-// streams hostsim does not run.
+// go on and leave the module's reach (Envoy Context::continueStream defers
+// continueDecoding until the guest call returns; hostsim resolves the
+// stream's Wait then, see vm.settle). Downstream/upstream (2, 3) are TCP
+// streams hostsim does not run. On a root context (no stream, e.g. after a
+// failed proxy_set_effective_context) hostsim answers NotFound; Envoy answers
+// Ok and does nothing (context.cc: no decoder callbacks).
 func (v *vm) continueStream(typ uint64) uint64 {
 	s := v.streams[v.context()]
 	switch {
@@ -80,6 +92,7 @@ func (v *vm) continueStream(typ uint64) uint64 {
 		return statusNotFound
 	case typ == 0:
 		s.closeRequest()
+		s.resumed = true
 	case typ == 1:
 		s.maps[mapResponseHeaders].state = mapClosed
 		s.maps[mapResponseTrailers].state = mapClosed

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +41,11 @@ type Config struct {
 	RealTime bool
 	// HTTPCall answers proxy_http_call; nil sends real HTTP to :authority.
 	HTTPCall HTTPHandler
+	// Clusters maps Envoy cluster names to host:port. A proxy_http_call to one
+	// of them is sent as real HTTP/1.1 to that address and answered
+	// asynchronously, when its response comes, as Envoy does; calls to other
+	// clusters go to HTTPCall.
+	Clusters map[string]string
 	// Properties are host-wide property values by dotted path ("node.id");
 	// per-stream values override them.
 	Properties map[string][]byte
@@ -67,6 +73,15 @@ type Host struct {
 	cfgMu   sync.Mutex // serialises Configure
 	plugin  []byte     // current plugin configuration
 	props   map[string][]byte
+
+	// Callouts to Config.Clusters in flight (httpcall.go).
+	client  *http.Client
+	bgCtx   context.Context
+	bgStop  context.CancelFunc
+	bg      sync.WaitGroup
+	bgMu    sync.Mutex
+	pending int
+	closed  bool
 }
 
 var defaultCache = wazero.NewCompilationCache()
@@ -98,9 +113,12 @@ func New(ctx context.Context, wasm []byte, cfg Config) (*Host, error) {
 	h := &Host{cfg: cfg, prof: prof, rt: wazero.NewRuntimeWithConfig(ctx, rc),
 		clock: newClock(cfg.Start, cfg.RealTime), shared: NewSharedData(),
 		metrics: newMetrics(), logs: &logStore{min: cfg.LogLevel, out: cfg.LogOutput},
-		plugin: cfg.PluginConfig, props: propMap(cfg.Properties)}
+		plugin: cfg.PluginConfig, props: propMap(cfg.Properties),
+		// Envoy asks for no compression on a callout; neither does hostsim.
+		client: &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16}}}
+	h.bgCtx, h.bgStop = context.WithCancel(context.Background())
 	if err := h.load(ctx, wasm); err != nil {
-		h.rt.Close(ctx)
+		h.Close(ctx)
 		return nil, err
 	}
 	return h, nil
@@ -203,8 +221,34 @@ func (h *Host) hostModules() map[string]map[string]hostFunc {
 	return mods
 }
 
-// Close releases every VM and the runtime.
-func (h *Host) Close(ctx context.Context) error { return h.rt.Close(ctx) }
+// ErrHostClosed is the result of a paused stream still waiting when its Host closed.
+var ErrHostClosed = errors.New("hostsim: host closed")
+
+// Close cancels the callouts in flight and waits for their goroutines (their
+// responses are dropped), ends the wait of every paused stream with
+// ErrHostClosed, and releases every VM and the runtime. Later calls do nothing.
+func (h *Host) Close(ctx context.Context) error {
+	h.bgMu.Lock()
+	if h.closed {
+		h.bgMu.Unlock()
+		return nil
+	}
+	h.closed = true
+	h.bgMu.Unlock()
+	h.bgStop()
+	h.bg.Wait()
+	h.client.CloseIdleConnections()
+	for _, v := range h.vms {
+		v.mu.Lock()
+		for _, s := range v.streams {
+			if s.req == reqPaused {
+				s.resolve(Result{Action: ActionPause, Err: ErrHostClosed})
+			}
+		}
+		v.mu.Unlock()
+	}
+	return h.rt.Close(ctx)
+}
 
 // Workers returns the number of VMs.
 func (h *Host) Workers() int { return len(h.vms) }

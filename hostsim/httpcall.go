@@ -52,8 +52,11 @@ var httpCallFuncs = []hostFunc{
 // hostHTTPCall implements proxy_http_call(upstream, headers, body, trailers,
 // timeout_ms, token_ptr) (cpp-host exports.cc http_call; Envoy
 // Context::httpCall): BadArgument without :path, :method or :authority. The
-// call belongs to the calling context's root context. hostsim answers it once
-// the running guest call has returned, before control goes back to the caller.
+// call belongs to the calling context's root context. A call to a cluster of
+// Config.Clusters is sent at once on its own goroutine and answered whenever
+// its response, failure or timeout comes, as Envoy's async client does (see
+// startCallout); any other call is answered by Config.HTTPCall once the
+// running guest call has returned, before control goes back to the caller.
 func hostHTTPCall(v *vm, p []uint64) uint64 {
 	cluster, ok1 := v.mem(p[0], p[1])
 	hb, ok2 := v.mem(p[2], p[3])
@@ -80,9 +83,14 @@ func hostHTTPCall(v *vm, p []uint64) uint64 {
 	if !v.putU32(p[9], v.nextToken) {
 		return statusInvalidMemoryAccess
 	}
-	v.callouts = append(v.callouts, &callout{root: r.id, token: v.nextToken, req: &CallRequest{
+	c := &callout{root: r.id, token: v.nextToken, req: &CallRequest{
 		Worker: v.id, Cluster: string(cluster), Headers: headers, Body: body, Trailers: trailers,
-		Timeout: time.Duration(uint32(p[8])) * time.Millisecond}})
+		Timeout: time.Duration(uint32(p[8])) * time.Millisecond}}
+	if addr, ok := v.h.cfg.Clusters[c.req.Cluster]; ok {
+		v.h.startCallout(v, c, addr)
+		return statusOK
+	}
+	v.callouts = append(v.callouts, c)
 	return statusOK
 }
 
@@ -102,11 +110,73 @@ func (v *vm) deliverCallouts() {
 			v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d failed: %v", c.token, err))
 			resp = &CallResponse{}
 		}
-		v.callResp = resp
-		v.call("proxy_on_http_call_response", uint64(c.root), uint64(c.token),
-			uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers)))
-		v.callResp = nil
+		v.deliver(c, resp)
 	}
+}
+
+// deliver hands resp to proxy_on_http_call_response of c's root context.
+func (v *vm) deliver(c *callout, resp *CallResponse) {
+	v.callResp = resp
+	v.call("proxy_on_http_call_response", uint64(c.root), uint64(c.token),
+		uint64(len(resp.Headers)), uint64(len(resp.Body)), uint64(len(resp.Trailers)))
+	v.callResp = nil
+}
+
+// startCallout sends c to a cluster of Config.Clusters on its own goroutine.
+// Envoy's async client answers a callout later, from the worker's event loop:
+// the response (or the failure: connection refused, reset, or the module's
+// timeout elapsed) calls proxy_on_http_call_response on the root context that
+// made the call, with no guest call of that VM running (context.cc
+// Context::httpCall, onHttpCallSuccess, onHttpCallFailure). hostsim takes the
+// VM's lock for that call. Timeout 0 means none, as in Envoy; Host.Close
+// cancels what is still in flight. A callout made after Close is dropped.
+func (h *Host) startCallout(v *vm, c *callout, addr string) {
+	h.bgMu.Lock()
+	defer h.bgMu.Unlock()
+	if h.closed {
+		return
+	}
+	h.bg.Add(1)
+	h.pending++
+	go h.runCallout(v, c, addr)
+}
+
+func (h *Host) runCallout(v *vm, c *callout, addr string) {
+	defer h.bg.Done()
+	ctx, cancel := h.bgCtx, context.CancelFunc(func() {})
+	if c.req.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, c.req.Timeout)
+	}
+	resp, err := sendHTTP(ctx, h.client, c.req, addr)
+	cancel()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	h.bgMu.Lock()
+	h.pending--
+	closed := h.closed
+	h.bgMu.Unlock()
+	switch {
+	case closed:
+		return // Envoy cancels a root context's callouts when it goes away
+	case v.dead != nil:
+		return
+	case v.roots[c.root] == nil:
+		v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d dropped: root context %d is gone", c.token, c.root))
+		return
+	}
+	if err != nil {
+		v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d to cluster %s (%s) failed: %v", c.token, c.req.Cluster, addr, err))
+		resp = &CallResponse{}
+	}
+	v.deliver(c, resp)
+}
+
+// PendingCallouts returns how many callouts to Config.Clusters are in flight:
+// sent and not yet answered (or dropped).
+func (h *Host) PendingCallouts() int {
+	h.bgMu.Lock()
+	defer h.bgMu.Unlock()
+	return h.pending
 }
 
 // LoopbackHTTP is the default HTTPHandler: a real HTTP/1.1 request to
@@ -115,7 +185,8 @@ func LoopbackHTTP(req *CallRequest) (*CallResponse, error) {
 	return SendHTTP(req, req.Header(":authority"))
 }
 
-// SendHTTP sends req as a real HTTP request to addr (host:port).
+// SendHTTP sends req as a real HTTP request to addr (host:port), with the
+// module's timeout (5 s when it gave none).
 func SendHTTP(req *CallRequest, addr string) (*CallResponse, error) {
 	timeout := req.Timeout
 	if timeout <= 0 {
@@ -123,6 +194,14 @@ func SendHTTP(req *CallRequest, addr string) (*CallResponse, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	return sendHTTP(ctx, http.DefaultClient, req, addr)
+}
+
+// sendHTTP sends req as HTTP/1.1 to addr with client until ctx ends: the
+// module's :method and :path, :authority as the Host header, its other
+// headers and its body. The response's header names are lower case, :status
+// first.
+func sendHTTP(ctx context.Context, client *http.Client, req *CallRequest, addr string) (*CallResponse, error) {
 	hr, err := http.NewRequestWithContext(ctx, req.Header(":method"), "http://"+addr+req.Header(":path"), bytes.NewReader(req.Body))
 	if err != nil {
 		return nil, err
@@ -133,7 +212,7 @@ func SendHTTP(req *CallRequest, addr string) (*CallResponse, error) {
 			hr.Header.Add(h[0], h[1])
 		}
 	}
-	resp, err := http.DefaultClient.Do(hr)
+	resp, err := client.Do(hr)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"context"
 	"errors"
 	"strconv"
 	"strings"
@@ -63,11 +64,31 @@ type Stream struct {
 	inLocal  bool
 	finished bool
 	closed   bool
+	resumed  bool   // proxy_continue_stream(0) was called on the stream
 	calls    []Call // Config.Trace
+
+	// The request's way out of the filter (see Wait).
+	req     reqState
+	outcome Result        // set when req becomes reqDone
+	done    chan struct{} // closed when req becomes reqDone
 }
 
-// ErrStreamFinished is returned when a finished stream is used again.
+// reqState is where a stream's request headers are.
+type reqState int
+
+const (
+	reqNone   reqState = iota // RequestHeaders not called yet
+	reqPaused                 // proxy_on_request_headers returned Pause, nothing resolved it yet
+	reqDone                   // continued, answered locally, closed, reset or failed: outcome holds it
+)
+
+// ErrStreamFinished is returned when a finished stream is used again, and by
+// Wait for a paused stream that Finish reset.
 var ErrStreamFinished = errors.New("hostsim: stream already finished")
+
+// ErrStreamClosed is Wait's error for a request the module closed
+// (proxy_close_stream): Envoy resets the stream, the client gets no response.
+var ErrStreamClosed = errors.New("hostsim: stream closed by the module (proxy_close_stream)")
 
 // Stream creates an HTTP context on worker (proxy_on_context_create(id, root)).
 func (h *Host) Stream(worker int) *Stream {
@@ -75,7 +96,7 @@ func (h *Host) Stream(worker int) *Stream {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.nextID++
-	s := &Stream{v: v, id: v.nextID, root: v.root.id, props: map[string][]byte{}}
+	s := &Stream{v: v, id: v.nextID, root: v.root.id, props: map[string][]byte{}, done: make(chan struct{})}
 	for i := range s.maps {
 		s.maps[i] = &headerMap{}
 	}
@@ -128,6 +149,21 @@ func (s *Stream) RequestHeaders(headers [][2]string, props map[string][]byte) Re
 	v := s.v
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if s.req != reqNone {
+		return Result{Err: errors.New("hostsim: request headers already sent on this stream")}
+	}
+	res := s.requestHeaders(headers, props)
+	if res.Action == ActionPause && res.LocalReply == nil && res.Err == nil {
+		s.req = reqPaused
+		s.settle() // the module may have resumed it already (a callout answered in the same call)
+	} else {
+		s.resolve(res)
+	}
+	return res
+}
+
+func (s *Stream) requestHeaders(headers [][2]string, props map[string][]byte) Result {
+	v := s.v
 	if v.dead != nil || s.finished {
 		return s.failure(headers)
 	}
@@ -230,6 +266,11 @@ func (s *Stream) Finish() error {
 		return nil
 	}
 	s.finished = true
+	if s.req != reqDone {
+		// Envoy's reset of a stream whose filter still holds the request:
+		// the stream's context goes away and nothing resumes it.
+		s.resolve(Result{Action: ActionPause, Err: ErrStreamFinished})
+	}
 	defer delete(v.streams, s.id)
 	if v.dead != nil {
 		return v.dead
@@ -252,4 +293,95 @@ func (s *Stream) Finish() error {
 	}
 	_, err := v.call("proxy_on_delete", uint64(s.id))
 	return err
+}
+
+// Wait blocks until the request of a stream whose RequestHeaders returned
+// Pause leaves the filter, and returns the Result RequestHeaders would have
+// returned then:
+//   - the module resumed it (proxy_continue_stream(0) on the stream, also
+//     through proxy_set_effective_context from a callout's response or a
+//     tick): Action Continue, Headers as they leave the filter;
+//   - the module answered it (proxy_send_local_response): LocalReply, after
+//     the reply went through the filter's proxy_on_response_headers;
+//   - the module closed it (proxy_close_stream): Err ErrStreamClosed;
+//   - the VM died: Envoy's failure policy, as RequestHeaders;
+//   - Finish reset it: Err ErrStreamFinished; the Host closed: ErrHostClosed;
+//   - ctx ended first: Action Pause and ctx's error; the stream stays paused.
+//
+// For a request that already left the filter (RequestHeaders returned
+// Continue or a local reply, or the module resumed it) Wait returns that at
+// once. Wait may be called from another goroutine than the stream's other
+// methods.
+func (s *Stream) Wait(ctx context.Context) Result {
+	v := s.v
+	v.mu.Lock()
+	if s.req == reqNone {
+		v.mu.Unlock()
+		return Result{Err: errors.New("hostsim: Wait before RequestHeaders")}
+	}
+	v.mu.Unlock()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		select {
+		case <-s.done: // resolved at the same time: prefer the outcome
+		default:
+			return Result{Action: ActionPause, Err: ctx.Err()}
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return s.outcome
+}
+
+// resolve records the request's way out of the filter and wakes Wait.
+func (s *Stream) resolve(r Result) {
+	if s.req == reqDone {
+		return
+	}
+	s.req, s.outcome = reqDone, r
+	close(s.done)
+}
+
+// settle resolves a paused request that the module has let go of, reporting
+// whether it did. The VM's lock is held.
+func (s *Stream) settle() bool {
+	if s.req != reqPaused {
+		return false
+	}
+	switch {
+	case s.v.dead != nil:
+		s.resolve(s.failure(s.orig))
+	case s.local != nil:
+		s.closeRequest()
+		s.resolve(s.localReply())
+	case s.closed:
+		s.resolve(Result{Action: ActionPause, Err: ErrStreamClosed})
+	case s.resumed:
+		s.resolve(Result{Action: ActionContinue, Headers: append([][2]string(nil), s.maps[mapRequestHeaders].pairs...)})
+	default:
+		return false
+	}
+	return true
+}
+
+// settle resolves every paused stream of the VM that the last guest call let
+// go of (continued, answered, closed, or the VM died). Called after each
+// top-level guest call; a local reply runs the filter's
+// proxy_on_response_headers, which may let go of further streams, so it
+// repeats until nothing changes.
+func (v *vm) settle() {
+	if v.settling {
+		return
+	}
+	v.settling = true
+	defer func() { v.settling = false }()
+	for changed := true; changed; {
+		changed = false
+		for _, s := range v.streams {
+			if s.settle() {
+				changed = true
+			}
+		}
+	}
 }

@@ -69,6 +69,7 @@ type vm struct {
 	callResp         *CallResponse // the callout response being delivered
 	callouts         []*callout    // dispatched, answered after the running call
 	nextToken        uint32
+	settling         bool // settle is running (stream.go)
 }
 
 func newVM(ctx context.Context, h *Host, id int, cm wazero.CompiledModule) (*vm, error) {
@@ -219,9 +220,12 @@ func (v *vm) call(name string, args ...uint64) (uint64, error) {
 	v.phase = ""
 	v.h.clock.mu.RUnlock()
 	if err != nil {
-		return 0, v.fail(name, err.Error())
+		err = v.fail(name, err.Error())
+		v.settle() // paused streams get the failure policy
+		return 0, err
 	}
 	v.deliverCallouts()
+	v.settle()
 	if len(res) == 0 {
 		return 0, nil
 	}

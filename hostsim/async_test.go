@@ -1,0 +1,347 @@
+package hostsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// store is a loopback HTTP server for callouts: each request is announced on
+// got, then answered by answer(path) once release is closed (or at once when
+// release is nil); a request whose client hung up first is announced on
+// hungUp. Requests are never left hanging at the end of a test.
+type store struct {
+	srv     *httptest.Server
+	got     chan *http.Request
+	hungUp  chan *http.Request
+	release chan struct{}
+	answer  func(path string) string
+	mu      sync.Mutex
+	seen    []string // paths in arrival order
+}
+
+func newStore(t *testing.T, release chan struct{}, answer func(string) string) *store {
+	t.Helper()
+	s := &store{got: make(chan *http.Request, 16), hungUp: make(chan *http.Request, 16), release: release, answer: answer}
+	stop := make(chan struct{})
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		s.seen = append(s.seen, r.URL.Path)
+		s.mu.Unlock()
+		s.got <- r
+		if s.release != nil {
+			select {
+			case <-s.release:
+			case <-r.Context().Done():
+				s.hungUp <- r
+				return
+			case <-stop:
+				return
+			}
+		}
+		w.Header().Set("x-store", "yes")
+		fmt.Fprint(w, s.answer(r.URL.Path))
+	}))
+	t.Cleanup(func() { close(stop); s.srv.Close() })
+	return s
+}
+
+func (s *store) addr() string { return strings.TrimPrefix(s.srv.URL, "http://") }
+
+// asyncReq is a request for the async test module: GET path, its callout to cluster.
+func asyncReq(path, cluster string, timeoutMS int) [][2]string {
+	h := [][2]string{{":method", "GET"}, {":path", path}, {":authority", "example.com"}, {"x-cluster", cluster}}
+	if timeoutMS > 0 {
+		h = append(h, [2]string{"x-timeout", fmt.Sprint(timeoutMS)})
+	}
+	return h
+}
+
+// waitCtx bounds a Wait so that a bug fails the test instead of hanging it.
+func waitCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func hasLog(h *Host, line string) bool {
+	for _, l := range h.LogsAt(LogInfo) {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+func TestClusterCalloutAnsweredAfterTheCall(t *testing.T) {
+	release := make(chan struct{})
+	st := newStore(t, release, func(p string) string { return "hello " + p })
+	h := newHost(t, "async", Config{Clusters: map[string]string{"store": st.addr()}})
+	s := h.Stream(0)
+	res := s.RequestHeaders(asyncReq("/k1", "store", 0), nil)
+	if res.Action != ActionPause || res.Err != nil || res.LocalReply != nil {
+		t.Fatalf("RequestHeaders = %+v, want Pause", res)
+	}
+	r := <-st.got // the request reached the store after RequestHeaders returned
+	if r.Host != "store" || r.Header.Get("x-stream") != fmt.Sprint(s.ID()) || r.Method != "GET" {
+		t.Errorf("store got %s %s Host %q x-stream %q, want GET /k1 Host store x-stream %d",
+			r.Method, r.URL, r.Host, r.Header.Get("x-stream"), s.ID())
+	}
+	if n := h.PendingCallouts(); n != 1 {
+		t.Errorf("PendingCallouts() = %d while the store holds the answer, want 1", n)
+	}
+	if logs := h.LogsAt(LogInfo); len(logs) != 0 {
+		t.Fatalf("logs before the store answered = %q, want none (no response delivered yet)", logs)
+	}
+	close(release)
+	got := s.Wait(waitCtx(t))
+	if got.Err != nil || got.Action != ActionContinue {
+		t.Fatalf("Wait = %+v, want Continue", got)
+	}
+	if v, _ := got.Header("x-answer"); v != "200:hello /k1" {
+		t.Errorf("x-answer = %q, want 200:hello /k1 (set from the callout response)", v)
+	}
+	want := []string{
+		// :status, content-length, content-type, date, x-store
+		"response 1 status 200 headers 5 body hello /k1",
+		fmt.Sprintf("effective %d 0", s.ID()),
+		"continue 0",
+	}
+	for _, line := range want {
+		if !hasLog(h, line) {
+			t.Errorf("logs = %q, want a line %q", h.LogsAt(LogInfo), line)
+		}
+	}
+	if n := h.PendingCallouts(); n != 0 {
+		t.Errorf("PendingCallouts() after delivery = %d, want 0", n)
+	}
+	if again := s.Wait(waitCtx(t)); again.Action != ActionContinue {
+		t.Errorf("second Wait = %+v, want the same Continue at once", again)
+	}
+	if err := s.Finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClusterCalloutFailures(t *testing.T) {
+	hang := make(chan struct{}) // never closed: the store does not answer
+	slow := newStore(t, hang, func(string) string { return "late" })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+	tests := []struct {
+		name, cluster string
+		timeoutMS     int
+	}{
+		{"timeout", "slow", 50},
+		{"connection refused", "refused", 0},
+	}
+	h := newHost(t, "async", Config{Clusters: map[string]string{"slow": slow.addr(), "refused": refused}})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h.ResetLogs()
+			s := h.Stream(0)
+			defer s.Finish()
+			if res := s.RequestHeaders(asyncReq("/k", tc.cluster, tc.timeoutMS), nil); res.Action != ActionPause {
+				t.Fatalf("RequestHeaders = %+v, want Pause", res)
+			}
+			got := s.Wait(waitCtx(t))
+			if v, _ := got.Header("x-answer"); got.Action != ActionContinue || v != ":" {
+				t.Fatalf("Wait = %+v, want Continue with x-answer %q (no status, no body)", got, ":")
+			}
+			if !strings.HasSuffix(h.LogsAt(LogInfo)[0], " status  headers 0 body ") {
+				t.Errorf("delivery = %q, want Envoy's failure: no headers, no body", h.LogsAt(LogInfo)[0])
+			}
+		})
+	}
+}
+
+func TestPausedStreamOutcomes(t *testing.T) {
+	st := newStore(t, nil, func(p string) string {
+		switch p {
+		case "/chain":
+			return "again /second"
+		case "/second":
+			return "two"
+		}
+		return p[1:] // "/local" → "local", "/close" → "close"
+	})
+	hang := newStore(t, make(chan struct{}), func(string) string { return "" })
+	h := newHost(t, "async", Config{
+		Clusters: map[string]string{"store": st.addr(), "hang": hang.addr()},
+		HTTPCall: func(*CallRequest) (*CallResponse, error) {
+			return &CallResponse{Headers: [][2]string{{":status", "200"}}, Body: []byte("sync")}, nil
+		},
+	})
+	t.Run("local reply through on_response_headers", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		s.RequestHeaders(asyncReq("/local", "store", 0), nil)
+		got := s.Wait(waitCtx(t))
+		l := got.LocalReply
+		if l == nil || l.Status != 418 || string(l.Body) != "from the store" || l.Details != "store_says_no" {
+			t.Fatalf("Wait = %+v, want a 418 local reply", got)
+		}
+		for name, want := range map[string]string{"x-local": "yes", "x-seen": "1", ":status": "418"} {
+			if v, _ := l.Header(name); v != want {
+				t.Errorf("local reply %s = %q, want %q", name, v, want)
+			}
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		s.RequestHeaders(asyncReq("/close", "store", 0), nil)
+		if got := s.Wait(waitCtx(t)); !errors.Is(got.Err, ErrStreamClosed) || got.LocalReply != nil {
+			t.Fatalf("Wait = %+v, want ErrStreamClosed and no reply", got)
+		}
+	})
+	t.Run("chained callout from the response", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		s.RequestHeaders(asyncReq("/chain", "store", 0), nil)
+		got := s.Wait(waitCtx(t))
+		if v, _ := got.Header("x-answer"); got.Action != ActionContinue || v != "200:two" {
+			t.Fatalf("Wait = %+v, want Continue with x-answer 200:two", got)
+		}
+		if !hasLog(h, "again 0") {
+			t.Errorf("logs = %q, want the chained proxy_http_call to succeed", h.LogsAt(LogInfo))
+		}
+	})
+	t.Run("not paused", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		res := s.RequestHeaders(asyncReq("/pass", "store", 0), nil)
+		if got := s.Wait(waitCtx(t)); res.Action != ActionContinue || got.Action != ActionContinue || got.Err != nil {
+			t.Fatalf("RequestHeaders, Wait = %+v, %+v; want Continue at once", res, got)
+		}
+	})
+	t.Run("two streams answered out of order", func(t *testing.T) {
+		a, b := h.Stream(0), h.Stream(0)
+		defer a.Finish()
+		defer b.Finish()
+		a.RequestHeaders(asyncReq("/a", "store", 0), nil)
+		b.RequestHeaders(asyncReq("/b", "store", 0), nil)
+		gb, ga := b.Wait(waitCtx(t)), a.Wait(waitCtx(t))
+		va, _ := ga.Header("x-answer")
+		vb, _ := gb.Header("x-answer")
+		if va != "200:a" || vb != "200:b" {
+			t.Fatalf("x-answer a, b = %q, %q; want each stream its own answer", va, vb)
+		}
+	})
+	t.Run("answered within the call by Config.HTTPCall", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		res := s.RequestHeaders(asyncReq("/x", "other", 0), nil)
+		got := s.Wait(waitCtx(t))
+		if v, _ := got.Header("x-answer"); res.Action != ActionPause || got.Action != ActionContinue || v != "200:sync" {
+			t.Fatalf("RequestHeaders, Wait = %+v, %+v; want Pause, then Continue with x-answer 200:sync at once", res, got)
+		}
+	})
+	t.Run("wait cancelled", func(t *testing.T) {
+		s := h.Stream(0)
+		defer s.Finish()
+		s.RequestHeaders(asyncReq("/x", "hang", 0), nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if got := s.Wait(ctx); got.Action != ActionPause || !errors.Is(got.Err, context.Canceled) {
+			t.Fatalf("Wait(cancelled) = %+v, want Pause and context.Canceled", got)
+		}
+	})
+}
+
+// logSignal is a Config.LogOutput that reports on a channel each line that
+// contains match.
+type logSignal struct {
+	match string
+	ch    chan string
+}
+
+func (l *logSignal) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), l.match) {
+		l.ch <- string(p)
+	}
+	return len(p), nil
+}
+
+func TestResetStreamNeverResumes(t *testing.T) {
+	release := make(chan struct{})
+	st := newStore(t, release, func(string) string { return "ok" })
+	sig := &logSignal{match: "continue ", ch: make(chan string, 1)}
+	h := newHost(t, "async", Config{Clusters: map[string]string{"store": st.addr()}, LogOutput: sig})
+	s := h.Stream(0)
+	if res := s.RequestHeaders(asyncReq("/k", "store", 0), nil); res.Action != ActionPause {
+		t.Fatalf("RequestHeaders = %+v, want Pause", res)
+	}
+	<-st.got
+	if err := s.Finish(); err != nil { // the client went away: Envoy resets the stream
+		t.Fatal(err)
+	}
+	if got := s.Wait(waitCtx(t)); !errors.Is(got.Err, ErrStreamFinished) || got.Action == ActionContinue {
+		t.Fatalf("Wait after Finish = %+v, want ErrStreamFinished", got)
+	}
+	close(release)
+	<-sig.ch // the module tried to resume the stream from the callout's response
+	// cpp-host set_effective_context: unknown context → BadArgument (2); the
+	// continue then acts on the root context, which has no stream: NotFound (1).
+	for _, line := range []string{fmt.Sprintf("effective %d 2", s.ID()), "continue 1"} {
+		if !hasLog(h, line) {
+			t.Errorf("logs = %q, want a line %q", h.LogsAt(LogInfo), line)
+		}
+	}
+	if got := s.Wait(waitCtx(t)); !errors.Is(got.Err, ErrStreamFinished) {
+		t.Errorf("Wait after the late response = %+v, want still ErrStreamFinished", got)
+	}
+	if h.Err(0) != nil {
+		t.Errorf("Err(0) = %v, want the VM alive", h.Err(0))
+	}
+	// The VM still serves.
+	s2 := h.Stream(0)
+	defer s2.Finish()
+	if res := s2.RequestHeaders(asyncReq("/pass", "store", 0), nil); res.Action != ActionContinue || res.Err != nil {
+		t.Fatalf("next stream = %+v, want Continue", res)
+	}
+}
+
+func TestCalloutInFlightAtClose(t *testing.T) {
+	st := newStore(t, make(chan struct{}), func(string) string { return "never" })
+	h, err := New(context.Background(), module(t, "async"), Config{Clusters: map[string]string{"store": st.addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.Stream(0)
+	s.RequestHeaders(asyncReq("/k", "store", 0), nil) // timeout 5 s, far beyond the test
+	<-st.got
+	waited := make(chan Result, 1)
+	go func() { waited <- s.Wait(context.Background()) }()
+	if err := h.Close(context.Background()); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if n := h.PendingCallouts(); n != 0 {
+		t.Errorf("PendingCallouts() after Close = %d, want 0", n)
+	}
+	if got := <-waited; !errors.Is(got.Err, ErrHostClosed) {
+		t.Errorf("Wait = %+v, want ErrHostClosed", got)
+	}
+	select {
+	case <-st.hungUp: // the host hung up: its goroutine did not outlive Close
+	case <-time.After(30 * time.Second):
+		t.Fatal("the store's request was still open 30 s after Close: the callout was not cancelled")
+	}
+	if logs := h.LogsAt(LogInfo); len(logs) != 0 {
+		t.Errorf("logs = %q, want no response delivered after Close", logs)
+	}
+	if err := h.Close(context.Background()); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+}
