@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh holds hashlb's commands. Usage: ./build.sh [wasm|test|run|check|bench|oci] [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
-#   test   build the module, then run every test (the README's test command; CI runs it)
+#   test   build the module, then run every test (the README's test command; CI runs it);
+#          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk if missing);
@@ -29,11 +30,29 @@ check() {
 	echo "check: ok"
 }
 
+# apt_install PKG installs a Debian package (as root, or through sudo).
+apt_install() {
+	if [ "$(id -u)" = 0 ]; then apt-get install -y "$1" >/dev/null || { apt-get update >/dev/null && apt-get install -y "$1" >/dev/null; }
+	else sudo apt-get install -y "$1" >/dev/null || { sudo apt-get update >/dev/null && sudo apt-get install -y "$1" >/dev/null; }; fi
+}
+
+# etcd_bin points HASHLB_ETCD_BIN at Debian's etcd 3.4 (installing etcd-server when
+# missing): the fleet tests run against it as well as against the embedded etcd.
+etcd_bin() {
+	if [ -n "${HASHLB_ETCD_BIN:-}" ]; then return; fi
+	if [ ! -x /usr/bin/etcd ]; then
+		echo "test: installing etcd-server (Debian's etcd 3.4) for the fleet tests" >&2
+		DEBIAN_FRONTEND=noninteractive apt_install etcd-server
+	fi
+	export HASHLB_ETCD_BIN=/usr/bin/etcd
+}
+
 cmd=${1:-test}
 shift || true
 case "$cmd" in
 wasm) wasm ;;
 test)
+	etcd_bin
 	wasm
 	check
 	# -count=1: the .wasm half of the tests reads dist/, which go test's cache does not see.
@@ -54,8 +73,7 @@ bench)
 	fi
 	if ! command -v wrk >/dev/null; then
 		echo "bench: installing wrk (Debian's) for R7" >&2
-		if [ "$(id -u)" = 0 ]; then apt-get install -y wrk >/dev/null || { apt-get update >/dev/null && apt-get install -y wrk >/dev/null; }
-		else sudo apt-get install -y wrk >/dev/null || { sudo apt-get update >/dev/null && sudo apt-get install -y wrk >/dev/null; }; fi
+		apt_install wrk
 	fi
 	mkdir -p dist
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
