@@ -15,10 +15,12 @@ const hostsimPath = "github.com/hashlb/hashlb/hostsim"
 // TestDependencies enforces hostsim's import rule: Go's standard library and
 // wazero (with the golang.org/x/sys it needs) only. Never lbcore, filter, the
 // proxy-wasm SDK or any other package of this module, so the host cannot
-// share the module's bugs. It covers hostsim, hostsim/cmd/hashlb-proxy and
-// their tests natively, and the test modules in testdata for wasip1.
+// share the module's bugs. It covers hostsim and its tests natively, and the
+// test modules in testdata for wasip1. hostsim/cmd/hashlb-proxy, a demo
+// command, may also run etcd's server in process (-etcd), and nothing of this
+// module but hostsim.
 func TestDependencies(t *testing.T) {
-	check := func(t *testing.T, what string, env []string, pkgs ...string) {
+	check := func(t *testing.T, what string, env []string, allowedDep func(string) bool, pkgs ...string) {
 		t.Helper()
 		args := append([]string{"list", "-deps", "-test", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}"}, pkgs...)
 		cmd := exec.Command("go", args...)
@@ -50,7 +52,23 @@ func TestDependencies(t *testing.T) {
 			}
 		}
 	})
-	t.Run("native", func(t *testing.T) { check(t, "a hostsim package or test", nil, "./...") })
+	t.Run("cmd rule", func(t *testing.T) {
+		for path, want := range map[string]bool{
+			"github.com/hashlb/hashlb/hostsim":                     true,
+			"go.etcd.io/etcd/server/v3/embed":                      true,
+			"google.golang.org/grpc":                               true,
+			"github.com/hashlb/hashlb/lbcore":                      false,
+			"github.com/hashlb/hashlb/filter":                      false,
+			"github.com/hashlb/hashlb/internal/hostile":            false,
+			"github.com/higress-group/proxy-wasm-go-sdk/proxywasm": false,
+		} {
+			if got := allowedCmdDep(path); got != want {
+				t.Errorf("allowedCmdDep(%q) = %v, want %v", path, got, want)
+			}
+		}
+	})
+	t.Run("native", func(t *testing.T) { check(t, "hostsim or its tests", nil, allowedDep, ".") })
+	t.Run("cmd", func(t *testing.T) { check(t, "a hostsim command", nil, allowedCmdDep, "./cmd/...") })
 
 	dirs, err := os.ReadDir("testdata")
 	if err != nil {
@@ -65,7 +83,9 @@ func TestDependencies(t *testing.T) {
 	if len(mods) == 0 {
 		t.Fatal("no test modules found in testdata")
 	}
-	t.Run("testdata", func(t *testing.T) { check(t, "a hostsim test module", []string{"GOOS=wasip1", "GOARCH=wasm"}, mods...) })
+	t.Run("testdata", func(t *testing.T) {
+		check(t, "a hostsim test module", []string{"GOOS=wasip1", "GOARCH=wasm"}, allowedDep, mods...)
+	})
 }
 
 // allowedDep reports whether hostsim may depend on the non-standard package
@@ -82,4 +102,20 @@ func allowedDep(path string) bool {
 		return true
 	}
 	return false
+}
+
+// allowedCmdDep reports whether a hostsim command may depend on path: what
+// hostsim may, and any package outside this module (etcd's server for -etcd)
+// except the proxy-wasm SDK the module is built with.
+func allowedCmdDep(path string) bool {
+	path = strings.TrimSuffix(path, ".test")
+	switch {
+	case allowedDep(path):
+		return true
+	case strings.HasPrefix(path, "github.com/hashlb/hashlb/"), path == "github.com/hashlb/hashlb":
+		return false
+	case strings.Contains(path, "proxy-wasm"):
+		return false
+	}
+	return true
 }

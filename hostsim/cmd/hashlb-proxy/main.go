@@ -7,6 +7,17 @@
 // demo backend on each service address of that config (each answers with its
 // own name), listens on 127.0.0.1:10000 and prints a curl line to try. It is a
 // test and demo host; production is Envoy or Istio.
+//
+// A request whose filter pauses (a module waiting on a callout) is held until
+// the module resumes it, answers it or closes it, or the client goes away.
+// -cluster NAME=HOST:PORT makes the Envoy cluster NAME reach HOST:PORT with
+// asynchronous callouts (repeatable); -etcd starts a real etcd server in
+// process on a free loopback port and maps cluster "etcd" to it (-etcd-dir
+// keeps its data); -fleet N runs N independent proxies, each with its own
+// shared data as separate Envoy processes, on consecutive ports from
+// -listen, all with the same configuration and clusters:
+//
+//	go run ./hostsim/cmd/hashlb-proxy -etcd -fleet 3 -config configs/fleet.json
 package main
 
 import (
@@ -14,11 +25,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
@@ -33,66 +46,142 @@ type pluginConfig struct {
 	} `json:"services"`
 }
 
+// options are the command's flags.
+type options struct {
+	wasmPath, configPath, backendsConfig, listen string
+	workers                                      int
+	profile                                      string
+	backends                                     bool
+	clusters                                     clusterFlags
+	etcd                                         bool
+	etcdDir                                      string
+	fleet                                        int
+	out                                          io.Writer // where what runs where is printed
+}
+
 func main() {
-	wasmPath := flag.String("wasm", "dist/hashlb.wasm", "compiled proxy-wasm module")
-	configPath := flag.String("config", "configs/demo.json", "plugin configuration (JSON)")
-	listen := flag.String("listen", "127.0.0.1:10000", "address to serve on")
-	workers := flag.Int("workers", 4, "number of VMs (Envoy worker threads)")
-	profile := flag.String("profile", hostsim.ProfileEnvoy133, "import profile: envoy-1.33 or envoy-1.39")
-	backends := flag.Bool("backends", true, "start a demo backend on every service address of the config")
-	backendsConfig := flag.String("backends-config", "", "start the demo backends on the service addresses of this config instead of -config's\n"+
+	o := options{clusters: clusterFlags{}, out: os.Stdout}
+	flag.StringVar(&o.wasmPath, "wasm", "dist/hashlb.wasm", "compiled proxy-wasm module")
+	flag.StringVar(&o.configPath, "config", "configs/demo.json", "plugin configuration (JSON)")
+	flag.StringVar(&o.listen, "listen", "127.0.0.1:10000", "address to serve on (with -fleet N, the first of N consecutive ports)")
+	flag.IntVar(&o.workers, "workers", 4, "number of VMs (Envoy worker threads)")
+	flag.StringVar(&o.profile, "profile", hostsim.ProfileEnvoy133, "import profile: envoy-1.33 or envoy-1.39")
+	flag.BoolVar(&o.backends, "backends", true, "start a demo backend on every service address of the config")
+	flag.StringVar(&o.backendsConfig, "backends-config", "", "start the demo backends on the service addresses of this config instead of -config's\n"+
 		"(for a module whose configuration is not hashlb's, such as the benchmarks' same-calls baseline)")
+	flag.Var(o.clusters, "cluster", "`NAME=HOST:PORT`: an Envoy cluster the module's callouts reach, answered asynchronously (repeatable)")
+	flag.BoolVar(&o.etcd, "etcd", false, "start an etcd server in process on a free loopback port and map cluster \"etcd\" to it")
+	flag.StringVar(&o.etcdDir, "etcd-dir", "", "with -etcd: etcd's data directory, kept (default: a temporary one, removed at exit)")
+	flag.IntVar(&o.fleet, "fleet", 1, "run N independent proxies (separate shared data, as N Envoy processes) on consecutive ports")
 	flag.Parse()
-	if err := run(*wasmPath, *configPath, *backendsConfig, *listen, *workers, *profile, *backends); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
 		log.Fatalf("hashlb-proxy: %v", err)
 	}
 }
 
-func run(wasmPath, configPath, backendsConfig, listen string, workers int, profile string, backends bool) error {
-	wasm, err := os.ReadFile(wasmPath)
+// run serves until ctx ends or a member's server fails.
+func run(ctx context.Context, o options) error {
+	wasm, err := os.ReadFile(o.wasmPath)
 	if err != nil {
 		return fmt.Errorf("%w (build it with: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o dist/hashlb.wasm ./filter)", err)
 	}
-	raw, err := os.ReadFile(configPath)
+	raw, err := os.ReadFile(o.configPath)
 	if err != nil {
 		return err
 	}
 	var pc pluginConfig
 	if err := json.Unmarshal(raw, &pc); err != nil {
-		return fmt.Errorf("%s: %w", configPath, err)
+		return fmt.Errorf("%s: %w", o.configPath, err)
 	}
 	if pc.UpstreamHeader == "" {
 		pc.UpstreamHeader = "x-envoy-original-dst-host"
 	}
-	if backends && backendsConfig != "" {
-		b, err := os.ReadFile(backendsConfig)
+	if o.fleet < 1 {
+		return fmt.Errorf("-fleet %d: want at least 1", o.fleet)
+	}
+	addrs, err := fleetAddrs(o.listen, o.fleet)
+	if err != nil {
+		return err
+	}
+	if o.backends && o.backendsConfig != "" {
+		b, err := os.ReadFile(o.backendsConfig)
 		if err != nil {
 			return err
 		}
 		var bc pluginConfig
 		if err := json.Unmarshal(b, &bc); err != nil {
-			return fmt.Errorf("%s: %w", backendsConfig, err)
+			return fmt.Errorf("%s: %w", o.backendsConfig, err)
 		}
 		pc.Services = bc.Services
 	}
-	if backends {
+	if o.backends {
 		for _, s := range pc.Services {
-			if err := startBackend(s.Name, s.Address); err != nil {
+			if err := startBackend(o.out, s.Name, s.Address); err != nil {
 				return err
 			}
 		}
 	}
-	p := &proxy{header: pc.UpstreamHeader}
-	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
-		Workers: workers, Profile: profile, PluginConfig: raw, RealTime: true,
-		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout,
-	})
-	if err != nil {
-		return err
+	if o.etcd {
+		if _, dup := o.clusters["etcd"]; dup {
+			return fmt.Errorf("-etcd maps cluster etcd itself; drop -cluster etcd=%s", o.clusters["etcd"])
+		}
+		e, err := startEtcd(o.etcdDir)
+		if err != nil {
+			return err
+		}
+		defer e.stop()
+		o.clusters["etcd"] = e.addr
+		fmt.Fprintf(o.out, "etcd: embedded etcd server on http://%s (cluster \"etcd\"), data in %s\n", e.addr, e.dir)
 	}
-	p.host = h
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	if len(o.clusters) > 0 {
+		fmt.Fprintf(o.out, "clusters (callouts answered asynchronously): %s\n", o.clusters)
+	}
+	ctx, stop := context.WithCancel(ctx)
 	defer stop()
+	var hosts []*hostsim.Host
+	defer func() {
+		for _, h := range hosts {
+			h.Close(context.Background())
+		}
+	}()
+	errs := make(chan error, len(addrs))
+	for i, addr := range addrs {
+		p := &proxy{header: pc.UpstreamHeader}
+		h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
+			Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
+			LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
+		})
+		if err != nil {
+			return err
+		}
+		p.host = h
+		hosts = append(hosts, h)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			<-ctx.Done()
+			srv.Close()
+		}()
+		member := ""
+		if len(addrs) > 1 {
+			member = fmt.Sprintf(" (fleet member %d of %d: its own shared data)", i+1, len(addrs))
+		}
+		fmt.Fprintf(o.out, "hashlb-proxy: %s on http://%s, %d workers (%s), upstream header %s%s\n",
+			o.wasmPath, ln.Addr(), o.workers, h.Profile(), pc.UpstreamHeader, member)
+		fmt.Fprintf(o.out, "try: curl -si http://%s/some/path\n", ln.Addr())
+		go func() {
+			if err := srv.Serve(ln); err != http.ErrServerClosed {
+				errs <- err
+				return
+			}
+			errs <- nil
+		}()
+	}
 	go func() { // Envoy's timers: ticks follow the wall clock
 		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
@@ -101,30 +190,24 @@ func run(wasmPath, configPath, backendsConfig, listen string, workers int, profi
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				h.Tick()
+				for _, h := range hosts {
+					h.Tick()
+				}
 			}
 		}
 	}()
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		return err
+	var first error
+	for range addrs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			stop() // one member failed: stop them all
+		}
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	fmt.Printf("hashlb-proxy: %s on http://%s, %d workers (%s), upstream header %s\n",
-		wasmPath, ln.Addr(), workers, h.Profile(), pc.UpstreamHeader)
-	fmt.Printf("try: curl -si http://%s/some/path\n", ln.Addr())
-	if err := srv.Serve(ln); err != http.ErrServerClosed {
-		return err
-	}
-	return h.Close(context.Background())
+	return first
 }
 
 // startBackend serves "backend NAME (ADDR)" on addr.
-func startBackend(name, addr string) error {
+func startBackend(out io.Writer, name, addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("demo backend %s: %w (run with -backends=false to use your own)", name, err)
@@ -134,6 +217,6 @@ func startBackend(name, addr string) error {
 		w.Header().Set("content-type", "text/plain")
 		fmt.Fprint(w, msg)
 	}))
-	fmt.Printf("demo backend %s on %s\n", name, ln.Addr())
+	fmt.Fprintf(out, "demo backend %s on %s\n", name, ln.Addr())
 	return nil
 }

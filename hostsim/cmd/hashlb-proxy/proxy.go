@@ -34,9 +34,17 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	res := s.RequestHeaders(headers, connectionProps(r))
+	if res.Action == hostsim.ActionPause && res.LocalReply == nil && res.Err == nil {
+		// The filter holds the request (waiting on a callout): as Envoy, go
+		// on when it resumes, answers or closes it, or the client goes away.
+		res = s.Wait(r.Context())
+	}
 	if res.LocalReply != nil {
 		writeLocal(w, res.LocalReply)
 		return
+	}
+	if res.Err != nil && res.Action != hostsim.ActionContinue {
+		panic(http.ErrAbortHandler) // closed by the module, or the client is gone: reset
 	}
 	resp, err := p.forward(r, res)
 	if err != nil {
