@@ -155,6 +155,7 @@ func (s *Stream) RequestHeaders(headers [][2]string, props map[string][]byte) Re
 	res := s.requestHeaders(headers, props)
 	if res.Action == ActionPause && res.LocalReply == nil && res.Err == nil {
 		s.req = reqPaused
+		v.paused++
 		s.settle() // the module may have resumed it already (a callout answered in the same call)
 	} else {
 		s.resolve(res)
@@ -336,8 +337,11 @@ func (s *Stream) Wait(ctx context.Context) Result {
 
 // resolve records the request's way out of the filter and wakes Wait.
 func (s *Stream) resolve(r Result) {
-	if s.req == reqDone {
+	switch s.req {
+	case reqDone:
 		return
+	case reqPaused:
+		s.v.paused--
 	}
 	s.req, s.outcome = reqDone, r
 	close(s.done)
@@ -371,12 +375,12 @@ func (s *Stream) settle() bool {
 // proxy_on_response_headers, which may let go of further streams, so it
 // repeats until nothing changes.
 func (v *vm) settle() {
-	if v.settling {
+	if v.settling || v.paused == 0 {
 		return
 	}
 	v.settling = true
 	defer func() { v.settling = false }()
-	for changed := true; changed; {
+	for changed := true; changed && v.paused > 0; {
 		changed = false
 		for _, s := range v.streams {
 			if s.settle() {

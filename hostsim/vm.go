@@ -70,6 +70,7 @@ type vm struct {
 	callouts         []*callout    // dispatched, answered after the running call
 	nextToken        uint32
 	settling         bool // settle is running (stream.go)
+	paused           int  // streams whose request is paused (reqPaused)
 }
 
 func newVM(ctx context.Context, h *Host, id int, cm wazero.CompiledModule) (*vm, error) {
