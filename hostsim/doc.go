@@ -10,6 +10,25 @@
 // callouts, metrics, time), a virtual clock that never moves under a running
 // guest call, and a Stream API that drives one HTTP stream through a worker.
 //
+// Callouts: a proxy_http_call to a cluster of Config.Clusters (Envoy cluster
+// name → host:port) is sent as real HTTP/1.1 on its own goroutine and
+// answered later, as Envoy's async client does: when the response, a failure
+// or the module's timeout comes, the goroutine takes the VM's lock and calls
+// proxy_on_http_call_response on the root context that made the call
+// (failures as Envoy's: no headers, no body). Host.Close cancels what is in
+// flight and waits for it; Host.PendingCallouts counts it. Calls to other
+// clusters go to Config.HTTPCall (or loopback HTTP) and are answered as soon
+// as the running guest call returns.
+//
+// Paused streams: when proxy_on_request_headers returns Pause, Stream.Wait
+// blocks until the module lets the request go — proxy_continue_stream on the
+// stream (typically from a callout's response, after
+// proxy_set_effective_context), a local reply (run through the filter's own
+// proxy_on_response_headers), proxy_close_stream, or the VM's death — and
+// returns what RequestHeaders would have. Stream.Finish on a paused stream is
+// Envoy's reset: the context is done, logged and deleted, and the module's
+// later proxy_set_effective_context to it is BadArgument, so it never resumes.
+//
 // The facts it emulates come from proxy-wasm-cpp-host (src/exports.cc,
 // src/wasm.cc, include/proxy-wasm/wasm.h, src/v8/v8.cc, src/shared_data.cc,
 // src/bytecode_util.cc) and Envoy (source/extensions/common/wasm/context.cc);
@@ -19,6 +38,6 @@
 // cannot share their bugs.
 //
 // Concurrency: every VM is single-threaded (one mutex per VM); different VMs
-// run concurrently. Shared data, metrics and logs are shared by all VMs of one
+// run concurrently, and so do callout goroutines, which wait for their VM. Shared data, metrics and logs are shared by all VMs of one
 // Host and are safe for concurrent use.
 package hostsim
