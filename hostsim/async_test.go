@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -24,7 +25,7 @@ type store struct {
 	release chan struct{}
 	answer  func(path string) string
 	mu      sync.Mutex
-	seen    []string // paths in arrival order
+	bodies  []string // request bodies in arrival order
 }
 
 func newStore(t *testing.T, release chan struct{}, answer func(string) string) *store {
@@ -32,8 +33,9 @@ func newStore(t *testing.T, release chan struct{}, answer func(string) string) *
 	s := &store{got: make(chan *http.Request, 64), hungUp: make(chan *http.Request, 64), release: release, answer: answer}
 	stop := make(chan struct{})
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.seen = append(s.seen, r.URL.Path)
+		s.bodies = append(s.bodies, string(b))
 		s.mu.Unlock()
 		select {
 		case s.got <- r:
@@ -100,6 +102,11 @@ func TestClusterCalloutAnsweredAfterTheCall(t *testing.T) {
 		t.Errorf("store got %s %s Host %q x-stream %q, want GET /k1 Host store x-stream %d",
 			r.Method, r.URL, r.Host, r.Header.Get("x-stream"), s.ID())
 	}
+	st.mu.Lock()
+	if want := fmt.Sprintf("for stream %d", s.ID()); len(st.bodies) != 1 || st.bodies[0] != want || r.URL.Path != "/k1" {
+		t.Errorf("store got %s with bodies %q, want /k1 with %q", r.URL.Path, st.bodies, want)
+	}
+	st.mu.Unlock()
 	if n := h.PendingCallouts(); n != 1 {
 		t.Errorf("PendingCallouts() = %d while the store holds the answer, want 1", n)
 	}

@@ -5,7 +5,7 @@
 //
 // proxy_on_request_headers: "/pass" continues at once; any other :path is
 // fetched from the cluster named by the x-cluster header (timeout x-timeout
-// ms, default 5000) and the request pauses. proxy_on_http_call_response logs
+// ms, default 5000; the body "for stream ID") and the request pauses. proxy_on_http_call_response logs
 // "response TOKEN status STATUS headers N body BODY", then acts on the body:
 // "again PATH" makes a second callout for the same stream (chained from the
 // response), "local" answers the stream with a 418, "close" closes it, and
@@ -94,8 +94,9 @@ func onRequestHeaders(id, n uint32, eos bool) uint32 {
 func call(id uint32, path string) uint32 {
 	c := cluster[id]
 	hs := pairs([][2]string{{":method", "GET"}, {":path", path}, {":authority", "store"}, {"x-stream", itoa(id)}})
+	body := "for stream " + itoa(id)
 	var tok uint32
-	st := proxyHTTPCall(ptr(c), uint32(len(c)), unsafe.Pointer(&hs[0]), uint32(len(hs)), nil, 0, nil, 0, timeout[id], unsafe.Pointer(&tok))
+	st := proxyHTTPCall(ptr(c), uint32(len(c)), unsafe.Pointer(&hs[0]), uint32(len(hs)), ptr(body), uint32(len(body)), nil, 0, timeout[id], unsafe.Pointer(&tok))
 	if st == 0 {
 		waiting[tok] = id
 	}
