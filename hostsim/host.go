@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"sort"
 	"strings"
@@ -100,6 +101,7 @@ func New(ctx context.Context, wasm []byte, cfg Config) (*Host, error) {
 	if cfg.PluginName == "" {
 		cfg.PluginName = "hashlb"
 	}
+	cfg.Clusters = maps.Clone(cfg.Clusters) // read by every VM's callouts
 	prof, err := newProfile(cfg.Profile)
 	if err != nil {
 		return nil, err
