@@ -149,15 +149,14 @@ func (s *Stream) RequestHeaders(headers [][2]string, props map[string][]byte) Re
 	v := s.v
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if s.req != reqNone {
-		return Result{Err: errors.New("hostsim: request headers already sent on this stream")}
-	}
 	res := s.requestHeaders(headers, props)
-	if res.Action == ActionPause && res.LocalReply == nil && res.Err == nil {
+	switch {
+	case s.req != reqNone: // headers sent twice: Wait keeps the first outcome
+	case res.Action == ActionPause && res.LocalReply == nil && res.Err == nil:
 		s.req = reqPaused
 		v.paused++
 		s.settle() // the module may have resumed it already (a callout answered in the same call)
-	} else {
+	default:
 		s.resolve(res)
 	}
 	return res
@@ -267,7 +266,7 @@ func (s *Stream) Finish() error {
 		return nil
 	}
 	s.finished = true
-	if s.req != reqDone {
+	if s.req == reqPaused {
 		// Envoy's reset of a stream whose filter still holds the request:
 		// the stream's context goes away and nothing resumes it.
 		s.resolve(Result{Action: ActionPause, Err: ErrStreamFinished})
