@@ -14,8 +14,8 @@ import (
 // encodings the module relies on, on the embedded etcd and on Debian's etcd
 // 3.4 binary: a lease grant, a create-if-absent txn (compare create_revision
 // = 0) that succeeds and then fails with the current value, a range read,
-// the same read through delayProxy, and (embedded) a restart on the same
-// data directory and address.
+// a prefix listing, the same read through delayProxy, and (embedded) a
+// restart on the same data directory and address.
 func TestEtcdGateway(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -41,6 +41,11 @@ func TestEtcdGateway(t *testing.T) {
 			}
 			if v, ok := etcdGet(t, addr, key); !ok || v != "b1" {
 				t.Fatalf("etcdGet(%q) = %q, %v; want b1", key, v, ok)
+			}
+			etcdCreate(t, addr, "hashlb/fleet/test/k2", "b2", 0)
+			etcdCreate(t, addr, "hashlb/fleet/tesu", "outside", 0)
+			if got := etcdKeys(t, addr, "hashlb/fleet/test/"); len(got) != 2 || got[key] != "b1" || got["hashlb/fleet/test/k2"] != "b2" {
+				t.Fatalf("etcdKeys(hashlb/fleet/test/) = %q, want k1=b1 and k2=b2 only", got)
 			}
 			// Field names and encodings as a module parsing the raw JSON sees them
 			// (3.7's protojson varies the spaces between fields: parse, never match bytes).

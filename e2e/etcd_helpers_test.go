@@ -404,3 +404,32 @@ func etcdGrant(t testing.TB, addr string, ttl int) int64 {
 	}
 	return id
 }
+
+// etcdKeys returns every key under prefix with its value, through one
+// /v3/kv/range with range_end the prefix's successor.
+func etcdKeys(t testing.TB, addr, prefix string) map[string]string {
+	t.Helper()
+	end := []byte(prefix)
+	for len(end) > 0 && end[len(end)-1] == 0xff {
+		end = end[:len(end)-1]
+	}
+	body := map[string]string{"key": b64(prefix)}
+	if len(end) == 0 {
+		body["range_end"] = b64("\x00") // every key
+	} else {
+		end[len(end)-1]++
+		body["range_end"] = b64(string(end))
+	}
+	var r etcdRangeResponse
+	etcdCall(t, addr, "/v3/kv/range", body, &r)
+	out := make(map[string]string, len(r.KVs))
+	for _, kv := range r.KVs {
+		k, err1 := base64.StdEncoding.DecodeString(kv.Key)
+		v, err2 := base64.StdEncoding.DecodeString(kv.Value)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("etcdKeys(%q): %+v is not base64", prefix, kv)
+		}
+		out[string(k)] = string(v)
+	}
+	return out
+}
