@@ -68,11 +68,11 @@ func TestEtcdGateway(t *testing.T) {
 			if _, ok := raw.Header["revision"].(string); !ok {
 				t.Errorf("range header.revision = %#v, want a JSON string", raw.Header["revision"])
 			}
-			var slow atomic.Int64
+			var slow, delayed atomic.Int64
 			slow.Store(int64(20 * time.Millisecond))
-			via, _ := delayProxy(t, addr, func() time.Duration { return time.Duration(slow.Load()) })
-			if v, ok := etcdGet(t, via, key); !ok || v != "b1" {
-				t.Fatalf("etcdGet(%q) through delayProxy = %q, %v; want b1", key, v, ok)
+			via, _ := delayProxy(t, addr, func() time.Duration { delayed.Add(1); return time.Duration(slow.Load()) })
+			if v, ok := etcdGet(t, via, key); !ok || v != "b1" || delayed.Load() < 2 {
+				t.Fatalf("etcdGet(%q) through delayProxy = %q, %v after %d delays; want b1, the request and the answer delayed", key, v, ok, delayed.Load())
 			}
 			slow.Store(0)
 			if v, ok := etcdGet(t, via, key); !ok || v != "b1" {
