@@ -149,9 +149,14 @@ func run(ctx context.Context, o options) error {
 	errs := make(chan error, len(addrs))
 	for i, addr := range addrs {
 		p := &proxy{header: pc.UpstreamHeader}
+		var props map[string][]byte
+		if len(addrs) > 1 { // each Envoy of a fleet has its own node id
+			props = map[string][]byte{"node.id": hostsim.PropString(fmt.Sprintf("hashlb-proxy-%d", i+1))}
+		}
 		h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 			Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
 			LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
+			Properties: props,
 		})
 		if err != nil {
 			return err
@@ -169,7 +174,7 @@ func run(ctx context.Context, o options) error {
 		}()
 		member := ""
 		if len(addrs) > 1 {
-			member = fmt.Sprintf(" (fleet member %d of %d: its own shared data)", i+1, len(addrs))
+			member = fmt.Sprintf(" (fleet member %d of %d: its own shared data, node.id hashlb-proxy-%d)", i+1, len(addrs), i+1)
 		}
 		fmt.Fprintf(o.out, "hashlb-proxy: %s on http://%s, %d workers (%s), upstream header %s%s\n",
 			o.wasmPath, ln.Addr(), o.workers, h.Profile(), pc.UpstreamHeader, member)
