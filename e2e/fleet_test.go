@@ -1,0 +1,571 @@
+package e2e
+
+// Fleet-wide persistence (issue 10) against a real etcd on loopback: the
+// embedded server (go.etcd.io/etcd/server/v3/embed), and Debian's etcd 3.4
+// binary when HASHLB_ETCD_BIN names it. Several hostsim hosts with separate
+// shared data stand for several Envoy processes; each reaches etcd through
+// the cluster "etcd" (hostsim.Config.Clusters), answered asynchronously as
+// Envoy's async HTTP client does.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// fleetConfig is LEASTCONNECTION with persistence on x-client-id over b1…b4,
+// with the fleet level on cluster "etcd" unless fleet is nil.
+func fleetConfig(t testing.TB, fleet map[string]any, services []svcDef, extra map[string]any) []byte {
+	t.Helper()
+	p := persistence(extra)
+	if fleet != nil {
+		p["fleet"] = fleet
+	}
+	return lbConfig(t, "LEASTCONNECTION", p, services)
+}
+
+// fleetHosts starts n hosts (separate shared data: separate proxies) of
+// workers VMs each, with the cluster "etcd" at etcdAddr.
+func fleetHosts(t testing.TB, n, workers int, cfg []byte, etcdAddr string, start time.Time, realTime bool) []*hostsim.Host {
+	t.Helper()
+	var hs []*hostsim.Host
+	for range n {
+		h, err := hostsim.New(context.Background(), module(t), hostsim.Config{
+			Workers: workers, PluginConfig: cfg, RootID: persistRootID, Start: start, RealTime: realTime,
+			Clusters: map[string]string{"etcd": etcdAddr}})
+		if err != nil {
+			t.Fatalf("hostsim.New: %v", err)
+		}
+		t.Cleanup(func() { h.Close(context.Background()) })
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+// fleetReply is one request's outcome through a host.
+type fleetReply struct {
+	service string
+	reason  string
+	waited  time.Duration // real time from the request headers to the request leaving the filter
+	paused  bool
+}
+
+// fleetRoundTrip sends one request with x-client-id id to worker w of h,
+// waits for it to leave the filter (it pauses while asking etcd), and ends
+// its stream.
+func fleetRoundTrip(h *hostsim.Host, w int, id string) (fleetReply, error) {
+	r := persistReq{id: id}
+	s := h.Stream(w)
+	start := time.Now()
+	res := s.RequestHeaders(r.headers(), r.props())
+	rep := fleetReply{paused: res.Action == hostsim.ActionPause && res.Err == nil && res.LocalReply == nil}
+	if rep.paused {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		res = s.Wait(ctx)
+		cancel()
+	}
+	rep.waited = time.Since(start)
+	if res.Err != nil || res.LocalReply != nil || res.Action != hostsim.ActionContinue {
+		s.Finish()
+		return rep, fmt.Errorf("request %s: err %v, local reply %+v, action %v", id, res.Err, res.LocalReply, res.Action)
+	}
+	rep.service, _ = res.Header("x-hashlb-service")
+	if rep.service == "" {
+		s.Finish()
+		return rep, fmt.Errorf("request %s left without x-hashlb-service", id)
+	}
+	reason, err := finishStream(s)
+	rep.reason = reason
+	return rep, err
+}
+
+// spray sends every key's requests (perKey each) to random workers of
+// random hosts from conc goroutines, and returns the services each key got.
+func spray(t *testing.T, hosts []*hostsim.Host, keys []string, perKey, conc int) (map[string][]string, []fleetReply) {
+	t.Helper()
+	type job struct{ key string }
+	jobs := make(chan job)
+	var mu sync.Mutex
+	got := map[string][]string{}
+	var replies []fleetReply
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	for g := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for j := range jobs {
+				h := hosts[rng.IntN(len(hosts))]
+				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), j.key)
+				if err != nil {
+					failed.Store(err)
+					continue
+				}
+				mu.Lock()
+				got[j.key] = append(got[j.key], rep.service)
+				replies = append(replies, rep)
+				mu.Unlock()
+			}
+		}()
+	}
+	order := make([]job, 0, len(keys)*perKey)
+	for _, k := range keys {
+		for range perKey {
+			order = append(order, job{k})
+		}
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, j := range order {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		t.Fatal(err)
+	}
+	return got, replies
+}
+
+// splitKeys counts the keys that reached more than one service.
+func splitKeys(got map[string][]string) (split int, example string) {
+	for k, svcs := range got {
+		if slices.ContainsFunc(svcs, func(s string) bool { return s != svcs[0] }) {
+			split++
+			example = fmt.Sprintf("%s → %v", k, svcs)
+		}
+	}
+	return split, example
+}
+
+// keysN are n client ids.
+func keysN(prefix string, n int) []string {
+	ks := make([]string, n)
+	for i := range ks {
+		ks[i] = fmt.Sprintf("%s-%05d", prefix, i)
+	}
+	return ks
+}
+
+// countingProxy forwards HTTP to target and counts the requests by path.
+func countingProxy(t testing.TB, target string) (addr string, count func(path string) int64) {
+	t.Helper()
+	var mu sync.Mutex
+	n := map[string]int64{}
+	rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n[r.URL.Path]++
+		mu.Unlock()
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://"), func(path string) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		if path == "" {
+			var all int64
+			for _, v := range n {
+				all += v
+			}
+			return all
+		}
+		return n[path]
+	}
+}
+
+// percentile returns the p-th percentile of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// etcdDBSize is the size of etcd's database file (/v3/maintenance/status).
+func etcdDBSize(t testing.TB, addr string) int64 {
+	t.Helper()
+	var r struct {
+		DBSize string `json:"dbSize"`
+	}
+	etcdCall(t, addr, "/v3/maintenance/status", map[string]string{}, &r)
+	n, err := strconv.ParseInt(r.DBSize, 10, 64)
+	if err != nil {
+		t.Fatalf("maintenance status: dbSize %q", r.DBSize)
+	}
+	return n
+}
+
+// fleetKeysPerRun is the acceptance's 10^4 keys.
+const fleetKeysPerRun = 10000
+
+// TestFleetAgreement: 3 proxies × 4 workers, LEASTCONNECTION + persistence,
+// 10^4 keys each sent to random proxies concurrently. With the fleet level
+// every key is on one service on every proxy (and that is etcd's record);
+// without it, keys split. Then a service disabled everywhere moves each of
+// its keys to one new service fleet-wide.
+func TestFleetAgreement(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	counted, count := countingProxy(t, etcdAddr)
+	db0 := etcdDBSize(t, etcdAddr)
+	fleet := map[string]any{"cluster": "etcd", "timeout": "5s"} // generous: a loaded CI machine
+	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	hosts := fleetHosts(t, 3, 4, fleetConfig(t, fleet, fourServices(), nil), counted, start, false)
+	keys := keysN("k", fleetKeysPerRun)
+	const perKey = 3
+
+	got, replies := spray(t, hosts, keys, perKey, 12)
+	if split, ex := splitKeys(got); split != 0 {
+		t.Errorf("with fleet: %d of %d keys reached more than one service, e.g. %s", split, len(keys), ex)
+	}
+	var misses []time.Duration
+	for _, r := range replies {
+		if r.paused {
+			misses = append(misses, r.waited)
+		}
+	}
+	reqs := int64(len(keys) * perKey)
+	t.Logf("with fleet: %d requests, %d keys, 0 split; %d paused for etcd, wait p50 %v p99 %v; etcd requests %d (%.0f per 10^4 requests: txn %d, lease grants %d, range %d)",
+		reqs, len(keys), len(misses), percentile(misses, 0.5), percentile(misses, 0.99), count(""),
+		float64(count(""))*1e4/float64(reqs), count("/v3/kv/txn"), count("/v3/lease/grant"), count("/v3/kv/range"))
+
+	db := etcdDBSize(t, etcdAddr)
+	t.Logf("etcd: database %d → %d bytes for %d keys (%.0f bytes per entry, history of one revision each, before compaction)",
+		db0, db, len(keys), float64(db-db0)/float64(len(keys)))
+
+	// etcd holds what the proxies serve.
+	for _, k := range keys[:50] {
+		v, ok := etcdGet(t, etcdAddr, lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte(k)))
+		rec, parsed := lbcore.ParseFleetRecord(v)
+		want := "10.0.0.1" + strings.TrimPrefix(got[k][0], "b") + ":8080"
+		if !ok || !parsed || rec.Service != want {
+			t.Errorf("etcd record of %s = %q (found %v), want the service %s (%s)", k, v, ok, got[k][0], want)
+		}
+	}
+
+	// The same run without fleet: each proxy maps a key by itself.
+	plain := fleetHosts(t, 3, 4, fleetConfig(t, nil, fourServices(), nil), etcdAddr, start, false)
+	gotPlain, _ := spray(t, plain, keys, perKey, 12)
+	splitPlain, ex := splitKeys(gotPlain)
+	t.Logf("without fleet: %d of %d keys (%.1f %%) reached more than one service, e.g. %s",
+		splitPlain, len(keys), 100*float64(splitPlain)/float64(len(keys)), ex)
+	if splitPlain == 0 {
+		t.Errorf("without fleet no key split: the comparison shows nothing (expected LEASTCONNECTION to differ between proxies)")
+	}
+
+	// b2 disabled everywhere: its keys move, each to one service fleet-wide;
+	// the other keys stay.
+	svcs := fourServices()
+	off := false
+	svcs[1].Enabled = &off
+	for _, h := range hosts {
+		if err := h.Configure(fleetConfig(t, fleet, svcs, nil)); err != nil {
+			t.Fatalf("Configure without b2: %v", err)
+		}
+	}
+	var onB2, others []string
+	for _, k := range keys {
+		if got[k][0] == "b2" {
+			onB2 = append(onB2, k)
+		} else if len(others) < 500 {
+			others = append(others, k)
+		}
+	}
+	if len(onB2) == 0 {
+		t.Fatal("no key was on b2")
+	}
+	moved, _ := spray(t, hosts, onB2, perKey, 12)
+	if split, ex := splitKeys(moved); split != 0 {
+		t.Errorf("after disabling b2: %d of its %d keys reached more than one service, e.g. %s", split, len(onB2), ex)
+	}
+	for k, s := range moved {
+		if s[0] == "b2" {
+			t.Errorf("key %s still on disabled b2", k)
+		}
+	}
+	stayed, _ := spray(t, hosts, others, 1, 12)
+	for k, s := range stayed {
+		if s[0] != got[k][0] {
+			t.Errorf("key %s moved from %s to %s though its service stayed enabled", k, got[k][0], s[0])
+		}
+	}
+	t.Logf("b2 disabled: its %d keys moved, each to one service on every proxy; %d others unchanged", len(onB2), len(others))
+}
+
+// TestFleetEtcdDown: etcd stopped mid-run: every request is still served
+// and none waits past the timeout (a dead etcd refuses at once; backoff then
+// skips it); etcd restarted on the same data: earlier entries hold again
+// (a fresh proxy serves them) and new keys agree again.
+func TestFleetEtcdDown(t *testing.T) {
+	dir := t.TempDir()
+	etcdAddr, stop := startEtcd(t, dir)
+	const timeout = 300 * time.Millisecond
+	fleet := map[string]any{"cluster": "etcd", "timeout": "300ms"}
+	cfg := fleetConfig(t, fleet, fourServices(), nil)
+	hosts := fleetHosts(t, 3, 2, cfg, etcdAddr, time.Time{}, true)
+	before := keysN("before", 300)
+	got, _ := spray(t, hosts, before, 2, 6)
+	if split, ex := splitKeys(got); split != 0 {
+		t.Fatalf("etcd up: %d keys split, e.g. %s", split, ex)
+	}
+
+	stop()
+	_, replies := spray(t, hosts, keysN("down", 300), 2, 6)
+	worst := time.Duration(0)
+	for _, r := range replies {
+		worst = max(worst, r.waited)
+	}
+	// Every request was served (spray fails the test otherwise); the bound
+	// is the timeout plus the time to deliver the failure to a busy worker.
+	if worst > timeout+2*time.Second {
+		t.Errorf("etcd down: a request waited %v, want at most the timeout %v (+ delivery)", worst, timeout)
+	}
+	t.Logf("etcd down: %d requests served, longest wait %v (timeout %v)", len(replies), worst, timeout)
+
+	startEtcdOn(t, dir, etcdAddr)
+	time.Sleep(1100 * time.Millisecond) // the first backoff (1 s, real time: RealTime hosts) ends
+	fresh := fleetHosts(t, 1, 2, cfg, etcdAddr, time.Time{}, true)
+	// The first miss after a backoff probes etcd; a few requests until every
+	// worker of every host has seen it answer.
+	spray(t, append(hosts, fresh...), keysN("probe", 20), 1, 2)
+	again, _ := spray(t, fresh, before, 1, 2)
+	for k, s := range again {
+		if s[0] != got[k][0] {
+			t.Errorf("after restart: %s on %s by a new proxy, was %s before etcd stopped", k, s[0], got[k][0])
+		}
+	}
+	newKeys, _ := spray(t, append(hosts, fresh...), keysN("after", 300), 2, 6)
+	if split, ex := splitKeys(newKeys); split != 0 {
+		t.Errorf("after restart: %d new keys split, e.g. %s", split, ex)
+	}
+}
+
+// TestFleetSlowEtcd: etcd behind a TCP proxy that delays everything past
+// the timeout: every request is served, decided locally, none waits past
+// the timeout, and the timeouts are counted.
+func TestFleetSlowEtcd(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	var delay atomic.Int64
+	delay.Store(int64(time.Second))
+	slow, _ := delayProxy(t, etcdAddr, func() time.Duration { return time.Duration(delay.Load()) })
+	const timeout = 200 * time.Millisecond
+	hosts := fleetHosts(t, 2, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "200ms"}, fourServices(), nil), slow, time.Time{}, true)
+	_, replies := spray(t, hosts, keysN("slow", 40), 1, 4)
+	worst := time.Duration(0)
+	for _, r := range replies {
+		worst = max(worst, r.waited)
+	}
+	if worst > timeout+2*time.Second {
+		t.Errorf("slow etcd: a request waited %v, want at most the timeout %v (+ delivery)", worst, timeout)
+	}
+	var timeouts int64
+	for _, h := range hosts {
+		timeouts += persistMetric(h, "hashlb.persistence_fleet_timeout")
+	}
+	if timeouts == 0 {
+		t.Errorf("slow etcd: persistence_fleet_timeout = 0, want the waits that timed out counted")
+	}
+	t.Logf("etcd delayed 1 s, timeout %v: %d requests served, longest wait %v, %d timeouts", timeout, len(replies), worst, timeouts)
+}
+
+// TestFleetExpiry: with the virtual clock, an entry used within expire
+// stays fleet-wide (a proxy that never saw the key gets it from etcd), and
+// one idle past expire + slot is forgotten fleet-wide (chosen again).
+func TestFleetExpiry(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	expire := 10 * time.Minute
+	slot := lbcore.FleetSlot(expire)
+	fleet := map[string]any{"cluster": "etcd", "timeout": "5s"}
+	cfg := fleetConfig(t, fleet, fourServices(), map[string]any{"expire": "10m"})
+	t0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	key := lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte("ada"))
+	a := fleetHosts(t, 1, 1, cfg, etcdAddr, t0, false)[0]
+	first, err := fleetRoundTrip(a, 0, "ada")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp := func() int64 {
+		v, _ := etcdGet(t, etcdAddr, key)
+		r, _ := lbcore.ParseFleetRecord(v)
+		return r.Stamp
+	}
+	if got := stamp(); got != t0.Unix() {
+		t.Fatalf("stamp after creation = %d, want %d", got, t0.Unix())
+	}
+
+	// 6 minutes later, a hit on A: the first of a new slot refreshes the stamp.
+	a.Advance(6 * time.Minute)
+	if r, err := fleetRoundTrip(a, 0, "ada"); err != nil || r.service != first.service || r.paused {
+		t.Fatalf("hit after 6m = %+v, %v; want a local hit on %s", r, err, first.service)
+	}
+	a.Advance(time.Second) // the tick sends the refresh
+	deadline := time.Now().Add(10 * time.Second)
+	for stamp() == t0.Unix() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	refreshed := stamp()
+	if refreshed < t0.Add(6*time.Minute).Unix() {
+		t.Fatalf("stamp after a hit 6m later = %d, want ≥ %d (refreshed)", refreshed, t0.Add(6*time.Minute).Unix())
+	}
+
+	// 12 minutes after creation (past expire since creation, within it
+	// since the hit): a proxy that never saw the key gets it from the fleet.
+	b := fleetHosts(t, 1, 1, cfg, etcdAddr, t0.Add(12*time.Minute), false)[0]
+	if r, err := fleetRoundTrip(b, 0, "ada"); err != nil || r.service != first.service {
+		t.Fatalf("new proxy at 12m = %+v, %v; want %s from the fleet", r, err, first.service)
+	}
+	if n := persistMetric(b, "hashlb.persistence_fleet_hit"); n != 1 {
+		t.Errorf("new proxy at 12m: persistence_fleet_hit = %d, want 1", n)
+	}
+
+	// B's fleet hit is a use too: it found the stamp a slot behind and
+	// refreshes it (on its tick).
+	deadline = time.Now().Add(10 * time.Second)
+	for stamp() == refreshed && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := stamp(); got != t0.Add(12*time.Minute).Unix() {
+		t.Fatalf("stamp after the new proxy's fleet hit at 12m = %d, want %d", got, t0.Add(12*time.Minute).Unix())
+	}
+
+	// Idle past expire + slot since then: forgotten fleet-wide.
+	late := t0.Add(12 * time.Minute).Add(expire + slot + 2*time.Second)
+	c := fleetHosts(t, 1, 1, cfg, etcdAddr, late, false)[0]
+	if _, err := fleetRoundTrip(c, 0, "ada"); err != nil {
+		t.Fatal(err)
+	}
+	if n := persistMetric(c, "hashlb.persistence_fleet_replaced"); n != 1 {
+		t.Errorf("new proxy past expire + slot: persistence_fleet_replaced = %d, want 1 (the stale entry chosen again)", n)
+	}
+	if got := stamp(); got != late.Unix() {
+		t.Errorf("stamp after the expired entry was replaced = %d, want %d", got, late.Unix())
+	}
+}
+
+// TestFleetEtcd34: the same agreement against Debian's etcd 3.4 (its JSON
+// gateway), when HASHLB_ETCD_BIN names it (./build.sh test installs it).
+func TestFleetEtcd34(t *testing.T) {
+	bin := etcdBinary(t)
+	etcdAddr, _ := startEtcdBinary(t, bin, t.TempDir())
+	hosts := fleetHosts(t, 3, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "5s"}, fourServices(), nil), etcdAddr, time.Time{}, false)
+	keys := keysN("k34", 1000)
+	got, _ := spray(t, hosts, keys, 3, 6)
+	if split, ex := splitKeys(got); split != 0 {
+		t.Errorf("etcd 3.4: %d of %d keys split, e.g. %s", split, len(keys), ex)
+	}
+	var created int64
+	for _, h := range hosts {
+		created += persistMetric(h, "hashlb.persistence_fleet_created")
+	}
+	if created != int64(len(keys)) {
+		t.Errorf("etcd 3.4: persistence_fleet_created = %d over the proxies, want one per key (%d)", created, len(keys))
+	}
+}
+
+// TestFleetSharedTransaction: requests for one new key on one worker share
+// one transaction, and a request reset while it waits is neither resumed nor
+// leaked (the others still get the fleet's answer or a local one).
+func TestFleetSharedTransaction(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	var delay atomic.Int64
+	delay.Store(int64(300 * time.Millisecond))
+	slow, _ := delayProxy(t, etcdAddr, func() time.Duration { return time.Duration(delay.Load()) })
+	counted, count := countingProxy(t, slow)
+	h := fleetHosts(t, 1, 1, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "5s"}, fourServices(), nil), counted, time.Time{}, false)[0]
+	// Warm up: the lease grant.
+	if _, err := fleetRoundTrip(h, 0, "warm"); err != nil {
+		t.Fatal(err)
+	}
+	before := count("/v3/kv/txn")
+	var streams []*hostsim.Stream
+	for range 5 {
+		s := h.Stream(0)
+		res := s.RequestHeaders(persistReq{id: "shared"}.headers(), persistReq{}.props())
+		if res.Action != hostsim.ActionPause {
+			t.Fatalf("request for a new key: action %v, want Pause while etcd answers", res.Action)
+		}
+		streams = append(streams, s)
+	}
+	// Reset the second: not the request the callout answers to.
+	if err := streams[1].Finish(); err != nil {
+		t.Fatal(err)
+	}
+	services := map[string]bool{}
+	for i, s := range streams {
+		if i == 1 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		res := s.Wait(ctx)
+		cancel()
+		if res.Err != nil || res.Action != hostsim.ActionContinue {
+			t.Fatalf("stream %d: Wait = %+v, want it resumed", i, res)
+		}
+		svc, _ := res.Header("x-hashlb-service")
+		services[svc] = true
+		if _, err := finishStream(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count("/v3/kv/txn") - before; n != 1 {
+		t.Errorf("5 requests for one new key on one worker sent %d transactions, want 1", n)
+	}
+	if len(services) != 1 {
+		t.Errorf("requests sharing one transaction went to %v, want one service", services)
+	}
+	// Counts back to zero: nothing leaked by the reset stream.
+	h.Advance(time.Second)
+	for _, s := range fourServices() {
+		if m, _ := h.Metric("hashlb.service." + s.Name + ".active"); m.Value != 0 {
+			t.Errorf("service %s active = %d after every stream ended, want 0", s.Name, m.Value)
+		}
+	}
+
+	// Reset the request the callout answers to: the SDK delivers an answer
+	// only to a live context, so the others are decided locally at once
+	// instead of waiting for nothing.
+	streams = streams[:0]
+	for range 3 {
+		s := h.Stream(0)
+		if res := s.RequestHeaders(persistReq{id: "orphan"}.headers(), persistReq{}.props()); res.Action != hostsim.ActionPause {
+			t.Fatalf("request for a new key: action %v, want Pause", res.Action)
+		}
+		streams = append(streams, s)
+	}
+	if err := streams[0].Finish(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range streams[1:] {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // settled already: no wait
+		res := s.Wait(ctx)
+		cancel()
+		if res.Err != nil || res.Action != hostsim.ActionContinue {
+			t.Fatalf("orphaned stream %d: Wait = %+v, want it resumed when the caller was reset", i+1, res)
+		}
+		if _, err := finishStream(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.Advance(time.Second)
+	for _, s := range fourServices() {
+		if m, _ := h.Metric("hashlb.service." + s.Name + ".active"); m.Value != 0 {
+			t.Errorf("after the caller's reset: service %s active = %d, want 0", s.Name, m.Value)
+		}
+	}
+}
