@@ -61,6 +61,7 @@ var exampleIntent = map[string]func(c *lbcore.Config) bool{
 		p := c.Persistence
 		return p != nil && p.Fleet != nil && p.Fleet.Cluster == "etcd" && c.LBMethod == lbcore.MethodLeastConnection
 	},
+	"tcp.json": func(c *lbcore.Config) bool { return c.Network() && c.ViaFilterState() },
 }
 
 func TestConfigsPluginExamples(t *testing.T) {
