@@ -64,6 +64,9 @@ func (c *tcpContext) OnNewConnection() (action types.Action) {
 		now = wallClock()
 	}
 	d := p.bal.Decide(req, now)
+	if d.Ask { // no fleet level for connections (lbcore refuses it): never wait
+		d = p.bal.DecideLocal(req, now)
+	}
 	p.m.decision(d.Reason)
 	if p.cfg.Persistence != nil {
 		p.m.persisted(&d)

@@ -91,6 +91,9 @@ func (d *decoder) steering(c *Config, set *fieldSet) {
 	if c.PassiveHealth != nil {
 		d.errorf("passiveHealth: counts HTTP response statuses, %s (active healthCheck probes still work)", why)
 	}
+	if p := c.Persistence; p != nil && p.Fleet != nil {
+		d.errorf("persistence.fleet: the fleet level holds a request while it asks etcd; a network filter (filterType network) keeps persistence in the proxy's own table (leave persistence.fleet out)")
+	}
 	check := func(path string, e *Expr) {
 		if v := e.httpVariable(); v != "" {
 			d.errorf("%s: %q reads %s, %s; a connection has only client.ip, client.port, server.ip and server.port", path, e.String(), v, why)
