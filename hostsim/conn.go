@@ -14,8 +14,10 @@ const (
 // worker, as Envoy's envoy.filters.network.wasm creates it for every
 // accepted connection. Its methods follow Envoy's order
 // (source/extensions/common/wasm/context.cc): NewConnection, then
-// DownstreamData and UpstreamData any number of times, then Close. A Conn is
-// not safe for concurrent use; different connections are.
+// DownstreamData and UpstreamData any number of times, then Close. Each
+// method holds the worker's lock for its callbacks, so the two directions'
+// data may be reported from two goroutines (hashlb-proxy -tcp does); after
+// Close the others return ErrStreamFinished.
 type Conn struct{ s *Stream }
 
 // connState is what a connection context holds beyond a stream's.
@@ -118,13 +120,7 @@ func (c *Conn) DownstreamData(data []byte, end bool) (Action, error) {
 // upstream close as Envoy does (proxy_on_upstream_connection_close, peer
 // Unknown): Envoy sees the upstream close only as the end of its data.
 func (c *Conn) UpstreamData(data []byte, end bool) (Action, error) {
-	act, err := c.data("proxy_on_upstream_data", bufUpstreamData, data, end)
-	if err == nil && end {
-		c.s.v.mu.Lock()
-		_, err = c.s.v.call("proxy_on_upstream_connection_close", uint64(c.s.id), PeerUnknown)
-		c.s.v.mu.Unlock()
-	}
-	return act, err
+	return c.data("proxy_on_upstream_data", bufUpstreamData, data, end)
 }
 
 func (c *Conn) data(export string, typ uint64, data []byte, end bool) (Action, error) {
@@ -138,6 +134,9 @@ func (c *Conn) data(export string, typ uint64, data []byte, end bool) (Action, e
 	v.netBuf, v.netData = typ, data
 	act, err := v.call(export, uint64(s.id), uint64(len(data)), boolArg(end))
 	v.netBuf, v.netData = 0, nil
+	if err == nil && end && typ == bufUpstreamData {
+		_, err = v.call("proxy_on_upstream_connection_close", uint64(s.id), PeerUnknown)
+	}
 	return Action(act), err
 }
 
