@@ -7,6 +7,7 @@ package e2e
 //   configs/schema.json               TestSchemaMatchesFields
 //   configs/envoy-*.yaml              Envoy bootstrap checks (envoy_test.go)
 //   configs/istio/*.yaml              Istio checks (istio_test.go)
+//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
 
 import (
 	"io/fs"
@@ -61,6 +62,7 @@ var exampleIntent = map[string]func(c *lbcore.Config) bool{
 		p := c.Persistence
 		return p != nil && p.Fleet != nil && p.Fleet.Cluster == "etcd" && c.LBMethod == lbcore.MethodLeastConnection
 	},
+	"tcp.json": func(c *lbcore.Config) bool { return c.Network() && c.ViaFilterState() },
 }
 
 func TestConfigsPluginExamples(t *testing.T) {
@@ -100,7 +102,7 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen := false
+	istioSeen, istioTCPSeen := false, false
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -124,6 +126,13 @@ func TestConfigsDirCovered(t *testing.T) {
 		case path.Dir(rel) == "." && strings.HasPrefix(rel, "envoy-") && path.Ext(rel) == ".yaml":
 			if err := checkBootstrapFile(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case path.Dir(rel) == "istio/tcp" && path.Ext(rel) == ".yaml":
+			if !istioTCPSeen {
+				istioTCPSeen = true
+				if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
+					t.Errorf("configs/istio/tcp: %v", err)
+				}
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
 			if !istioSeen {

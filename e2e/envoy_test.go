@@ -80,6 +80,11 @@ func checkBootstrap(b *bootstrapv3.Bootstrap) error {
 	plugins := 0
 	for _, l := range b.GetStaticResources().GetListeners() {
 		for _, fc := range l.GetFilterChains() {
+			n, err := checkNetworkChain(fc.GetFilters(), clusters)
+			plugins += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("listener %s: %w", l.GetName(), err))
+			}
 			for _, f := range fc.GetFilters() {
 				hcm := &hcmv3.HttpConnectionManager{}
 				if f.GetTypedConfig().MessageIs(hcm) {
@@ -123,6 +128,10 @@ func checkHCM(hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.C
 		cfg, err := checkWasmPlugin(w.GetConfig())
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http_filters[%d] %s: %w", i, w.GetConfig().GetName(), err))
+		}
+		if cfg != nil && cfg.Network() {
+			errs = append(errs, fmt.Errorf("http_filters[%d] %s: filterType network in an HTTP filter (use envoy.filters.network.wasm before tcp_proxy)", i, w.GetConfig().GetName()))
+			cfg = nil
 		}
 		if cfg != nil {
 			configs = append(configs, cfg)
@@ -231,6 +240,16 @@ func checkCluster(cfg *lbcore.Config, c *clusterv3.Cluster, retry *routev3.Retry
 		}
 		return errors.Join(errs...)
 	}
+	if cfg.ViaFilterState() {
+		// upstreamVia filterState: an ORIGINAL_DST cluster reads the filter state
+		// before any header; no other cluster reads it.
+		if c.GetType() != clusterv3.Cluster_ORIGINAL_DST {
+			bad("upstreamVia filterState needs an ORIGINAL_DST cluster: no other cluster reads %s", lbcore.OriginalDstFilterState)
+		} else if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+			bad("ORIGINAL_DST needs lb_policy CLUSTER_PROVIDED, not %s", c.GetLbPolicy())
+		}
+		return errors.Join(errs...)
+	}
 	if c.GetType() == clusterv3.Cluster_ORIGINAL_DST {
 		od := c.GetOriginalDstLbConfig()
 		if !od.GetUseHttpHeader() {
@@ -296,7 +315,7 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 }
 
 func TestEnvoyBootstrap(t *testing.T) {
-	for _, file := range []string{"envoy.yaml", "configs/envoy-original-dst.yaml"} {
+	for _, file := range []string{"envoy.yaml", "configs/envoy-original-dst.yaml", "configs/envoy-tcp.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			if err := checkBootstrapFile(readRepoFile(t, file)); err != nil {
 				t.Fatal(err)

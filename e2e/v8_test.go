@@ -127,6 +127,10 @@ type v8Job struct {
 	// EtcdClusters are the clusters whose calls the script's MiniEtcd answers
 	// (persistence.fleet); calls to others are never answered.
 	EtcdClusters []string `json:"etcdClusters,omitempty"`
+	// PerRequest asks for one line per request with its outcome; FinalTick
+	// for a tick after a phase's last request (TestV8TCP).
+	PerRequest bool `json:"perRequest,omitempty"`
+	FinalTick  bool `json:"finalTick,omitempty"`
 }
 
 // v8JobFile runs several jobs in one process; each takes what it does not set from Defaults.
@@ -164,33 +168,35 @@ func latin1Requests(rs []hostile.Request) []hostile.Request {
 
 // v8Line is any output line of hashlbv8.mjs; each type fills some fields.
 type v8Line struct {
-	Job       string      `json:"job"`
-	Type      string      `json:"type"`
-	OK        bool        `json:"ok"`
-	Error     string      `json:"error"`
-	Phase     string      `json:"phase"`
-	Class     string      `json:"class"`
-	Count     int         `json:"count"`
-	P50       float64     `json:"p50Us"`
-	P99       float64     `json:"p99Us"`
-	Max       float64     `json:"maxUs"`
-	CPUP99    float64     `json:"cpuP99Us"`
-	CPUMax    float64     `json:"cpuMaxUs"`
-	MaxMemory int         `json:"maxMemory"`
-	Outcomes  []v8Outcome `json:"outcomes"`
-	Other     int         `json:"otherOutcomes"`
-	Sample    *v8Outcome  `json:"otherSample"`
-	Requests  int         `json:"requests"`
-	Planned   int         `json:"planned"`
-	Memory    int         `json:"memory"`
-	Trapped   bool        `json:"trapped"`
-	Request   int         `json:"request"`
-	Callback  string      `json:"callback"`
-	Stderr    string      `json:"stderr"`
-	Logs      any         `json:"logs"`
-	Traps     int         `json:"traps"`
-	BudgetMs  int         `json:"budgetMs"`
-	Ms        int         `json:"ms"`
+	Job       string           `json:"job"`
+	Type      string           `json:"type"`
+	OK        bool             `json:"ok"`
+	Error     string           `json:"error"`
+	Phase     string           `json:"phase"`
+	Class     string           `json:"class"`
+	Count     int              `json:"count"`
+	P50       float64          `json:"p50Us"`
+	P99       float64          `json:"p99Us"`
+	Max       float64          `json:"maxUs"`
+	CPUP99    float64          `json:"cpuP99Us"`
+	CPUMax    float64          `json:"cpuMaxUs"`
+	MaxMemory int              `json:"maxMemory"`
+	Outcomes  []v8Outcome      `json:"outcomes"`
+	Other     int              `json:"otherOutcomes"`
+	Sample    *v8Outcome       `json:"otherSample"`
+	Requests  int              `json:"requests"`
+	Planned   int              `json:"planned"`
+	Memory    int              `json:"memory"`
+	Trapped   bool             `json:"trapped"`
+	Request   int              `json:"request"`
+	Callback  string           `json:"callback"`
+	Stderr    string           `json:"stderr"`
+	Logs      any              `json:"logs"`
+	Traps     int              `json:"traps"`
+	BudgetMs  int              `json:"budgetMs"`
+	Ms        int              `json:"ms"`
+	Metrics   map[string]int64 `json:"metrics"`
+	Outcome   *v8Outcome       `json:"outcome"`
 	Slowest   *struct {
 		Class  string `json:"class"`
 		Us     int    `json:"us"`
@@ -208,8 +214,9 @@ type v8Outcome struct {
 		Status int    `json:"status"`
 		Body   string `json:"body"`
 	} `json:"local"`
-	LocalReplies int `json:"localReplies"`
-	Closed       int `json:"closed"`
+	LocalReplies int  `json:"localReplies"`
+	Closed       int  `json:"closed"`
+	Span         *int `json:"span"` // a connection's filter state life span, when not DownstreamConnection
 }
 
 // v8Run is one job of hashlbv8.mjs: one config under one profile.
@@ -473,6 +480,9 @@ func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l 
 // naming the first of them; or a local 503 "no healthy service". With persistence.fleet a request
 // may pause while etcd (the script's MiniEtcd) answers, and must then be resumed with its decision.
 func v8Decision(c *lbcore.Config, services map[string]string, o *v8Outcome) string {
+	if c.Network() {
+		return v8Connection(services, o)
+	}
 	switch {
 	case o.Local != nil:
 		if o.Local.Status != 503 || o.Local.Body != "no healthy service" || o.LocalReplies > 1 {
@@ -596,4 +606,23 @@ func fleetClusters(config []byte) []string {
 		return nil
 	}
 	return []string{c.Persistence.Fleet.Cluster}
+}
+
+// v8Connection says what is wrong with a connection's outcome (filterType network), or "" if it
+// went to one configured service through the ORIGINAL_DST filter state, for the connection's
+// life: every configuration TestV8 runs has a selectable service.
+func v8Connection(services map[string]string, o *v8Outcome) string {
+	switch {
+	case o.Action != "continue" || o.Closed > 0:
+		return "were " + o.Action + " or closed although services are selectable"
+	case len(o.Upstream) != 1:
+		return "continued without the ORIGINAL_DST filter state"
+	case services[o.Upstream[0]] == "":
+		return fmt.Sprintf("went to %q, not a configured service address", o.Upstream[0])
+	case o.Span != nil:
+		return fmt.Sprintf("set the filter state with life span %d, not DownstreamConnection (2)", *o.Span)
+	case len(o.Service) > 0 || o.Local != nil:
+		return "carry a header or a local reply, which a connection has not"
+	}
+	return ""
 }

@@ -38,3 +38,9 @@ func getProperty(path string) (string, error) {
 
 // getSharedData is proxywasm.GetSharedData.
 func getSharedData(key string) ([]byte, uint32, error) { return proxywasm.GetSharedData(key) }
+
+// callForeign is proxywasm.CallForeignFunction, its result dropped.
+func callForeign(name string, args []byte) error {
+	_, err := proxywasm.CallForeignFunction(name, args)
+	return err
+}

@@ -205,3 +205,17 @@ func getSharedData(key string) ([]byte, uint32, error) {
 	}
 	return unsafe.Slice(p, n), sharedCAS, nil
 }
+
+//go:wasmimport env proxy_call_foreign_function
+func proxyCallForeignFunction(nameData unsafe.Pointer, nameSize uint32, argData unsafe.Pointer, argSize uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer) uint32
+
+// callForeign is proxywasm.CallForeignFunction for a function whose result
+// is not read (set_envoy_filter_state returns none), without the SDK's
+// locals on the heap: a network filter calls it on every connection.
+func callForeign(name string, args []byte) error {
+	valueData, valueSize = nil, 0
+	st := proxyCallForeignFunction(unsafe.Pointer(unsafe.StringData(name)), uint32(len(name)),
+		unsafe.Pointer(unsafe.SliceData(args)), uint32(len(args)), unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize))
+	valueData, valueSize = nil, 0
+	return statusError(st)
+}

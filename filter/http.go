@@ -103,7 +103,15 @@ func (h *httpContext) decided(d *lbcore.Decision) types.Action {
 // never leave without the header hashlb chose.
 func (h *httpContext) route(i int, upstream string) types.Action {
 	p := h.p
-	if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream); err != nil {
+	if p.cfg.ViaFilterState() {
+		// upstreamVia filterState: Envoy's ORIGINAL_DST cluster reads the
+		// filter state first; no header the client could see (steer.go).
+		if err := setUpstream(upstream, spanFilterChain); err != nil {
+			p.m.internalError.Increment(1)
+			proxywasm.LogErrorf("hashlb: setting filter state %s: %v (Envoy 1.28 or later is needed)", lbcore.OriginalDstFilterState, err)
+			return h.reply503()
+		}
+	} else if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream); err != nil {
 		p.m.internalError.Increment(1)
 		proxywasm.LogErrorf("hashlb: setting %s: %v", p.cfg.UpstreamHeader, err)
 		return h.reply503()

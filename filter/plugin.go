@@ -39,8 +39,10 @@ type pluginContext struct {
 	// that of decisionText; values are the strings made from them (value).
 	upstream, debug []byte
 	values          map[string]string
-	// free are ended requests' contexts, reused by NewHttpContext.
-	free []*httpContext
+	// free are ended requests' contexts, reused by NewHttpContext;
+	// freeConns ended connections', reused by NewTcpContext (tcp.go).
+	free      []*httpContext
+	freeConns []*tcpContext
 	// hostLate: the host header is read only for a request without
 	// :authority (lbcore.Config.HostOnlyForAuthority).
 	hostLate bool
@@ -94,7 +96,11 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		p.health = newHealth(p, cfg, ns, rand.Uint64())
 	}
 	p.cfg = cfg
-	proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
+	if cfg.ViaFilterState() {
+		proxywasm.LogInfof("hashlb: %s filter, %s over %d services, upstream in filter state %s", cfg.FilterType, cfg.LBMethod, len(cfg.Services), lbcore.OriginalDstFilterState)
+	} else {
+		proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
+	}
 	return types.OnPluginStartStatusOK
 }
 
@@ -156,6 +162,9 @@ func (p *pluginContext) shareLoads(now time.Time) {
 // a host only deletes the context) is reused, so that a request allocates
 // no context.
 func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	if p.cfg != nil && p.cfg.Network() {
+		return nil // a network filter: NewTcpContext (tcp.go)
+	}
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]
 		p.free[n-1] = nil

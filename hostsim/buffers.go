@@ -2,6 +2,8 @@ package hostsim
 
 // Buffer types (proxy-wasm spec, WasmBufferType).
 const (
+	bufDownstreamData       = 2
+	bufUpstreamData         = 3
 	bufHTTPCallResponseBody = 4
 	bufVMConfiguration      = 6
 	bufPluginConfiguration  = 7
@@ -18,7 +20,9 @@ var bufferFuncs = []hostFunc{
 // call: the VM configuration during proxy_on_vm_start, the plugin
 // configuration during the root proxy_on_context_create and
 // proxy_on_configure, the callout body during proxy_on_http_call_response.
-// Bodies are not streamed by hostsim, so the body buffers are absent.
+// the connection's data during proxy_on_downstream_data and
+// proxy_on_upstream_data. Bodies are not streamed by hostsim, so the body
+// buffers are absent.
 func (v *vm) buffer(typ uint64) ([]byte, uint64) {
 	switch {
 	case typ > bufMax:
@@ -27,6 +31,8 @@ func (v *vm) buffer(typ uint64) ([]byte, uint64) {
 		return v.h.cfg.VMConfig, statusOK
 	case typ == bufPluginConfiguration && v.bufPlugin:
 		return v.plugin, statusOK
+	case (typ == bufDownstreamData || typ == bufUpstreamData) && typ == v.netBuf:
+		return v.netData, statusOK
 	case typ == bufHTTPCallResponseBody && v.callResp != nil:
 		return v.callResp.Body, statusOK
 	}

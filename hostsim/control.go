@@ -90,6 +90,14 @@ func (v *vm) continueStream(typ uint64) uint64 {
 		return statusBadArgument
 	case s == nil:
 		return statusNotFound
+	case s.conn != nil:
+		// A connection: downstream resumes reading (Ok, deferred in Envoy),
+		// upstream is Unimplemented; request and response have no callbacks
+		// on a network context and do nothing (context.cc continueStream).
+		if typ == 3 {
+			return statusUnimplemented
+		}
+		return statusOK
 	case typ == 0:
 		s.closeRequest()
 		s.resumed = true
@@ -111,6 +119,18 @@ func hostCloseStream(v *vm, p []uint64) uint64 {
 		return statusBadArgument
 	case s == nil:
 		return statusNotFound
+	case s.conn != nil:
+		// A connection: Envoy closes the downstream (2) or upstream (3)
+		// connection after the callback returns, flushing what was written
+		// (context.cc closeStream, FlushWrite); request and response (0, 1)
+		// have no callbacks on a network context and do nothing.
+		switch p[0] {
+		case 2:
+			s.conn.closeDownstream = true
+		case 3:
+			s.conn.closeUpstream = true
+		}
+		return statusOK
 	}
 	s.closed = true
 	for _, m := range s.maps {
@@ -125,14 +145,15 @@ func hostCloseStream(v *vm, p []uint64) uint64 {
 func hostGetConfiguration(v *vm, p []uint64) uint64 { return v.copyOut(v.plugin, p[0], p[1]) }
 
 // stubFuncs are present so a module importing them links, as in Envoy, but
-// hostsim offers no gRPC, foreign functions or DNS.
+// hostsim offers no gRPC or DNS; of the foreign functions, only
+// set_envoy_filter_state (foreign.go).
 var stubFuncs = []hostFunc{
 	{"proxy_grpc_call", "iiiiiiiiiiii", "i", ret(statusUnimplemented)},
 	{"proxy_grpc_stream", "iiiiiiiii", "i", ret(statusUnimplemented)},
 	{"proxy_grpc_close", "i", "i", ret(statusNotFound)},
 	{"proxy_grpc_cancel", "i", "i", ret(statusNotFound)},
 	{"proxy_grpc_send", "iiii", "i", ret(statusNotFound)},
-	{"proxy_call_foreign_function", "iiiiii", "i", ret(statusNotFound)},
+	{"proxy_call_foreign_function", "iiiiii", "i", hostCallForeignFunction},
 	// Envoy's own extension (source/extensions/common/wasm/wasm.cc).
 	{"envoy_resolve_dns", "iii", "i", ret(statusUnimplemented)},
 	// cpp-host always registers these two (src/wasm.cc registerCallbacks).

@@ -8,7 +8,9 @@
 // callback allow-lists, the env proxy_* host functions (logs, header maps,
 // buffers, properties, local replies, shared data with CAS, ticks, HTTP
 // callouts, metrics, time), a virtual clock that never moves under a running
-// guest call, and a Stream API that drives one HTTP stream through a worker.
+// guest call, a Stream API that drives one HTTP stream through a worker, and a
+// Conn API that drives one TCP connection through a network-filter context
+// (conn.go), with the foreign function set_envoy_filter_state (foreign.go).
 //
 // Callouts: a proxy_http_call to a cluster of Config.Clusters (Envoy cluster
 // name → host:port) is sent as real HTTP/1.1 on its own goroutine and

@@ -71,6 +71,10 @@ type Stream struct {
 	req     reqState
 	outcome Result        // set when req becomes reqDone
 	done    chan struct{} // closed when req becomes reqDone
+	// fstate is the filter state the module set (set_envoy_filter_state).
+	fstate map[string]FilterStateEntry
+	// conn is set for a connection context (Host.Conn), nil for HTTP.
+	conn *connState
 }
 
 // reqState is where a stream's request headers are.

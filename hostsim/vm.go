@@ -67,6 +67,8 @@ type vm struct {
 	plugin           []byte        // this VM's plugin configuration
 	bufPlugin, bufVM bool          // which configuration buffer is readable now
 	callResp         *CallResponse // the callout response being delivered
+	netBuf           uint64        // bufDownstreamData or bufUpstreamData while a data callback runs, else 0
+	netData          []byte        // that callback's data
 	callouts         []*callout    // dispatched, answered after the running call
 	nextToken        uint32
 	settling         bool // settle is running (stream.go)

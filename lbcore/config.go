@@ -8,6 +8,9 @@ import (
 // Config is a validated plugin configuration. Build one with ParseConfig;
 // a Config is never modified after parsing.
 type Config struct {
+	// FilterType is how Envoy runs the module (default http; http, one
+	// decision per request, or network, one per TCP connection).
+	FilterType string
 	// LBMethod chooses the service (default ROUNDROBIN).
 	LBMethod Method
 	// HashLength is how many URL or domain bytes are hashed (default 80, 1–4096).
@@ -30,6 +33,9 @@ type Config struct {
 	HealthCheck *HealthCheck
 	// PassiveHealth configures ejection on failures; nil when off.
 	PassiveHealth *PassiveHealth
+	// UpstreamVia is how the choice reaches Envoy (default header; header or
+	// filterState, which filterType network always uses).
+	UpstreamVia string
 	// UpstreamHeader is the request header set to the chosen addresses
 	// (default x-envoy-original-dst-host), lower-case.
 	UpstreamHeader string

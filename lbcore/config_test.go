@@ -28,6 +28,7 @@ func normalized(c *Config) []byte {
 		"v6NetmaskLen": c.V6NetmaskLen, "backupLBMethod": c.BackupLBMethod.String(), "upstreamHeader": c.UpstreamHeader,
 		"upstreamCount": c.UpstreamCount, "serviceHeader": c.ServiceHeader, "trustedForwardedHops": c.TrustedForwardedHops,
 		"hashBalanceFactor": c.HashBalanceFactor, "debugHeader": c.DebugHeader,
+		"filterType": c.FilterType, "upstreamVia": c.UpstreamVia,
 	}
 	if c.Token != nil {
 		out["token"] = c.Token.String()

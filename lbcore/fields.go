@@ -44,7 +44,8 @@ type fieldID uint8
 
 // The configuration fields, in the order the README lists them.
 const (
-	fLBMethod fieldID = iota
+	fFilterType fieldID = iota
+	fLBMethod
 	fHashLength
 	fNetmask
 	fV6NetmaskLen
@@ -78,6 +79,7 @@ const (
 	fConsecutiveFailures
 	fEjectionTime
 	fFailureStatuses
+	fUpstreamVia
 	fUpstreamHeader
 	fUpstreamCount
 	fServiceHeader
@@ -94,6 +96,8 @@ const maxUpstreamCount = 8
 // fieldTable is every configuration field: the one place its default, range
 // and meaning are written.
 var fieldTable = [numFields]FieldSpec{
+	fFilterType: {Path: "filterType", Type: "string", Default: FilterHTTP, Enum: []string{FilterHTTP, FilterNetwork},
+		Doc: "How Envoy runs the module: http, an HTTP filter balancing each request (envoy.filters.http.wasm, Istio WasmPlugin type HTTP); network, a network filter balancing each TCP connection for tcp_proxy (envoy.filters.network.wasm, type NETWORK), with the methods and keys that need no HTTP."},
 	fLBMethod: {Path: "lbMethod", Type: "string", Format: "method", Default: "ROUNDROBIN", Enum: Methods(),
 		Doc: "How the service is chosen. The eight Citrix ADC hashing methods (URLHASH … TOKEN) rank services by rendezvous hashing of the request's key; LEASTCONNECTION picks the fewest active requests per weight; ROUNDROBIN is smooth weighted round robin. hashlb accepts any letter case."},
 	fHashLength: {Path: "hashLength", Type: "integer", Default: 80, Min: 1, Max: 4096,
@@ -162,6 +166,8 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "How long an ejected service stays out, 1s to 1h."},
 	fFailureStatuses: {Path: "passiveHealth.failureStatuses", Type: "string", Format: "statuses", Default: "502-504",
 		Doc: "Response codes that count as failures, e.g. 502-504."},
+	fUpstreamVia: {Path: "upstreamVia", Type: "string", Default: ViaHeader, Enum: []string{ViaHeader, ViaFilterState},
+		Doc: "How the choice reaches Envoy: header sets upstreamHeader; filterState sets Envoy's filter state envoy.network.transport_socket.original_dst_address (set_envoy_filter_state, Envoy 1.28 or later), which an ORIGINAL_DST cluster reads before any header, so the client never sees or forges it. filterType network always uses filterState."},
 	fUpstreamHeader: {Path: "upstreamHeader", Type: "string", Format: "header", Default: "x-envoy-original-dst-host",
 		Doc: "Request header hashlb sets to the chosen address(es); the header Envoy's override_host policy (or ORIGINAL_DST cluster) reads. Client-supplied copies are always removed."},
 	fUpstreamCount: {Path: "upstreamCount", Type: "integer", Default: 1, Min: 1, Max: maxUpstreamCount,

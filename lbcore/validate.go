@@ -36,6 +36,8 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	d := &decoder{}
 	c := &Config{
+		FilterType:           fFilterType.defaultString(),
+		UpstreamVia:          fUpstreamVia.defaultString(),
 		LBMethod:             mustMethod(fLBMethod.defaultString()),
 		HashLength:           fHashLength.defaultInt(),
 		Netmask:              mustNetmask(fNetmask.defaultString()),
@@ -50,8 +52,18 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	var token gjson.Result
 	sawServices := false
+	var set fieldSet
 	d.object("", root, func(name string, v gjson.Result) bool {
+		set.note(name)
 		switch name {
+		case "filterType":
+			if s, ok := d.enum(fFilterType, name, v); ok {
+				c.FilterType = s
+			}
+		case "upstreamVia":
+			if s, ok := d.enum(fUpstreamVia, name, v); ok {
+				c.UpstreamVia = s
+			}
 		case "lbMethod":
 			c.LBMethod = d.method(fLBMethod, name, v)
 		case "hashLength":
@@ -105,6 +117,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		d.errorf("serviceHeader: %q is the same header as upstreamHeader", c.ServiceHeader)
 	}
 	d.ownHeadersUnread(c)
+	d.steering(c, &set)
 	if err := errors.Join(d.errs...); err != nil {
 		return nil, err
 	}

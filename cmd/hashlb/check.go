@@ -27,8 +27,8 @@ problem" for a configuration embedded in a larger file), and
 A FILE is one of
   - a plugin configuration (JSON);
   - an Envoy configuration (YAML or JSON: a bootstrap, or xDS resources): the
-    configuration.value of every envoy.filters.http.wasm filter that is
-    hashlb's (its name, root_id, vm_id or module path mentions hashlb);
+    configuration.value of every envoy.filters.http.wasm (or
+    envoy.filters.network.wasm) filter that is hashlb's (its name, root_id, vm_id or module path mentions hashlb);
   - Kubernetes manifests (YAML, "---" between documents): every Istio
     WasmPlugin that is hashlb's (its name, url or pluginName mentions hashlb;
     spec.pluginConfig, turned into JSON as Istio does), and every EnvoyFilter
@@ -258,7 +258,7 @@ func scanYAML(data []byte) (*source, error) {
 		return nil, errors.New("no hashlb configuration: the file holds no YAML or JSON document")
 	}
 	if envoyDocs > 0 && wasmSeen == 0 {
-		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm filter in this Envoy configuration")
+		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm or envoy.filters.network.wasm filter in this Envoy configuration")
 	}
 	if envoyDocs > 0 && len(src.configs()) == 0 {
 		return nil, fmt.Errorf("no hashlb configuration: %s", strings.Join(src.skipped(), "; "))
@@ -330,6 +330,7 @@ func (src *source) wasmPlugin(m *yaml.Node, where string) {
 // The Envoy types a hashlb filter is configured with.
 const (
 	wasmType        = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	netWasmType     = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm"
 	stringValueType = "type.googleapis.com/google.protobuf.StringValue"
 )
 
@@ -368,10 +369,10 @@ func (w *wasmWalk) walk(n *yaml.Node, ctx walkCtx) {
 		ctx.filter = str(get(n, "name"))
 	}
 	switch typ := str(get(n, "@type")); {
-	case typ == wasmType:
+	case typ == wasmType || typ == netWasmType:
 		w.filter(get(n, "config"), ctx)
 		return
-	case contains(typedStructTypes, typ) && str(get(n, "type_url")) == wasmType:
+	case contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
 		w.filter(get(get(n, "value"), "config"), ctx)
 		return
 	}

@@ -96,6 +96,7 @@ func TestCheckGolden(t *testing.T) {
 // passes, each named by its place.
 func TestCheckRepositoryConfigs(t *testing.T) {
 	istio, _ := filepath.Glob("../../configs/istio/*.yaml")
+	istioTCP, _ := filepath.Glob("../../configs/istio/tcp/*.yaml")
 	tests := []struct {
 		name  string
 		files []string
@@ -105,6 +106,9 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 			[]string{"../../envoy.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"envoy-original-dst.yaml", []string{"../../configs/envoy-original-dst.yaml"},
 			[]string{"../../configs/envoy-original-dst.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
+		{"envoy-tcp.yaml", []string{"../../configs/envoy-tcp.yaml"},
+			[]string{"../../configs/envoy-tcp.yaml: listener hashlb_tcp, filter hashlb: ok (SRCIPSRCPORTHASH over 3 services)"}},
+		{"istio-tcp", istioTCP, []string{"../../configs/istio/tcp/wasmplugin.yaml: WasmPlugin demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 	}
 	for _, ex := range exampleConfigs(t) {

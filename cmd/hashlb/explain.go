@@ -288,10 +288,13 @@ type report struct {
 	DecidedBy  string      `json:"decidedBy,omitempty"`
 	Failover   []svcRef    `json:"failover"`
 	Headers    [][2]string `json:"headers"`
-	Backup     *backup     `json:"backup,omitempty"`
-	WorkerNote string      `json:"workerNote,omitempty"`
-	Capped     bool        `json:"capped"`
-	Persist    *persist    `json:"persistence"`
+	// FilterState is what upstreamVia filterState (always so for filterType
+	// network) sets instead of upstreamHeader: key and address.
+	FilterState *[2]string `json:"filterState,omitempty"`
+	Backup      *backup    `json:"backup,omitempty"`
+	WorkerNote  string     `json:"workerNote,omitempty"`
+	Capped      bool       `json:"capped"`
+	Persist     *persist   `json:"persistence"`
 
 	upstreamCount int
 }
@@ -400,8 +403,12 @@ func newReport(file, where string, cfg *lbcore.Config, req *lbcore.Request, x *l
 			r.Failover = append(r.Failover, svcRef{f.Name, f.Address})
 			addrs = append(addrs, f.Address)
 		}
-		r.Headers = append(r.Headers, [2]string{cfg.UpstreamHeader, strings.Join(addrs, ",")})
-		if cfg.ServiceHeader != "" {
+		if cfg.ViaFilterState() {
+			r.FilterState = &[2]string{lbcore.OriginalDstFilterState, s.Address}
+		} else {
+			r.Headers = append(r.Headers, [2]string{cfg.UpstreamHeader, strings.Join(addrs, ",")})
+		}
+		if cfg.ServiceHeader != "" && !cfg.Network() {
 			r.Headers = append(r.Headers, [2]string{cfg.ServiceHeader, s.Name})
 		}
 	}
@@ -676,6 +683,9 @@ func (r *report) write(out io.Writer) {
 	}
 	if r.WorkerNote != "" {
 		line("note", "%s", r.WorkerNote)
+	}
+	if fs := r.FilterState; fs != nil {
+		line("upstream", "filter state %s = %s (set_envoy_filter_state; an ORIGINAL_DST cluster connects there)", fs[0], fs[1])
 	}
 	for i, h := range r.Headers {
 		if i == 0 {

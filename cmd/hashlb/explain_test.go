@@ -43,6 +43,7 @@ func TestExplainGolden(t *testing.T) {
 		{"persistence-shared-v6", []string{td + "persistence-shared.json", "-url", "/", "-client", "[2001:db8:1:2:3::9]:40000",
 			"-header", "cookie: theme=dark; session=s-77", "-header", "x-user: Bob"}},
 		{"persistence-shared-empty", []string{td + "persistence-shared.json", "-url", "/", "-client", "[2001:db8:1:2:3::9]:40000"}},
+		{"tcp-network-filter", []string{"../../configs/tcp.json", "-url", "", "-client", "192.0.2.1:5000", "-dest", "198.51.100.1:443"}},
 		{"srcipdestiphash", []string{"../../configs/srcipdestiphash.json", "-client", "192.0.2.10:5555", "-dest", "10.0.0.1:80", "-url", "/"}},
 		{"forged-header", []string{"../../configs/demo.json", "-url", "/x", "-header", "X-Envoy-Original-Dst-Host: 203.0.113.9:80"}},
 		{"istio-wasmplugin", []string{"-url", "/", "-client", "10.1.2.3:40000", "../../configs/istio/wasmplugin.yaml"}},

@@ -19,7 +19,14 @@
 //    "requestIntervalMs": 1,   how far the guest's clock moves on between two requests
 //    "slowMs": 50,             requests slower than this (after warm-up) are reported one by one
 //    "budgetMs": 0,            > 0: a phase stops once it has run this long (reported as "budget")
-//    "perRequest": false}      true: one line per measured request as well
+//    "perRequest": false,      true: one line per measured request as well
+//    "finalTick": false}       true: one more proxy_on_tick after the last request of a phase, so
+//                              that the module's batched counts reach the host's metrics
+// With "filterType": "network" in the configuration each REQUEST is a TCP connection instead
+// (envoy.filters.network.wasm; Envoy source/extensions/common/wasm/context.cc): its source and
+// dest are the connection's addresses, its headers are not used; the outcome is the address the
+// module set as the filter state envoy.network.transport_socket.original_dst_address (through the
+// foreign function set_envoy_filter_state), whether it paused and whether it closed the connection.
 //   REQUEST is the JSON form of Go's hostile.Request (internal/hostile):
 //   {"class": "jwt-deep-array", "headers": [["name", "value"], ...], "source": "ip:port", "dest": "ip:port"}
 //   "" for source or dest means the host does not have that property.
@@ -219,6 +226,32 @@ function encodePairs(pairs) {
   return b;
 }
 // decodePairs gives [] for anything malformed, over 1 MiB or over 1024 pairs (PairsUtil::toPairs).
+// decodeProto reads a protobuf message (latin1 string) into {field: last value}: varints as
+// numbers, length-delimited fields as latin1 strings; null when malformed.
+function decodeProto(b) {
+  const out = {};
+  let i = 0;
+  const varint = () => {
+    let x = 0, shift = 0;
+    for (; i < b.length && shift < 64; shift += 7) {
+      const c = b.charCodeAt(i++);
+      x += (c & 0x7f) * 2 ** shift;
+      if (c < 0x80) return x;
+    }
+    return null;
+  };
+  while (i < b.length) {
+    const tag = varint();
+    if (tag === null || tag < 8) return null;
+    const field = Math.floor(tag / 8), wire = tag % 8;
+    if (wire === 0) { const x = varint(); if (x === null) return null; out[field] = x; }
+    else if (wire === 2) { const n = varint(); if (n === null || i + n > b.length) return null; out[field] = b.slice(i, i + n); i += n; }
+    else if (wire === 1 || wire === 5) { i += wire === 1 ? 8 : 4; if (i > b.length) return null; }
+    else return null;
+  }
+  return out;
+}
+
 function decodePairs(u8) {
   if (!u8 || u8.length < 4 || u8.length > 1 << 20) return [];
   const b = Buffer.from(u8.buffer, u8.byteOffset, u8.length);
@@ -316,7 +349,7 @@ class VM {
   ctx() { return (this.effective !== null && this.contexts.get(this.effective)) || this.cur; }
 
   addContext(kind, parent) {
-    const c = { id: this.nextId++, kind, parent, filterState: new Map() };
+    const c = { id: this.nextId++, kind, parent, filterState: new Map(), envoyState: new Map() };
     this.contexts.set(c.id, c);
     return c;
   }
@@ -563,7 +596,7 @@ class VM {
         const details = readStr(dp, dn), body = readStr(bp, bn), hdrs = m().bytes(hp, hn);
         if (details === null || body === null || hdrs === null) return S.InvalidMemoryAccess;
         const c = vm.ctx();
-        if (c.kind === 'stream') c.localReplies.push({ status: code >>> 0, body, details, headers: decodePairs(hdrs), grpc });
+        if (c.kind === 'stream' && !c.conn) c.localReplies.push({ status: code >>> 0, body, details, headers: decodePairs(hdrs), grpc });
         vm.stopNext = true;
         return S.Ok;
       },
@@ -691,6 +724,14 @@ class VM {
       proxy_done: () => S.NotFound,
       proxy_continue_stream: (type) => { const c = vm.ctx(); if (c.kind === 'stream' && type === 0) c.continued++; return S.Ok; },
       proxy_close_stream: () => { const c = vm.ctx(); if (c.kind === 'stream') c.closed++; return S.Ok; },
+      // Envoy foreign.cc: the registered functions by name; cpp-host src/exports.cc answers NotFound
+      // for a name no one registered. Only set_envoy_filter_state is emulated.
+      proxy_call_foreign_function: (np, nn, ap, an) => {
+        const name = readStr(np, nn), args = readStr(ap, an);
+        if (name === null || args === null) return S.InvalidMemoryAccess;
+        if (name !== 'set_envoy_filter_state') return S.NotFound;
+        return setEnvoyFilterState(args);
+      },
       proxy_continue_request: () => env.proxy_continue_stream(0),
       proxy_continue_response: () => S.Ok,
       proxy_clear_route_cache: () => S.Ok,
@@ -701,7 +742,27 @@ class VM {
     };
     for (const n of ['proxy_register_shared_queue', 'proxy_resolve_shared_queue', 'proxy_dequeue_shared_queue',
       'proxy_enqueue_shared_queue', 'proxy_grpc_call', 'proxy_grpc_stream', 'proxy_grpc_close', 'proxy_grpc_cancel',
-      'proxy_grpc_send', 'proxy_call_foreign_function']) env[n] = () => S.Unimplemented;
+      'proxy_grpc_send']) env[n] = () => S.Unimplemented;
+
+    // set_envoy_filter_state (Envoy foreign.cc, Context::setEnvoyFilterState in context.cc): the
+    // argument is the protobuf SetEnvoyFilterStateArguments {path = 1, value = 2, span = 3}; one
+    // that does not parse is BadArgument, a key without a registered object factory NotFound, a
+    // value the factory refuses BadArgument, a context without a stream NotFound.
+    function setEnvoyFilterState(b) {
+      const f = decodeProto(b);
+      if (!f) return S.BadArgument;
+      const path = f[1] ?? '', value = f[2] ?? '';
+      const factories = {
+        'envoy.network.transport_socket.original_dst_address': (v) => /^(\d{1,3}(\.\d{1,3}){3}|\[[0-9a-fA-F:.]+\]):\d{1,5}$/.test(v),
+        'envoy.tcp_proxy.cluster': () => true,
+      };
+      if (!factories[path]) return S.NotFound;
+      if (!factories[path](value)) return S.BadArgument;
+      const c = vm.ctx();
+      if (c.kind !== 'stream') return S.NotFound;
+      c.envoyState.set(path, { value, span: Number(f[3] ?? 0) });
+      return S.Ok;
+    }
 
     function removeAll(map, k) { let j = 0; for (const e of map) if (e[0] !== k) map[j++] = e; map.length = j; }
     function editMap(type, kp, kn, vp, vn, edit) {
@@ -779,7 +840,7 @@ function loadJob(job, phaseCache) {
     rootId: bytes(job.rootId ?? 'hashlb'), pluginName: bytes(job.pluginName ?? job.rootId ?? 'hashlb'), vmId: bytes(job.vmId ?? ''),
     warmup: job.warmup ?? 0, repeat: job.repeat ?? 1, logLevel: job.logLevel ?? 2,
     intervalNs: BigInt(Math.round((job.requestIntervalMs ?? 1) * 1e6)), slowUs: (job.slowMs ?? 50) * 1000,
-    budgetMs: job.budgetMs ?? 0, perRequest: !!job.perRequest,
+    budgetMs: job.budgetMs ?? 0, perRequest: !!job.perRequest, finalTick: !!job.finalTick,
     etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
     phases: job.phases.map((ph) => {
       const key = `${job.strings}`;
@@ -805,7 +866,7 @@ function outcomeHeaders(configText) {
   try { c = JSON.parse(Buffer.from(configText, 'latin1').toString('utf8')) ?? {}; } catch { /* the module will say */ }
   const up = typeof c.upstreamHeader === 'string' ? c.upstreamHeader : 'x-envoy-original-dst-host';
   const svc = typeof c.serviceHeader === 'string' ? c.serviceHeader : 'x-hashlb-service';
-  return { up: asciiLower(up), svc: asciiLower(svc) };
+  return { up: asciiLower(up), svc: asciiLower(svc), network: c.filterType === 'network' };
 }
 
 const pct = (sorted, q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] : 0);
@@ -887,6 +948,44 @@ function request(vm, root, req, names) {
   }
 }
 
+// connection runs one TCP connection through the VM as Envoy's network filter does and returns
+// its outcome; null after a trap. Envoy (context.cc): the context is created and
+// proxy_on_new_connection called when the connection is accepted; then the data callbacks; the
+// end of upstream data signals proxy_on_upstream_connection_close (peer unknown); the downstream
+// close event proxy_on_downstream_connection_close, then proxy_on_done, proxy_on_log and
+// proxy_on_delete (Context::onCloseTCP).
+function connection(vm, root, req, i) {
+  const c = vm.addContext('stream', root.id);
+  Object.assign(c, { conn: true, req: [], resp: null, source: req.source, dest: req.dest, reqOpen: false, respOpen: false,
+    logPhase: false, localReplies: [], continued: 0, closed: 0, status: 0 });
+  try {
+    vm.call(c, 'proxy_on_context_create', c.id, root.id);
+    vm.stopNext = false;
+    const action = vm.call(c, 'proxy_on_new_connection', c.id);
+    if (vm.dead) return null;
+    const fs = c.envoyState.get('envoy.network.transport_socket.original_dst_address');
+    const outcome = { action: action === 0 || action === null ? 'continue' : 'paused', upstream: fs ? [show(fs.value)] : [], service: [] };
+    if (fs && fs.span !== 2) outcome.span = fs.span;
+    if (c.closed) outcome.closed = c.closed;
+    if (outcome.action === 'continue' && !c.closed) {
+      vm.call(c, 'proxy_on_downstream_data', c.id, 5, 0);
+      if (i % 2 === 0) { // the upstream ends first, else the client closes (or resets) first
+        vm.call(c, 'proxy_on_upstream_data', c.id, 3, 1);
+        vm.call(c, 'proxy_on_upstream_connection_close', c.id, 0);
+      }
+    }
+    vm.call(c, 'proxy_on_downstream_connection_close', c.id, c.closed || i % 2 === 0 ? 1 : 2);
+    vm.call(c, 'proxy_on_done', c.id);
+    c.logPhase = true;
+    vm.call(c, 'proxy_on_log', c.id);
+    c.logPhase = false;
+    vm.call(c, 'proxy_on_delete', c.id);
+    return vm.dead ? null : outcome;
+  } finally {
+    vm.contexts.delete(c.id);
+  }
+}
+
 function runPhase(run, compiled, phase) {
   const job = run.job;
   const vm = new VM(run, compiled);
@@ -937,7 +1036,7 @@ function runPhase(run, compiled, phase) {
       if (vm.dead) { emit(trapLine({ class: '(tick)', request: i })); break; }
     }
     const t = process.hrtime.bigint(), cpu0 = process.cpuUsage();
-    const outcome = request(vm, root, req, names);
+    const outcome = names.network ? connection(vm, root, req, i) : request(vm, root, req, names);
     const us = Number(process.hrtime.bigint() - t) / 1000, cpu1 = process.cpuUsage(cpu0), cpuUs = cpu1.user + cpu1.system;
     vm.clockOffsetNs += job.intervalNs;
     if (outcome === null) { emit(trapLine({ class: req.class, request: i, warmup: !measured })); break; }
@@ -952,6 +1051,11 @@ function runPhase(run, compiled, phase) {
     if (job.budgetMs > 0 && Number(process.hrtime.bigint() - t0) / 1e6 > job.budgetMs) { stopped = 'budget'; break; }
   }
   if (stopped) emit({ type: 'budget', phase: phase.name, requests: ran, budgetMs: job.budgetMs, slowest });
+  if (job.finalTick && vm.tickMs > 0 && !vm.dead) {
+    vm.ticks++;
+    vm.call(root, 'proxy_on_tick', root.id);
+    if (vm.dead) emit(trapLine({ class: '(tick)', request: ran }));
+  }
   for (const s of stats.values()) emit(s.line(phase.name));
   const metrics = {};
   for (const [k, v] of vm.metrics) if (v.value !== 0) metrics[show(k)] = v.value;

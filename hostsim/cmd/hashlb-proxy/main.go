@@ -18,6 +18,9 @@
 // -listen, all with the same configuration and clusters:
 //
 //	go run ./hostsim/cmd/hashlb-proxy -etcd -fleet 3 -config configs/fleet.json
+//
+// With -tcp ADDR it is a TCP proxy for a network-filter configuration instead
+// (tcp.go).
 package main
 
 import (
@@ -73,9 +76,17 @@ func main() {
 	flag.BoolVar(&o.etcd, "etcd", false, "start an etcd server in process on a free loopback port and map cluster \"etcd\" to it")
 	flag.StringVar(&o.etcdDir, "etcd-dir", "", "with -etcd: etcd's data directory, kept (default: a temporary one, removed at exit)")
 	flag.IntVar(&o.fleet, "fleet", 1, "run N independent proxies (separate shared data, as N Envoy processes) on consecutive ports")
+	tcpListen := flag.String("tcp", "", "serve TCP on this address instead of HTTP, for a configuration with filterType network\n"+
+		"(default -config "+tcpDefaultConfig+"); the demo backends then answer each connection with one line, backend NAME")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *tcpListen != "" {
+		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends); err != nil {
+			log.Fatalf("hashlb-proxy: %v", err)
+		}
+		return
+	}
 	if err := run(ctx, o); err != nil {
 		log.Fatalf("hashlb-proxy: %v", err)
 	}

@@ -1,0 +1,125 @@
+package lbcore
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// The values of filterType and upstreamVia.
+const (
+	// FilterHTTP: the module is an HTTP filter (envoy.filters.http.wasm) and
+	// decides once per request.
+	FilterHTTP = "http"
+	// FilterNetwork: the module is a network filter
+	// (envoy.filters.network.wasm) before tcp_proxy and decides once per TCP
+	// connection, from the connection's addresses only.
+	FilterNetwork = "network"
+	// ViaHeader: the choice goes to Envoy in upstreamHeader.
+	ViaHeader = "header"
+	// ViaFilterState: the choice goes to Envoy as the filter state object
+	// OriginalDstFilterState, which an ORIGINAL_DST cluster reads first.
+	ViaFilterState = "filterState"
+)
+
+// OriginalDstFilterState is the Envoy filter state key an ORIGINAL_DST
+// cluster takes the upstream address from ("ip:port"), before any header
+// (Envoy: source/extensions/clusters/original_dst/original_dst_cluster.h,
+// OriginalDstClusterFilterStateKey; docs/envoy-host.md#steering-a-connection).
+const OriginalDstFilterState = "envoy.network.transport_socket.original_dst_address"
+
+// Network reports whether the configuration is for a network (TCP) filter.
+func (c *Config) Network() bool { return c.FilterType == FilterNetwork }
+
+// ViaFilterState reports whether the choice is handed to Envoy as filter
+// state rather than a header: always for a network filter.
+func (c *Config) ViaFilterState() bool { return c.UpstreamVia == ViaFilterState }
+
+// connectionMethods are the methods a network filter can use: they read
+// nothing but the connection's addresses.
+var connectionMethods = []Method{MethodSourceIPHash, MethodSrcIPSrcPortHash, MethodDestIPHash,
+	MethodSrcDestIPHash, MethodLeastConnection, MethodRoundRobin}
+
+// fieldSet records which top-level fields a configuration wrote.
+type fieldSet struct{ names []string }
+
+func (s *fieldSet) note(name string) { s.names = append(s.names, name) }
+func (s *fieldSet) has(name string) bool {
+	return slices.Contains(s.names, name)
+}
+
+// httpInput names what a method reads that only an HTTP request has, or "".
+var httpInput = map[Method]string{
+	MethodURLHash:    "the request URL",
+	MethodDomainHash: "the request's host",
+	MethodCallIDHash: "the SIP Call-ID header",
+	MethodTokenHash:  "a token expression over the request",
+}
+
+// steering checks how the choice reaches Envoy, and refuses in a network
+// filter everything that needs an HTTP request: such a configuration would
+// load and then decide every connection by its backup method, or not at all.
+func (d *decoder) steering(c *Config, set *fieldSet) {
+	if c.ViaFilterState() && c.UpstreamCount > 1 {
+		d.errorf("upstreamCount: %d with upstreamVia filterState: the filter state holds one address", c.UpstreamCount)
+	}
+	if !c.Network() {
+		return
+	}
+	const why = "which a network filter (filterType network) does not have"
+	if in, ok := httpInput[c.LBMethod]; ok {
+		var names []string
+		for _, m := range connectionMethods {
+			names = append(names, m.String())
+		}
+		d.errorf("lbMethod: %s reads %s, %s; use one of %s", c.LBMethod, in, why, strings.Join(names, ", "))
+	}
+	if set.has("upstreamVia") && c.UpstreamVia == ViaHeader {
+		d.errorf("upstreamVia: %q with filterType network: a network filter has no request headers; it always sets the filter state %s", ViaHeader, OriginalDstFilterState)
+	}
+	c.UpstreamVia = ViaFilterState
+	for _, f := range []struct{ name, what string }{
+		{"upstreamHeader", "names a request header"},
+		{"serviceHeader", "names a request header"},
+		{"debugHeader", "adds a response header"},
+		{"trustedForwardedHops", "reads the x-forwarded-for header"},
+	} {
+		if set.has(f.name) {
+			d.errorf("%s: %s, %s (leave it out with filterType network)", f.name, f.what, why)
+		}
+	}
+	if c.PassiveHealth != nil {
+		d.errorf("passiveHealth: counts HTTP response statuses, %s (active healthCheck probes still work)", why)
+	}
+	if p := c.Persistence; p != nil && p.Fleet != nil {
+		d.errorf("persistence.fleet: the fleet level holds a request while it asks etcd; a network filter (filterType network) keeps persistence in the proxy's own table (leave persistence.fleet out)")
+	}
+	check := func(path string, e *Expr) {
+		if v := e.httpVariable(); v != "" {
+			d.errorf("%s: %q reads %s, %s; a connection has only client.ip, client.port, server.ip and server.port", path, e.String(), v, why)
+		}
+	}
+	if c.Token != nil {
+		check("token", c.Token)
+	}
+	if p := c.Persistence; p != nil {
+		for i, k := range p.Keys {
+			check(fmt.Sprintf("persistence.keys[%d]", i), k)
+		}
+	}
+}
+
+// httpVariable returns the first variable of e that only an HTTP request
+// has (request.*, sip.callid), as written, or "".
+func (e *Expr) httpVariable() string {
+	for _, part := range e.parts {
+		for _, pl := range part.alts {
+			switch pl.v.kind {
+			case varClientIP, varClientPort, varServerIP, varServerPort:
+			default:
+				return varNames[pl.v.kind] + pl.v.name
+			}
+		}
+	}
+	return ""
+}
