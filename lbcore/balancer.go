@@ -223,7 +223,8 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 		if b.fleet && !b.local {
 			mode = persistAsk
 		}
-		*d = b.decidePersistent(r, now, mode, 0)
+		d.reset()
+		b.decidePersistent(d, r, now, mode, 0)
 	} else {
 		d.reset()
 		b.decideInto(d, r)
@@ -231,14 +232,8 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 	d.Capped = b.x.capped
 }
 
-// decideMethod applies lbMethod, falling back when it has no input.
-func (b *Balancer) decideMethod(r *Request) Decision {
-	var d Decision
-	b.decideInto(&d, r)
-	return d
-}
-
-// decideInto is decideMethod filling d, which reads as zero.
+// decideInto applies lbMethod, falling back when it has no input, filling
+// d, which must read as zero.
 func (b *Balancer) decideInto(d *Decision, r *Request) {
 	if b.keyer == nil {
 		d.Reason, d.Method = b.method.reason, b.method.method
