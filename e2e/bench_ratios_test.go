@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"os"
@@ -78,24 +79,83 @@ func hostsimPerStream(b *testing.B, wasm, config []byte, n int) time.Duration {
 		b.Fatal(err)
 	}
 	defer h.Close(ctx)
-	one := func(i int) {
-		s := h.Stream(0)
-		if res := s.RequestHeaders(benchRequests[i%len(benchRequests)], benchProps); res.Err != nil {
-			b.Fatal(res.Err)
+	one := hostsimStreams(b, h)
+	one(n / 10)
+	start := time.Now()
+	one(n)
+	return time.Since(start) / time.Duration(n)
+}
+
+// hostsimStreams returns a function that runs n whole streams through h.
+func hostsimStreams(b *testing.B, h *hostsim.Host) func(n int) {
+	i := 0
+	return func(n int) {
+		for end := i + n; i < end; i++ {
+			s := h.Stream(0)
+			if res := s.RequestHeaders(benchRequests[i%len(benchRequests)], benchProps); res.Err != nil {
+				b.Fatal(res.Err)
+			}
+			s.ResponseHeaders(benchResponse)
+			if err := s.Finish(); err != nil {
+				b.Fatal(err)
+			}
 		}
-		s.ResponseHeaders(benchResponse)
-		if err := s.Finish(); err != nil {
+	}
+}
+
+// pairBlocks is how many blocks an interleaved pair measurement alternates
+// (an even number: the order goes A B, B A, A B, ...).
+const pairBlocks = 20
+
+// hostsimPair measures hashlb (wasm, config) against the same-calls
+// baseline (base, recipe) on two hosts that live side by side, in
+// alternating blocks of n/pairBlocks streams each (A B then B A, so a drift
+// of the machine weighs on both alike), after a warm-up of n/10 streams
+// each. Each stream is timed alone and a block counts its median, as the
+// V8 harness does: a stream that another process preempted is an outlier of
+// its block, not a share of its mean. It returns the median over the blocks
+// of the ratio hashlb ÷ baseline, and each module's median µs per stream.
+func hostsimPair(b *testing.B, wasm, config, base, recipe []byte, n int) (ratio, hashlbUs, baseUs float64) {
+	ctx := context.Background()
+	start := func(m, c []byte) *hostsim.Host {
+		h, err := hostsim.New(ctx, m, hostsim.Config{PluginConfig: c, LogLevel: hostsim.LogWarn})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return h
+	}
+	hh, bh := start(wasm, config), start(base, recipe)
+	defer hh.Close(ctx)
+	defer bh.Close(ctx)
+	hs, bs := hostsimStreams(b, hh), hostsimStreams(b, bh)
+	hs(n / 10)
+	bs(n / 10)
+	block := max(n/pairBlocks, 1)
+	us := make([]float64, block)
+	timed := func(run func(int)) float64 {
+		for i := range us {
+			t := time.Now()
+			run(1)
+			us[i] = float64(time.Since(t).Nanoseconds()) / 1e3
+		}
+		return median(us)
+	}
+	var ratios, hv, bv []float64
+	for i := 0; i < pairBlocks; i++ {
+		var h, bl float64
+		if i%2 == 0 {
+			h, bl = timed(hs), timed(bs)
+		} else {
+			bl, h = timed(bs), timed(hs)
+		}
+		ratios, hv, bv = append(ratios, h/bl), append(hv, h), append(bv, bl)
+	}
+	for _, h := range []*hostsim.Host{hh, bh} {
+		if err := h.Err(0); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for i := 0; i < n/10; i++ {
-		one(i)
-	}
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		one(i)
-	}
-	return time.Since(start) / time.Duration(n)
+	return median(ratios), median(hv), median(bv)
 }
 
 // ---- V8 -------------------------------------------------------------------------------------------
@@ -109,18 +169,21 @@ type v8BenchLine struct {
 	P99       float64 `json:"p99Us"`
 	CompileMs float64 `json:"compileMs"`
 	InitMs    float64 `json:"initMs"`
+	// --pair lines
+	Side  string  `json:"side"`
+	Ratio float64 `json:"ratio"`
+	AP50  float64 `json:"aP50Us"`
+	AP99  float64 `json:"aP99Us"`
+	BP50  float64 `json:"bP50Us"`
+	BP99  float64 `json:"bP99Us"`
 }
 
 type v8Stat struct{ p50, p99, compileMs, initMs float64 }
 
-// v8Streams runs one node process over wasm with one job per configuration
-// (name → plugin configuration) and returns µs per stream by job.
-func v8Streams(b *testing.B, node string, wasm []byte, configs map[string][]byte, n int) map[string]v8Stat {
-	dir := b.TempDir()
-	wasmFile, jobFile := filepath.Join(dir, "m.wasm"), filepath.Join(dir, "jobs.json")
-	if err := os.WriteFile(wasmFile, wasm, 0o644); err != nil {
-		b.Fatal(err)
-	}
+// v8Jobs writes the job file of hashlbv8.mjs for configs (name → plugin
+// configuration, one job each, sorted by name; n measured requests after
+// n/10 of warm-up each) into dir and returns its path.
+func v8Jobs(b *testing.B, dir, file string, configs map[string][]byte, n int) string {
 	type req struct {
 		Class   string      `json:"class"`
 		Headers [][2]string `json:"headers"`
@@ -133,30 +196,31 @@ func v8Streams(b *testing.B, node string, wasm []byte, configs map[string][]byte
 	}
 	phases, _ := json.Marshal([]map[string]any{{"name": "bench", "requests": reqs}})
 	var jobs []map[string]any
-	names := make([]string, 0, len(configs))
-	for name := range configs {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
 		jobs = append(jobs, map[string]any{"name": name, "config": string(configs[name])})
 	}
 	data, _ := json.Marshal(map[string]any{
 		"defaults": map[string]any{"profile": hostsim.ProfileEnvoy133, "warmup": n / 10, "repeat": n, "logLevel": 3,
 			"phases": json.RawMessage(phases), "slowMs": 1000},
 		"jobs": jobs})
-	if err := os.WriteFile(jobFile, data, 0o644); err != nil {
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
+	return path
+}
+
+// benchV8 runs hashlbv8.mjs with args under Node with Envoy's V8 flags and
+// returns its output lines, decoded.
+func benchV8(b *testing.B, node string, args ...string) []v8BenchLine {
 	script := filepath.Join(repoRoot(b), filepath.FromSlash(v8Script))
-	cmd := exec.Command(node, append(slices.Clone(v8Flags), script, wasmFile, jobFile)...)
+	cmd := exec.Command(node, append(append(slices.Clone(v8Flags), script), args...)...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("node: %v\n%s\n%s", err, stderr.String(), tail(stdout.String(), 2000))
 	}
-	out := map[string]v8Stat{}
-	var compileMs float64
+	var out []v8BenchLine
 	sc := bufio.NewScanner(&stdout)
 	sc.Buffer(nil, 64<<20)
 	for sc.Scan() {
@@ -164,6 +228,25 @@ func v8Streams(b *testing.B, node string, wasm []byte, configs map[string][]byte
 		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
 			b.Fatalf("hashlbv8.mjs: %v: %.200s", err, sc.Text())
 		}
+		if l.Type == "trap" || l.Type == "start" && !l.OK {
+			b.Fatalf("V8 job %s: %s", l.Job, sc.Text())
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// v8Streams runs one node process over wasm with one job per configuration
+// (name → plugin configuration) and returns µs per stream by job.
+func v8Streams(b *testing.B, node string, wasm []byte, configs map[string][]byte, n int) map[string]v8Stat {
+	dir := b.TempDir()
+	wasmFile := filepath.Join(dir, "m.wasm")
+	if err := os.WriteFile(wasmFile, wasm, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	out := map[string]v8Stat{}
+	var compileMs float64
+	for _, l := range benchV8(b, node, wasmFile, v8Jobs(b, dir, "jobs.json", configs, n)) {
 		s := out[l.Job]
 		switch l.Type {
 		case "load":
@@ -171,17 +254,55 @@ func v8Streams(b *testing.B, node string, wasm []byte, configs map[string][]byte
 				compileMs = l.CompileMs
 			}
 		case "start":
-			if !l.OK {
-				b.Fatalf("V8 job %s: %s", l.Job, l.Error)
-			}
 			s.initMs = l.InitMs
 		case "class":
 			s.p50, s.p99 = l.P50, l.P99
-		case "trap":
-			b.Fatalf("V8 job %s trapped: %s", l.Job, sc.Text())
 		}
 		s.compileMs = compileMs
 		out[l.Job] = s
+	}
+	return out
+}
+
+// v8Pair is one configuration's interleaved measurement in V8.
+type v8Pair struct {
+	ratio, hashlbP50, hashlbP99, baseP50, baseP99, compileMs, initMs float64
+}
+
+// v8Pairs runs hashlb (configs) and the same-calls baseline (recipes, the
+// same names) side by side in one node process (hashlbv8.mjs --pair):
+// per configuration, pairBlocks alternating blocks of n/pairBlocks streams
+// each, after n/10 of warm-up each.
+func v8Pairs(b *testing.B, node string, wasm, base []byte, configs, recipes map[string][]byte, n int) map[string]v8Pair {
+	dir := b.TempDir()
+	wasmFile, baseFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "baseline.wasm")
+	os.WriteFile(wasmFile, wasm, 0o644)
+	os.WriteFile(baseFile, base, 0o644)
+	lines := benchV8(b, node, "--pair", wasmFile, v8Jobs(b, dir, "hashlb.json", configs, n),
+		baseFile, v8Jobs(b, dir, "baseline.json", recipes, n), strconv.Itoa(pairBlocks))
+	out := map[string]v8Pair{}
+	var compileMs float64
+	for _, l := range lines {
+		p := out[l.Job]
+		switch l.Type {
+		case "load":
+			if l.Side == "A" {
+				compileMs = l.CompileMs
+			}
+		case "start":
+			if p.initMs == 0 { // A starts first
+				p.initMs = l.InitMs
+			}
+		case "pair":
+			p.ratio, p.hashlbP50, p.hashlbP99, p.baseP50, p.baseP99 = l.Ratio, l.AP50, l.AP99, l.BP50, l.BP99
+		}
+		p.compileMs = compileMs
+		out[l.Job] = p
+	}
+	for name := range configs {
+		if out[name].ratio == 0 {
+			b.Fatalf("hashlbv8.mjs --pair: no pair line for %s", name)
+		}
 	}
 	return out
 }
@@ -216,30 +337,44 @@ func guestHRW(b *testing.B, ctx context.Context, rt wazero.Runtime, cm wazero.Co
 	}
 }
 
+// r1Reps is how many timed runs of iters/r1Reps decisions R1 makes per size
+// and engine in a round, interleaved (V8, wazero, native, V8, ...). Each
+// ratio is the median of the per-run ratios, each ns figure the median of
+// the runs: a run that the machine's other load stretched moves neither.
+const r1Reps = 5
+
 // hrwV8Script runs the hrwloop module in Node's V8 (with Envoy's flags) under
-// node:wasi: per size [n, iters], a fresh instance, a warm-up of iters/10,
-// then one timed hrw_run(iters); prints {"n": ns per decision, ...}.
+// node:wasi: per size n of its argument, a fresh instance and a warm-up of
+// iters/10 decisions; then, per line "n count" on stdin, one timed
+// hrw_run(count) on n's instance, answered with the ns per decision.
 const hrwV8Script = `
 import { readFileSync } from 'node:fs';
 import { WASI } from 'node:wasi';
+import { createInterface } from 'node:readline';
 const [wasmPath, sizes] = process.argv.slice(2);
 const mod = new WebAssembly.Module(readFileSync(wasmPath));
-const out = {};
+const insts = {};
 for (const [n, iters] of JSON.parse(sizes)) {
   const wasi = new WASI({ version: 'preview1' });
   const inst = new WebAssembly.Instance(mod, { wasi_snapshot_preview1: wasi.wasiImport });
   wasi.initialize(inst);
   if (inst.exports.hrw_setup(n) !== 0) throw new Error('hrw_setup failed');
   inst.exports.hrw_run(Math.floor(iters / 10));
-  const t = process.hrtime.bigint();
-  inst.exports.hrw_run(iters);
-  out[n] = Number(process.hrtime.bigint() - t) / iters;
+  insts[n] = inst;
 }
-process.stdout.write(JSON.stringify(out));
+process.stdout.write('ready\n');
+for await (const line of createInterface({ input: process.stdin })) {
+  const [n, count] = line.split(' ').map(Number);
+  const t = process.hrtime.bigint();
+  insts[n].exports.hrw_run(count);
+  process.stdout.write(String(Number(process.hrtime.bigint() - t) / count) + '\n');
+}
 `
 
-// hrwV8 returns V8's ns per decision by number of services.
-func hrwV8(b *testing.B, node, script, wasmFile string) map[int]float64 {
+// hrwV8 starts the hrwloop module in V8 for every size of r1Sizes and
+// returns a function timing count decisions over n services there (ns per
+// decision), and one that ends the node process.
+func hrwV8(b *testing.B, node, script, wasmFile string) (run func(n, count int) float64, stop func()) {
 	var sizes [][2]int
 	for _, n := range r1Sizes {
 		sizes = append(sizes, [2]int{n, r1Iters(n)})
@@ -248,20 +383,31 @@ func hrwV8(b *testing.B, node, script, wasmFile string) map[int]float64 {
 	cmd := exec.Command(node, append(slices.Clone(v8Flags), "--no-warnings", script, wasmFile, string(arg))...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	o, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("node hrw: %v\n%s", err, stderr.String())
+	in, _ := cmd.StdinPipe()
+	outPipe, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
 	}
-	var res map[string]float64
-	if err := json.Unmarshal(o, &res); err != nil {
-		b.Fatalf("node hrw: %v: %s", err, o)
+	out := bufio.NewScanner(outPipe)
+	readLine := func() string {
+		if !out.Scan() {
+			cmd.Wait()
+			b.Fatalf("node hrw: no answer: %v\n%s", out.Err(), stderr.String())
+		}
+		return out.Text()
 	}
-	out := map[int]float64{}
-	for k, v := range res {
-		n, _ := strconv.Atoi(k)
-		out[n] = v
+	if l := readLine(); l != "ready" {
+		b.Fatalf("node hrw: %q", l)
 	}
-	return out
+	run = func(n, count int) float64 {
+		fmt.Fprintf(in, "%d %d\n", n, count)
+		v, err := strconv.ParseFloat(readLine(), 64)
+		if err != nil {
+			b.Fatalf("node hrw: %v", err)
+		}
+		return v
+	}
+	return run, func() { in.Close(); cmd.Wait() }
 }
 
 // ---- R7: hashlb-proxy under wrk -----------------------------------------------------------------
@@ -473,18 +619,27 @@ func BenchmarkRatios(b *testing.B) {
 		// R2 and R6 in hostsim.
 		noopNs := hostsimPerStream(b, noop, nil, n)
 		t.add("hostsim µs/stream, noop", "µs", "", nil, float64(noopNs.Nanoseconds())/1e3)
-		hashlbNs := map[string]time.Duration{}
+		hashlbUs, baseUs := map[string]float64{}, map[string]float64{}
 		for _, c := range r2Configs {
-			bn := hostsimPerStream(b, base, recipes[c.name], n)
-			hn := hostsimPerStream(b, wasm, c.config, n)
-			hashlbNs[c.name] = hn
-			t.add("R2 hostsim, "+c.name, "", "≤ 1.5", atMost(1.5), float64(hn)/float64(bn))
+			ratio, hu, bu := hostsimPair(b, wasm, c.config, base, recipes[c.name], n)
+			hashlbUs[c.name], baseUs[c.name] = hu, bu
+			t.add("R2 hostsim, "+c.name, "", "≤ 1.5", atMost(1.5), ratio)
 		}
 		for _, c := range r2Configs {
-			t.add("hostsim µs/stream, hashlb "+c.name, "µs", "", nil, float64(hashlbNs[c.name].Nanoseconds())/1e3)
+			t.add("hostsim µs/stream, hashlb "+c.name, "µs", "", nil, hashlbUs[c.name])
+			t.add("hostsim µs/stream, baseline "+c.name, "µs", "", nil, baseUs[c.name])
 		}
-		t.add("R6 persistence hit ÷ plain (hostsim, URLHASH)", "", "≤ 1.5", atMost(1.5),
-			float64(hashlbNs["URLHASH+persistence"])/float64(hashlbNs["URLHASH"]))
+		var persisted, plain []byte
+		for _, c := range r2Configs {
+			switch c.name {
+			case "URLHASH+persistence":
+				persisted = c.config
+			case "URLHASH":
+				plain = c.config
+			}
+		}
+		r6, _, _ := hostsimPair(b, wasm, persisted, wasm, plain, n) // interleaved as R2
+		t.add("R6 persistence hit ÷ plain (hostsim, URLHASH)", "", "≤ 1.5", atMost(1.5), r6)
 
 		// R2 in V8: one node process per module, every configuration a job.
 		if nodeErr == nil {
@@ -493,43 +648,53 @@ func BenchmarkRatios(b *testing.B) {
 				hc[c.name], bc[c.name] = c.config, recipes[c.name]
 			}
 			vn := v8Streams(b, node, noop, map[string][]byte{"noop": nil}, n)
-			vb := v8Streams(b, node, base, bc, n)
-			vh := v8Streams(b, node, wasm, hc, n)
+			vp := v8Pairs(b, node, wasm, base, hc, bc, n)
 			for _, c := range r2Configs {
-				t.add("R2 V8 p50, "+c.name, "", "≤ 1.5", atMost(1.5), vh[c.name].p50/vb[c.name].p50)
+				t.add("R2 V8 p50, "+c.name, "", "≤ 1.5", atMost(1.5), vp[c.name].ratio)
 			}
 			for _, c := range r2Configs {
-				t.add("V8 µs/stream p50, hashlb "+c.name, "µs", "", nil, vh[c.name].p50)
-				t.add("V8 µs/stream p99, hashlb "+c.name, "µs", "", nil, vh[c.name].p99)
-				t.add("V8 µs/stream p50, baseline "+c.name, "µs", "", nil, vb[c.name].p50)
-				t.add("V8 µs/stream p99, baseline "+c.name, "µs", "", nil, vb[c.name].p99)
+				t.add("V8 µs/stream p50, hashlb "+c.name, "µs", "", nil, vp[c.name].hashlbP50)
+				t.add("V8 µs/stream p99, hashlb "+c.name, "µs", "", nil, vp[c.name].hashlbP99)
+				t.add("V8 µs/stream p50, baseline "+c.name, "µs", "", nil, vp[c.name].baseP50)
+				t.add("V8 µs/stream p99, baseline "+c.name, "µs", "", nil, vp[c.name].baseP99)
 			}
 			t.add("V8 µs/stream p50, noop", "µs", "", nil, vn["noop"].p50)
 			t.add("V8 µs/stream p99, noop", "µs", "", nil, vn["noop"].p99)
-			t.add("V8 compile (TurboFan, --no-liftoff), hashlb", "ms", "", nil, vh[r2Configs[0].name].compileMs)
-			t.add("V8 start (instantiate, _initialize, configure), hashlb", "ms", "", nil, vh[r2Configs[0].name].initMs)
+			t.add("V8 compile (TurboFan, --no-liftoff), hashlb", "ms", "", nil, vp[r2Configs[0].name].compileMs)
+			t.add("V8 start (instantiate, _initialize, configure), hashlb", "ms", "", nil, vp[r2Configs[0].name].initMs)
 		}
 
-		// R1: V8 (Envoy's engine) and wazero (hostsim's), each against native.
-		var inV8 map[int]float64
+		// R1: V8 (Envoy's engine) and wazero (hostsim's), each against native,
+		// interleaved run by run.
+		var inV8 func(n, count int) float64
+		stopV8 := func() {}
 		if nodeErr == nil {
-			inV8 = hrwV8(b, node, hrwScript, hrwFile)
+			inV8, stopV8 = hrwV8(b, node, hrwScript, hrwFile)
 		}
 		for _, sz := range r1Sizes {
-			it := r1Iters(sz)
-			g := guests[sz](it)
-			start := time.Now()
-			natives[sz].Run(it)
-			nat := float64(time.Since(start).Nanoseconds()) / float64(it)
-			wz := float64(g.Nanoseconds()) / float64(it)
-			if inV8 != nil {
-				t.add(fmt.Sprintf("R1 HRW V8 ÷ native, %d services", sz), "", "≤ 2.0", atMost(2), inV8[sz]/nat)
-				t.add(fmt.Sprintf("HRW V8 ns/decision, %d services", sz), "ns", "", nil, inV8[sz])
+			per := r1Iters(sz) / r1Reps
+			var v8s, wzs, nats, v8r, wzr []float64
+			for r := 0; r < r1Reps; r++ {
+				v8 := math.NaN()
+				if inV8 != nil {
+					v8 = inV8(sz, per)
+				}
+				wz := float64(guests[sz](per).Nanoseconds()) / float64(per)
+				start := time.Now()
+				natives[sz].Run(per)
+				nat := float64(time.Since(start).Nanoseconds()) / float64(per)
+				v8s, wzs, nats = append(v8s, v8), append(wzs, wz), append(nats, nat)
+				v8r, wzr = append(v8r, v8/nat), append(wzr, wz/nat)
 			}
-			t.add(fmt.Sprintf("R1 HRW wazero ÷ native, %d services", sz), "", "", nil, wz/nat)
-			t.add(fmt.Sprintf("HRW wazero ns/decision, %d services", sz), "ns", "", nil, wz)
-			t.add(fmt.Sprintf("HRW native ns/decision, %d services", sz), "ns", "", nil, nat)
+			if inV8 != nil {
+				t.add(fmt.Sprintf("R1 HRW V8 ÷ native, %d services", sz), "", "≤ 2.0", atMost(2), median(v8r))
+				t.add(fmt.Sprintf("HRW V8 ns/decision, %d services", sz), "ns", "", nil, median(v8s))
+			}
+			t.add(fmt.Sprintf("R1 HRW wazero ÷ native, %d services", sz), "", "", nil, median(wzr))
+			t.add(fmt.Sprintf("HRW wazero ns/decision, %d services", sz), "ns", "", nil, median(wzs))
+			t.add(fmt.Sprintf("HRW native ns/decision, %d services", sz), "ns", "", nil, median(nats))
 		}
+		stopV8()
 
 		// R7.
 		if wrkErr == nil {

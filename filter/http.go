@@ -26,6 +26,7 @@ type httpContext struct {
 	reason lbcore.Reason
 	local  bool // we sent a local reply
 	ended  bool // OnHttpStreamDone ran: h is in the plugin's free list
+	dec    lbcore.Decision
 }
 
 // OnHttpRequestHeaders strips client copies of our headers, decides, and sets
@@ -65,19 +66,22 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if p.cfg.Persistence != nil {
 		now = wallClock()
 	}
-	d := p.bal.Decide(req, now)
+	// Into the context's own Decision: returning one by value costs two
+	// bulk-memory calls into the engine (docs/performance.md).
+	d := &h.dec
+	p.bal.DecideInto(d, req, now)
 	if d.Ask { // a local miss, and the table has a fleet level
 		h.method, h.reason = d.Method, d.Reason
-		p.m.persisted(&d)
+		p.m.persisted(d)
 		if p.fleet.ask(h, d.At(0), now) {
 			return types.ActionPause // resumed by fleet.done or fleet.forget
 		}
-		d = p.bal.DecideLocal(req, now)
+		*d = p.bal.DecideLocal(req, now)
 		d.Persist.Miss, d.Persist.Expired, d.Persist.Rechosen = false, false, false
 	} else if p.fleet != nil && d.Persist.Hit {
-		p.fleet.hit(&d, now)
+		p.fleet.hit(d, now)
 	}
-	return h.decided(&d)
+	return h.decided(d)
 }
 
 // decided counts decision d and applies it: the headers, or a 503 when it

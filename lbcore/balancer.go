@@ -69,8 +69,24 @@ type Decision struct {
 // Len returns how many services the decision names (0 for ReasonNoService).
 func (d *Decision) Len() int { return d.n }
 
-// At returns the index in Config.Services of the i-th ranked service.
+// At returns the index in Config.Services of the i-th ranked service,
+// 0 ≤ i < Len().
 func (d *Decision) At(i int) int { return int(d.ranked[i]) }
+
+// reset makes d read as a zero Decision, field by field: clearing its 88
+// bytes at once is a bulk-memory call in Wasm. Ranked entries at Len and
+// after are left, as At never reads them.
+func (d *Decision) reset() {
+	// One statement each: a tuple assignment would build the Outcome in a
+	// temporary and copy it (a bulk copy in Wasm).
+	d.Reason = 0
+	d.Method = 0
+	d.Persist = Outcome{}
+	d.EmptyKey = false
+	d.Capped = false
+	d.Ask = false
+	d.n = 0
+}
 
 func (d *Decision) add(idx int) {
 	if d.n < len(d.ranked) {
@@ -106,6 +122,8 @@ type Balancer struct {
 	askKey []byte         // the last decision's persistence key
 	pkey   []byte         // the persistence key being built
 	ids    map[uint64]int // service identity → index, for the persistence table
+
+	rank []rankEntry // per service, what ranking reads (hrw.go)
 }
 
 // NewBalancer returns a Balancer for c. seed varies the tie-breaking and
@@ -124,6 +142,7 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		active:   make([]int64, n),
 		rr:       make([]int64, n),
 		seq:      mix(seed),
+		rank:     newRank(c.Services),
 		cand:     make([]candidate, 0, n),
 		buf:      make([]byte, 0, 512),
 		pkey:     make([]byte, 0, 256),
@@ -162,7 +181,13 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 func (b *Balancer) Config() *Config { return b.cfg }
 
 // SetDown marks service i DOWN (not selectable) or UP.
-func (b *Balancer) SetDown(i int, down bool) { b.down[i] = down }
+func (b *Balancer) SetDown(i int, down bool) {
+	b.down[i] = down
+	b.rank[i].mask = 0
+	if b.selectable(i) {
+		b.rank[i].mask = ^uint64(0)
+	}
+}
 
 // SetActive sets service i's active request count, as least connection and
 // bounded load see it.
@@ -179,39 +204,97 @@ func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.d
 // Decide chooses services for r. It never fails: with no selectable service
 // the decision is ReasonNoService and names none. now is used only by the
 // persistence table. r is only read.
-func (b *Balancer) Decide(r *Request, now time.Time) Decision {
-	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops, jwt: b.x.jwt}
+func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
+	b.DecideInto(&d, r, now)
+	return d
+}
+
+// DecideInto is Decide writing the decision into *d, whatever d held: for a
+// caller that keeps one Decision for every request. In Wasm, returning the
+// 88-byte Decision costs a bulk clear and a bulk copy, each a call from the
+// module into the engine (docs/performance.md).
+func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
+	// Field by field: rewriting b.x whole would store the jwt buffer's
+	// pointer again (a write barrier) on every decision.
+	b.x.hops, b.x.capped = b.cfg.TrustedForwardedHops, false
 	b.seq++
-	var d Decision
 	if b.table != nil {
 		mode := persistLocal
 		if b.fleet && !b.local {
 			mode = persistAsk
 		}
-		d = b.decidePersistent(r, now, mode, 0)
+		d.reset()
+		b.decidePersistent(d, r, now, mode, 0)
 	} else {
-		d = b.decideMethod(r)
+		d.reset()
+		b.decideInto(d, r)
 	}
 	d.Capped = b.x.capped
-	return d
 }
 
-// decideMethod applies lbMethod, falling back when it has no input.
-func (b *Balancer) decideMethod(r *Request) Decision {
-	var d Decision
+// decideInto applies lbMethod, falling back when it has no input, filling
+// d, which must read as zero.
+func (b *Balancer) decideInto(d *Decision, r *Request) {
 	if b.keyer == nil {
 		d.Reason, d.Method = b.method.reason, b.method.method
-		return b.method.pick(b, d)
+		*d = b.method.pick(b, *d)
+		return
 	}
-	key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
-	b.buf = key[:0]
-	if !ok {
-		d.Reason, d.Method = ReasonBackup, b.backup.method
-		return b.backup.pick(b, d)
+	var k uint64
+	if m, ok := b.keyer.(URLHash); ok {
+		// URLHASH's key is part of the request: hash it where it is (a copy
+		// is a call to memmove, and in Wasm one more into the engine).
+		key, ok := m.key(r)
+		if !ok {
+			b.backupInto(d)
+			return
+		}
+		k = xxhash.Sum64String(key)
+	} else {
+		key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
+		b.buf = key[:0]
+		if !ok {
+			b.backupInto(d)
+			return
+		}
+		k = xxhash.Sum64(key)
 	}
 	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
-	b.hashRank(&d, xxhash.Sum64(key))
-	return d
+	if b.want == 1 && b.cfg.HashBalanceFactor == 0 && b.uniform {
+		// The unit-weight pass for one service, here rather than in a
+		// function of its own: in Go's Wasm code every call that is not
+		// inlined saves its frame to a stack in linear memory, and every
+		// taken branch goes through the function's resume dispatch (a
+		// br_table). So the pass calls nothing and branches only to loop,
+		// four services at a time (b.rank is padded to a multiple of four
+		// with entries that are never selectable): an unselectable service
+		// scores 0, and scan's comparisons compile to selects. It settles
+		// the decision unless the best score is 0 or shared (no selectable
+		// service, or a tie that only identity breaks): hashBest decides
+		// those.
+		es := b.rank
+		best, top, tie := -1, uint64(0), uint64(0)
+		for i := 0; len(es) >= 4; i += 4 {
+			s0, s1 := mix(k^es[0].id)&es[0].mask, mix(k^es[1].id)&es[1].mask
+			s2, s3 := mix(k^es[2].id)&es[2].mask, mix(k^es[3].id)&es[3].mask
+			top, tie, best = scan(top, tie, best, s0, i)
+			top, tie, best = scan(top, tie, best, s1, i+1)
+			top, tie, best = scan(top, tie, best, s2, i+2)
+			top, tie, best = scan(top, tie, best, s3, i+3)
+			es = es[4:]
+		}
+		if top != 0 && tie == 0 {
+			d.add(best)
+			return
+		}
+	}
+	b.hashRank(d, k)
+}
+
+// backupInto has backupLBMethod decide: the hash method had no input.
+func (b *Balancer) backupInto(d *Decision) {
+	d.Reason, d.Method = ReasonBackup, b.backup.method
+	*d = b.backup.pick(b, *d)
 }
 
 // hashRank fills d with the rendezvous ranking for key hash k, honouring
@@ -255,26 +338,6 @@ func (b *Balancer) hashRank(d *Decision, k uint64) {
 			d.add(b.cand[j].idx)
 		}
 	}
-}
-
-// hashBest is hashRank for the common case, one service and no bounded
-// load: a single pass that keeps the best score, without filling b.cand.
-func (b *Balancer) hashBest(d *Decision, k uint64) {
-	best := candidate{idx: -1}
-	for i := range b.services {
-		if !b.selectable(i) {
-			continue
-		}
-		c := candidate{idx: i, score: b.score(k, i)}
-		if best.idx < 0 || b.better(c, best) {
-			best = c
-		}
-	}
-	if best.idx < 0 {
-		d.Reason = ReasonNoService
-		return
-	}
-	d.add(best.idx)
 }
 
 // loadBound is the bounded-load capacity per service: factor/100 × the mean

@@ -31,7 +31,10 @@ const (
 // the choice (persistLocal), or returns the method's choice unstored for the
 // caller to ask the fleet (persistAsk). With persistForce, service force
 // replaces whatever the table holds for the key.
-func (b *Balancer) decidePersistent(r *Request, now time.Time, mode persistMode, force int) Decision {
+//
+// It fills d, which must read as zero (a Decision returned by value is a
+// bulk clear and copy in Wasm).
+func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
 	p := b.cfg.Persistence
 	key, empty := b.pkey[:0], true
 	for i, e := range p.Keys {
@@ -45,11 +48,10 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time, mode persistMode,
 	b.pkey = key[:0]
 	b.askKey = key
 	if empty && p.EmptyKey == "skip" {
-		d := b.decideMethod(r)
+		b.decideInto(d, r)
 		d.EmptyKey = true
-		return d
+		return
 	}
-	var d Decision
 	chose, asked := false, false
 	selectable := func(id uint64) bool {
 		i, known := b.ids[id]
@@ -65,7 +67,8 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time, mode persistMode,
 				return b.services[force].ID, true
 			}
 			chose = true
-			d = b.decideMethod(r)
+			d.reset() // Resolve may ask again after a lost race
+			b.decideInto(d, r)
 			if d.Len() == 0 {
 				return 0, false
 			}
@@ -78,25 +81,24 @@ func (b *Balancer) decidePersistent(r *Request, now time.Time, mode persistMode,
 	d.Persist, d.EmptyKey = out, empty
 	if asked {
 		d.Ask = true
-		return d
+		return
 	}
 	if !ok {
 		d.Reason = ReasonNoService
 		d.n = 0
-		return d
+		return
 	}
 	idx := b.ids[svc]
 	if chose && d.Len() > 0 && d.At(0) == idx {
-		return d // the method's own choice was stored
+		return // the method's own choice was stored
 	}
 	// The table's service (a hit, another worker's concurrent store, or
 	// the fleet's).
 	d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
 	d.add(idx)
 	if b.want > 1 {
-		b.failover(&d, r, idx)
+		b.failover(d, r, idx)
 	}
-	return d
 }
 
 // DecideLocal is Decide deciding a local miss locally even when the table
@@ -117,7 +119,8 @@ func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) Decision {
 	}
 	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops, jwt: b.x.jwt}
 	b.seq++
-	d := b.decidePersistent(r, now, persistForce, i)
+	var d Decision
+	b.decidePersistent(&d, r, now, persistForce, i)
 	d.Capped = b.x.capped
 	return d
 }

@@ -169,6 +169,7 @@ func (b *Balancer) Explain(r *Request, now time.Time) Explanation {
 func (b *Balancer) copyState() *Balancer {
 	w := *b
 	w.down = slices.Clone(b.down)
+	w.rank = slices.Clone(b.rank)
 	w.active = slices.Clone(b.active)
 	w.rr = slices.Clone(b.rr)
 	w.cand = make([]candidate, 0, len(b.services))

@@ -29,6 +29,67 @@ func weightedScore(k, id uint64, w int) float64 {
 	return -float64(w) / math.Log(u)
 }
 
+// rankEntry is what ranking reads of one service, packed so that the
+// scoring loops walk one small array (not Service's 104 bytes, and not the
+// health slice beside it) and call nothing: in Go's Wasm code every call that
+// is not inlined saves its frame to a stack in linear memory and returns
+// through a resume dispatch, which costs more than the score itself
+// (docs/performance.md).
+type rankEntry struct {
+	id   uint64 // Service.ID
+	mask uint64 // all ones when the service is selectable (enabled and not down), else 0
+}
+
+// newRank returns the rank entries of svcs, all UP, padded with entries that
+// are never selectable to a multiple of four (hashBest takes four at a time).
+// SetDown keeps the masks.
+func newRank(svcs []Service) []rankEntry {
+	es := make([]rankEntry, (len(svcs)+3)&^3)
+	for i := range svcs {
+		es[i].id = svcs[i].ID
+		if svcs[i].Enabled {
+			es[i].mask = ^uint64(0)
+		}
+	}
+	return es
+}
+
+// hashBest is hashRank for one service without bounded load: a single pass
+// that keeps the best, without filling b.cand. With unit weights decideInto
+// runs the pass itself, inline (unitPass), and comes here only for what that
+// pass leaves open.
+func (b *Balancer) hashBest(d *Decision, k uint64) {
+	best := -1
+	var bestScore, bestID uint64
+	for i := range b.services {
+		if b.rank[i].mask == 0 {
+			continue
+		}
+		s, id := b.score(k, i), b.rank[i].id
+		if best < 0 || s > bestScore || s == bestScore && id > bestID {
+			best, bestScore, bestID = i, s, id
+		}
+	}
+	if best < 0 {
+		d.Reason = ReasonNoService
+		return
+	}
+	d.add(best)
+}
+
+// scan is one step of decideInto's unit-weight pass: service i scores s against the best
+// score so far, top, held by service best; tie is 1 when another service
+// scored top too. It compiles to selects.
+func scan(top, tie uint64, best int, s uint64, i int) (uint64, uint64, int) {
+	if s == top {
+		tie = 1
+	}
+	if s > top {
+		top, tie, best = s, 0, i
+	}
+	return top, tie, best
+}
+
 // candidate is a selectable service and its score for the current key.
 type candidate struct {
 	idx   int
@@ -58,14 +119,21 @@ func (b *Balancer) score(k uint64, i int) uint64 {
 // returns how many there are. Callers then take them in order with next.
 // It allocates nothing: b.cand has room for every service.
 func (b *Balancer) fill(k uint64) int {
-	c := b.cand[:0]
-	for i := range b.services {
-		if b.selectable(i) {
-			c = append(c, candidate{idx: i, score: b.score(k, i)})
+	es := b.rank[:len(b.services)]
+	c := b.cand[:len(es)]
+	n := 0
+	for i := range es {
+		if es[i].mask != 0 {
+			s := mix(k ^ es[i].id)
+			if !b.uniform {
+				s = b.score(k, i)
+			}
+			c[n] = candidate{idx: i, score: s}
+			n++
 		}
 	}
-	b.cand = c
-	return len(c)
+	b.cand = c[:n]
+	return n
 }
 
 // next moves the best candidate among positions j and later to position j:

@@ -3,6 +3,7 @@ package lbcore
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -222,6 +223,114 @@ func TestSameKeySameServiceAcrossBalancers(t *testing.T) {
 		r := &Request{Headers: [][2]string{{"call-id", fmt.Sprintf("a84b4c76e66710@pc33.example.com-%d", i)}}}
 		if x, y := first(c, b1.Decide(r, epoch)), first(c, b2.Decide(r, epoch)); x != y {
 			t.Fatalf("call %d: worker 1 chose %s, worker 2 chose %s", i, x, y)
+		}
+	}
+}
+
+// TestUnitPassMatchesExact holds decideInto's unit-weight pass (four services
+// at a time, selects, padding) to hashBest's plain loop, which ranks as
+// better orders: every pool size around the padding, services disabled and
+// down, the pool's last service up and down again, a tie that only identity
+// breaks, and a best score of 0.
+func TestUnitPassMatchesExact(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 4, 5, 7, 8, 9, 13, 100} {
+		c := mustConfig(t, pool("URLHASH", n, ""))
+		for i := range c.Services {
+			c.Services[i].Enabled = i%5 != 4
+		}
+		b := NewBalancer(c, 0)
+		for step := 0; step < 3; step++ {
+			switch step {
+			case 1: // some down, the last among them
+				for i := 0; i < n; i += 3 {
+					b.SetDown(i, true)
+				}
+				b.SetDown(n-1, true)
+			case 2: // all up again
+				for i := 0; i < n; i++ {
+					b.SetDown(i, false)
+				}
+			}
+			for i := 0; i < 300; i++ {
+				r := &Request{Target: fmt.Sprintf("/pass/%d/%d", n, i)}
+				got := b.Decide(r, epoch)
+				var want Decision
+				b.hashBest(&want, xxhashString(r.Target))
+				if got.Len() != want.Len() || got.Len() > 0 && got.At(0) != want.At(0) {
+					t.Fatalf("%d services, step %d: Decide(%q) = %v, the exact pass %v", n, step, r.Target, names(c, got), names(c, want))
+				}
+			}
+		}
+	}
+
+	t.Run("tie", func(t *testing.T) {
+		c := mustConfig(t, pool("URLHASH", 6, ""))
+		b := NewBalancer(c, 0)
+		r := &Request{Target: "/tie"}
+		k := xxhashString(r.Target)
+		d0 := b.Decide(r, epoch)
+		win := d0.At(0)
+		// Give another service the winner's score: the same identity under a
+		// different address. Its index decides the tie either way round.
+		for _, other := range []int{(win + 1) % 6, (win + 5) % 6} {
+			id := b.rank[win].id
+			saved := b.rank[other].id
+			b.rank[other].id, c.Services[other].ID = id, id
+			var want Decision
+			b.hashBest(&want, k)
+			if got := b.Decide(r, epoch); got.At(0) != want.At(0) {
+				t.Errorf("tie between %d and %d: Decide = %d, the exact pass %d", win, other, got.At(0), want.At(0))
+			}
+			b.rank[other].id, c.Services[other].ID = saved, saved
+		}
+	})
+
+	t.Run("score 0", func(t *testing.T) {
+		c := mustConfig(t, pool("URLHASH", 3, ""))
+		b := NewBalancer(c, 0)
+		r := &Request{Target: "/zero"}
+		k := xxhashString(r.Target)
+		b.rank[1].id, c.Services[1].ID = k, k // Score(k, k) = mix(0) = 0
+		b.SetDown(0, true)
+		b.SetDown(2, true)
+		if d := b.Decide(r, epoch); d.Len() != 1 || d.At(0) != 1 {
+			t.Errorf("the only selectable service scores 0: Decide = %v, want [s1]", names(c, d))
+		}
+	})
+}
+
+// TestDecisionResetCoversEveryField: DecideInto clears a reused Decision
+// field by field (reset). A field added to Decision must be cleared there
+// too; this lists the fields reset knows.
+func TestDecisionResetCoversEveryField(t *testing.T) {
+	known := []string{"Reason", "Method", "Persist", "EmptyKey", "Capped", "Ask", "n", "ranked"}
+	var got []string
+	dt := reflect.TypeFor[Decision]()
+	for i := 0; i < dt.NumField(); i++ {
+		got = append(got, dt.Field(i).Name)
+	}
+	if !slices.Equal(got, known) {
+		t.Errorf("Decision's fields are %v, reset knows %v: clear the new ones in Decision.reset (ranked past n stays)", got, known)
+	}
+}
+
+// TestDecideIntoReusesDecision: deciding into a Decision that holds another
+// decision (persistence outcome, reasons, a longer failover list) gives what
+// Decide gives.
+func TestDecideIntoReusesDecision(t *testing.T) {
+	persist := NewBalancer(mustConfig(t, pool("URLHASH", 5, `"upstreamCount":4,"persistence":{"keys":["${client.ip}"]}`)), 0)
+	persist.EnablePersistence(NewMemStore(), "t")
+	plain := NewBalancer(mustConfig(t, pool("URLHASH", 5, "")), 0)
+	var d Decision
+	for i := 0; i < 50; i++ {
+		r := &Request{Target: fmt.Sprintf("/reuse/%d", i), Source: fmt.Sprintf("192.0.2.%d:1000", i%7)}
+		persist.DecideInto(&d, r, epoch)
+		plain.DecideInto(&d, r, epoch)
+		want := plain.Decide(r, epoch)
+		if d.Reason != want.Reason || d.Method != want.Method || d.Persist != want.Persist ||
+			d.EmptyKey != want.EmptyKey || d.Capped != want.Capped || d.Ask != want.Ask ||
+			!slices.Equal(names(plain.Config(), d), names(plain.Config(), want)) {
+			t.Fatalf("DecideInto(%q) after a persistent decision = %+v, Decide %+v", r.Target, d, want)
 		}
 	}
 }

@@ -167,11 +167,15 @@ type URLHash struct{ Length int }
 
 // AppendKey implements Keyer.
 func (m URLHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+	k, ok := m.key(r)
+	return append(dst, k...), ok
+}
+
+// key is the key AppendKey appends, where it lies in r (Balancer.decideInto
+// hashes it there).
+func (m URLHash) key(r *Request) (string, bool) {
 	u := r.URL()
-	if u == "" {
-		return dst, false
-	}
-	return append(dst, u[:min(len(u), m.Length)]...), true
+	return u[:min(len(u), m.Length)], u != ""
 }
 
 // DomainHash hashes the first Length bytes of the request's domain: the host

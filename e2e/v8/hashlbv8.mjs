@@ -986,8 +986,9 @@ function connection(vm, root, req, i) {
   }
 }
 
-function runPhase(run, compiled, phase) {
-  const job = run.job;
+// startVM starts a VM of run's module as cpp-host does and configures the plugin; it emits the
+// "start" line, or the trap, and returns { vm, root }, or { vm: null, result } when it did not start.
+function startVM(run, compiled, phase) {
   const vm = new VM(run, compiled);
   const t0 = process.hrtime.bigint();
   const trapLine = (extra) => ({ type: 'trap', phase: phase.name, ...extra, callback: vm.dead.callback, error: vm.dead.error, stderr: vm.stderr.slice(-4000), errorLogs: vm.errorLogs.slice(-5) });
@@ -996,11 +997,11 @@ function runPhase(run, compiled, phase) {
   } catch (e) {
     if (e instanceof HarnessFault) throw e;
     emit({ type: 'start', phase: phase.name, ok: false, error: `Failed to create new Wasm instance: ${e.message}` });
-    return { ok: false, trapped: false };
+    return { vm: null, result: { ok: false, trapped: false } };
   }
   if (vm.dead) {
     emit(trapLine({ class: '(start)', request: -1 }));
-    return { ok: false, trapped: true };
+    return { vm: null, result: { ok: false, trapped: true } };
   }
   // ContextBase::onStart and onConfigure: the plugin configuration is readable in the root
   // proxy_on_context_create and in proxy_on_configure, not in proxy_on_vm_start.
@@ -1016,13 +1017,23 @@ function runPhase(run, compiled, phase) {
     root.pluginConfigReadable = false;
   }
   const initMs = Number(process.hrtime.bigint() - t0) / 1e6;
-  if (vm.dead) { emit(trapLine({ class: '(configure)', request: -1 })); return { ok: false, trapped: true }; }
+  if (vm.dead) { emit(trapLine({ class: '(configure)', request: -1 })); return { vm: null, result: { ok: false, trapped: true } }; }
   if (vmStart === 0 || configure === 0) {
     emit({ type: 'start', phase: phase.name, ok: false, error: vmStart === 0 ? 'vm start refused' : 'configure refused',
       logs: vm.errorLogs.map(show), stderr: show(vm.stderr.slice(-4000)) });
-    return { ok: false, trapped: false };
+    return { vm: null, result: { ok: false, trapped: false } };
   }
   emit({ type: 'start', phase: phase.name, ok: true, initMs: Math.round(initMs), memory: vm.mem.memory.buffer.byteLength });
+  return { vm, root };
+}
+
+function runPhase(run, compiled, phase) {
+  const job = run.job;
+  const t0 = process.hrtime.bigint();
+  const started = startVM(run, compiled, phase);
+  if (!started.vm) return started.result;
+  const { vm, root } = started;
+  const trapLine = (extra) => ({ type: 'trap', phase: phase.name, ...extra, callback: vm.dead.callback, error: vm.dead.error, stderr: vm.stderr.slice(-4000), errorLogs: vm.errorLogs.slice(-5) });
 
   const names = outcomeHeaders(run.config);
   const stats = new Map();
@@ -1067,7 +1078,81 @@ function runPhase(run, compiled, phase) {
   return { ok: !vm.dead && !stopped, trapped: !!vm.dead };
 }
 
+// pairMain is the benchmark's interleaved mode (e2e/bench_ratios_test.go, R2):
+//
+//   node --no-liftoff --wasm-max-mem-pages=16384 hashlbv8.mjs --pair A.wasm A.json B.wasm B.json BLOCKS
+//
+// A.json and B.json list the same jobs by name, in the same order. Per job, one VM of module A
+// (A.json's job) and one of module B (B.json's) live side by side in this process; after each
+// one's warm-up, BLOCKS blocks of repeat/BLOCKS requests (the first phase's list, cycled)
+// alternate between them, A B then B A, so that a machine whose load comes and goes stretches both
+// alike. Ticks run as in a phase, untimed. One "pair" line per job: the median over the blocks
+// of the ratio of the p50 µs per request, A ÷ B, each side's median p50 and its p99 over all
+// blocks. A trap ends the run (exit status 1).
+function pairMain(argv) {
+  if (argv.length !== 5) usage('--pair: A.wasm A.json B.wasm B.json BLOCKS expected');
+  const sides = [[argv[0], argv[1]], [argv[2], argv[3]]].map(([wasmPath, jobPath]) => {
+    const bytes = readFileSync(wasmPath);
+    return { bytes, wasm: readWasm(new Uint8Array(bytes)), jobs: loadJobs(jobPath), compiled: null };
+  });
+  const blocks = Number(argv[4]);
+  const med = (v) => pct(Float64Array.from(v).sort(), 0.5);
+  for (let j = 0; j < sides[0].jobs.length; j++) {
+    jobName = sides[0].jobs[j].name;
+    const vms = sides.map((sd, k) => {
+      const job = sd.jobs[j];
+      const r = load(job, sd.bytes, sd.wasm, sd.compiled);
+      if (typeof r === 'string') throw new HarnessFault(`--pair: module ${k ? 'B' : 'A'} refused: ${r}`);
+      if (!sd.compiled) emit({ type: 'load', ok: true, side: k ? 'B' : 'A', profile: job.profile, abi: r.abi, compileMs: r.compileMs });
+      sd.compiled = r.compiled;
+      const run = { job, profile: PROFILES[job.profile], abi: r.abi, wasm: sd.wasm, config: job.config };
+      const phase = job.phases[0];
+      const started = startVM(run, sd.compiled, phase);
+      if (!started.vm) throw new HarnessFault(`--pair: job ${job.name}: module ${k ? 'B' : 'A'} did not start`);
+      return { ...started, job, phase, names: outcomeHeaders(run.config), next: 0, us: [] };
+    });
+    const step = (v, n, times) => {
+      const reqs = v.phase.requests;
+      for (let c = 0; c < n; c++) {
+        if (v.vm.tickMs > 0) {
+          const nowMs = Number(v.vm.clockOffsetNs / 1000000n);
+          if (nowMs >= v.vm.nextTick) { v.vm.nextTick = nowMs + v.vm.tickMs; v.vm.ticks++; v.vm.call(v.root, 'proxy_on_tick', v.root.id); }
+        }
+        const req = reqs[v.next++ % reqs.length];
+        const t = process.hrtime.bigint();
+        const outcome = request(v.vm, v.root, req, v.names);
+        const us = Number(process.hrtime.bigint() - t) / 1000;
+        v.vm.clockOffsetNs += v.job.intervalNs;
+        if (outcome === null || v.vm.dead) {
+          emit({ type: 'trap', side: v === vms[0] ? 'A' : 'B', callback: v.vm.dead?.callback, error: v.vm.dead?.error, stderr: v.vm.stderr.slice(-4000) });
+          return false;
+        }
+        if (times) times.push(us);
+      }
+      return true;
+    };
+    if (!vms.every((v) => step(v, v.job.warmup, null))) return 1;
+    const n = Math.max(1, Math.floor(vms[0].job.repeat / blocks));
+    const ratios = [], p50 = [[], []];
+    for (let k = 0; k < blocks; k++) {
+      const t = [[], []];
+      const order = k % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) if (!step(vms[i], n, t[i])) return 1;
+      for (const i of [0, 1]) { p50[i].push(med(t[i])); vms[i].us.push(...t[i]); }
+      ratios.push(p50[0][k] / p50[1][k]);
+    }
+    const r = (x) => Math.round(x * 1000) / 1000;
+    emit({
+      type: 'pair', blocks, block: n, ratio: r(med(ratios)), ratioMin: r(Math.min(...ratios)), ratioMax: r(Math.max(...ratios)),
+      aP50Us: r(med(p50[0])), bP50Us: r(med(p50[1])),
+      aP99Us: r(pct(Float64Array.from(vms[0].us).sort(), 0.99)), bP99Us: r(pct(Float64Array.from(vms[1].us).sort(), 0.99)),
+    });
+  }
+  return 0;
+}
+
 function main(argv) {
+  if (argv[0] === '--pair') return pairMain(argv.slice(1));
   if (argv.length !== 2) usage('two arguments expected');
   const [wasmPath, jobPath] = argv;
   const jobs = loadJobs(jobPath);
