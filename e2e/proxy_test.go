@@ -102,6 +102,15 @@ var listenLine = regexp.MustCompile(`^hashlb-proxy: .* on http://(\S+), `)
 // accepts connections. The process is killed at t's cleanup.
 func runProxy(t *testing.T, bin string, config []byte) string {
 	t.Helper()
+	return "http://" + startProxy(t, bin, config, listenLine, "-listen", "127.0.0.1:0")
+}
+
+// startProxy starts hashlb-proxy with config and args (its listening flag),
+// two workers and no demo backends, and returns the address its stdout
+// line matching listen names, once it accepts connections. The process is
+// killed at t's cleanup.
+func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, args ...string) string {
+	t.Helper()
 	dir := t.TempDir()
 	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
 	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
@@ -110,8 +119,7 @@ func runProxy(t *testing.T, bin string, config []byte) string {
 	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-wasm", wasmFile, "-config", cfgFile, "-listen", "127.0.0.1:0",
-		"-workers", "2", "-backends=false")
+	cmd := exec.Command(bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-workers", "2", "-backends=false"}, args...)...)
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
@@ -129,7 +137,7 @@ func runProxy(t *testing.T, bin string, config []byte) string {
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := listenLine.FindStringSubmatch(sc.Text()); m != nil {
+			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
 				addr <- m[1]
 			}
 		}
@@ -138,16 +146,16 @@ func runProxy(t *testing.T, bin string, config []byte) string {
 	select {
 	case a, ok := <-addr:
 		if !ok {
-			t.Fatalf("hashlb-proxy exited before listening: %s", stderr.String())
+			t.Fatalf("hashlb-proxy %v exited before listening: %s", args, stderr.String())
 		}
 		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
 		if err != nil {
 			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
 		}
 		conn.Close()
-		return "http://" + a
+		return a
 	case <-time.After(60 * time.Second):
-		t.Fatalf("hashlb-proxy did not listen within 60s: %s", stderr.String())
+		t.Fatalf("hashlb-proxy %v did not listen within 60s: %s", args, stderr.String())
 	}
 	return ""
 }

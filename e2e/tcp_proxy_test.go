@@ -5,13 +5,9 @@ package e2e
 // to real loopback backends that answer each connection with one line.
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -69,48 +65,7 @@ var tcpListenLine = regexp.MustCompile(`^hashlb-proxy: .* on tcp://(\S+), `)
 // its own demo backends off, and returns its address once it accepts.
 func runTCPProxy(t *testing.T, bin string, config []byte) string {
 	t.Helper()
-	dir := t.TempDir()
-	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-wasm", wasmFile, "-config", cfgFile, "-tcp", "127.0.0.1:0", "-workers", "2", "-backends=false")
-	stderr := &syncBuffer{}
-	cmd.Stderr = stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if m := tcpListenLine.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
-			}
-		}
-		close(addr)
-	}()
-	select {
-	case a, ok := <-addr:
-		if !ok {
-			t.Fatalf("hashlb-proxy -tcp exited before listening: %s", stderr.String())
-		}
-		return a
-	case <-time.After(60 * time.Second):
-		t.Fatalf("hashlb-proxy -tcp did not listen within 60s: %s", stderr.String())
-	}
-	return ""
+	return startProxy(t, bin, config, tcpListenLine, "-tcp", "127.0.0.1:0")
 }
 
 // dialLine opens a connection to the proxy and returns the client's own
