@@ -188,6 +188,15 @@ func countingProxy(t testing.TB, target string) (addr string, count func(path st
 	}
 }
 
+// longestWait is the longest a request waited to leave the filter.
+func longestWait(replies []fleetReply) time.Duration {
+	var worst time.Duration
+	for _, r := range replies {
+		worst = max(worst, r.waited)
+	}
+	return worst
+}
+
 // percentile returns the p-th percentile of ds.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
@@ -327,10 +336,7 @@ func TestFleetEtcdDown(t *testing.T) {
 
 	stop()
 	_, replies := spray(t, hosts, keysN("down", 300), 2, 6)
-	worst := time.Duration(0)
-	for _, r := range replies {
-		worst = max(worst, r.waited)
-	}
+	worst := longestWait(replies)
 	// Every request was served (spray fails the test otherwise); the bound
 	// is the timeout plus the time to deliver the failure to a busy worker.
 	if worst > timeout+2*time.Second {
@@ -367,10 +373,7 @@ func TestFleetSlowEtcd(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	hosts := fleetHosts(t, 2, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "200ms"}, fourServices(), nil), slow, time.Time{}, true)
 	_, replies := spray(t, hosts, keysN("slow", 40), 1, 4)
-	worst := time.Duration(0)
-	for _, r := range replies {
-		worst = max(worst, r.waited)
-	}
+	worst := longestWait(replies)
 	if worst > timeout+2*time.Second {
 		t.Errorf("slow etcd: a request waited %v, want at most the timeout %v (+ delivery)", worst, timeout)
 	}

@@ -198,20 +198,7 @@ func run(ctx context.Context, o options) error {
 			errs <- nil
 		}()
 	}
-	go func() { // Envoy's timers: ticks follow the wall clock
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				for _, h := range hosts {
-					h.Tick()
-				}
-			}
-		}
-	}()
+	go tick(ctx, hosts...)
 	var first error
 	for range addrs {
 		if err := <-errs; err != nil && first == nil {

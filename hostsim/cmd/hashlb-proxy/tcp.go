@@ -96,8 +96,8 @@ func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers in
 	}
 }
 
-// tick fires the module's ticks on the wall clock, as Envoy's timers do.
-func tick(ctx context.Context, h *hostsim.Host) {
+// tick fires the hosts' ticks on the wall clock, as Envoy's timers do.
+func tick(ctx context.Context, hosts ...*hostsim.Host) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -105,7 +105,9 @@ func tick(ctx context.Context, h *hostsim.Host) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			h.Tick()
+			for _, h := range hosts {
+				h.Tick()
+			}
 		}
 	}
 }
