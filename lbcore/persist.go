@@ -200,6 +200,14 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 			out.GaveUp = true
 			return t.unpersisted(chosen, have, choose, out)
 		}
+		if first {
+			// The common case, a hit that writes nothing, read in place:
+			// no decoding of the whole bucket.
+			if e, ok := peek(val, fp); ok && !t.expired(e, nowS) && e.last >= nowS && e.hot && selectable(e.svc) {
+				out.Hit, out.PrevUse = true, e.last
+				return e.svc, true, out
+			}
+		}
 		t.decode(val)
 		i := t.find(fp)
 		switch {
@@ -299,6 +307,22 @@ func (t *Table) decode(val []byte) {
 			t.n++
 		}
 	}
+}
+
+// peek finds fingerprint fp in a bucket value as decode and find would,
+// without decoding the other entries.
+func peek(val []byte, fp uint64) (entry, bool) {
+	if len(val) < bucketHeader || val[0] != bucketVersion || (len(val)-bucketHeader)%EntrySize != 0 {
+		return entry{}, false
+	}
+	end := min(len(val), bucketHeader+Ways*EntrySize)
+	for p := bucketHeader; p < end; p += EntrySize {
+		if w := binary.LittleEndian.Uint64(val[p:]); w&^hotBit == fp {
+			return entry{fp: fp, svc: binary.LittleEndian.Uint64(val[p+8:]),
+				last: binary.LittleEndian.Uint32(val[p+16:]), hot: w&hotBit != 0}, true
+		}
+	}
+	return entry{}, false
 }
 
 // encode writes t.ents into t.buf.
