@@ -401,3 +401,23 @@ func exprFuzzRequest(data []byte) (*Request, *evalCtx) {
 	r.Target, r.Authority, r.Method, r.Source, r.Dest = at(2), at(3), at(4), at(5), at(1)
 	return r, x
 }
+
+// FuzzIPv4Text: the short path for ${client.ip} writes exactly what the
+// general one (parseAddrPort, then AppendTo) writes, whenever it answers.
+func FuzzIPv4Text(f *testing.F) {
+	for _, s := range []string{"192.0.2.7:5000", "192.0.2.7", "192.0.2.7:", "192.0.2.7:65536", "192.0.2.7:0080",
+		"010.0.0.1:80", "[::ffff:192.0.2.7]:80", "::ffff:192.0.2.7", "[2001:db8::1]:443", "1.2.3.4:5:6", "", ":80",
+		"192.0.2.7:00000000000000000000080", "256.1.1.1:1", "1.2.3.4:+80", "1.2.3.4%eth0:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		txt, ok := ipv4Text(s)
+		if !ok {
+			return
+		}
+		ip, _, ok2 := parseAddrPort(s)
+		if !ok2 || string(ip.AppendTo(nil)) != txt {
+			t.Fatalf("ipv4Text(%q) = %q; parseAddrPort gives %v, %v", s, txt, ip, ok2)
+		}
+	})
+}

@@ -27,6 +27,11 @@ func (pl *exprPipeline) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 	switch v.kind {
 	case varClientIP, varClientPort, varServerIP, varServerPort:
+		if v.kind == varClientIP && x.hops <= 0 {
+			if txt, ok := ipv4Text(r.Source); ok {
+				return append(dst, txt...) // what the general path below writes, without formatting it again
+			}
+		}
 		var ip netip.Addr
 		var port uint16
 		var ok bool
@@ -67,6 +72,38 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 		return append(dst, r.CallID()...)
 	}
 	return dst
+}
+
+// ipv4Text returns the IPv4 address of an "ip:port" (or bare "ip") source
+// address as text, when parseAddrPort would read an IPv4 address from it:
+// netip refuses leading zeros and out-of-range parts, so a dotted quad it
+// accepts is already in the canonical form netip.Addr.AppendTo writes.
+// ok is false for anything else (IPv6, an IPv4-mapped address, a bad port),
+// which takes the general path.
+func ipv4Text(s string) (string, bool) {
+	host := s
+	if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		host = s[:i]
+		port := s[i+1:]
+		if port == "" {
+			return "", false
+		}
+		n := 0
+		for j := 0; j < len(port); j++ {
+			c := port[j]
+			if c < '0' || c > '9' {
+				return "", false
+			}
+			if n = n*10 + int(c-'0'); n > 65535 {
+				return "", false
+			}
+		}
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !a.Is4() {
+		return "", false
+	}
+	return host, true
 }
 
 // exprCookie returns the value of the first cookie called name in any cookie
