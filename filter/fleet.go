@@ -26,6 +26,7 @@ type fleet struct {
 	cfg     *lbcore.Fleet
 	prefix  string
 	expire  time.Duration
+	slot    time.Duration       // lbcore.FleetSlot(expire)
 	pending map[string]*fleetOp // by etcd key
 
 	// lease is the lease of slot leaseSlot (0: none), next that of nextSlot.
@@ -86,7 +87,7 @@ const (
 )
 
 func newFleet(p *pluginContext, c *lbcore.Persistence, rootID string) *fleet {
-	f := &fleet{p: p, cfg: c.Fleet, prefix: c.Fleet.Prefix, expire: c.Expire,
+	f := &fleet{p: p, cfg: c.Fleet, prefix: c.Fleet.Prefix, expire: c.Expire, slot: lbcore.FleetSlot(c.Expire),
 		pending: map[string]*fleetOp{}, queued: map[string]bool{}}
 	if f.prefix == "" {
 		f.prefix = "/hashlb/" + rootID + "/"
@@ -128,7 +129,7 @@ func (f *fleet) ask(h *httpContext, proposal int, now time.Time) bool {
 // send dispatches op's next call: a lease grant when this slot has none,
 // else the create-or-read transaction.
 func (f *fleet) send(op *fleetOp, now time.Time) bool {
-	slot := lbcore.FleetSlotOf(now.Unix(), f.expire)
+	slot := f.slotOf(now.Unix())
 	if f.leaseFor(slot) == 0 {
 		ttl := lbcore.FleetLeaseTTL(slot, now.Unix(), f.expire)
 		return f.call(op, "/v3/lease/grant", lbcore.EtcdLeaseGrant(ttl), now, func(status int, body []byte) {
@@ -172,7 +173,7 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 	switch {
 	case err == lbcore.ErrEtcdLeaseNotFound:
 		// Expired or revoked (etcd lost it): grant again.
-		f.setLease(lbcore.FleetSlotOf(now.Unix(), f.expire), 0)
+		f.setLease(f.slotOf(now.Unix()), 0)
 		f.retry(op)
 		return
 	case err != nil:
@@ -199,7 +200,7 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 	if ok && known && f.p.bal.Selectable(i) && rec.Alive(now, f.expire) {
 		f.m.hit.Increment(1)
 		f.done(op, i, true)
-		if lbcore.FleetSlotOf(rec.Stamp, f.expire) < lbcore.FleetSlotOf(now.Unix(), f.expire) {
+		if f.slotOf(rec.Stamp) < f.slotOf(now.Unix()) {
 			f.queueRefresh(op.key, op.local, i) // the fleet keeps it alive from now
 		}
 		return
@@ -211,7 +212,7 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 		return
 	}
 	op.replaces++
-	slot := lbcore.FleetSlotOf(now.Unix(), f.expire)
+	slot := f.slotOf(now.Unix())
 	value := lbcore.FleetRecord{Stamp: now.Unix(), Service: f.svcKey(op.proposal)}.String()
 	if !f.call(op, "/v3/kv/txn", lbcore.EtcdReplace(op.key, t.kv.ModRevision, value, f.leaseFor(slot)), now,
 		func(status int, body []byte) { f.onTxn(op, status, body, f.m.replaced) }) {
@@ -406,14 +407,14 @@ func (f *fleet) queueRefresh(key string, local []byte, svc int) {
 // fleet entry, so that it lives expire after its last use anywhere.
 func (f *fleet) hit(d *lbcore.Decision, now time.Time) {
 	prev := int64(d.Persist.PrevUse)
-	if lbcore.FleetSlotOf(prev, f.expire) < lbcore.FleetSlotOf(now.Unix(), f.expire) {
+	if f.slotOf(prev) < f.slotOf(now.Unix()) {
 		f.queueRefresh(lbcore.FleetKey(f.prefix, f.p.bal.AskKey()), f.p.bal.AskKey(), d.At(0))
 	}
 }
 
 // tick rolls leases over and sends queued refreshes, from the root context.
 func (f *fleet) tick(now time.Time) {
-	slot := lbcore.FleetSlotOf(now.Unix(), f.expire)
+	slot := f.slotOf(now.Unix())
 	if slot != f.leaseSlot && slot == f.nextSlot && f.next != 0 {
 		f.leaseSlot, f.lease, f.next = slot, f.next, 0
 	}
@@ -424,7 +425,7 @@ func (f *fleet) tick(now time.Time) {
 		switch {
 		case f.leaseFor(slot) == 0:
 			f.grant(slot, now)
-		case f.leaseFor(slot+1) == 0 && f.slotLeft(now) < lbcore.FleetSlot(f.expire)/4:
+		case f.leaseFor(slot+1) == 0 && f.slotLeft(now) < f.slot/4:
 			f.nextSlot = slot + 1
 			f.grant(slot+1, now)
 		}
@@ -434,7 +435,7 @@ func (f *fleet) tick(now time.Time) {
 
 // sendRefreshes sends queued refreshes once this slot has a lease.
 func (f *fleet) sendRefreshes(now time.Time) {
-	slot := lbcore.FleetSlotOf(now.Unix(), f.expire)
+	slot := f.slotOf(now.Unix())
 	for len(f.refresh) > 0 && f.refreshing < refreshesAtOnce && f.leaseFor(slot) != 0 {
 		it := f.refresh[0]
 		f.refresh = f.refresh[1:]
@@ -443,8 +444,12 @@ func (f *fleet) sendRefreshes(now time.Time) {
 	}
 }
 
+// slotOf numbers the slot of Unix second t (lbcore.FleetSlotOf, with the
+// slot's length computed once).
+func (f *fleet) slotOf(t int64) int64 { return t / int64(f.slot/time.Second) }
+
 func (f *fleet) slotLeft(now time.Time) time.Duration {
-	s := lbcore.FleetSlot(f.expire)
+	s := f.slot
 	return s - time.Duration(now.Unix()%int64(s/time.Second))*time.Second
 }
 
@@ -555,9 +560,7 @@ func (h *httpContext) resume(i int, ok bool, now time.Time) {
 	} else {
 		d = p.bal.DecideLocal(req, now)
 	}
-	// The miss was counted when the request asked; count what the
-	// second resolve added (evictions, CAS retries).
-	d.Persist.Hit, d.Persist.Miss, d.Persist.Expired, d.Persist.Rechosen = false, false, false, false
+	secondRead(&d)
 	if h.decided(&d) == types.ActionContinue {
 		_ = proxywasm.ResumeHttpRequest()
 	}

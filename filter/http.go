@@ -77,11 +77,20 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 			return types.ActionPause // resumed by fleet.done or fleet.forget
 		}
 		*d = p.bal.DecideLocal(req, now)
-		d.Persist.Miss, d.Persist.Expired, d.Persist.Rechosen = false, false, false
+		secondRead(d)
 	} else if p.fleet != nil && d.Persist.Hit {
 		p.fleet.hit(d, now)
 	}
 	return h.decided(d)
+}
+
+// secondRead drops what a decision's table read reported about the key
+// (hit, miss, expired, rechosen) when the request already counted its first
+// read, as one that asked the fleet did: what the second resolve added
+// (evictions, CAS retries) is still counted.
+func secondRead(d *lbcore.Decision) {
+	o := &d.Persist
+	o.Hit, o.Miss, o.Expired, o.Rechosen = false, false, false, false
 }
 
 // decided counts decision d and applies it: the headers, or a 503 when it
@@ -124,9 +133,7 @@ func (h *httpContext) route(i int, upstream string) types.Action {
 		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name)
 	}
 	h.chosen = i
-	p.own[i]++
-	p.bal.SetActive(i, p.bal.Active(i)+1)
-	p.m.routed(i, 1)
+	p.active(i, 1)
 	return types.ActionContinue
 }
 
@@ -210,9 +217,7 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 	if i := h.chosen; i >= 0 {
 		h.chosen = -1
-		h.p.own[i]--
-		h.p.bal.SetActive(i, h.p.bal.Active(i)-1)
-		h.p.m.routed(i, -1)
+		h.p.active(i, -1)
 	}
 	if !h.ended { // once: a context in the free list twice would serve two streams
 		h.ended = true

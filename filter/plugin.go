@@ -157,6 +157,15 @@ func (p *pluginContext) shareLoads(now time.Time) {
 	}
 }
 
+// active adds delta (1 when a request or connection is sent to service i,
+// -1 when it ends) to this worker's count, the balancer's view and the
+// metrics.
+func (p *pluginContext) active(i int, delta int64) {
+	p.own[i] += delta
+	p.bal.SetActive(i, p.bal.Active(i)+delta)
+	p.m.routed(i, delta)
+}
+
 // NewHttpContext implements types.PluginContext.
 // A context whose stream ended (OnHttpStreamDone: proxy_on_log, after which
 // a host only deletes the context) is reused, so that a request allocates

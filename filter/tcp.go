@@ -87,9 +87,7 @@ func (c *tcpContext) route(i int) types.Action {
 		return c.refuse()
 	}
 	c.chosen = i
-	p.own[i]++
-	p.bal.SetActive(i, p.bal.Active(i)+1)
-	p.m.routed(i, 1)
+	p.active(i, 1)
 	return types.ActionContinue
 }
 
@@ -138,9 +136,7 @@ func (c *tcpContext) OnStreamDone() {
 	p := c.p
 	if i := c.chosen; i >= 0 {
 		c.chosen = -1
-		p.own[i]--
-		p.bal.SetActive(i, p.bal.Active(i)-1)
-		p.m.routed(i, -1)
+		p.active(i, -1)
 	}
 	if !c.ended {
 		c.ended = true
