@@ -45,18 +45,9 @@ func BenchmarkFleet(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		var total [2]time.Duration
-		b.ReportAllocs()
-		b.ResetTimer()
-		for i := range b.N {
-			for k := range 2 {
-				j := (i + k) % 2
-				start := time.Now()
-				persistStream(b, hosts[j], 0, hs)
-				total[j] += time.Since(start)
-			}
-		}
-		b.StopTimer()
+		total := interleaved(b, 2, func(_, j int) func() {
+			return func() { persistStream(b, hosts[j], 0, hs) }
+		})
 		n := float64(b.N)
 		b.ReportMetric(float64(total[0].Nanoseconds())/n, "hit-ns")
 		b.ReportMetric(float64(total[1].Nanoseconds())/n, "hit_fleet-ns")
