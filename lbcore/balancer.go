@@ -117,10 +117,8 @@ type Balancer struct {
 	x      evalCtx // the decision's evaluation context: trusted hops, caps hit
 
 	table  *Table
-	fleet  bool           // persistence has a fleet level: a local miss asks it (Decision.Ask)
-	local  bool           // DecideLocal is running: decide a miss locally
-	askKey []byte         // the last decision's persistence key
-	pkey   []byte         // the persistence key being built
+	onMiss persistMode    // what Decide does on a local miss: persistAsk with a fleet level
+	pkey   []byte         // the persistence key of the last decision (AskKey); its buffer is reused
 	ids    map[uint64]int // service identity → index, for the persistence table
 
 	rank []rankEntry // per service, what ranking reads (hrw.go)
@@ -214,17 +212,19 @@ func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 // 88-byte Decision costs a bulk clear and a bulk copy, each a call from the
 // module into the engine (docs/performance.md).
 func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
+	b.decide(d, r, now, b.onMiss, 0)
+}
+
+// decide is DecideInto with the persistence table's mode for a local miss
+// (and the service persistForce stores).
+func (b *Balancer) decide(d *Decision, r *Request, now time.Time, onMiss persistMode, force int) {
 	// Field by field: rewriting b.x whole would store the jwt buffer's
 	// pointer again (a write barrier) on every decision.
 	b.x.hops, b.x.capped = b.cfg.TrustedForwardedHops, false
 	b.seq++
 	if b.table != nil {
-		mode := persistLocal
-		if b.fleet && !b.local {
-			mode = persistAsk
-		}
 		d.reset()
-		b.decidePersistent(d, r, now, mode, 0)
+		b.decidePersistent(d, r, now, onMiss, force)
 	} else {
 		d.reset()
 		b.decideInto(d, r)

@@ -13,7 +13,9 @@ import (
 func (b *Balancer) EnablePersistence(s Store, namespace string) {
 	if p := b.cfg.Persistence; p != nil {
 		b.table = NewTable(s, namespace, p.TableSize, p.Expire)
-		b.fleet = p.Fleet != nil
+		if p.Fleet != nil {
+			b.onMiss = persistAsk
+		}
 	}
 }
 
@@ -45,8 +47,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		key = e.appendEval(key, r, &b.x)
 		empty = empty && len(key) == n
 	}
-	b.pkey = key[:0]
-	b.askKey = key
+	b.pkey = key
 	if empty && p.EmptyKey == "skip" {
 		b.decideInto(d, r)
 		d.EmptyKey = true
@@ -103,10 +104,9 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 
 // DecideLocal is Decide deciding a local miss locally even when the table
 // has a fleet level: etcd is unreachable, slow, or in backoff.
-func (b *Balancer) DecideLocal(r *Request, now time.Time) Decision {
-	b.local = true
-	defer func() { b.local = false }()
-	return b.Decide(r, now)
+func (b *Balancer) DecideLocal(r *Request, now time.Time) (d Decision) {
+	b.decide(&d, r, now, persistLocal, 0)
+	return d
 }
 
 // DecideFleet stores service i, the fleet's answer for r's key, in the
@@ -117,11 +117,8 @@ func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) Decision {
 	if b.table == nil || i < 0 || i >= len(b.services) || !b.selectable(i) {
 		return b.DecideLocal(r, now)
 	}
-	b.x = evalCtx{hops: b.cfg.TrustedForwardedHops, jwt: b.x.jwt}
-	b.seq++
 	var d Decision
-	b.decidePersistent(&d, r, now, persistForce, i)
-	d.Capped = b.x.capped
+	b.decide(&d, r, now, persistForce, i)
 	return d
 }
 
@@ -137,7 +134,7 @@ func (b *Balancer) Remember(key []byte, now time.Time, i int) {
 
 // AskKey is the persistence key of the last decision (valid until the next
 // one): the key a Decision.Ask names.
-func (b *Balancer) AskKey() []byte { return b.askKey }
+func (b *Balancer) AskKey() []byte { return b.pkey }
 
 // failover appends the failover order after a persisted choice: the hash
 // method's ranking when the request has its input, else the decision counter's.
