@@ -29,10 +29,10 @@ type fleet struct {
 	slot    time.Duration       // lbcore.FleetSlot(expire)
 	pending map[string]*fleetOp // by etcd key
 
-	// lease is the lease of slot leaseSlot (0: none), next that of nextSlot.
-	leaseSlot, nextSlot int64
-	lease, next         int64
-	granting            bool
+	// leases hold the lease of a slot at index slot%2: the current slot's
+	// and the next one's, granted ahead, never share an index.
+	leases   [2]struct{ slot, id int64 }
+	granting bool
 
 	// fails counts failed transactions in a row; at failLimit the fleet
 	// is skipped until retryAt, and the wait doubles up to maxBackoff.
@@ -373,24 +373,16 @@ func (f *fleet) forget(h *httpContext) {
 // svcKey is service i's identity in fleet records.
 func (f *fleet) svcKey(i int) string { return f.p.cfg.Services[i].ServiceKey() }
 
+// leaseFor is the lease of slot, 0 when this worker has none.
 func (f *fleet) leaseFor(slot int64) int64 {
-	switch slot {
-	case f.leaseSlot:
-		return f.lease
-	case f.nextSlot:
-		return f.next
+	if l := f.leases[slot&1]; l.slot == slot {
+		return l.id
 	}
 	return 0
 }
 
-func (f *fleet) setLease(slot, id int64) {
-	switch {
-	case slot == f.nextSlot && slot != f.leaseSlot:
-		f.next = id
-	default:
-		f.leaseSlot, f.lease = slot, id
-	}
-}
+// setLease records the lease of slot (id 0 forgets it).
+func (f *fleet) setLease(slot, id int64) { f.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
 
 // queueRefresh asks the tick to renew key's stamp (and lease): a hit saw it
 // written in an older slot.
@@ -412,12 +404,9 @@ func (f *fleet) hit(d *lbcore.Decision, now time.Time) {
 	}
 }
 
-// tick rolls leases over and sends queued refreshes, from the root context.
+// tick grants leases ahead and sends queued refreshes, from the root context.
 func (f *fleet) tick(now time.Time) {
 	slot := f.slotOf(now.Unix())
-	if slot != f.leaseSlot && slot == f.nextSlot && f.next != 0 {
-		f.leaseSlot, f.lease, f.next = slot, f.next, 0
-	}
 	if f.fails >= failLimit && now.Before(f.retryAt) {
 		return
 	}
@@ -426,7 +415,6 @@ func (f *fleet) tick(now time.Time) {
 		case f.leaseFor(slot) == 0:
 			f.grant(slot, now)
 		case f.leaseFor(slot+1) == 0 && f.slotLeft(now) < f.slot/4:
-			f.nextSlot = slot + 1
 			f.grant(slot+1, now)
 		}
 	}
@@ -467,9 +455,6 @@ func (f *fleet) grant(slot int64, now time.Time) {
 			f.granting = false
 			status, b := callAnswer(numHeaders, bodySize)
 			if id, err := parseAnswer(status, b, lbcore.ParseEtcdLease); err == nil {
-				if slot != f.leaseSlot && f.lease != 0 {
-					f.nextSlot = slot
-				}
 				f.setLease(slot, id)
 				f.sendRefreshes(time.Now())
 			}
