@@ -132,8 +132,11 @@ func (f *fleet) send(op *fleetOp, now time.Time) bool {
 	slot := f.slotOf(now.Unix())
 	if f.leaseFor(slot) == 0 {
 		ttl := lbcore.FleetLeaseTTL(slot, now.Unix(), f.expire)
-		return f.call(op, "/v3/lease/grant", lbcore.EtcdLeaseGrant(ttl), now, func(status int, body []byte) {
-			id, err := parseAnswer(status, body, lbcore.ParseEtcdLease)
+		return f.call(op, "/v3/lease/grant", lbcore.EtcdLeaseGrant(ttl), now, func(body []byte, err error) {
+			var id int64
+			if err == nil {
+				id, err = lbcore.ParseEtcdLease(body)
+			}
 			if err != nil {
 				f.failed(op, err)
 				return
@@ -144,8 +147,8 @@ func (f *fleet) send(op *fleetOp, now time.Time) bool {
 	}
 	value := lbcore.FleetRecord{Stamp: now.Unix(), Service: f.svcKey(op.proposal)}.String()
 	op.creates++
-	return f.call(op, "/v3/kv/txn", lbcore.EtcdCreateOrGet(op.key, value, f.leaseFor(slot)), now, func(status int, body []byte) {
-		f.onTxn(op, status, body, f.m.created)
+	return f.call(op, "/v3/kv/txn", lbcore.EtcdCreateOrGet(op.key, value, f.leaseFor(slot)), now, func(body []byte, err error) {
+		f.onTxn(op, body, err, f.m.created)
 	})
 }
 
@@ -159,17 +162,13 @@ func (f *fleet) retry(op *fleetOp) {
 
 // onTxn reads the answer of a create-or-read or replace transaction: the
 // service stored fleet-wide wins; a stale or unselectable one is replaced.
-func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.MetricCounter) {
+func (f *fleet) onTxn(op *fleetOp, body []byte, err error, wrote proxywasm.MetricCounter) {
 	now := time.Now()
-	type txn struct {
-		ok    bool
-		kv    lbcore.EtcdKV
-		found bool
+	var put, found bool
+	var kv lbcore.EtcdKV
+	if err == nil {
+		put, kv, found, err = lbcore.ParseEtcdTxn(body)
 	}
-	t, err := parseAnswer(status, body, func(b []byte) (txn, error) {
-		ok, kv, found, err := lbcore.ParseEtcdTxn(b)
-		return txn{ok, kv, found}, err
-	})
 	switch {
 	case err == lbcore.ErrEtcdLeaseNotFound:
 		// Expired or revoked (etcd lost it): grant again.
@@ -179,11 +178,11 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 	case err != nil:
 		f.failed(op, err)
 		return
-	case t.ok:
+	case put:
 		wrote.Increment(1)
 		f.done(op, op.proposal, true)
 		return
-	case !t.found:
+	case !found:
 		// Gone between the compare and the read (its lease ended): create.
 		if op.creates < 2 {
 			f.retry(op)
@@ -192,7 +191,7 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 		}
 		return
 	}
-	rec, ok := lbcore.ParseFleetRecord(t.kv.Value)
+	rec, ok := lbcore.ParseFleetRecord(kv.Value)
 	i, known := -1, false
 	if ok {
 		i, known = f.p.bal.ServiceByKey(rec.Service)
@@ -214,47 +213,57 @@ func (f *fleet) onTxn(op *fleetOp, status int, body []byte, wrote proxywasm.Metr
 	op.replaces++
 	slot := f.slotOf(now.Unix())
 	value := lbcore.FleetRecord{Stamp: now.Unix(), Service: f.svcKey(op.proposal)}.String()
-	if !f.call(op, "/v3/kv/txn", lbcore.EtcdReplace(op.key, t.kv.ModRevision, value, f.leaseFor(slot)), now,
-		func(status int, body []byte) { f.onTxn(op, status, body, f.m.replaced) }) {
+	if !f.call(op, "/v3/kv/txn", lbcore.EtcdReplace(op.key, kv.ModRevision, value, f.leaseFor(slot)), now,
+		func(body []byte, err error) { f.onTxn(op, body, err, f.m.replaced) }) {
 		f.failed(op, nil)
 	}
 }
 
 // call sends one request of op to etcd, with what remains of op's time as
 // its timeout. The answer goes to handle, from the stream op answers to.
-func (f *fleet) call(op *fleetOp, path string, body []byte, now time.Time, handle func(status int, body []byte)) bool {
+func (f *fleet) call(op *fleetOp, path string, body []byte, now time.Time, handle answer) bool {
 	left := op.deadline.Sub(now)
 	if left < time.Millisecond || op.calls >= maxCalls {
 		return false
 	}
 	op.calls++
-	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.headers(path), body, nil, uint32(left/time.Millisecond),
+	return f.dispatch(path, body, left, "fleet answer", func(b []byte, err error) {
+		if f.pending[op.key] == op { // else already settled (its caller was reset)
+			handle(b, err)
+		}
+	}, func() { f.failed(op, nil) }) == nil
+}
+
+// answer receives an etcd answer's body, or why there is none.
+type answer func(body []byte, err error)
+
+// dispatch sends one call to etcd's gateway on the fleet's cluster. A panic
+// in handle is recovered, counted as an internal error in where, and then
+// onPanic (if any) runs.
+func (f *fleet) dispatch(path string, body []byte, timeout time.Duration, where string, handle answer, onPanic func()) error {
+	headers := [][2]string{{":method", "POST"}, {":path", path}, {":authority", f.cfg.CallAuthority()},
+		{":scheme", "http"}, {"content-type", "application/json"}}
+	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, headers, body, nil, uint32(timeout/time.Millisecond),
 		func(numHeaders, bodySize, _ int) {
 			defer func() {
 				if r := recover(); r != nil {
-					f.p.m.recovered("fleet answer", r)
-					f.failed(op, nil)
+					f.p.m.recovered(where, r)
+					if onPanic != nil {
+						onPanic()
+					}
 				}
 			}()
-			if f.pending[op.key] != op {
-				return // already settled (its caller was reset)
-			}
-			status, b := callAnswer(numHeaders, bodySize)
-			handle(status, b)
+			handle(callAnswer(numHeaders, bodySize))
 		})
-	return err == nil
+	return err
 }
 
-func (f *fleet) headers(path string) [][2]string {
-	return [][2]string{{":method", "POST"}, {":path", path}, {":authority", f.cfg.CallAuthority()},
-		{":scheme", "http"}, {"content-type", "application/json"}}
-}
-
-// callAnswer reads the answer of the running callout: its status (0 when
-// the call failed: timeout, reset, no such cluster) and body.
-func callAnswer(numHeaders, bodySize int) (int, []byte) {
+// callAnswer reads the answer of the running callout: its body, or an error
+// when there is none (timeout, reset, no such cluster), its status is not
+// 200, or it is etcd's error answer.
+func callAnswer(numHeaders, bodySize int) ([]byte, error) {
 	if numHeaders == 0 {
-		return 0, nil
+		return nil, callError("no answer (timeout, connection failure or unknown cluster)")
 	}
 	status := 0
 	if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
@@ -268,28 +277,19 @@ func callAnswer(numHeaders, bodySize int) (int, []byte) {
 	if bodySize > 0 {
 		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, 1<<20))
 	}
-	return status, body
+	if status != 200 {
+		if err := lbcore.EtcdAnswerError(body); err != nil {
+			return nil, err
+		}
+		return nil, callError("status " + strconv.Itoa(status))
+	}
+	return body, nil
 }
 
 // callError describes a failed call in logs.
 type callError string
 
 func (e callError) Error() string { return string(e) }
-
-// parseAnswer checks an answer's status, then parses its body.
-func parseAnswer[T any](status int, body []byte, parse func([]byte) (T, error)) (T, error) {
-	var zero T
-	switch {
-	case status == 0:
-		return zero, callError("no answer (timeout, connection failure or unknown cluster)")
-	case status != 200:
-		if err := lbcore.EtcdAnswerError(body); err != nil {
-			return zero, err
-		}
-		return zero, callError("status " + strconv.Itoa(status))
-	}
-	return parse(body)
-}
 
 // done settles op with service i for every waiting request and records the
 // transaction's latency; ok says the fleet answered.
@@ -428,7 +428,7 @@ func (f *fleet) sendRefreshes(now time.Time) {
 		it := f.refresh[0]
 		f.refresh = f.refresh[1:]
 		delete(f.queued, it.key)
-		f.sendRefresh(it, slot, now)
+		f.sendRefresh(it, slot)
 	}
 }
 
@@ -445,74 +445,58 @@ func (f *fleet) slotLeft(now time.Time) time.Duration {
 // arrives whatever happens to requests).
 func (f *fleet) grant(slot int64, now time.Time) {
 	ttl := lbcore.FleetLeaseTTL(slot, now.Unix(), f.expire)
-	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.headers("/v3/lease/grant"), lbcore.EtcdLeaseGrant(ttl), nil,
-		uint32(f.cfg.Timeout/time.Millisecond), func(numHeaders, bodySize, _ int) {
-			defer func() {
-				if r := recover(); r != nil {
-					f.p.m.recovered("fleet lease", r)
-				}
-			}()
-			f.granting = false
-			status, b := callAnswer(numHeaders, bodySize)
-			if id, err := parseAnswer(status, b, lbcore.ParseEtcdLease); err == nil {
+	err := f.dispatch("/v3/lease/grant", lbcore.EtcdLeaseGrant(ttl), f.cfg.Timeout, "fleet lease", func(body []byte, err error) {
+		f.granting = false
+		if err == nil {
+			var id int64
+			if id, err = lbcore.ParseEtcdLease(body); err == nil {
 				f.setLease(slot, id)
 				f.sendRefreshes(time.Now())
 			}
-		})
+		}
+	}, func() { f.granting = false })
 	f.granting = err == nil
 }
 
 // sendRefresh renews one entry: read it, then (same service, compare
 // mod_revision) write a new stamp on this slot's lease. An entry that names
 // another service corrects the local table; one that is gone is created.
-func (f *fleet) sendRefresh(it refreshItem, slot int64, now time.Time) {
-	timeout := uint32(f.cfg.Timeout / time.Millisecond)
+func (f *fleet) sendRefresh(it refreshItem, slot int64) {
 	value := lbcore.FleetRecord{Stamp: it.stamp, Service: f.svcKey(it.svc)}.String()
 	end := func() { f.refreshing-- }
-	send := func(path string, body []byte, then func(status int, b []byte)) {
-		_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.headers(path), body, nil, timeout, func(n, size, _ int) {
-			defer func() {
-				if r := recover(); r != nil {
-					f.p.m.recovered("fleet refresh", r)
-				}
-			}()
-			status, b := callAnswer(n, size)
-			then(status, b)
-		})
-		if err != nil {
+	send := func(path string, body []byte, then answer) {
+		if f.dispatch(path, body, f.cfg.Timeout, "fleet refresh", then, end) != nil {
 			end()
 		}
 	}
 	f.refreshing++
-	send("/v3/kv/range", lbcore.EtcdRange(it.key), func(status int, b []byte) {
-		type rng struct {
-			kv    lbcore.EtcdKV
-			found bool
+	send("/v3/kv/range", lbcore.EtcdRange(it.key), func(body []byte, err error) {
+		var kv lbcore.EtcdKV
+		found := false
+		if err == nil {
+			kv, found, err = lbcore.ParseEtcdRange(body)
 		}
-		r, err := parseAnswer(status, b, func(b []byte) (rng, error) {
-			kv, found, err := lbcore.ParseEtcdRange(b)
-			return rng{kv, found}, err
-		})
 		if err != nil {
 			end()
 			return
 		}
-		var body []byte
-		if r.found {
-			rec, ok := lbcore.ParseFleetRecord(r.kv.Value)
+		if found {
+			rec, ok := lbcore.ParseFleetRecord(kv.Value)
 			if i, known := f.p.bal.ServiceByKey(rec.Service); ok && known && i != it.svc && rec.Alive(time.Now(), f.expire) {
 				// Another proxy moved the key: follow the fleet.
 				f.p.bal.Remember(it.local, time.Now(), i)
 				end()
 				return
 			}
-			body = lbcore.EtcdReplace(it.key, r.kv.ModRevision, value, f.leaseFor(slot))
+			body = lbcore.EtcdReplace(it.key, kv.ModRevision, value, f.leaseFor(slot))
 		} else {
 			body = lbcore.EtcdCreateOrGet(it.key, value, f.leaseFor(slot))
 		}
-		send("/v3/kv/txn", body, func(status int, b []byte) {
-			if ok, _, _, err := lbcore.ParseEtcdTxn(b); status == 200 && err == nil && ok {
-				f.m.refreshed.Increment(1)
+		send("/v3/kv/txn", body, func(body []byte, err error) {
+			if err == nil {
+				if put, _, _, err := lbcore.ParseEtcdTxn(body); err == nil && put {
+					f.m.refreshed.Increment(1)
+				}
 			}
 			end()
 		})
