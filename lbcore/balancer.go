@@ -249,7 +249,23 @@ func (b *Balancer) decideInto(d *Decision, r *Request) {
 			b.backupInto(d)
 			return
 		}
-		k = xxhash.Sum64String(key)
+		if inlineHash && len(key) < 32 {
+			// xxhash.Sum64String without the call (xxh64.go).
+			h := xxhStart(len(key))
+			for ; len(key) >= 8; key = key[8:] {
+				h = xxhLane8(h, key)
+			}
+			if len(key) >= 4 {
+				h = xxhLane4(h, key)
+				key = key[4:]
+			}
+			for ; len(key) > 0; key = key[1:] {
+				h = xxhLane1(h, key[0])
+			}
+			k = xxhAvalanche(h)
+		} else {
+			k = xxhash.Sum64String(key)
+		}
 	} else {
 		key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
 		b.buf = key[:0]
