@@ -270,3 +270,17 @@ func TestMetricsFlushedOnTick(t *testing.T) {
 		}
 	})
 }
+
+// TestHeaderNamed: the lines kept from the whole header map are the named
+// ones, whatever their case, and no other of the same length.
+func TestHeaderNamed(t *testing.T) {
+	names := []string{"x-tenant", "cookie"}
+	for line, want := range map[string]bool{
+		"x-tenant": true, "X-Tenant": true, "COOKIE": true, "cookie": true,
+		"x-tenanT": true, "y-tenant": false, "cookies": false, "accept": false, "": false, "x-tenan": false,
+	} {
+		if got := headerNamed(names, line); got != want {
+			t.Errorf("headerNamed(%q, %q) = %v, want %v", names, line, got, want)
+		}
+	}
+}

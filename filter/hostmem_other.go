@@ -14,16 +14,19 @@ import (
 func arenaStart() {}
 func arenaStop()  {}
 
-// eachRequestHeader calls f for every request header line, in order.
-func eachRequestHeader(f func(name, value string)) error {
+// appendRequestHeaders appends to dst every request header line named in
+// names (headerNamed), in order.
+func appendRequestHeaders(dst [][2]string, names []string) ([][2]string, error) {
 	all, err := proxywasm.GetHttpRequestHeaders()
 	if err != nil {
-		return err
+		return dst, err
 	}
 	for _, h := range all {
-		f(h[0], h[1])
+		if headerNamed(names, h[0]) {
+			dst = append(dst, h)
+		}
 	}
-	return nil
+	return dst, nil
 }
 
 // getRequestHeader is proxywasm.GetHttpRequestHeader.

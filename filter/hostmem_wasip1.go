@@ -86,40 +86,43 @@ var (
 	pairsSize int32
 )
 
-// eachRequestHeader calls f for every request header line, in order, from
-// one host call; the strings are the host's copy (the arena during a
-// request). Serialisation: cpp-host pairs_util.cc, u32 count, count × (u32
-// name size, u32 value size), then each name and value NUL-terminated.
-func eachRequestHeader(f func(name, value string)) error {
+// appendRequestHeaders appends to dst every request header line named in
+// names (headerNamed), in order, from one host call; the strings are the
+// host's copy (the arena during a request). Serialisation: cpp-host
+// pairs_util.cc, u32 count, count × (u32 name size, u32 value size), then each
+// name and value NUL-terminated.
+func appendRequestHeaders(dst [][2]string, names []string) ([][2]string, error) {
 	const requestHeaders = 0
 	pairsData, pairsSize = nil, 0
 	if st := proxyGetHeaderMapPairs(requestHeaders, unsafe.Pointer(&pairsData), unsafe.Pointer(&pairsSize)); st != 0 {
-		return types.ErrorStatusBadArgument
+		return dst, types.ErrorStatusBadArgument
 	}
 	if pairsData == nil || pairsSize < 4 {
-		return nil
+		return dst, nil
 	}
 	bs := unsafe.Slice(pairsData, pairsSize)
 	pairsData = nil
 	n := int(binary.LittleEndian.Uint32(bs))
 	sizes, data := 4, 4+8*n
 	if n < 0 || data > len(bs) {
-		return types.ErrorStatusBadArgument
+		return dst, types.ErrorStatusBadArgument
 	}
 	for range n {
 		ks := int(binary.LittleEndian.Uint32(bs[sizes:]))
 		vs := int(binary.LittleEndian.Uint32(bs[sizes+4:]))
 		sizes += 8
 		if ks < 0 || vs < 0 || ks+vs+2 > len(bs)-data {
-			return types.ErrorStatusBadArgument
+			return dst, types.ErrorStatusBadArgument
 		}
 		k := unsafe.String(unsafe.SliceData(bs[data:]), ks)
 		data += ks + 1
 		v := unsafe.String(unsafe.SliceData(bs[data:]), vs)
 		data += vs + 1
-		f(k, v)
+		if headerNamed(names, k) {
+			dst = append(dst, [2]string{k, v})
+		}
 	}
-	return nil
+	return dst, nil
 }
 
 // The SDK's GetHttpRequestHeader and GetProperty pass the addresses of

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -271,11 +270,7 @@ func (p *pluginContext) readRequest() *lbcore.Request {
 		// get_header_map_value returns only the first (Envoy's
 		// Context::getHeaderMapValue takes entry [0]). One host call for the
 		// whole map, kept only for the names the decision reads.
-		_ = eachRequestHeader(func(name, value string) {
-			if slices.ContainsFunc(in.Headers, func(n string) bool { return strings.EqualFold(n, name) }) {
-				req.Headers = append(req.Headers, [2]string{name, value})
-			}
-		})
+		req.Headers, _ = appendRequestHeaders(req.Headers, in.Headers)
 	} else {
 		for _, name := range in.Headers {
 			if name == "host" && p.hostLate && req.Authority != "" {
@@ -300,6 +295,18 @@ func (p *pluginContext) readRequest() *lbcore.Request {
 func (p *pluginContext) doneRequest() {
 	clear(p.req.Headers)
 	p.req = lbcore.Request{Headers: p.req.Headers[:0]}
+}
+
+// headerNamed reports whether the header line name is one of names (lower
+// case), ignoring ASCII case. Lengths first: most lines of a request are then
+// no comparison at all, and a lower-case line (what Envoy passes) one.
+func headerNamed(names []string, name string) bool {
+	for _, n := range names {
+		if len(n) == len(name) && (n == name || strings.EqualFold(n, name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // requestHeader returns a request header's value, or "".
