@@ -251,16 +251,31 @@ func (b *Balancer) decideInto(d *Decision, r *Request) {
 		}
 		if inlineHash && len(key) < 32 {
 			// xxhash.Sum64String without the call (xxh64.go).
+			// Unrolled: in Go's Wasm code a loop's back edge passes the
+			// function's dispatch, a fall-through does not.
 			h := xxhStart(len(key))
-			for ; len(key) >= 8; key = key[8:] {
+			if len(key) >= 8 {
 				h = xxhLane8(h, key)
+				if len(key) >= 16 {
+					h = xxhLane8(h, key[8:])
+					if len(key) >= 24 {
+						h = xxhLane8(h, key[16:])
+					}
+				}
 			}
-			if len(key) >= 4 {
-				h = xxhLane4(h, key)
-				key = key[4:]
+			t := key[len(key)&^7:]
+			if len(t) >= 4 {
+				h = xxhLane4(h, t)
+				t = t[4:]
 			}
-			for ; len(key) > 0; key = key[1:] {
-				h = xxhLane1(h, key[0])
+			if len(t) >= 1 {
+				h = xxhLane1(h, t[0])
+				if len(t) >= 2 {
+					h = xxhLane1(h, t[1])
+					if len(t) >= 3 {
+						h = xxhLane1(h, t[2])
+					}
+				}
 			}
 			k = xxhAvalanche(h)
 		} else {

@@ -12,8 +12,8 @@ import (
 // keys go to xxhash. The algorithm and constants are the xxHash specification's
 // (doc/xxhash_spec.md in github.com/Cyan4973/xxHash, "XXH64 algorithm
 // description"): a short input starts from prime 5 plus its length, takes
-// 8-byte lanes, then one 4-byte lane, then single bytes, and ends with the
-// avalanche. TestXXH64Pieces and FuzzXXH64Pieces hold it to xxhash.Sum64String.
+// its 8-byte lanes (at most three), then one 4-byte lane, then single bytes
+// (at most three), and ends with the avalanche. TestXXH64Pieces and FuzzXXH64Pieces hold it to xxhash.Sum64String.
 const (
 	xxhPrime1 uint64 = 0x9E3779B185EBCA87
 	xxhPrime2 uint64 = 0xC2B2AE3D27D4EB4F

@@ -10,17 +10,30 @@ import (
 // xxh64Pieces composes xxh64.go's pieces as Balancer.decideInto does in
 // the Wasm build. That build's decisions are held to the native build's (which
 // hash with xxhash) by e2e's TestCorpus, through hostsim and the SDK's runner.
-func xxh64Pieces(s string) uint64 {
-	h := xxhStart(len(s))
-	for ; len(s) >= 8; s = s[8:] {
-		h = xxhLane8(h, s)
+func xxh64Pieces(key string) uint64 {
+	h := xxhStart(len(key))
+	if len(key) >= 8 {
+		h = xxhLane8(h, key)
+		if len(key) >= 16 {
+			h = xxhLane8(h, key[8:])
+			if len(key) >= 24 {
+				h = xxhLane8(h, key[16:])
+			}
+		}
 	}
-	if len(s) >= 4 {
-		h = xxhLane4(h, s)
-		s = s[4:]
+	t := key[len(key)&^7:]
+	if len(t) >= 4 {
+		h = xxhLane4(h, t)
+		t = t[4:]
 	}
-	for ; len(s) > 0; s = s[1:] {
-		h = xxhLane1(h, s[0])
+	if len(t) >= 1 {
+		h = xxhLane1(h, t[0])
+		if len(t) >= 2 {
+			h = xxhLane1(h, t[1])
+			if len(t) >= 3 {
+				h = xxhLane1(h, t[2])
+			}
+		}
 	}
 	return xxhAvalanche(h)
 }
