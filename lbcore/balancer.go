@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"time"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -216,79 +217,80 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 }
 
 // decide is DecideInto with the persistence table's mode for a local miss
-// (and the service persistForce stores).
-func (b *Balancer) decide(d *Decision, r *Request, now time.Time, onMiss persistMode, force int) {
-	// Field by field: rewriting b.x whole would store the jwt buffer's
-	// pointer again (a write barrier) on every decision.
-	b.x.hops, b.x.capped = b.cfg.TrustedForwardedHops, false
-	b.seq++
-	if b.table != nil {
+// (and the service persistForce stores). With methodOnly it is the method's
+// part of a decision already begun (decidePersistent's), filling d, which
+// must read as zero: lbMethod, falling back when it has no input.
+//
+// The method is here rather than in a function of its own: in Go's Wasm code
+// each call that is not inlined costs about as much as ranking four services
+// (docs/performance.md, R1).
+func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
+	if mode != methodOnly {
+		// Field by field: rewriting b.x whole would store the jwt buffer's
+		// pointer again (a write barrier) on every decision.
+		b.x.hops, b.x.capped = b.cfg.TrustedForwardedHops, false
+		b.seq++
 		d.reset()
-		b.decidePersistent(d, r, now, onMiss, force)
-	} else {
-		d.reset()
-		b.decideInto(d, r)
+		if b.table != nil {
+			b.decidePersistent(d, r, now, mode, force)
+			d.Capped = b.x.capped
+			return
+		}
 	}
-	d.Capped = b.x.capped
-}
-
-// decideInto applies lbMethod, falling back when it has no input, filling
-// d, which must read as zero.
-func (b *Balancer) decideInto(d *Decision, r *Request) {
 	if b.keyer == nil {
 		d.Reason, d.Method = b.method.reason, b.method.method
 		*d = b.method.pick(b, *d)
 		return
 	}
-	var k uint64
-	if m, ok := b.keyer.(URLHash); ok {
+	var key string
+	var ok bool
+	if m, isURL := b.keyer.(URLHash); isURL {
 		// URLHASH's key is part of the request: hash it where it is (a copy
 		// is a call to memmove, and in Wasm one more into the engine).
-		key, ok := m.key(r)
-		if !ok {
-			b.backupInto(d)
-			return
-		}
-		if inlineHash && len(key) < 32 {
-			// xxhash.Sum64String without the call (xxh64.go).
-			// Unrolled: in Go's Wasm code a loop's back edge passes the
-			// function's dispatch, a fall-through does not.
-			h := xxhStart(len(key))
-			if len(key) >= 8 {
-				h = xxhLane8(h, key)
-				if len(key) >= 16 {
-					h = xxhLane8(h, key[8:])
-					if len(key) >= 24 {
-						h = xxhLane8(h, key[16:])
-					}
-				}
-			}
-			t := key[len(key)&^7:]
-			if len(t) >= 4 {
-				h = xxhLane4(h, t)
-				t = t[4:]
-			}
-			if len(t) >= 1 {
-				h = xxhLane1(h, t[0])
-				if len(t) >= 2 {
-					h = xxhLane1(h, t[1])
-					if len(t) >= 3 {
-						h = xxhLane1(h, t[2])
-					}
-				}
-			}
-			k = xxhAvalanche(h)
-		} else {
-			k = xxhash.Sum64String(key)
-		}
+		key, ok = m.key(r)
 	} else {
-		key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
-		b.buf = key[:0]
-		if !ok {
-			b.backupInto(d)
-			return
+		var kb []byte
+		kb, ok = b.keyer.AppendKey(b.buf[:0], r, &b.x)
+		b.buf = kb[:0]
+		d.Capped = b.x.capped
+		key = unsafe.String(unsafe.SliceData(kb), len(kb)) // b.buf's bytes, unchanged until the next decision
+	}
+	if !ok {
+		b.backupInto(d)
+		return
+	}
+	var k uint64
+	if inlineHash && len(key) < 32 {
+		// xxhash.Sum64String without the call (xxh64.go). Unrolled: in
+		// Go's Wasm code a loop's back edge passes the function's
+		// dispatch, a fall-through does not.
+		h := xxhStart(len(key))
+		if len(key) >= 8 {
+			h = xxhLane8(h, key)
+			if len(key) >= 16 {
+				h = xxhLane8(h, key[8:])
+				if len(key) >= 24 {
+					h = xxhLane8(h, key[16:])
+				}
+			}
 		}
-		k = xxhash.Sum64(key)
+		t := key[len(key)&^7:]
+		if len(t) >= 4 {
+			h = xxhLane4(h, t)
+			t = t[4:]
+		}
+		if len(t) >= 1 {
+			h = xxhLane1(h, t[0])
+			if len(t) >= 2 {
+				h = xxhLane1(h, t[1])
+				if len(t) >= 3 {
+					h = xxhLane1(h, t[2])
+				}
+			}
+		}
+		k = xxhAvalanche(h)
+	} else {
+		k = xxhash.Sum64String(key)
 	}
 	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
 	if b.want == 1 && b.cfg.HashBalanceFactor == 0 && b.uniform {

@@ -26,6 +26,7 @@ const (
 	persistLocal persistMode = iota // the method chooses and the table stores it (no fleet, or etcd unreachable)
 	persistAsk                      // the method proposes, nothing is stored: Decision.Ask
 	persistForce                    // the fleet's service is stored, replacing what the table has
+	methodOnly                      // the method alone, within a decision begun (Balancer.decide)
 )
 
 // decidePersistent consults the persistence table: a hit on a selectable
@@ -49,7 +50,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 	}
 	b.pkey = key
 	if empty && p.EmptyKey == "skip" {
-		b.decideInto(d, r)
+		b.decide(d, r, now, methodOnly, 0)
 		d.EmptyKey = true
 		return
 	}
@@ -69,7 +70,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 			}
 			chose = true
 			d.reset() // Resolve may ask again after a lost race
-			b.decideInto(d, r)
+			b.decide(d, r, now, methodOnly, 0)
 			if d.Len() == 0 {
 				return 0, false
 			}

@@ -55,7 +55,7 @@ func newRank(svcs []Service) []rankEntry {
 }
 
 // hashBest is hashRank for one service without bounded load: a single pass
-// that keeps the best, without filling b.cand. With unit weights decideInto
+// that keeps the best, without filling b.cand. With unit weights decide
 // runs the pass itself, inline (unitPass), and comes here only for what that
 // pass leaves open.
 func (b *Balancer) hashBest(d *Decision, k uint64) {
@@ -77,7 +77,7 @@ func (b *Balancer) hashBest(d *Decision, k uint64) {
 	d.add(best)
 }
 
-// scan is one step of decideInto's unit-weight pass: service i scores s against the best
+// scan is one step of decide's unit-weight pass: service i scores s against the best
 // score so far, top, held by service best; tie is 1 when another service
 // scored top too. It compiles to selects.
 func scan(top, tie uint64, best int, s uint64, i int) (uint64, uint64, int) {

@@ -227,7 +227,7 @@ func TestSameKeySameServiceAcrossBalancers(t *testing.T) {
 	}
 }
 
-// TestUnitPassMatchesExact holds decideInto's unit-weight pass (four services
+// TestUnitPassMatchesExact holds decide's unit-weight pass (four services
 // at a time, selects, padding) to hashBest's plain loop, which ranks as
 // better orders: every pool size around the padding, services disabled and
 // down, the pool's last service up and down again, a tie that only identity

@@ -171,7 +171,7 @@ func (m URLHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	return append(dst, k...), ok
 }
 
-// key is the key AppendKey appends, where it lies in r (Balancer.decideInto
+// key is the key AppendKey appends, where it lies in r (Balancer.decide
 // hashes it there).
 func (m URLHash) key(r *Request) (string, bool) {
 	u := r.URL()

@@ -6,10 +6,10 @@ import (
 )
 
 // XXH64 with seed 0, the hash of github.com/cespare/xxhash, in pieces the
-// compiler inlines, for keys shorter than one 32-byte stripe: URLHASH's
-// decision (Balancer.decideInto) hashes them without a call, which in Go's
-// Wasm code costs more than the hash itself (docs/performance.md). Longer
-// keys go to xxhash. The algorithm and constants are the xxHash specification's
+// compiler inlines, for keys shorter than one 32-byte stripe: a hash
+// method's decision (Balancer.decide) hashes its key without a call, which
+// in Go's Wasm code costs more than the hash itself (docs/performance.md).
+// Longer keys go to xxhash. The algorithm and constants are the xxHash specification's
 // (doc/xxhash_spec.md in github.com/Cyan4973/xxHash, "XXH64 algorithm
 // description"): a short input starts from prime 5 plus its length, takes
 // its 8-byte lanes (at most three), then one 4-byte lane, then single bytes

@@ -7,7 +7,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 )
 
-// xxh64Pieces composes xxh64.go's pieces as Balancer.decideInto does in
+// xxh64Pieces composes xxh64.go's pieces as Balancer.decide does in
 // the Wasm build. That build's decisions are held to the native build's (which
 // hash with xxhash) by e2e's TestCorpus, through hostsim and the SDK's runner.
 func xxh64Pieces(key string) uint64 {
