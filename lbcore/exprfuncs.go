@@ -75,35 +75,19 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 }
 
 // ipv4Text returns the IPv4 address of an "ip:port" (or bare "ip") source
-// address as text, when parseAddrPort would read an IPv4 address from it:
-// netip refuses leading zeros and out-of-range parts, so a dotted quad it
-// accepts is already in the canonical form netip.Addr.AppendTo writes.
-// ok is false for anything else (IPv6, an IPv4-mapped address, a bad port),
-// which takes the general path.
+// address as text, when parseAddrPort would read an IPv4 address from it
+// (parseIPv4Port): without leading zeros or out-of-range parts, a dotted quad
+// is already in the canonical form netip.Addr.AppendTo writes. ok is false
+// for anything else (IPv6, an IPv4-mapped address, a bad port), which takes
+// the general path.
 func ipv4Text(s string) (string, bool) {
-	host := s
-	if i := strings.LastIndexByte(s, ':'); i >= 0 {
-		host = s[:i]
-		port := s[i+1:]
-		if port == "" {
-			return "", false
-		}
-		n := 0
-		for j := 0; j < len(port); j++ {
-			c := port[j]
-			if c < '0' || c > '9' {
-				return "", false
-			}
-			if n = n*10 + int(c-'0'); n > 65535 {
-				return "", false
-			}
-		}
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil || !a.Is4() {
+	if _, _, ok := parseIPv4Port(s); !ok {
 		return "", false
 	}
-	return host, true
+	if i := strings.IndexByte(s, ':'); i >= 0 {
+		return s[:i], true
+	}
+	return s, true
 }
 
 // exprCookie returns the value of the first cookie called name in any cookie

@@ -199,6 +199,9 @@ func stripPort(h string) string {
 // parseAddrPort parses "ip:port", "[v6]:port" or a bare IP (port 0). IPv4-mapped
 // IPv6 addresses are unmapped so that one client has one key.
 func parseAddrPort(s string) (netip.Addr, uint16, bool) {
+	if b, port, ok := parseIPv4Port(s); ok {
+		return netip.AddrFrom4(b), port, true
+	}
 	if ap, err := netip.ParseAddrPort(s); err == nil {
 		return ap.Addr().Unmap(), ap.Port(), true
 	}
@@ -206,4 +209,49 @@ func parseAddrPort(s string) (netip.Addr, uint16, bool) {
 		return a.Unmap(), 0, true
 	}
 	return netip.Addr{}, 0, false
+}
+
+// parseIPv4Port is parseAddrPort's short path for what proxies pass almost
+// always, a dotted quad with or without ":port": a few comparisons instead of
+// netip's general parser (docs/performance.md: in Go's Wasm code each call
+// weighs). It accepts only what netip.ParseAddrPort or netip.ParseAddr
+// accepts as a plain IPv4 address, with the same result (FuzzParseIPv4Port):
+// four decimal parts of at most 255 without leading zeros, then optionally a
+// colon and a decimal port of at most 65535 (leading zeros allowed, as
+// strconv reads them). ok is false for anything else, which takes netip's way.
+func parseIPv4Port(s string) (ip [4]byte, port uint16, ok bool) {
+	i := 0
+	for part := 0; part < 4; part++ {
+		if part > 0 {
+			if i >= len(s) || s[i] != '.' {
+				return ip, 0, false
+			}
+			i++
+		}
+		start, v := i, 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' && i-start < 3 {
+			v = v*10 + int(s[i]-'0')
+			i++
+		}
+		if i == start || v > 255 || s[start] == '0' && i-start > 1 {
+			return ip, 0, false
+		}
+		ip[part] = byte(v)
+	}
+	if i == len(s) {
+		return ip, 0, true
+	}
+	if s[i] != ':' || i+1 == len(s) {
+		return ip, 0, false
+	}
+	n := 0
+	for _, c := range []byte(s[i+1:]) {
+		if c < '0' || c > '9' {
+			return ip, 0, false
+		}
+		if n = n*10 + int(c-'0'); n > 65535 {
+			return ip, 0, false
+		}
+	}
+	return ip, uint16(n), true
 }

@@ -1,6 +1,7 @@
 package lbcore
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -74,4 +75,61 @@ func FuzzRequest(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseIPv4Port: whatever the IPv4 short path accepts, netip accepts as
+// the same plain IPv4 address and port (parseAddrPort's general path).
+func FuzzParseIPv4Port(f *testing.F) {
+	for _, s := range []string{"192.0.2.7:5000", "192.0.2.7", "192.0.2.7:", "192.0.2.7:65536", "192.0.2.7:0080",
+		"010.0.0.1:80", "0.0.0.0:0", "255.255.255.255:65535", "256.1.1.1:1", "1.2.3:4", "1.2.3.4.5", "1..2.3",
+		"1.2.3.4:+80", "1.2.3.4%eth0:80", "[::ffff:192.0.2.7]:80", "::ffff:192.0.2.7", "1.2.3.4:5:6", "", ":80",
+		"1.2.3.4 :80", "1.2.3.4:00000000000000000000080", "1.2.3.0004"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, port, ok := parseIPv4Port(s)
+		if !ok {
+			return
+		}
+		var want netip.Addr
+		var wantPort uint16
+		if ap, err := netip.ParseAddrPort(s); err == nil {
+			want, wantPort = ap.Addr(), ap.Port()
+		} else if a, err := netip.ParseAddr(s); err == nil {
+			want = a
+		} else {
+			t.Fatalf("parseIPv4Port(%q) = %v:%d; netip refuses it", s, b, port)
+		}
+		if !want.Is4() || want.As4() != b || wantPort != port {
+			t.Fatalf("parseIPv4Port(%q) = %v:%d; netip reads %v:%d", s, b, port, want, wantPort)
+		}
+	})
+}
+
+// TestParseIPv4PortCommonForms: what proxies pass takes the short path, and
+// what it must not read goes to netip.
+func TestParseIPv4PortCommonForms(t *testing.T) {
+	for s, want := range map[string]bool{
+		"192.0.2.10:51234": true, "10.1.0.5:8080": true, "127.0.0.1": true, "0.0.0.0:0": true,
+		"255.255.255.255:65535": true, "1.2.3.4:0080": true,
+		"010.0.0.1:80": false, "256.0.0.1:80": false, "1.2.3.4:65536": false, "1.2.3.4:": false,
+		"[2001:db8::1]:443": false, "::ffff:1.2.3.4": false, "1.2.3.4%eth0": false, "1.2.3": false,
+	} {
+		if _, _, ok := parseIPv4Port(s); ok != want {
+			t.Errorf("parseIPv4Port(%q) ok = %v, want %v", s, ok, want)
+		}
+	}
+}
+
+// TestAppendIPv4Masked: the masking by hand matches netip's Prefix for every
+// netmask length.
+func TestAppendIPv4Masked(t *testing.T) {
+	a := netip.MustParseAddr("203.0.113.77")
+	for bits := 0; bits <= 32; bits++ {
+		p, _ := a.Prefix(bits)
+		want := append([]byte{4}, p.Addr().AsSlice()...)
+		if got := (ipMask{v4: bits, v6: 64}).appendIP(nil, a); string(got) != string(want) {
+			t.Errorf("/%d: %x, want %x", bits, got, want)
+		}
+	}
 }
