@@ -75,6 +75,10 @@ bench)
 		echo "bench: installing wrk (Debian's) for R7" >&2
 		apt_install wrk
 	fi
+	if ! command -v valgrind >/dev/null; then
+		echo "bench: installing valgrind (Debian's) for R1's instruction counts" >&2
+		apt_install valgrind
+	fi
 	mkdir -p dist
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
