@@ -5,7 +5,7 @@
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
-#   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk if missing);
+#   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing);
 #          bench REGEX: the Go benchmarks matching REGEX, with -benchmem
 #   oci    pack dist/hashlb.wasm as an OCI image layout in dist/oci (Istio's WasmPlugin format)
 set -euo pipefail
