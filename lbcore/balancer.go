@@ -108,6 +108,7 @@ type Balancer struct {
 	keyer    Keyer
 	uniform  bool // all weights equal: rank by raw scores, no logarithms
 	want     int  // how many services a decision names: min(UpstreamCount, len(services))
+	unitPass bool // one service, no bounded load, equal weights: decide ranks in one pass
 
 	down   []bool  // health: true when active or passive checks took it out
 	active []int64 // active requests per service (this worker's, or device-wide when the filter syncs them)
@@ -164,6 +165,7 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		b.ids[c.Services[i].ID] = i
 		total += c.Services[i].Weight
 	}
+	b.unitPass = b.want == 1 && c.HashBalanceFactor == 0 && b.uniform
 	// Start each worker's round robin at a different point of the same
 	// sequence, so that workers do not all send their first request to the
 	// first service: advance by seed mod Σweight picks (capped; a rotation of
@@ -293,7 +295,7 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 		k = xxhash.Sum64String(key)
 	}
 	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
-	if b.want == 1 && b.cfg.HashBalanceFactor == 0 && b.uniform {
+	if b.unitPass {
 		// The unit-weight pass for one service, here rather than in a
 		// function of its own: in Go's Wasm code every call that is not
 		// inlined saves its frame to a stack in linear memory, and every
