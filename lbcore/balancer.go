@@ -146,6 +146,7 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		cand:     make([]candidate, 0, n),
 		buf:      make([]byte, 0, 512),
 		pkey:     make([]byte, 0, 256),
+		x:        evalCtx{hops: c.TrustedForwardedHops},
 		ids:      make(map[uint64]int, n),
 	}
 	if b.method == nil { // not from ParseConfig: an unknown method
@@ -228,9 +229,9 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 // (docs/performance.md, R1).
 func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
 	if mode != methodOnly {
-		// Field by field: rewriting b.x whole would store the jwt buffer's
-		// pointer again (a write barrier) on every decision.
-		b.x.hops, b.x.capped = b.cfg.TrustedForwardedHops, false
+		// Only capped: hops is the config's (NewBalancer), and rewriting b.x
+		// whole would store the jwt buffer's pointer again (a write barrier).
+		b.x.capped = false
 		b.seq++
 		d.reset()
 		if b.table != nil {
