@@ -23,7 +23,9 @@ const settle = 10 * time.Second // how long a test waits for a write it expects
 
 var v4 = discoveryv1.AddressTypeIPv4
 
-func annotated(svc string) map[string]string { return map[string]string{services.AnnotationService: svc} }
+func annotated(svc string) map[string]string {
+	return map[string]string{services.AnnotationService: svc}
+}
 
 // basicConfig is a valid plugin configuration whose static services the
 // controller replaces.

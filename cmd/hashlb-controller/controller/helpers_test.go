@@ -104,13 +104,19 @@ func (w *writes) Patch(ctx context.Context, obj client.Object, patch client.Patc
 	return w.Client.Patch(ctx, obj, patch, opts...)
 }
 
+// allNamespaces as Options.Namespace makes a test's replica watch every namespace.
+const allNamespaces = "*"
+
 // controller runs one replica against the test's namespace until the test
 // ends (or stop is called) and returns its write counter.
 func (k *kube) controller(o Options) (w *writes, stop func()) {
 	k.t.Helper()
 	w = &writes{}
-	if o.Namespace == "" {
+	switch o.Namespace {
+	case "":
 		o.Namespace = k.ns
+	case allNamespaces:
+		o.Namespace = ""
 	}
 	o.MetricsAddr, o.ProbeAddr = "0", "0"
 	o.Logger = testr.NewWithOptions(k.t, testr.Options{Verbosity: 0})
