@@ -30,7 +30,7 @@ var nsconfCorpus = []struct {
 	{name: "service-groups", covers: "service groups and members, group and server state, monitors, -usePortForHashLb NO and its collisions", wantExit: 1},
 	{name: "nearest-methods", covers: "methods and backup methods hashlb lacks, flags it has no equivalent for"},
 	{name: "malformed", covers: "unbalanced quotes, unknown flags, bad values, binds to missing services and vservers, duplicates, domain names, ignored lines", wantExit: 1},
-	{name: "readme", covers: "the worked example of README's Migrating from NetScaler", wantExit: 1},
+	{name: "readme", covers: "the worked example of docs/nsconf.md", wantExit: 1},
 }
 
 // TestNSConfCorpus runs import-nsconf -o on every case: its exit status,
@@ -254,20 +254,15 @@ func TestNSConfOutputDirCreated(t *testing.T) {
 	}
 }
 
-// TestREADMEMigration holds README's "Migrating from NetScaler" to the
-// readme case: its ns.conf, the configurations written and the report are
-// the files of testdata/nsconf/readme, verbatim.
-func TestREADMEMigration(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestNSConfDocMigration holds docs/nsconf.md to the readme case: its
+// ns.conf, the configurations written and the report are the files of
+// testdata/nsconf/readme, verbatim.
+func TestNSConfDocMigration(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/nsconf.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Migrating from NetScaler\n")
-	if !ok {
-		t.Fatal("README.md: no Migrating from NetScaler section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	blocks := codeBlocks(section)
+	blocks := codeBlocks(string(doc))
 	dir := filepath.Join("testdata", "nsconf", "readme")
 	for _, f := range []string{"ns.conf", "want/vs_shop.json", "want/vs_static.json", "report.golden"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -275,7 +270,7 @@ func TestREADMEMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Contains(blocks, string(b)) {
-			t.Errorf("README's Migrating from NetScaler has no code block equal to testdata/nsconf/readme/%s:\n%s", f, b)
+			t.Errorf("docs/nsconf.md has no code block equal to testdata/nsconf/readme/%s:\n%s", f, b)
 		}
 	}
 }
