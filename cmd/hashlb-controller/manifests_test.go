@@ -117,7 +117,7 @@ func TestManifests(t *testing.T) {
 		"/services get,list,watch",
 		"discovery.k8s.io/endpointslices get,list,watch",
 		"events.k8s.io/events create,patch",
-		"extensions.istio.io/wasmplugins get,list,watch,patch",
+		"extensions.istio.io/wasmplugins get,list,patch,watch",
 	}
 	if got := ruleSet(cr.Rules); !slices.Equal(got, wantCluster) {
 		t.Errorf("ClusterRole rules =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCluster, "\n"))

@@ -69,6 +69,9 @@ type Options struct {
 	// WrapClient, when set, wraps the client the controller writes with
 	// (tests count the writes of each replica).
 	WrapClient func(client.Client) client.Client
+
+	// several lets one process run more than one replica (tests).
+	several bool
 }
 
 // indexService indexes WasmPlugins by their hashlb.io/service annotation.
@@ -101,6 +104,9 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 		// Reads of WasmPlugins come from the informer's cache like the
 		// typed ones; the field index needs that.
 		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+	}
+	if o.several {
+		mo.Controller.SkipNameValidation = &o.several
 	}
 	if o.LeaseDuration > 0 {
 		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = &o.LeaseDuration, &o.RenewDeadline, &o.RetryPeriod

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -25,6 +26,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/internal/testenv"
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/services"
@@ -39,6 +41,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	logf.SetLogger(logr.Discard()) // envtest's own client; each replica logs to its test
 	code := m.Run()
 	if env != nil {
 		if err := env.Stop(); err != nil {
@@ -119,7 +122,10 @@ func (k *kube) controller(o Options) (w *writes, stop func()) {
 		o.Namespace = ""
 	}
 	o.MetricsAddr, o.ProbeAddr = "0", "0"
-	o.Logger = testr.NewWithOptions(k.t, testr.Options{Verbosity: 0})
+	o.several = true
+	tl := &testLog{t: k.t}
+	k.t.Cleanup(tl.end) // registered first, so it runs after stop
+	o.Logger = funcr.New(tl.log, funcr.Options{})
 	o.WrapClient = func(c client.Client) client.Client { w.Client = c; return w }
 	mgr, err := NewManager(k.cfg, o)
 	if err != nil {
@@ -139,6 +145,28 @@ func (k *kube) controller(o Options) (w *writes, stop func()) {
 	}
 	k.t.Cleanup(stop)
 	return w, stop
+}
+
+// testLog sends a replica's logs to its test until the test ends; the
+// replica's event broadcaster may still log after its manager stopped.
+type testLog struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (l *testLog) log(prefix, args string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.done {
+		l.t.Log(prefix, args)
+	}
+}
+
+func (l *testLog) end() {
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -147,7 +147,14 @@ func KubeAPIServer(root string) (string, error) {
 	fmt.Fprintf(os.Stderr, "testenv: building kube-apiserver %s into %s (first run only; about 6-13 minutes and 2.5 GB on 2 cores)\n", KubeVersion, dir)
 	start := time.Now()
 	tmp := bin + ".tmp"
-	cmd := exec.Command("go", "build", "-o", tmp, "k8s.io/kubernetes/cmd/kube-apiserver")
+	// The version Kubernetes' own build stamps in (hack/lib/version.sh);
+	// without it the server reports v0.0.0-master.
+	v := "k8s.io/component-base/version."
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubeVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	ldflags := "-X " + v + "gitVersion=" + KubeVersion + " -X " + v + "gitMajor=" + major + " -X " + v + "gitMinor=" + minor +
+		" -X " + v + "gitTreeState=clean"
+	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", tmp, "k8s.io/kubernetes/cmd/kube-apiserver")
 	cmd.Dir = wrapper
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var out bytes.Buffer
