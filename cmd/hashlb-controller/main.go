@@ -6,6 +6,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,7 +22,7 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "hashlb-controller:", err)
 		os.Exit(1)
 	}
@@ -59,7 +60,8 @@ func parseFlags(args []string) (*config, error) {
 	return c, nil
 }
 
-func run(args []string) error {
+// run runs the controller until ctx ends.
+func run(ctx context.Context, args []string) error {
 	c, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -79,7 +81,7 @@ func run(args []string) error {
 		return err
 	}
 	o.Logger.Info("starting", "leaderElection", o.LeaderElection, "namespace", o.Namespace, "ecdsDir", o.ECDSDir, "debounce", o.Debounce.String())
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }
 
 // restConfig loads -kubeconfig, else $KUBECONFIG, else the in-cluster

@@ -37,8 +37,11 @@ const modulePath = "github.com/hashlb/hashlb/cmd/hashlb-controller"
 
 // Env is a running control plane.
 type Env struct {
+	// Config reaches the API server as an administrator.
 	Config *rest.Config
-	env    *envtest.Environment
+	// KubeConfig is the same as a kubeconfig file's content.
+	KubeConfig []byte
+	env        *envtest.Environment
 }
 
 // Start builds (or finds) the binaries and starts etcd and kube-apiserver.
@@ -67,7 +70,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("envtest with %s and %s: %w", apiserver, etcd, err)
 	}
-	return &Env{Config: cfg, env: te}, nil
+	return &Env{Config: cfg, KubeConfig: te.KubeConfig, env: te}, nil
 }
 
 // Stop stops the control plane.
