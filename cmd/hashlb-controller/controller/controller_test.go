@@ -105,14 +105,18 @@ func TestReadinessFlip(t *testing.T) {
 	flipped := append([]ep(nil), p...)
 	flipped[1].notReady = true
 	k.slice("web", "web-a", v4, httpPort, flipped...)
-	if took := k.waitServices("hashlb", want(8080, flipped...), settle); took > 2*time.Second {
+	took := k.waitServices("hashlb", want(8080, flipped...), settle)
+	t.Logf("web-1 not ready: disabled after %v", took)
+	if took > 2*time.Second {
 		t.Errorf("web-1 not ready: enabled became false after %v, want within 2s", took)
 	}
 	time.Sleep(1500 * time.Millisecond)
 
 	flipped[1].notReady, flipped[2].terminating = false, true
 	k.slice("web", "web-a", v4, httpPort, flipped...)
-	if took := k.waitServices("hashlb", want(8080, flipped...), settle); took > 2*time.Second {
+	took = k.waitServices("hashlb", want(8080, flipped...), settle)
+	t.Logf("web-1 ready, web-2 terminating: followed after %v", took)
+	if took > 2*time.Second {
 		t.Errorf("web-1 ready, web-2 terminating: services followed after %v, want within 2s", took)
 	}
 }
