@@ -48,8 +48,16 @@ type Reconciler struct {
 	// ECDS, when not nil, also writes each plugin's Envoy ECDS file.
 	ECDS *ECDS
 
+	now   func() time.Time // time.Now when nil (tests set a fake clock)
 	mu    sync.Mutex
 	state map[types.NamespacedName]*writeState
+}
+
+func (r *Reconciler) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
 }
 
 // writeState is the debounce state of one WasmPlugin.
@@ -60,7 +68,6 @@ type writeState struct {
 
 // Reconcile brings one WasmPlugin up to date.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	log := logf.FromContext(ctx)
 	wp := NewWasmPlugin()
 	if err := r.Client.Get(ctx, req.NamespacedName, wp); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -92,50 +99,69 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
-	changed := !sameJSON(current, list)
-	hadError := wp.GetAnnotations()[AnnotationError] != ""
-	var ecdsFile []byte
+	u := update{wp: wp, sel: sel, list: list, changed: !sameJSON(current, list),
+		hadError: wp.GetAnnotations()[AnnotationError] != ""}
 	if r.ECDS != nil {
-		if ecdsFile, err = r.ECDS.Resource(wp, cfg); err != nil {
+		if u.ecdsFile, err = r.ECDS.Resource(wp, cfg); err != nil {
 			return ctrl.Result{}, r.reject(ctx, wp, err)
 		}
+		u.ecdsStale = r.ECDS.Stale(wp, u.ecdsFile)
 	}
-	ecdsStale := r.ECDS != nil && r.ECDS.Stale(wp, ecdsFile)
-	if !changed && !hadError && !ecdsStale {
+	if !u.changed && !u.hadError && !u.ecdsStale {
 		r.settled(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	if wait := r.wait(req.NamespacedName); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
-	if changed || hadError {
-		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": json.RawMessage(services.JSON(list))}}}
-		if hadError {
-			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: nil}}
-		}
-		if err := r.patch(ctx, wp, body); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if ecdsStale {
-		if err := r.ECDS.Write(wp, ecdsFile); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.apply(ctx, u); err != nil {
+		return ctrl.Result{}, err
 	}
 	r.wrote(req.NamespacedName)
+	return ctrl.Result{}, nil
+}
+
+// update is what one reconcile found out of date.
+type update struct {
+	wp        *unstructured.Unstructured
+	sel       services.Selection
+	list      []services.Service
+	changed   bool   // the services differ from the object's
+	hadError  bool   // hashlb.io/error is set
+	ecdsFile  []byte // the ECDS file's content; nil without -ecds-dir
+	ecdsStale bool   // the file on disk differs from ecdsFile
+}
+
+// apply writes the services (clearing hashlb.io/error) and the ECDS file,
+// as u says, and records the change.
+func (r *Reconciler) apply(ctx context.Context, u update) error {
+	if u.changed || u.hadError {
+		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": json.RawMessage(services.JSON(u.list))}}}
+		if u.hadError {
+			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: nil}}
+		}
+		if err := r.patch(ctx, u.wp, body); err != nil {
+			return err
+		}
+	}
+	if u.ecdsStale {
+		if err := r.ECDS.Write(u.wp, u.ecdsFile); err != nil {
+			return err
+		}
+	}
 	enabled := 0
-	for _, s := range list {
+	for _, s := range u.list {
 		if s.Enabled {
 			enabled++
 		}
 	}
-	if changed {
-		r.Recorder.Eventf(wp, nil, corev1.EventTypeNormal, ReasonUpdated, "UpdateServices",
-			"%d services (%d enabled) from Service %s", len(list), enabled, sel.Service)
+	if u.changed {
+		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeNormal, ReasonUpdated, "UpdateServices",
+			"%d services (%d enabled) from Service %s", len(u.list), enabled, u.sel.Service)
 	}
-	log.Info("services written", "service", sel.Service, "services", len(list), "enabled", enabled,
-		"patched", changed || hadError, "ecdsFileWritten", ecdsStale)
-	return ctrl.Result{}, nil
+	logf.FromContext(ctx).Info("services written", "service", u.sel.Service, "services", len(u.list),
+		"enabled", enabled, "patched", u.changed || u.hadError, "ecdsFileWritten", u.ecdsStale)
+	return nil
 }
 
 // endpoints reads the Service and its EndpointSlices.
@@ -256,7 +282,7 @@ func (r *Reconciler) wait(key types.NamespacedName) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.stateOf(key)
-	now := time.Now()
+	now := r.clock()
 	if st.pendingSince.IsZero() {
 		st.pendingSince = now
 	}
@@ -271,7 +297,7 @@ func (r *Reconciler) wrote(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.stateOf(key)
-	st.lastWrite, st.pendingSince = time.Now(), time.Time{}
+	st.lastWrite, st.pendingSince = r.clock(), time.Time{}
 }
 
 func (r *Reconciler) settled(key types.NamespacedName) {
