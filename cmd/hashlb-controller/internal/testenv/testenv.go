@@ -9,14 +9,15 @@
 // $HASHLB_ENVTEST_CACHE), keyed by the wrapper's go.mod, go.sum and the Go
 // version, so a cold first run compiles Kubernetes and later runs start in
 // seconds. etcd is $HASHLB_ETCD_BIN, else the first etcd on $PATH or
-// /usr/bin/etcd (Debian's etcd-server, which ./build.sh test installs).
+// /usr/bin/etcd (Debian's etcd-server, which ./build.sh test installs), else
+// one built the same way from go.etcd.io/etcd/server/v3 (the version
+// k8s.io/kubernetes requires).
 package testenv
 
 import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -30,8 +31,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// KubeVersion is the k8s.io/kubernetes release the wrapper module pins.
-const KubeVersion = "v1.37.2"
+// KubeVersion is the k8s.io/kubernetes release the wrapper module pins;
+// EtcdVersion is the etcd server it requires.
+const (
+	KubeVersion = "v1.37.2"
+	EtcdVersion = "v3.7.0"
+)
 
 const modulePath = "github.com/hashlb/hashlb/cmd/hashlb-controller"
 
@@ -54,7 +59,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	etcd, err := Etcd()
+	etcd, err := Etcd(root)
 	if err != nil {
 		return nil, err
 	}
@@ -96,8 +101,8 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// Etcd returns the etcd binary to run.
-func Etcd() (string, error) {
+// Etcd returns the etcd binary to run, building it when the machine has none.
+func Etcd(root string) (string, error) {
 	if p := os.Getenv("HASHLB_ETCD_BIN"); p != "" {
 		return p, nil
 	}
@@ -107,13 +112,28 @@ func Etcd() (string, error) {
 	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
 		return "/usr/bin/etcd", nil
 	}
-	return "", errors.New("testenv: no etcd: install Debian's etcd-server (./build.sh test does) or set HASHLB_ETCD_BIN")
+	return cachedBuild(root, "etcd", EtcdVersion, "go.etcd.io/etcd/server/v3", "",
+		"no etcd on this machine (Debian's etcd-server, which ./build.sh test installs, or $HASHLB_ETCD_BIN)")
 }
 
 // KubeAPIServer returns the cached kube-apiserver built from the wrapper
-// module under root, building it first if it is missing. A lock file keeps
-// two test processes from building it at once.
+// module under root, building it first if it is missing.
 func KubeAPIServer(root string) (string, error) {
+	// The version Kubernetes' own build stamps in (hack/lib/version.sh);
+	// without it the server reports v0.0.0-master.
+	v := "k8s.io/component-base/version."
+	major, minor, _ := strings.Cut(strings.TrimPrefix(KubeVersion, "v"), ".")
+	minor, _, _ = strings.Cut(minor, ".")
+	ldflags := "-X " + v + "gitVersion=" + KubeVersion + " -X " + v + "gitMajor=" + major + " -X " + v + "gitMinor=" + minor +
+		" -X " + v + "gitTreeState=clean"
+	return cachedBuild(root, "kube-apiserver", KubeVersion, "k8s.io/kubernetes/cmd/kube-apiserver", ldflags,
+		"first run only; about 7 minutes of 2 cores and 2.9 GB")
+}
+
+// cachedBuild returns the binary name built from package pkg of the
+// wrapper module under root, building it into the cache first if it is
+// missing. A lock file keeps two test processes from building it at once.
+func cachedBuild(root, name, version, pkg, ldflags, why string) (string, error) {
 	wrapper := filepath.Join(root, "internal", "envtestbin")
 	key, err := cacheKey(wrapper)
 	if err != nil {
@@ -127,8 +147,8 @@ func KubeAPIServer(root string) (string, error) {
 		}
 		dir = filepath.Join(base, "hashlb", "envtest")
 	}
-	dir = filepath.Join(dir, "kube-apiserver-"+KubeVersion+"-"+key)
-	bin := filepath.Join(dir, "kube-apiserver")
+	dir = filepath.Join(dir, name+"-"+version+"-"+key)
+	bin := filepath.Join(dir, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
@@ -147,28 +167,25 @@ func KubeAPIServer(root string) (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil // another process built it while this one waited
 	}
-	fmt.Fprintf(os.Stderr, "testenv: building kube-apiserver %s into %s (first run only; about 6-13 minutes and 2.5 GB on 2 cores)\n", KubeVersion, dir)
+	fmt.Fprintf(os.Stderr, "testenv: building %s %s into %s (%s)\n", name, version, dir, why)
 	start := time.Now()
 	tmp := bin + ".tmp"
-	// The version Kubernetes' own build stamps in (hack/lib/version.sh);
-	// without it the server reports v0.0.0-master.
-	v := "k8s.io/component-base/version."
-	major, minor, _ := strings.Cut(strings.TrimPrefix(KubeVersion, "v"), ".")
-	minor, _, _ = strings.Cut(minor, ".")
-	ldflags := "-X " + v + "gitVersion=" + KubeVersion + " -X " + v + "gitMajor=" + major + " -X " + v + "gitMinor=" + minor +
-		" -X " + v + "gitTreeState=clean"
-	cmd := exec.Command("go", "build", "-ldflags="+ldflags, "-o", tmp, "k8s.io/kubernetes/cmd/kube-apiserver")
+	args := []string{"build", "-o", tmp}
+	if ldflags != "" {
+		args = append(args, "-ldflags="+ldflags)
+	}
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = wrapper
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("testenv: go build k8s.io/kubernetes/cmd/kube-apiserver in %s: %w\n%s", wrapper, err, out.Bytes())
+		return "", fmt.Errorf("testenv: go build %s in %s: %w\n%s", pkg, wrapper, err, out.Bytes())
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(os.Stderr, "testenv: built kube-apiserver in %s\n", time.Since(start).Round(time.Second))
+	fmt.Fprintf(os.Stderr, "testenv: built %s in %s\n", name, time.Since(start).Round(time.Second))
 	return bin, nil
 }
 
