@@ -58,7 +58,6 @@ func (h *HealthCheck) ProbeAuthority(addr string) string {
 	return h.ProbeAddress(addr)
 }
 
-
 // ServiceHealth is one service's health record. Every worker reads and
 // writes the same record in shared data (EncodeHealth), so an active probe
 // made by one worker, or a failure seen by another, takes the service out
