@@ -157,7 +157,7 @@ var fieldTable = [numFields]FieldSpec{
 	fHealthHost: {Path: "healthCheck.host", Type: "string", NonEmpty: true,
 		Doc: "The probe's :authority (Host); absent: the service's address."},
 	fHealthExpectBody: {Path: "healthCheck.expectBody", Type: "string", NonEmpty: true,
-		Doc: "Text the probe's response body must contain (a plain substring, case-sensitive, at most 1024 bytes), searched in the first 16 KiB of the body; a response without it fails the probe."},
+		Doc: "Text the probe's response body must contain (a plain substring, case-sensitive, at most 1024 bytes), searched in the first 24 KiB of the body; a response without it fails the probe."},
 	fHealthInterval: {Path: "healthCheck.interval", Type: "string", Format: "duration", Default: "5s", Min: "1s", Max: "1h",
 		Doc: "Time between probe rounds, 1s to 1h."},
 	fHealthTimeout: {Path: "healthCheck.timeout", Type: "string", Format: "duration", Default: "2s", Min: "100ms", Max: "1m",

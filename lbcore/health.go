@@ -9,10 +9,10 @@ import (
 )
 
 // MaxHealthBodyBytes bounds how much of a probe's response body is read for
-// expectBody: HAProxy's http-check expect string searches its buffer
-// (tune.bufsize, 16 KiB by default), and a status page that puts its verdict
-// further down is rare.
-const MaxHealthBodyBytes = 16 << 10
+// expectBody: NetScaler's HTTP-ECV monitor finds its -recv text "anywhere in
+// the first 24K bytes of the HTTP body", so an imported monitor keeps its
+// meaning (HAProxy's http-check expect string searches its 16 KiB buffer).
+const MaxHealthBodyBytes = 24 << 10
 
 // MaxExpectBodyBytes bounds expectBody itself.
 const MaxExpectBodyBytes = 1024
