@@ -161,7 +161,7 @@ func TestTranslate(t *testing.T) {
 				"add serviceGroup off HTTP -state DISABLED\nbind serviceGroup off s3 80\n" +
 				"add lb vserver v HTTP -lbMethod ROUNDROBIN\nbind lb vserver v sg\nbind lb vserver v off\n",
 			report: []string{
-				"ns.conf:8: not translated: bind serviceGroup sg: health monitors are not translated: add a healthCheck (one HTTP probe per configuration) or Envoy's health checks by hand",
+				"ns.conf:8: not translated: bind serviceGroup sg: the built-in monitor http-ecv: -send not set: nothing to probe with",
 				"ns.conf:10: translated: bind serviceGroup off s3 80",
 			},
 			out: map[string][]string{"v.json": {
@@ -191,7 +191,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				`ns.conf:2: warning: service name "web svc:1" written as "web_svc_1" (hashlb names are letters, digits and - . _ ~ ! # $ % & ' * + ^ ` + "` |)",
 				"ns.conf:6: warning: service web_svc_1 written as web_svc_1~2: web_svc_1 is web svc:1's name",
-				"ns.conf:4: translated: add lb vserver my vs: my_vs.json (LEASTCONNECTION, 2 services)",
+				`ns.conf:4: translated: add lb vserver "my vs": my_vs.json (LEASTCONNECTION, 2 services)`,
 			},
 			out: map[string][]string{"my_vs.json": {`"name": "web_svc_1~2"`}},
 		},
@@ -225,6 +225,7 @@ func TestTranslate(t *testing.T) {
 		},
 		{
 			name: "lines that are not load balancing are ignored; others hashlb lacks are not translated",
+			failed: true,
 			src: "#NS14.1 Build 25.56\nset ns config -IPAddress 192.0.2.5 -netmask 255.255.255.0\nenable ns feature LB CS SSL\n" +
 				"add ssl certKey ck -cert c.pem -key k.pem\nadd cs vserver cs1 HTTP 192.0.2.50 80\nadd lb monitor m HTTP -respCode 200\n" +
 				"bind service a -monitorName m\nadd lb group g\nset lb parameter -lbHashAlgorithm PRAC\nadd vlan 10\n",
@@ -233,12 +234,13 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:2: ignored: set ns config: appliance settings, not load balancing",
 				"ns.conf:4: ignored: add ssl certKey ck: TLS settings: Envoy terminates TLS",
 				"ns.conf:5: ignored: add cs vserver cs1: content switching, not load balancing: route to each lb vserver's configuration with Envoy routes",
-				"ns.conf:6: not translated: add lb monitor m: health monitors are not translated: add a healthCheck (one HTTP probe per configuration) or Envoy's health checks by hand",
+				"ns.conf:6: ignored: add lb monitor m: not used by a translated lb vserver",
+				"ns.conf:7: failed: bind service a: no service or service group a",
 				"ns.conf:8: not translated: add lb group g: lb groups (persistence shared across vservers) are not translated: each hashlb configuration keeps its own table",
 				"ns.conf:9: not translated: set lb parameter: sets nothing hashlb has (see the warnings)",
 				"ns.conf:9: warning: -lbHashAlgorithm PRAC: not translated: hashlb ranks services by rendezvous hashing (the DEFAULT algorithm of the hashing methods page); PRAC and JARH are not translated",
 				"ns.conf:10: ignored: add vlan 10: not load balancing",
-				"ns.conf: 10 lines: 0 translated, 6 ignored, 4 not translated, 0 failed; 1 warning; 0 configurations",
+				"ns.conf: 10 lines: 0 translated, 7 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 1 warning; 0 configurations",
 			},
 		},
 		{
@@ -249,7 +251,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:1: not translated: add server f: app.example.com is a domain name: hashlb needs each service's ip:port (resolve it and add the addresses as servers, or balance it with an Envoy STRICT_DNS cluster)",
 				"ns.conf:4: not translated: add service b: port * (any port): hashlb needs a service's port",
-				"ns.conf:6: warning: service type TCP: hashlb balances HTTP requests (it is an Envoy HTTP filter); this configuration applies only where Envoy handles this traffic as HTTP",
+				`ns.conf:6: warning: service type TCP: written for hashlb's HTTP filter (filterType http), which balances requests where Envoy handles this traffic as HTTP; to balance TCP connections instead, add "filterType": "network" and run hashlb before tcp_proxy (README: TCP), with a method and keys that need no HTTP`,
 				"ns.conf:7: failed: bind lb vserver v a: a not written: its server f (ns.conf:1) is a domain name, not an IP address",
 				"ns.conf:8: failed: bind lb vserver v b: b not written: port * (any port): hashlb needs a service's port",
 			},
