@@ -224,7 +224,7 @@ func TestTranslate(t *testing.T) {
 			out: map[string][]string{"y.json": {`"services"`}, "v.json": nil},
 		},
 		{
-			name: "lines that are not load balancing are ignored; others hashlb lacks are not translated",
+			name:   "lines that are not load balancing are ignored; others hashlb lacks are not translated",
 			failed: true,
 			src: "#NS14.1 Build 25.56\nset ns config -IPAddress 192.0.2.5 -netmask 255.255.255.0\nenable ns feature LB CS SSL\n" +
 				"add ssl certKey ck -cert c.pem -key k.pem\nadd cs vserver cs1 HTTP 192.0.2.50 80\nadd lb monitor m HTTP -respCode 200\n" +
