@@ -266,7 +266,7 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 	if !enabled {
 		warnAt(v.e.Line, "every service is disabled: hashlb answers every request 503 until one is enabled")
 	}
-	if v.typ != "HTTP" && v.typ != "SSL" {
+	if v.typ != "HTTP" && v.typ != "SSL" && v.typ != "SSL_BRIDGE" { // SSL_BRIDGE: backendTLS says what to do
 		warnAt(v.e.Line, "service type %s: written for hashlb's HTTP filter (filterType http), which balances requests where Envoy handles this traffic as HTTP; "+
 			"to balance TCP connections instead, add \"filterType\": \"network\" and run hashlb before tcp_proxy (README: TCP), with a method and keys that need no HTTP", v.typ)
 	}
@@ -354,9 +354,8 @@ func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string,
 	if v.backup.s != "" {
 		cfg.backup = backup
 	} else if cfg.lbMethod != "TOKEN" || v.rule.line != 0 {
-		warnAt(line, "no -backupLBMethod: a request without the hash's input goes to LEASTCONNECTION, hashlb's backupLBMethod default, "+
-			"which is what the Citrix hashing page describes (a hash method without its input falls back to least connection); "+
-			"NITRO documents ROUNDROBIN as -backupLBMethod's default: add \"backupLBMethod\": \"ROUNDROBIN\" if the appliance spreads such requests round robin")
+		warnAt(line, "no -backupLBMethod: requests without the hash's input go to LEASTCONNECTION, hashlb's default and the fallback the Citrix hashing page describes; "+
+			"NITRO documents ROUNDROBIN as the attribute's default: add \"backupLBMethod\": \"ROUNDROBIN\" if the appliance spreads them round robin")
 	}
 	if v.hashLength.line != 0 && slices.Contains(hashLenMethods, cfg.lbMethod) {
 		cfg.hashLength = v.hashLength.n

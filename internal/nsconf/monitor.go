@@ -119,11 +119,11 @@ func whyNotHTTP(typ string) string {
 	const envoy = "; Envoy's cluster health checks do not help here: override_host sends a request to the address hashlb names even when Envoy marks it unhealthy"
 	switch typ {
 	case "TCP", "TCPS", "TCP-ECV", "TCPS-ECV":
-		return "a " + typ + " monitor checks a TCP connection, and hashlb's healthCheck is an HTTP probe: add passiveHealth (a failed connection counts as a failure and ejects the service), or an HTTP healthCheck if the servers answer HTTP" + envoy
+		return "monitor type " + typ + ": it checks a TCP connection, and hashlb's healthCheck is an HTTP probe: add passiveHealth (a failed connection counts as a failure and ejects the service), or an HTTP healthCheck if the servers answer HTTP" + envoy
 	case "PING", "ARP", "ND6", "LDNS-PING":
-		return "a " + typ + " monitor checks reachability below TCP: add passiveHealth (failed connections eject the service)" + envoy
+		return "monitor type " + typ + ": it checks reachability below TCP: add passiveHealth (failed connections eject the service)" + envoy
 	}
-	return "a " + typ + " monitor speaks a protocol hashlb's HTTP healthCheck cannot (it sends GET or HEAD and reads the status and body): give the servers an HTTP status page and add a healthCheck for it, or add passiveHealth" + envoy
+	return "monitor type " + typ + ": it speaks a protocol hashlb's HTTP healthCheck cannot (it sends GET or HEAD and reads the status and body): give the servers an HTTP status page and add a healthCheck for it, or add passiveHealth" + envoy
 }
 
 func (t *translator) addMonitor(c *cmdLine) {
