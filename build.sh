@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh [wasm|test|run|check|bench|oci] [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|check|bench|oci [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
-#   test   build the module, then run every test (the README's test command; CI runs it);
+#   test   build the module, then run every test (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
@@ -47,9 +47,14 @@ etcd_bin() {
 	export HASHLB_ETCD_BIN=/usr/bin/etcd
 }
 
-cmd=${1:-test}
+usage() {
+	sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"
+}
+
+cmd=${1:-}
 shift || true
 case "$cmd" in
+"" | -h | --help | help) usage ;;
 wasm) wasm ;;
 test)
 	etcd_bin
@@ -88,7 +93,7 @@ oci)
 	go run ./tools/ocipack/cmd/hashlb-oci -in dist/hashlb.wasm -out dist/oci -tag latest "$@"
 	;;
 *)
-	echo "usage: $0 [wasm|test|run|check|bench|oci]" >&2
+	usage >&2
 	exit 2
 	;;
 esac

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Expr is a parsed key expression (README, "Key expressions"): literal text and ${ choice }
+// Expr is a parsed key expression (docs/config.md, "Key expressions"): literal text and ${ choice }
 // parts, evaluated against a Request. It is immutable once parsed and safe
 // for concurrent use.
 //

@@ -9,7 +9,7 @@ import (
 // range and meaning. The decoder takes every default and bound from the
 // field table (fieldTable); Fields publishes it, configs/schema.json is
 // generated from it, and TestEveryField checks the decoder, the schema and
-// the README's configuration reference against it, field by field.
+// docs/config.md's configuration reference against it, field by field.
 type FieldSpec struct {
 	// Path is the JSON path: "hashLength", "services[].weight", "persistence.tableSize".
 	Path string
@@ -42,7 +42,7 @@ type FieldSpec struct {
 // fieldID names a field of fieldTable; the decoder reads its entry.
 type fieldID uint8
 
-// The configuration fields, in the order the README lists them.
+// The configuration fields, in the order docs/config.md lists them.
 const (
 	fFilterType fieldID = iota
 	fLBMethod
@@ -194,7 +194,7 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Adds the response header x-hashlb-decision (method, service, reason)."},
 }
 
-// Fields returns every configuration field, in the order the README lists them.
+// Fields returns every configuration field, in the order docs/config.md lists them.
 func Fields() []FieldSpec {
 	out := make([]FieldSpec, len(fieldTable))
 	for i, f := range fieldTable {

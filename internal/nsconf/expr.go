@@ -11,7 +11,7 @@ import (
 
 // This file translates the NetScaler default-syntax ("advanced") expressions
 // that TOKEN load balancing and RULE persistence use in practice into hashlb
-// key expressions (README "Key expressions"). Only the subset below is
+// key expressions (docs/config.md, "Key expressions"). Only the subset below is
 // translated; anything else is an error naming the part not understood, never
 // a guess. The meanings come from the Citrix NetScaler Policy Configuration
 // and Reference Guide (9.2), "HTTP Expression Prefixes that Return Text" and
