@@ -278,6 +278,65 @@ func TestTranslate(t *testing.T) {
 			},
 			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant}"`}},
 		},
+		{
+			name: "a member dropped by a -usePortForHashLb NO collision fails like its bind",
+			src: "set lb parameter -usePortForHashLb NO\n" + servers + "add serviceGroup sg2 HTTP\nbind serviceGroup sg2 s1 81\n" +
+				"bind serviceGroup sg2 s1 82 -state DISABLED\nadd lb vserver v HTTP -lbMethod URLHASH -backupLBMethod ROUNDROBIN\nbind lb vserver v sg2\n",
+			failed: true,
+			report: []string{
+				"ns.conf:7: failed: bind serviceGroup sg2 s1 82: not written for lb vserver v: -usePortForHashLb NO (ns.conf:1) hashes it as 192.0.2.1, as sg2_s1_81 (ns.conf:6) does: NetScaler gives both the same hash, hashlb needs one identity per service (give one a -hashId)",
+				"ns.conf:9: failed: bind lb vserver v sg2: sg2_s1_82 not written: -usePortForHashLb NO (ns.conf:1) hashes it as 192.0.2.1, as sg2_s1_81 (ns.conf:6) does: NetScaler gives both the same hash, hashlb needs one identity per service (give one a -hashId)",
+			},
+			out: map[string][]string{"v.json": {`{"name": "sg2_s1_81", "address": "192.0.2.1:81", "hashId": "192.0.2.1"}`}},
+		},
+		{
+			name: "the appliance's own lines are built-in and counted apart",
+			src: "add service nshttpd-gui-127.0.0.1-80 127.0.0.1 HTTP 80 -gslb NONE\nset service nshttpd-gui-127.0.0.1-80 -cip ENABLED\n" +
+				"add service nskrpcs-::1l-3008 ::1 TCP 3008\nset lb monitor ldns-dns LDNS-DNS -query . -queryType Address\nset lb monitor tcp-default TCP -interval 10\n" +
+				"add service nsweb-10.0.0.1-80 10.0.0.1 HTTP 80\n",
+			report: []string{
+				"ns.conf:1: ignored (built-in): add service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
+				"ns.conf:2: ignored (built-in): set service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
+				"ns.conf:3: ignored (built-in): add service nskrpcs-::1l-3008: a service of the appliance's own daemons",
+				"ns.conf:4: ignored (built-in): set lb monitor ldns-dns: a monitor built into the appliance",
+				"ns.conf:6: ignored: add service nsweb-10.0.0.1-80: not used by a translated lb vserver", // not loopback, not a daemon: the operator's
+				"ns.conf: 6 lines: 0 translated, 1 ignored, 5 ignored (built-in), 0 not translated, 0 failed; 0 warnings; 0 configurations",
+			},
+		},
+		{
+			name: "a quote wrapped over lines is joined; a command after it is not",
+			src: servers + "add service a s1 HTTP 80\nadd lb vserver v HTTP -lbMethod TOKEN -rule \"HTTP.REQ.HEADER(\\\"X-Tenant\\\") ALT\n" +
+				"  CLIENT.IP.SRC\" -cltTimeout 180\nbind lb vserver v a\nadd lb vserver w HTTP -comment \"open\nbind lb vserver w a\n",
+			failed: true,
+			report: []string{
+				"ns.conf:5: translated: add lb vserver v: v.json (TOKEN, 1 service)",
+				"ns.conf:5: warning: a quoted argument is wrapped over lines 5-6: read as one line, the breaks as spaces",
+				"ns.conf:6: ignored: continues ns.conf:5 (a quoted argument wrapped over lines)",
+				`ns.conf:8: failed: add lb vserver w: col 32: unbalanced quote (no closing ")`,
+			},
+			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant || client.ip}"`}},
+		},
+		{
+			name: "monitors: the one bound to most services, TLS services, and what other types need",
+			src: servers + "add service a s1 SSL 443\nadd service b s2 SSL 443\nadd service c s3 HTTP 80\n" +
+				"add lb monitor m1 HTTP-ECV -send \"POST /x\"\n" +
+				"add lb monitor m2 HTTP -httpRequest \"GET /ready\" -respCode 200-204 301 -interval 2 MIN -resptimeout 90 -successRetries 12 -customHeaders \"Host: h.example\\r\\nX-A: 1\\r\\n\" -secure YES\n" +
+				"add lb monitor m3 TCP\nadd lb vserver v HTTP -lbMethod ROUNDROBIN\nbind lb vserver v a\nbind lb vserver v b\nbind lb vserver v c\n" +
+				"bind service a -monitorName m2\nbind service b -monitorName m2\nbind service c -monitorName m3\nbind service c -monitorName m1\n",
+			report: []string{
+				`ns.conf:7: not translated: add lb monitor m1: -send "POST /x": method POST: hashlb's probe sends GET or HEAD`,
+				"ns.conf:8: translated: add lb monitor m2: the healthCheck of v.json",
+				"ns.conf:8: warning: headers X-A: 1: not sent: hashlb's probe sends only :method, :path, :authority and user-agent",
+				"ns.conf:8: warning: -secure YES: the monitor probes over TLS: give healthCheck.cluster an upstream TLS context (transport_socket envoy.transport_sockets.tls)",
+				"ns.conf:8: warning: -resptimeout 90s: written as 1m, hashlb's most (clamped)",
+				"ns.conf:8: warning: -successRetries 12: written as 10, hashlb's range being 1-10 (clamped)",
+				"ns.conf:9: not translated: add lb monitor m3: monitor type TCP: it checks a TCP connection, and hashlb's healthCheck is an HTTP probe: add passiveHealth (a failed connection counts as a failure and ejects the service), or an HTTP healthCheck if the servers answer HTTP; Envoy's cluster health checks do not help here: override_host sends a request to the address hashlb names even when Envoy marks it unhealthy",
+				"ns.conf:10: warning: healthCheck from lb monitor m2, bound to 2 of its 3 services; hashlb probes every service of a configuration alike, so these are probed with m2's check too: c: m3 (TCP), m1 (HTTP-ECV)",
+				"ns.conf:16: not translated: bind service c: lb monitor m3 (ns.conf:9) is not translated",
+				"ns.conf:17: not translated: bind service c: lb monitor m1 (ns.conf:7) is not translated",
+			},
+			out: map[string][]string{"v.json": {`"healthCheck": {"path": "/ready", "host": "h.example", "interval": "2m", "timeout": "1m", "healthyThreshold": 10, "unhealthyThreshold": 3, "expectedStatuses": "200-204,301"}`}},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
