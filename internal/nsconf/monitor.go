@@ -189,7 +189,7 @@ func (t *translator) bindService(c *cmdLine) {
 	} else if v, ok := c.value("-monitorName"); ok {
 		monName = v
 	}
-	c.e.refs = []ref{{kind: 's', name: svc}, {kind: 'm', name: monName}}
+	c.e.refs = []ref{{kind: 's', name: svc}}
 	if monName == "" {
 		c.e.Status, c.e.Detail = NotTranslated, "binds no monitor: bind service's policies are not translated"
 		return
@@ -432,6 +432,11 @@ func parseHTTPRequest(s string) (method, path, host string, extra []string, why 
 	}
 	if !strings.HasPrefix(path, "/") {
 		return "", "", "", nil, fmt.Sprintf("%q is not an absolute path", path)
+	}
+	for i := 0; i < len(path); i++ {
+		if path[i] <= ' ' || path[i] >= 0x7f {
+			return "", "", "", nil, fmt.Sprintf("path %q has a control character or non-ASCII byte (hashlb's probe path is visible ASCII: percent-encode it)", path)
+		}
 	}
 	for _, hv := range lines[1:] {
 		k, v, _ := strings.Cut(hv, ":")

@@ -454,3 +454,35 @@ func TestTranslateDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorRequestLines: the request lines of -httpRequest and -send that
+// translate, and those that do not, with why.
+func TestMonitorRequestLines(t *testing.T) {
+	tests := []struct {
+		name, req               string
+		method, path, host, why string
+	}{
+		{name: "HEAD", req: "HEAD /keepAlive.html", method: "HEAD", path: "/keepAlive.html"},
+		{name: "with a version", req: "GET /status HTTP/1.1", method: "GET", path: "/status"},
+		{name: "lower-case method", req: "get /", method: "GET", path: "/"},
+		{name: "Host in the request", req: `GET /s HTTP/1.1\r\nHost: app.example.com\r\n`, method: "GET", path: "/s", host: "app.example.com"},
+		{name: "POST", req: "POST /login", why: "method POST: hashlb's probe sends GET or HEAD"},
+		{name: "no path", req: "GET", why: "want METHOD /path [HTTP/1.1]"},
+		{name: "relative path", req: "GET status", why: `"status" is not an absolute path`},
+		{name: "non-ASCII path", req: "GET /état", why: "non-ASCII byte"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method, path, host, _, why := parseHTTPRequest(tt.req)
+			if tt.why != "" {
+				if !strings.Contains(why, tt.why) {
+					t.Errorf("parseHTTPRequest(%q): why %q, want one containing %q", tt.req, why, tt.why)
+				}
+				return
+			}
+			if why != "" || method != tt.method || path != tt.path || host != tt.host {
+				t.Errorf("parseHTTPRequest(%q) = %s %s host %q (%s), want %s %s host %q", tt.req, method, path, host, why, tt.method, tt.path, tt.host)
+			}
+		})
+	}
+}
