@@ -13,9 +13,13 @@ import (
 //
 // The internal services are named ns<daemon>-<address>-<port> (the address
 // 127.0.0.1, or ::1 written "::1l"), e.g. nshttpd-gui-127.0.0.1-80 (the GUI),
-// nshttpd-vpn-127.0.0.1-81, nskrpcs-127.0.0.1-3008 and nsrpcs-127.0.0.1-3009
-// (the appliance's RPC daemons), as NetScaler 12 to 14 write them.
-var internalServicePrefixes = []string{"nshttpd-", "nshttpsd-", "nskrpcs-", "nskrpcd-", "nsrpcs-", "nsrpcd-", "nssslvpn-", "nsntpd-"}
+// nshttpd-vpn-127.0.0.1-81, nshttps-127.0.0.1-443, nsrpcs-127.0.0.1-3008,
+// nskrpcs-127.0.0.1-3009 and nsrnatsip-127.0.0.1-5061, with "set ssl service"
+// lines giving them the ns_default_ssl_profile_internal_frontend_service
+// profile; the VPN's database service is vpndbssvc_<number>. (Names as a
+// NetScaler 13.1 export lists them, e.g. the citrixadc Terraform resources
+// of a converted configuration.)
+var internalServicePrefixes = []string{"nshttpd-", "nshttps-", "nskrpcs-", "nsrpcs-", "nsrnatsip-", "vpndbssvc_"}
 
 // isInternalService reports whether name is one of the appliance's own
 // services: a known daemon prefix, or the ns<daemon>-<loopback>-<port> shape.
@@ -57,6 +61,8 @@ func builtinLine(words []word) (what, why string, ok bool) {
 	switch {
 	case obj == "service" && isInternalService(words[2].text):
 		return leadingWords(words, 3), "a service of the appliance's own daemons", true
+	case obj == "ssl" && len(words) > 3 && strings.EqualFold(words[2].text, "service") && isInternalService(words[3].text):
+		return leadingWords(words, 4), "the TLS settings of a service of the appliance's own daemons", true
 	case obj == "lb" && len(words) > 3 && strings.EqualFold(words[2].text, "monitor") && verb != "bind" && verb != "unbind":
 		if _, b := builtinMonitors[strings.ToLower(words[3].text)]; b {
 			return leadingWords(words, 4), "a monitor built into the appliance", true

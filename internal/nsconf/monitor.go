@@ -64,7 +64,7 @@ type outHealth struct {
 var builtinMonitors = map[string]string{
 	"ping-default": "PING", "tcp-default": "TCP", "arp": "ARP", "nd6": "ND6", "ping": "PING", "tcp": "TCP",
 	"http": "HTTP", "tcp-ecv": "TCP-ECV", "http-ecv": "HTTP-ECV", "udp-ecv": "UDP-ECV", "dns": "DNS", "ftp": "FTP",
-	"tcps": "TCPS", "https": "HTTP", "tcps-ecv": "TCPS-ECV", "https-ecv": "HTTP-ECV", "xdm": "XDM", "xnc": "XNC",
+	"tcps": "TCPS", "https": "HTTP", "tcps-ecv": "TCPS-ECV", "https-ecv": "HTTP-ECV", "xdm": "CITRIX-XDM", "xnc": "CITRIX-XNC-ECV",
 	"mqtt": "MQTT", "mqtt-tls": "MQTT", "http2direct": "HTTP2", "http2ssl": "HTTP2", "ldns-ping": "LDNS-PING",
 	"ldns-tcp": "LDNS-TCP", "ldns-dns": "LDNS-DNS", "stasecure": "CITRIX-STA-SERVICE", "sta": "CITRIX-STA-SERVICE",
 }

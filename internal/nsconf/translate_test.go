@@ -292,12 +292,12 @@ func TestTranslate(t *testing.T) {
 		{
 			name: "the appliance's own lines are built-in and counted apart",
 			src: "add service nshttpd-gui-127.0.0.1-80 127.0.0.1 HTTP 80 -gslb NONE\nset service nshttpd-gui-127.0.0.1-80 -cip ENABLED\n" +
-				"add service nskrpcs-::1l-3008 ::1 TCP 3008\nset lb monitor ldns-dns LDNS-DNS -query . -queryType Address\nset lb monitor tcp-default TCP -interval 10\n" +
+				"add service nskrpcs-::1l-3009 ::1 TCP 3009\nset lb monitor ldns-dns LDNS-DNS -query . -queryType Address\nset lb monitor tcp-default TCP -interval 10\n" +
 				"add service nsweb-10.0.0.1-80 10.0.0.1 HTTP 80\n",
 			report: []string{
 				"ns.conf:1: ignored (built-in): add service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
 				"ns.conf:2: ignored (built-in): set service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
-				"ns.conf:3: ignored (built-in): add service nskrpcs-::1l-3008: a service of the appliance's own daemons",
+				"ns.conf:3: ignored (built-in): add service nskrpcs-::1l-3009: a service of the appliance's own daemons",
 				"ns.conf:4: ignored (built-in): set lb monitor ldns-dns: a monitor built into the appliance",
 				"ns.conf:6: ignored: add service nsweb-10.0.0.1-80: not used by a translated lb vserver", // not loopback, not a daemon: the operator's
 				"ns.conf: 6 lines: 0 translated, 1 ignored, 5 ignored (built-in), 0 not translated, 0 failed; 0 warnings; 0 configurations",
