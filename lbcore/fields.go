@@ -69,6 +69,10 @@ const (
 	fFleetTimeout
 	fHealthCheck
 	fHealthPath
+	fHealthMethod
+	fHealthPort
+	fHealthHost
+	fHealthExpectBody
 	fHealthInterval
 	fHealthTimeout
 	fHealthyThreshold
@@ -146,6 +150,14 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Active HTTP probes, sent by one worker at a time through Envoy (dispatch_http_call on cluster)."},
 	fHealthPath: {Path: "healthCheck.path", Type: "string", Format: "path", Default: "/healthz",
 		Doc: "Absolute request path of the probe."},
+	fHealthMethod: {Path: "healthCheck.method", Type: "string", Default: "GET", Enum: []string{"GET", "HEAD"},
+		Doc: "Request method of the probe: GET, or HEAD (no body is read, so not with expectBody)."},
+	fHealthPort: {Path: "healthCheck.port", Type: "integer", Min: 1, Max: 65535,
+		Doc: "Port the probe goes to instead of the service's own; absent: the service's port. The probe names ip:port in upstreamHeader, so the probe cluster must reach that address: an ORIGINAL_DST cluster does; an override_host cluster whose endpoints lack it sends the probe to its fallback policy's host."},
+	fHealthHost: {Path: "healthCheck.host", Type: "string", NonEmpty: true,
+		Doc: "The probe's :authority (Host); absent: the service's address."},
+	fHealthExpectBody: {Path: "healthCheck.expectBody", Type: "string", NonEmpty: true,
+		Doc: "Text the probe's response body must contain (a plain substring, case-sensitive, at most 1024 bytes), searched in the first 24 KiB of the body; a response without it fails the probe."},
 	fHealthInterval: {Path: "healthCheck.interval", Type: "string", Format: "duration", Default: "5s", Min: "1s", Max: "1h",
 		Doc: "Time between probe rounds, 1s to 1h."},
 	fHealthTimeout: {Path: "healthCheck.timeout", Type: "string", Format: "duration", Default: "2s", Min: "100ms", Max: "1m",
