@@ -13,7 +13,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	networkwasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/wasm/v3"
 	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -240,5 +242,70 @@ func TestECDSFiles(t *testing.T) {
 			t.Fatalf("ECDS file %s still there %v after its WasmPlugin was deleted", file, settle)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestECDSResource: what of the WasmPlugin the ECDS file carries besides
+// hashlb's JSON.
+func TestECDSResource(t *testing.T) {
+	tests := []struct {
+		name                 string
+		spec                 map[string]any
+		wantType, wantModule string
+		wantRoot             string
+	}{
+		{name: "http plugin, oci url", spec: map[string]any{"url": "oci://registry.example.com/hashlb:v1", "failStrategy": "FAIL_OPEN"},
+			wantType: httpWasmType, wantModule: "/etc/envoy/hashlb.wasm"},
+		{name: "file url and pluginName", spec: map[string]any{"url": "file:///var/local/wasm/hashlb.wasm", "pluginName": "hashlb_root"},
+			wantType: httpWasmType, wantModule: "/var/local/wasm/hashlb.wasm", wantRoot: "hashlb_root"},
+		{name: "network plugin", spec: map[string]any{"type": "NETWORK"},
+			wantType: networkWasmType, wantModule: "/etc/envoy/hashlb.wasm"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			wp := NewWasmPlugin()
+			wp.SetNamespace("demo")
+			wp.SetName("hashlb")
+			wp.Object["spec"] = tt.spec
+			e := &ECDS{Dir: t.TempDir(), Module: "/etc/envoy/hashlb.wasm"}
+			data, err := e.Resource(wp, map[string]any{"services": []any{map[string]any{"name": "a", "address": "10.0.0.1:80"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dr := &discoveryv3.DiscoveryResponse{}
+			if err := strict(data, dr); err != nil {
+				t.Fatalf("Resource(%v) is no DiscoveryResponse: %v", tt.spec, err)
+			}
+			tec := &corev3.TypedExtensionConfig{}
+			if err := dr.GetResources()[0].UnmarshalTo(tec); err != nil {
+				t.Fatal(err)
+			}
+			if got := tec.GetTypedConfig().GetTypeUrl(); got != tt.wantType {
+				t.Errorf("Resource(%v) typed_config = %s, want %s", tt.spec, got, tt.wantType)
+			}
+			var pc *wasmv3.PluginConfig
+			if tt.wantType == networkWasmType {
+				w := &networkwasmv3.Wasm{}
+				if err := tec.GetTypedConfig().UnmarshalTo(w); err != nil {
+					t.Fatal(err)
+				}
+				pc = w.GetConfig()
+			} else {
+				w := &wasmfilterv3.Wasm{}
+				if err := tec.GetTypedConfig().UnmarshalTo(w); err != nil {
+					t.Fatal(err)
+				}
+				pc = w.GetConfig()
+			}
+			if got := pc.GetVmConfig().GetCode().GetLocal().GetFilename(); got != tt.wantModule {
+				t.Errorf("Resource(%v) module = %q, want %q", tt.spec, got, tt.wantModule)
+			}
+			if pc.GetRootId() != tt.wantRoot {
+				t.Errorf("Resource(%v) root_id = %q, want %q", tt.spec, pc.GetRootId(), tt.wantRoot)
+			}
+			if pc.GetFailOpen() {
+				t.Errorf("Resource(%v): fail_open true, want false whatever failStrategy says", tt.spec)
+			}
+		})
 	}
 }
