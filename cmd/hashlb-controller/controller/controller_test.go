@@ -366,7 +366,7 @@ func TestLeaderElection(t *testing.T) {
 	k := newKube(t)
 	o := Options{
 		LeaderElection: true, LeaderElectionNamespace: k.ns,
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond,
+		LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 500 * time.Millisecond,
 	}
 	a, stopA := k.controller(o)
 	b, stopB := k.controller(o)

@@ -57,7 +57,7 @@ func TestRBAC(t *testing.T) {
 		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:hashlb-system", "system:authenticated"},
 	}
 	k.controller(Options{Namespace: allNamespaces, LeaderElection: true, LeaderElectionNamespace: "hashlb-system",
-		LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 500 * time.Millisecond})
+		LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: 500 * time.Millisecond})
 
 	k.service("web")
 	p := pods("web", 1, 2)
