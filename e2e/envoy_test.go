@@ -315,7 +315,7 @@ func mapsKeys(m map[string]bool) func(func(string) bool) {
 }
 
 func TestEnvoyBootstrap(t *testing.T) {
-	for _, file := range []string{"envoy.yaml", "configs/envoy-original-dst.yaml", "configs/envoy-tcp.yaml"} {
+	for _, file := range []string{"envoy.yaml", "configs/envoy-fleet.yaml", "configs/envoy-original-dst.yaml", "configs/envoy-tcp.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			if err := checkBootstrapFile(readRepoFile(t, file)); err != nil {
 				t.Fatal(err)
@@ -355,6 +355,7 @@ func TestEnvoyOverrideHostShape(t *testing.T) {
 // with a message naming the problem.
 func TestEnvoyBrokenCopies(t *testing.T) {
 	orig := string(readRepoFile(t, "envoy.yaml"))
+	fleet := string(readRepoFile(t, "configs/envoy-fleet.yaml"))
 	odst := string(readRepoFile(t, "configs/envoy-original-dst.yaml"))
 	tests := []struct {
 		name     string
@@ -373,9 +374,9 @@ func TestEnvoyBrokenCopies(t *testing.T) {
 			[]string{"configuration: upstreamCount: 30 is out of range [1, 8]"}},
 		{"unknown plugin field", orig, `"upstreamCount": 3,`, `"upstreamCount": 3, "upstreamHeaders": "x",`,
 			[]string{"upstreamHeaders: unknown field"}},
-		{"fleet cluster missing", orig, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
+		{"fleet cluster missing", fleet, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
 			[]string{`persistence.fleet.cluster "etcd": no such cluster`}},
-		{"fleet cluster on HTTP/2", orig, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
+		{"fleet cluster on HTTP/2", fleet, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
 			[]string{"hashlb_etcd (persistence.fleet): must speak plain HTTP/1.1"}},
 		{"unknown envoy field", orig, "num_retries: 2", "num_retriess: 2",
 			[]string{"num_retriess"}},

@@ -313,7 +313,7 @@ func readIstioDir(t testing.TB) map[string][]byte {
 	}
 	files := map[string][]byte{}
 	for _, e := range entries {
-		if e.IsDir() { // tcp/: the NETWORK plugin's own bundle (istio_tcp_test.go)
+		if e.IsDir() { // tcp/: the NETWORK plugin's own bundle (istio_tcp_test.go); fleet/: readIstioFleet
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -321,6 +321,19 @@ func readIstioDir(t testing.TB) map[string][]byte {
 			t.Fatal(err)
 		}
 		files[e.Name()] = data
+	}
+	return files
+}
+
+// readIstioFleet returns the fleet variant: configs/istio/*.yaml with
+// fleet/wasmplugin.yaml in place of wasmplugin.yaml (the same resource, so
+// applying fleet/ after configs/istio/ replaces it) and fleet/'s etcd
+// ServiceEntry added.
+func readIstioFleet(t testing.TB) map[string][]byte {
+	t.Helper()
+	files := readIstioDir(t)
+	for _, name := range []string{"wasmplugin.yaml", "etcd-serviceentry.yaml"} {
+		files[name] = readRepoFile(t, "configs/istio/fleet/"+name)
 	}
 	return files
 }
@@ -334,19 +347,33 @@ func checkIstioFiles(files map[string][]byte) error {
 }
 
 func TestIstioManifests(t *testing.T) {
-	files := readIstioDir(t)
-	b, err := loadIstio(files)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name  string
+		files map[string][]byte
+		fleet bool
+	}{
+		{"configs/istio", readIstioDir(t), false},
+		{"configs/istio with fleet/", readIstioFleet(t), true},
 	}
-	if b.dr == nil || b.vs == nil {
-		t.Error("configs/istio: want a DestinationRule and a VirtualService too")
-	}
-	if err := checkIstio(b); err != nil {
-		t.Fatal(err)
-	}
-	if got := b.wasm.GetPhase(); got != extensionsv1alpha1.PluginPhase_STATS {
-		t.Errorf("WasmPlugin phase = %s, want STATS (after authn/authz, before the router)", got)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, err := loadIstio(tt.files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.dr == nil || b.vs == nil {
+				t.Error("want a DestinationRule and a VirtualService too")
+			}
+			if err := checkIstio(b); err != nil {
+				t.Fatal(err)
+			}
+			if got := b.wasm.GetPhase(); got != extensionsv1alpha1.PluginPhase_STATS {
+				t.Errorf("WasmPlugin phase = %s, want STATS (after authn/authz, before the router)", got)
+			}
+			if got := b.etcd != nil; got != tt.fleet {
+				t.Errorf("etcd ServiceEntry present = %v, want %v", got, tt.fleet)
+			}
+		})
 	}
 }
 
@@ -363,9 +390,9 @@ func TestIstioBrokenCopies(t *testing.T) {
 			[]string{`services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`}},
 		{"bad plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 30",
 			[]string{"pluginConfig: upstreamCount: 30 is out of range [1, 8]"}},
-		{"fleet cluster not Istio's name", "wasmplugin.yaml", "cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", "cluster: etcd",
+		{"fleet: cluster not Istio's name", "wasmplugin.yaml", "cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", "cluster: etcd",
 			[]string{`persistence.fleet.cluster "etcd": Istio names the etcd cluster "outbound|2379||etcd.hashlb-system.svc.cluster.local"`}},
-		{"etcd port not HTTP", "etcd-serviceentry.yaml", "protocol: HTTP", "protocol: GRPC",
+		{"fleet: etcd port not HTTP", "etcd-serviceentry.yaml", "protocol: HTTP", "protocol: GRPC",
 			[]string{`ServiceEntry hashlb-etcd port protocol "GRPC": want HTTP`}},
 		{"unknown plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 3\n    lbMthod: URLHASH",
 			[]string{"lbMthod: unknown field"}},
@@ -389,6 +416,9 @@ func TestIstioBrokenCopies(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			files := readIstioDir(t)
+			if strings.HasPrefix(tt.name, "fleet: ") { // a broken copy of the fleet variant
+				files = readIstioFleet(t)
+			}
 			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
 			wantErr(t, checkIstioFiles(files), tt.want...)
 		})

@@ -97,6 +97,7 @@ func TestCheckGolden(t *testing.T) {
 func TestCheckRepositoryConfigs(t *testing.T) {
 	istio, _ := filepath.Glob("../../configs/istio/*.yaml")
 	istioTCP, _ := filepath.Glob("../../configs/istio/tcp/*.yaml")
+	istioFleet, _ := filepath.Glob("../../configs/istio/fleet/*.yaml")
 	tests := []struct {
 		name  string
 		files []string
@@ -104,11 +105,14 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 	}{
 		{"envoy.yaml", []string{"../../envoy.yaml"},
 			[]string{"../../envoy.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
+		{"envoy-fleet.yaml", []string{"../../configs/envoy-fleet.yaml"},
+			[]string{"../../configs/envoy-fleet.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"envoy-original-dst.yaml", []string{"../../configs/envoy-original-dst.yaml"},
 			[]string{"../../configs/envoy-original-dst.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"envoy-tcp.yaml", []string{"../../configs/envoy-tcp.yaml"},
 			[]string{"../../configs/envoy-tcp.yaml: listener hashlb_tcp, filter hashlb: ok (SRCIPSRCPORTHASH over 3 services)"}},
 		{"istio-tcp", istioTCP, []string{"../../configs/istio/tcp/wasmplugin.yaml: WasmPlugin demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
+		{"istio-fleet", istioFleet, []string{"../../configs/istio/fleet/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 	}
 	for _, ex := range exampleConfigs(t) {
