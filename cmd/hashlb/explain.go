@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hashlb/hashlb/internal/deploycheck"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -128,13 +129,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	file := files[0]
 
-	src, err := scanFile(file)
+	src, err := deploycheck.ScanFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return 1
 	}
-	configs := src.configs()
-	var e embedded
+	configs := src.Configs()
+	var e deploycheck.Item
 	switch pick, err := chooseConfig(configs, *which); {
 	case len(configs) == 0:
 		fmt.Fprintf(stderr, "%s: no hashlb configuration\n", file)
@@ -142,17 +143,17 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		var b strings.Builder
 		for i, c := range configs {
-			fmt.Fprintf(&b, "  -config %d   %s\n", i+1, c.where)
+			fmt.Fprintf(&b, "  -config %d   %s\n", i+1, c.Where)
 		}
 		fmt.Fprintf(stderr, "hashlb explain: %s: %v; its configurations:\n%s", file, err, b.String())
 		return 2
 	default:
 		e = configs[pick]
 	}
-	cfg, problems := e.parse()
+	cfg, problems := e.Parse()
 	if problems != nil {
 		for _, p := range problems {
-			fmt.Fprintf(stderr, "%s%s\n", e.prefix(file), p)
+			fmt.Fprintf(stderr, "%s%s\n", e.Prefix(file), p)
 		}
 		return 1
 	}
@@ -193,7 +194,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	x := b.Explain(&req, time.Now())
-	r := newReport(file, e.where, cfg, &req, &x, stripped, *seed)
+	r := newReport(file, e.Where, cfg, &req, &x, stripped, *seed)
 	if *asJSON {
 		out, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
@@ -213,7 +214,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 // chooseConfig picks the configuration -config names: its number (1-based,
 // in file order), its place exactly, or the one place that contains it.
 // Without -config the file must hold exactly one.
-func chooseConfig(configs []embedded, which string) (int, error) {
+func chooseConfig(configs []deploycheck.Item, which string) (int, error) {
 	if which == "" {
 		if len(configs) > 1 {
 			return 0, fmt.Errorf("holds %d hashlb configurations: choose one with -config", len(configs))
@@ -228,10 +229,10 @@ func chooseConfig(configs []embedded, which string) (int, error) {
 	}
 	found := -1
 	for i, c := range configs {
-		if c.where == which {
+		if c.Where == which {
 			return i, nil
 		}
-		if strings.Contains(c.where, which) {
+		if strings.Contains(c.Where, which) {
 			if found >= 0 {
 				return 0, fmt.Errorf("-config %q names more than one configuration", which)
 			}
