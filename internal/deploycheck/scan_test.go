@@ -80,4 +80,3 @@ func normalise(v any) any {
 	}
 	return v
 }
-
