@@ -11,7 +11,7 @@
 //
 // The goal tests run by default. The full comparison table and the charts:
 //
-//	go test ./internal/spread -run TestDistributionTable -spread.table -v
+//	go test -tags spreadtable ./internal/spread -run TestDistributionTable -v
 //
 // docs/distribution.md holds the figures and what they mean.
 package spread
