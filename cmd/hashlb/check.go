@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,9 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-const checkUsage = `usage: hashlb check FILE…
-
-Validates hashlb plugin configurations exactly as the module does and prints
+const checkAbout = `Validates hashlb plugin configurations exactly as the module does and prints
 every problem as the plugin logs it, "FILE: problem" (or "FILE: WHERE:
 problem" for a configuration embedded in a larger file), and
 "FILE: ok (METHOD over N services)" for a good one. FILE may be "-" (stdin).
@@ -22,35 +18,36 @@ A FILE is one of
   - a plugin configuration (JSON);
   - an Envoy configuration (YAML or JSON: a bootstrap, or xDS resources): the
     configuration.value of every envoy.filters.http.wasm (or
-    envoy.filters.network.wasm) filter that is hashlb's (its name, root_id, vm_id or module path mentions hashlb);
+    envoy.filters.network.wasm) filter that is hashlb's (its name, root_id,
+    vm_id or module path mentions hashlb);
   - Kubernetes manifests (YAML, "---" between documents): every Istio
     WasmPlugin that is hashlb's (its name, url or pluginName mentions hashlb;
     spec.pluginConfig, turned into JSON as Istio does), and every EnvoyFilter
-    patch holding a hashlb wasm filter. Other resources are listed and skipped.
+    patch holding a hashlb wasm filter. Other resources are listed and skipped;
+  - configs/schema.json (the JSON Schema of the configuration), skipped.
+
+Each valid configuration is then held to its surroundings: the endpoints of
+the cluster that follows its header against its services, the header that
+cluster reads, fail_open with ORIGINAL_DST, the filter kind against
+filterType, the fleet cluster, retries. A finding names the file, the path
+and line of the node to change, and what to change (docs/cli.md).
 
 An Envoy configuration without a hashlb filter, or a file that is none of
 these, is an error; so is a run in which no file holds a hashlb configuration.
 
-Exit status: 0 when every configuration is valid, 1 otherwise, 2 for a usage
-error.
+Exit status: 0 when every configuration is valid and safe in its
+surroundings, 1 otherwise, 2 for a usage error.
 `
 
 // runCheck implements "hashlb check".
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("check", flag.ContinueOnError)
-	fset.SetOutput(io.Discard)
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, checkUsage)
-		} else {
-			fmt.Fprintf(stderr, "hashlb check: %v\n\n%s", err, checkUsage)
-		}
-		return 2
+	c := newCommand("check", "FILE…", checkAbout, stdout, stderr)
+	files, code, done := c.parse(args)
+	if done {
+		return code
 	}
-	files := fset.Args()
 	if len(files) == 0 {
-		fmt.Fprintf(stderr, "hashlb check: no FILE given\n\n%s", checkUsage)
-		return 2
+		return c.usageErr("no FILE given")
 	}
 	var named []deploycheck.Named
 	status := 0

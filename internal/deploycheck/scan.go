@@ -130,7 +130,9 @@ func Scan(data []byte) (*File, error) {
 	if trimmed[0] == '{' || trimmed[0] == '[' {
 		var top map[string]json.RawMessage
 		if json.Unmarshal(trimmed, &top) == nil && top["$schema"] != nil {
-			return nil, errors.New("a JSON Schema, not a hashlb configuration")
+			src := &File{}
+			src.skip("a JSON Schema of the configuration (configs/schema.json, for editors), not a configuration: skipped")
+			return src, nil
 		}
 		if json.Unmarshal(trimmed, &top) != nil || !isEnvoyOrManifest(top) {
 			// A plugin configuration, or broken JSON: ParseConfig says which.
