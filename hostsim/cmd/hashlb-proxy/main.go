@@ -107,7 +107,7 @@ func main() {
 		"(envoy.yaml's services are configs/demo.json's; configs/envoy-tcp.yaml's are configs/tcp.json's)")
 	flag.StringVar(&o.backendsConfig, "backends-config", "", "start the demo backends on the service addresses of this config instead of -config's\n"+
 		"(for a module whose configuration is not hashlb's, such as the benchmarks' same-calls baseline)")
-	flag.Var(o.clusters, "cluster", "`NAME=HOST:PORT`: an Envoy cluster the module's callouts reach, answered asynchronously (repeatable)")
+	flag.Var(o.clusters, "cluster", "an Envoy cluster the module's callouts reach, `NAME=HOST:PORT`, answered asynchronously (repeatable)")
 	flag.BoolVar(&o.etcd, "etcd", false, "start an etcd server in process on a free loopback port and map cluster \"etcd\" to it")
 	flag.StringVar(&o.etcdDir, "etcd-dir", "", "with -etcd: etcd's data directory, kept (default: a temporary one, removed at exit)")
 	flag.IntVar(&o.fleet, "fleet", 1, "run N independent proxies (separate shared data, as N Envoy processes) on consecutive ports")
