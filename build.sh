@@ -36,6 +36,7 @@ check() {
 	if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 	go vet ./...
 	go vet -tags spreadtable ./internal/spread
+	go vet -tags hashlb_inlinehash ./lbcore
 	GOOS=wasip1 GOARCH=wasm go vet ./lbcore ./filter
 	if ! go mod tidy -diff; then
 		echo "go mod tidy would change go.mod/go.sum (diff above)" >&2
@@ -80,6 +81,9 @@ test)
 	# tools/testprogress prints each package as it starts and ends, and every 30 s what runs.
 	echo "test: every package"
 	go test -json -count=1 -timeout 15m "$@" ./... | go run ./tools/testprogress
+	# The Wasm build hashes short keys in place (lbcore/xxh64.go); the tag does so natively.
+	echo "test: lbcore's decisions with the Wasm build's in-place hash (build tag hashlb_inlinehash)"
+	go test -json -count=1 -tags hashlb_inlinehash -run 'XXH64|UnitPass|Golden|Citrix|Every' ./lbcore | go run ./tools/testprogress
 	# Shared data is hit by several VMs at once: run those packages under the race detector too.
 	echo "test: race detector pass: the shared-data tests of ./lbcore and ./hostsim under -race"
 	go test -json -count=1 -race -timeout 10m -run 'Shared|CAS|Concurrent|Race' ./lbcore ./hostsim | go run ./tools/testprogress
