@@ -105,7 +105,7 @@ type Balancer struct {
 	services []Service
 	method   *methodSpec // lbMethod
 	backup   *methodSpec // chooses when the hash method has no input
-	keyer    Keyer
+	keyer    keyer
 	uniform  bool // all weights equal: rank by raw scores, no logarithms
 	want     int  // how many services a decision names: min(UpstreamCount, len(services))
 	unitPass bool // one service, no bounded load, equal weights: decide ranks in one pass
@@ -247,7 +247,7 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	}
 	var key string
 	var ok bool
-	if m, isURL := b.keyer.(URLHash); isURL {
+	if m, isURL := b.keyer.(urlHash); isURL {
 		// URLHASH's key is part of the request: hash it where it is (a copy
 		// is a call to memmove, and in Wasm one more into the engine).
 		key, ok = m.key(r)
