@@ -41,8 +41,8 @@ type rankEntry struct {
 }
 
 // newRank returns the rank entries of svcs, all UP, padded with entries that
-// are never selectable to a multiple of four (hashBest takes four at a time).
-// SetDown keeps the masks.
+// are never selectable to a multiple of four (decide's unit-weight pass takes
+// four at a time). SetDown keeps the masks.
 func newRank(svcs []Service) []rankEntry {
 	es := make([]rankEntry, (len(svcs)+3)&^3)
 	for i := range svcs {
