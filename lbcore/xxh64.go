@@ -7,8 +7,8 @@ import (
 
 // XXH64 with seed 0, the hash of github.com/cespare/xxhash, in pieces the
 // compiler inlines, for keys shorter than one 32-byte stripe: a hash
-// method's decision (Balancer.decide) hashes its key without a call, which
-// in Go's Wasm code costs more than the hash itself (docs/performance.md).
+// method's decision (Balancer.decide) hashes its key without a call
+// (RATIONALE.md, "Cost per request").
 // Longer keys go to xxhash. The algorithm and constants are the xxHash specification's
 // (doc/xxhash_spec.md in github.com/Cyan4973/xxHash, "XXH64 algorithm
 // description"): a short input starts from prime 5 plus its length, takes
@@ -54,8 +54,7 @@ func xxhAvalanche(h uint64) uint64 {
 	return h ^ h>>32
 }
 
-// inlineHash: hash short keys in place in Go's Wasm code, where a call costs
-// more than the hash. Natively xxhash's assembly is faster than the pieces,
+// inlineHash: hash short keys in place in the Wasm build. Natively xxhash's assembly is faster than the pieces,
 // and the constant leaves them out of the native build, unless the build tag
 // hashlb_inlinehash asks for them (xxh64_inline_test.go tests decide's
 // block so, natively).
