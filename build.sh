@@ -80,7 +80,7 @@ test)
 	# -count=1: the .wasm half of the tests reads dist/, which go test's cache does not see.
 	# tools/testprogress prints each package as it starts and ends, and every 30 s what runs.
 	echo "test: every package"
-	go test -json -count=1 -timeout 15m "$@" ./... | go run ./tools/testprogress
+	go test -json -count=1 -timeout 25m "$@" ./... | go run ./tools/testprogress
 	# The Wasm build hashes short keys in place (lbcore/xxh64.go); the tag does so natively.
 	echo "test: lbcore's decisions with the Wasm build's in-place hash (build tag hashlb_inlinehash)"
 	go test -json -count=1 -tags hashlb_inlinehash -run 'XXH64|UnitPass|Golden|Citrix|Every' ./lbcore | go run ./tools/testprogress

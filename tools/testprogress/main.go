@@ -171,8 +171,14 @@ func (p *progress) event(e event) {
 		delete(p.pkgs, e.Package)
 		if e.Action == "fail" {
 			p.failed = append(p.failed, e.Package)
-			// The package's own output: a panic, a timeout, TestMain's words.
+			// The package's own output (a panic, TestMain's words), and the
+			// end of what the tests still running said: a timeout's report is
+			// attributed to the test it stopped.
 			fmt.Fprintf(p.out, "test: %s: FAIL (%.1fs)\n%s", short(e.Package), e.Elapsed, strings.Join(st.output[""], ""))
+			for _, name := range st.running {
+				out := st.output[name]
+				fmt.Fprintf(p.out, "test: %s: %s was still running:\n%s", short(e.Package), name, strings.Join(out[max(0, len(out)-60):], ""))
+			}
 			return
 		}
 		p.passed = append(p.passed, e.Package)

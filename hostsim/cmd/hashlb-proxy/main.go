@@ -34,11 +34,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/tetratelabs/wazero"
 )
 
 // pluginConfig is the part of hashlb's JSON configuration the proxy needs:
@@ -205,7 +208,7 @@ func run(ctx context.Context, o options) error {
 		h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 			Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
 			LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
-			Properties: props,
+			Properties: props, Cache: compileCache(),
 		})
 		if err != nil {
 			return err
@@ -247,6 +250,18 @@ func run(ctx context.Context, o options) error {
 	return first
 }
 
+// compileCache keeps the module's compiled code in the user's cache
+// directory, so that a second start (and the validating VM's twin) does not
+// compile it again; without a cache directory it is the process's alone.
+var compileCache = sync.OnceValue(func() wazero.CompilationCache {
+	if dir, err := os.UserCacheDir(); err == nil {
+		if c, err := wazero.NewCompilationCacheWithDir(filepath.Join(dir, "hashlb-proxy", "wazero")); err == nil {
+			return c
+		}
+	}
+	return wazero.NewCompilationCache()
+})
+
 // load reads the module and the configuration and has the module check the
 // configuration on one VM, as Envoy configures a filter before it serves:
 // the module's own validation, every problem it logs, before anything
@@ -262,7 +277,7 @@ func load(wasmPath, configPath, profile string) (wasm, raw []byte, pc *pluginCon
 	}
 	var logs strings.Builder
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
-		Workers: 1, Profile: profile, PluginConfig: raw, LogLevel: hostsim.LogWarn, LogOutput: &logs,
+		Workers: 1, Profile: profile, PluginConfig: raw, LogLevel: hostsim.LogWarn, LogOutput: &logs, Cache: compileCache(),
 	})
 	if err != nil {
 		var lines []string // the module's error lines, without hostsim's own

@@ -54,7 +54,7 @@ func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers in
 	}
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 		Workers: workers, Profile: profile, PluginConfig: raw, RealTime: true,
-		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: tcpProbe,
+		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: tcpProbe, Cache: compileCache(),
 	})
 	if err != nil {
 		return err
