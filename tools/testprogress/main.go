@@ -81,7 +81,7 @@ func (p *progress) since(t time.Time) string { return time.Since(t).Round(time.S
 // runningText names the running packages with their running tests.
 func (p *progress) runningText() string {
 	if len(p.pkgs) == 0 {
-		return "building the test binaries"
+		return "building or linking the next test binary"
 	}
 	var parts []string
 	for _, name := range slices.Sorted(maps.Keys(p.pkgs)) {
