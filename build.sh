@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|check|bench|oci|controller [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
-#   test   build the module, then run every test (the README's quick start; CI runs it);
+#   test   build the module, then run every test, with progress (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
@@ -14,6 +14,19 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# beat LABEL CMD...: runs CMD, saying every 30 s that LABEL is still running.
+beat() {
+	local label=$1 start=$SECONDS rc=0
+	shift
+	(while sleep 30; do echo "$label: still running ($((SECONDS - start))s)" >&2; done) &
+	local ticker=$!
+	trap "kill $ticker 2>/dev/null || true" EXIT # CMD may exit the script
+	"$@" || rc=$?
+	kill "$ticker" 2>/dev/null || true
+	wait "$ticker" 2>/dev/null || true
+	return "$rc"
+}
+
 wasm() {
 	mkdir -p dist
 	GOOS=wasip1 GOARCH=wasm go build -trimpath -buildmode=c-shared -o dist/hashlb.wasm ./filter
@@ -25,6 +38,8 @@ check() {
 	bad=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './dist/*'))
 	if [ -n "$bad" ]; then echo "gofmt would change: $bad" >&2; exit 1; fi
 	go vet ./...
+	go vet -tags spreadtable ./internal/spread
+	go vet -tags hashlb_inlinehash ./lbcore
 	GOOS=wasip1 GOARCH=wasm go vet ./lbcore ./filter
 	if ! go mod tidy -diff; then
 		echo "go mod tidy would change go.mod/go.sum (diff above)" >&2
@@ -47,7 +62,7 @@ etcd_bin() {
 	if [ -n "${HASHLB_ETCD_BIN:-}" ]; then return; fi
 	if [ ! -x /usr/bin/etcd ]; then
 		echo "test: installing etcd-server (Debian's etcd 3.4) for the fleet tests" >&2
-		DEBIAN_FRONTEND=noninteractive apt_install etcd-server
+		DEBIAN_FRONTEND=noninteractive beat "test: installing etcd-server" apt_install etcd-server
 	fi
 	export HASHLB_ETCD_BIN=/usr/bin/etcd
 }
@@ -63,15 +78,24 @@ case "$cmd" in
 wasm) wasm ;;
 test)
 	etcd_bin
-	wasm
-	check
+	echo "test: building the module"
+	beat "test: building the module" wasm
+	echo "test: gofmt, go vet, go mod tidy"
+	beat "test: check" check
 	# -count=1: the .wasm half of the tests reads dist/, which go test's cache does not see.
-	go test -count=1 -timeout 15m "$@" ./...
+	# tools/testprogress prints each package as it starts and ends, and every 30 s what runs.
+	echo "test: every package"
+	go test -json -count=1 -timeout 25m "$@" ./... | go run ./tools/testprogress
+	# The Wasm build hashes short keys in place (lbcore/xxh64.go); the tag does so natively.
+	echo "test: lbcore's decisions with the Wasm build's in-place hash (build tag hashlb_inlinehash)"
+	go test -json -count=1 -tags hashlb_inlinehash -run 'XXH64|UnitPass|Golden|Citrix|Every' ./lbcore | go run ./tools/testprogress
 	# Shared data is hit by several VMs at once: run those packages under the race detector too.
-	go test -count=1 -race -timeout 10m -run 'Shared|CAS|Concurrent|Race' ./lbcore ./hostsim
+	echo "test: race detector pass: the shared-data tests of ./lbcore and ./hostsim under -race"
+	go test -json -count=1 -race -timeout 10m -run 'Shared|CAS|Concurrent|Race' ./lbcore ./hostsim | go run ./tools/testprogress
 	# The controller's module, against a real kube-apiserver and etcd (the first run builds
 	# kube-apiserver from k8s.io/kubernetes and caches it; see docs/controller.md).
-	(cd cmd/hashlb-controller && go test -count=1 -timeout 45m ./...)
+	echo "test: the controller (cmd/hashlb-controller) against a real kube-apiserver and etcd"
+	(cd cmd/hashlb-controller && go test -json -count=1 -timeout 45m ./...) | go run ./tools/testprogress
 	;;
 run)
 	wasm
@@ -93,6 +117,7 @@ bench)
 		apt_install valgrind
 	fi
 	mkdir -p dist
+	echo "bench: building, then every ratio, round by round (about 7 minutes)"
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
 	;;

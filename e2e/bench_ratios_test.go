@@ -646,8 +646,14 @@ func BenchmarkRatios(b *testing.B) {
 	}
 
 	b.ResetTimer()
+	benchStart := time.Now()
 	for round := 0; round < rounds; round++ {
+		// Progress on stderr, which go test passes on at once.
+		stage := func(what string) {
+			fmt.Fprintf(os.Stderr, "bench: round %d/%d, %s (%s so far)\n", round+1, rounds, what, time.Since(benchStart).Round(time.Second))
+		}
 		// R2 and R6 in hostsim.
+		stage("R2/R6 under hostsim")
 		noopNs := hostsimPerStream(b, noop, nil, n)
 		t.add("hostsim µs/stream, noop", "µs", "", nil, float64(noopNs.Nanoseconds())/1e3)
 		hashlbUs, baseUs := map[string]float64{}, map[string]float64{}
@@ -673,6 +679,7 @@ func BenchmarkRatios(b *testing.B) {
 		t.add("R6 persistence hit ÷ plain (hostsim, URLHASH)", "", "≤ 1.5", atMost(1.5), r6)
 
 		// R2 in V8: one node process per module, every configuration a job.
+		stage("R2 in V8")
 		if nodeErr == nil {
 			hc, bc := map[string][]byte{}, map[string][]byte{}
 			for _, c := range r2Configs {
@@ -695,6 +702,7 @@ func BenchmarkRatios(b *testing.B) {
 			t.add("V8 start (instantiate, _initialize, configure), hashlb", "ms", "", nil, vp[r2Configs[0].name].initMs)
 		}
 
+		stage("R1, V8 and wazero against native")
 		// R1: V8 (Envoy's engine) and wazero (hostsim's), each against native,
 		// interleaved run by run.
 		var inV8 func(n, count int) float64
@@ -730,6 +738,7 @@ func BenchmarkRatios(b *testing.B) {
 		stopV8()
 
 		// R7.
+		stage("R7 under wrk")
 		if wrkErr == nil {
 			h := proxyRPS(b, proxy, wrk, *ratioWrk, "-wasm", wasmFile, "-config", r7Hashlb)
 			bl := proxyRPS(b, proxy, wrk, *ratioWrk, "-wasm", baseFile, "-config", r7Recipe, "-backends-config", r7Hashlb)
@@ -778,6 +787,7 @@ func BenchmarkRatios(b *testing.B) {
 	if _, err := exec.LookPath("valgrind"); err != nil || nodeErr != nil {
 		missing = append(missing, "no valgrind or node: R1 not measured (./build.sh bench installs valgrind)")
 	} else {
+		fmt.Fprintf(os.Stderr, "bench: R1 instruction counts under valgrind (%s so far)\n", time.Since(benchStart).Round(time.Second))
 		r1Instructions(b, &t)
 	}
 	if nodeErr != nil {

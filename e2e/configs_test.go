@@ -12,6 +12,7 @@ package e2e
 //   configs/istio/controller/*.yaml   cmd/hashlb-controller/manifests_test.go (its own module)
 //   configs/istio/*.yaml              Istio checks (istio_test.go)
 //   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
+//   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 
 import (
 	"io/fs"
@@ -106,7 +107,7 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen, istioTCPSeen := false, false
+	istioSeen, istioTCPSeen, istioFleetSeen := false, false, false
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -142,6 +143,13 @@ func TestConfigsDirCovered(t *testing.T) {
 				istioTCPSeen = true
 				if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
 					t.Errorf("configs/istio/tcp: %v", err)
+				}
+			}
+		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":
+			if !istioFleetSeen {
+				istioFleetSeen = true
+				if err := checkIstioFiles(readIstioFleet(t)); err != nil {
+					t.Errorf("configs/istio/fleet: %v", err)
 				}
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":

@@ -1,23 +1,24 @@
 package e2e
 
-// envoy.yaml and configs/envoy-original-dst.yaml against go-control-plane's
-// Bootstrap (there is no Envoy binary here): strict protojson with every
-// extension the files name linked in, ValidateAll on the bootstrap and on
-// every typed_config, then the checks that tie the files to hashlb: the
-// embedded plugin config passes lbcore.ParseConfig, its services are the
-// override_host cluster's endpoints, the cluster reads the plugin's
-// upstreamHeader, and the module path is build.sh's output.
+// envoy.yaml and configs/envoy-*.yaml against go-control-plane's Bootstrap
+// (there is no Envoy binary here): strict protojson with every extension the
+// files name linked in, ValidateAll on the bootstrap and on every
+// typed_config, the repository's own rules (V8, a vm_id, build.sh's module
+// path, fail_open false, admin on loopback), and the cross-checks hashlb
+// check runs (internal/deploycheck): the plugin's services are the
+// override_host cluster's endpoints, the cluster reads its upstreamHeader,
+// the filter kind matches filterType, the fleet cluster exists.
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
@@ -29,6 +30,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 
+	"github.com/hashlb/hashlb/internal/deploycheck"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -60,7 +62,27 @@ func checkBootstrapFile(data []byte) error {
 	if err != nil {
 		return err
 	}
-	return checkBootstrap(b)
+	return errors.Join(checkBootstrap(b), crossCheck(map[string][]byte{"bootstrap": data}))
+}
+
+// crossCheck runs hashlb check's cross-checks on files (name → contents)
+// together and returns the findings that are not warnings.
+func crossCheck(files map[string][]byte) error {
+	var named []deploycheck.Named
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		f, err := deploycheck.Scan(files[name])
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		named = append(named, deploycheck.Named{Name: name, File: f})
+	}
+	var errs []error
+	for _, f := range deploycheck.Check(named) {
+		if !f.Warning {
+			errs = append(errs, fmt.Errorf("%s: %s: %s", f.File, f.Where, f))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkBootstrap checks what ties a valid bootstrap to hashlb, reporting
@@ -73,14 +95,10 @@ func checkBootstrap(b *bootstrapv3.Bootstrap) error {
 			bad("admin: address %q is not loopback", a.GetAddress())
 		}
 	}
-	clusters := map[string]*clusterv3.Cluster{}
-	for _, c := range b.GetStaticResources().GetClusters() {
-		clusters[c.GetName()] = c
-	}
 	plugins := 0
 	for _, l := range b.GetStaticResources().GetListeners() {
 		for _, fc := range l.GetFilterChains() {
-			n, err := checkNetworkChain(fc.GetFilters(), clusters)
+			n, err := checkNetworkChain(fc.GetFilters())
 			plugins += n
 			if err != nil {
 				errs = append(errs, fmt.Errorf("listener %s: %w", l.GetName(), err))
@@ -92,7 +110,7 @@ func checkBootstrap(b *bootstrapv3.Bootstrap) error {
 						bad("listener %s: %v", l.GetName(), err)
 						continue
 					}
-					n, err := checkHCM(hcm, clusters)
+					n, err := checkHCM(hcm)
 					plugins += n
 					if err != nil {
 						errs = append(errs, fmt.Errorf("listener %s: %w", l.GetName(), err))
@@ -107,9 +125,10 @@ func checkBootstrap(b *bootstrapv3.Bootstrap) error {
 	return errors.Join(errs...)
 }
 
-// checkHCM checks the hashlb filters of one connection manager and the
-// clusters its routes use; it returns how many hashlb filters it found.
-func checkHCM(hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster) (int, error) {
+// checkHCM checks the hashlb filters of one connection manager (the router
+// last, an inline route_config for the cross-checks); it returns how many
+// hashlb filters it found.
+func checkHCM(hcm *hcmv3.HttpConnectionManager) (int, error) {
 	var errs []error
 	filters := hcm.GetHttpFilters()
 	if len(filters) == 0 || filters[len(filters)-1].GetName() != routerFilterName {
@@ -129,46 +148,12 @@ func checkHCM(hcm *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.C
 		if err != nil {
 			errs = append(errs, fmt.Errorf("http_filters[%d] %s: %w", i, w.GetConfig().GetName(), err))
 		}
-		if cfg != nil && cfg.Network() {
-			errs = append(errs, fmt.Errorf("http_filters[%d] %s: filterType network in an HTTP filter (use envoy.filters.network.wasm before tcp_proxy)", i, w.GetConfig().GetName()))
-			cfg = nil
-		}
 		if cfg != nil {
 			configs = append(configs, cfg)
 		}
 	}
-	rc := hcm.GetRouteConfig()
-	if rc == nil && len(configs) > 0 {
+	if hcm.GetRouteConfig() == nil && len(configs) > 0 {
 		errs = append(errs, errors.New("route_config: must be inline so the routed clusters can be checked"))
-	}
-	for _, cfg := range configs {
-		if p := cfg.Persistence; p != nil && p.Fleet != nil {
-			switch c := clusters[p.Fleet.Cluster]; {
-			case c == nil:
-				errs = append(errs, fmt.Errorf("plugin persistence.fleet.cluster %q: no such cluster", p.Fleet.Cluster))
-			case c.GetHttp2ProtocolOptions() != nil || len(c.GetTypedExtensionProtocolOptions()) > 0:
-				errs = append(errs, fmt.Errorf("cluster %s (persistence.fleet): must speak plain HTTP/1.1 to etcd's JSON gateway", c.GetName()))
-			}
-		}
-		if hc := cfg.HealthCheck; hc != nil && clusters[hc.Cluster] == nil {
-			errs = append(errs, fmt.Errorf("plugin healthCheck.cluster %q: no such cluster", hc.Cluster))
-		}
-		for _, vh := range rc.GetVirtualHosts() {
-			for _, r := range vh.GetRoutes() {
-				name := r.GetRoute().GetCluster()
-				if name == "" {
-					continue
-				}
-				c := clusters[name]
-				if c == nil {
-					errs = append(errs, fmt.Errorf("route to %q: no such cluster", name))
-					continue
-				}
-				if err := checkCluster(cfg, c, r.GetRoute().GetRetryPolicy()); err != nil {
-					errs = append(errs, err)
-				}
-			}
-		}
 	}
 	return len(configs), errors.Join(errs...)
 }
@@ -203,77 +188,6 @@ func checkWasmPlugin(p *wasmv3.PluginConfig) (*lbcore.Config, error) {
 	return cfg, errors.Join(errs...)
 }
 
-// checkCluster checks that cluster c follows cfg's upstream header.
-func checkCluster(cfg *lbcore.Config, c *clusterv3.Cluster, retry *routev3.RetryPolicy) error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("cluster %s: "+format, append([]any{c.GetName()}, args...)...))
-	}
-	if oh := overrideHost(c); oh != nil {
-		var headers []string
-		for _, s := range oh.GetOverrideHostSources() {
-			if h := s.GetHeader(); h != "" {
-				headers = append(headers, h)
-			}
-		}
-		if !slices.Contains(headers, cfg.UpstreamHeader) {
-			bad("override_host reads header %q, but the plugin writes upstreamHeader %q", headers, cfg.UpstreamHeader)
-		}
-		endpoints := endpointSet(c)
-		for i, s := range cfg.Services {
-			if !endpoints[s.Address] {
-				bad("services[%d] %q %s is not an endpoint of the cluster (override_host would skip it)", i, s.Name, s.Address)
-			}
-			delete(endpoints, s.Address)
-		}
-		for _, a := range slices.Sorted(mapsKeys(endpoints)) {
-			bad("endpoint %s is not one of the plugin's services (hashlb never chooses it)", a)
-		}
-		if retry != nil {
-			n := uint32(1) // Envoy's default num_retries
-			if retry.GetNumRetries() != nil {
-				n = retry.GetNumRetries().GetValue()
-			}
-			if int(n) >= cfg.UpstreamCount {
-				bad("num_retries %d needs upstreamCount >= %d, the plugin has %d (later retries fall back to round robin)", n, n+1, cfg.UpstreamCount)
-			}
-		}
-		return errors.Join(errs...)
-	}
-	if cfg.ViaFilterState() {
-		// upstreamVia filterState: an ORIGINAL_DST cluster reads the filter state
-		// before any header; no other cluster reads it.
-		if c.GetType() != clusterv3.Cluster_ORIGINAL_DST {
-			bad("upstreamVia filterState needs an ORIGINAL_DST cluster: no other cluster reads %s", lbcore.OriginalDstFilterState)
-		} else if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
-			bad("ORIGINAL_DST needs lb_policy CLUSTER_PROVIDED, not %s", c.GetLbPolicy())
-		}
-		return errors.Join(errs...)
-	}
-	if c.GetType() == clusterv3.Cluster_ORIGINAL_DST {
-		od := c.GetOriginalDstLbConfig()
-		if !od.GetUseHttpHeader() {
-			bad("ORIGINAL_DST without original_dst_lb_config.use_http_header: Envoy ignores the plugin's header")
-		}
-		h := od.GetHttpHeaderName()
-		if h == "" {
-			h = "x-envoy-original-dst-host" // Envoy's default for use_http_header
-		}
-		if h != cfg.UpstreamHeader {
-			bad("ORIGINAL_DST reads header %q, but the plugin writes upstreamHeader %q", h, cfg.UpstreamHeader)
-		}
-		if c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
-			bad("ORIGINAL_DST needs lb_policy CLUSTER_PROVIDED, not %s", c.GetLbPolicy())
-		}
-		if cfg.UpstreamCount != 1 {
-			bad("ORIGINAL_DST reads one address; the plugin's upstreamCount %d would write a list it cannot parse", cfg.UpstreamCount)
-		}
-		return errors.Join(errs...)
-	}
-	bad("neither %s nor ORIGINAL_DST with use_http_header: Envoy would ignore the plugin's header", overrideHostName)
-	return errors.Join(errs...)
-}
-
 // overrideHost returns the cluster's override_host policy, or nil.
 func overrideHost(c *clusterv3.Cluster) *overridehostv3.OverrideHost {
 	for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
@@ -286,36 +200,8 @@ func overrideHost(c *clusterv3.Cluster) *overridehostv3.OverrideHost {
 	return nil
 }
 
-// endpointSet is the cluster's static endpoints as "ip:port" / "[v6]:port",
-// written the way lbcore writes service addresses.
-func endpointSet(c *clusterv3.Cluster) map[string]bool {
-	out := map[string]bool{}
-	for _, le := range c.GetLoadAssignment().GetEndpoints() {
-		for _, e := range le.GetLbEndpoints() {
-			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			ip, err := netip.ParseAddr(sa.GetAddress())
-			if err != nil {
-				out[fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())] = true
-				continue
-			}
-			out[netip.AddrPortFrom(ip, uint16(sa.GetPortValue())).String()] = true
-		}
-	}
-	return out
-}
-
-func mapsKeys(m map[string]bool) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 func TestEnvoyBootstrap(t *testing.T) {
-	for _, file := range []string{"envoy.yaml", "configs/envoy-original-dst.yaml", "configs/envoy-tcp.yaml"} {
+	for _, file := range []string{"envoy.yaml", "configs/envoy-fleet.yaml", "configs/envoy-original-dst.yaml", "configs/envoy-tcp.yaml"} {
 		t.Run(file, func(t *testing.T) {
 			if err := checkBootstrapFile(readRepoFile(t, file)); err != nil {
 				t.Fatal(err)
@@ -355,6 +241,7 @@ func TestEnvoyOverrideHostShape(t *testing.T) {
 // with a message naming the problem.
 func TestEnvoyBrokenCopies(t *testing.T) {
 	orig := string(readRepoFile(t, "envoy.yaml"))
+	fleet := string(readRepoFile(t, "configs/envoy-fleet.yaml"))
 	odst := string(readRepoFile(t, "configs/envoy-original-dst.yaml"))
 	tests := []struct {
 		name     string
@@ -373,9 +260,9 @@ func TestEnvoyBrokenCopies(t *testing.T) {
 			[]string{"configuration: upstreamCount: 30 is out of range [1, 8]"}},
 		{"unknown plugin field", orig, `"upstreamCount": 3,`, `"upstreamCount": 3, "upstreamHeaders": "x",`,
 			[]string{"upstreamHeaders: unknown field"}},
-		{"fleet cluster missing", orig, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
+		{"fleet cluster missing", fleet, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
 			[]string{`persistence.fleet.cluster "etcd": no such cluster`}},
-		{"fleet cluster on HTTP/2", orig, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
+		{"fleet cluster on HTTP/2", fleet, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
 			[]string{"hashlb_etcd (persistence.fleet): must speak plain HTTP/1.1"}},
 		{"unknown envoy field", orig, "num_retries: 2", "num_retriess: 2",
 			[]string{"num_retriess"}},

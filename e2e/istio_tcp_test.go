@@ -98,7 +98,7 @@ func checkIstioTCPFiles(files map[string][]byte) error {
 	if err != nil {
 		return err
 	}
-	return checkIstioTCP(b)
+	return errors.Join(checkIstioTCP(b), crossCheck(files))
 }
 
 func TestIstioTCPManifests(t *testing.T) {

@@ -131,6 +131,9 @@ type v8Job struct {
 	// for a tick after a phase's last request (TestV8TCP).
 	PerRequest bool `json:"perRequest,omitempty"`
 	FinalTick  bool `json:"finalTick,omitempty"`
+	// Filter is the Envoy filter that runs the plugin ("http" or
+	// "network"), whatever its filterType says; "": the one it names.
+	Filter string `json:"filter,omitempty"`
 }
 
 // v8JobFile runs several jobs in one process; each takes what it does not set from Defaults.
@@ -192,6 +195,7 @@ type v8Line struct {
 	Callback  string           `json:"callback"`
 	Stderr    string           `json:"stderr"`
 	Logs      any              `json:"logs"`
+	ErrorLogs []string         `json:"errorLogs"`
 	Traps     int              `json:"traps"`
 	BudgetMs  int              `json:"budgetMs"`
 	Ms        int              `json:"ms"`

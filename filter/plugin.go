@@ -46,6 +46,12 @@ type pluginContext struct {
 	// hostLate: the host header is read only for a request without
 	// :authority (lbcore.Config.HostOnlyForAuthority).
 	hostLate bool
+	// host is the filter kind Envoy runs the plugin as, once a callback
+	// showed it (kind.go); kindLogged: a wrong kind was logged.
+	host       hostKind
+	kindLogged bool
+	wrongHTTP  wrongKindHTTP
+	wrongTCP   wrongKindTCP
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -166,13 +172,22 @@ func (p *pluginContext) active(i int, delta int64) {
 	p.m.routed(i, delta)
 }
 
-// NewHttpContext implements types.PluginContext.
-// A context whose stream ended (OnHttpStreamDone: proxy_on_log, after which
-// a host only deletes the context) is reused, so that a request allocates
-// no context.
+// NewHttpContext implements types.PluginContext: every context of a plugin
+// Envoy runs as an HTTP filter (kind.go decides, on the first callback).
 func (p *pluginContext) NewHttpContext(id uint32) types.HttpContext {
+	if p.host != kindHTTP {
+		return p.firstContext(id)
+	}
+	return p.newHTTP(id)
+}
+
+// newHTTP makes a request's context. A context whose stream ended
+// (OnHttpStreamDone: proxy_on_log, after which a host only deletes the
+// context) is reused, so that a request allocates no context.
+func (p *pluginContext) newHTTP(id uint32) types.HttpContext {
 	if p.cfg != nil && p.cfg.Network() {
-		return nil // a network filter: NewTcpContext (tcp.go)
+		p.wrongHTTP.p = p
+		return &p.wrongHTTP // stateless: one for every request
 	}
 	if n := len(p.free); n > 0 {
 		h := p.free[n-1]

@@ -25,13 +25,16 @@ type tcpContext struct {
 	ended  bool // OnStreamDone ran: c is in the plugin's free list
 }
 
-// NewTcpContext implements types.PluginContext: a connection context for a
-// network filter. With filterType http it returns nil (the SDK then knows
-// the plugin is no network filter); NewHttpContext does the converse, so
-// each plugin serves exactly the filter type its configuration names.
-func (p *pluginContext) NewTcpContext(uint32) types.TcpContext {
+// NewTcpContext implements types.PluginContext: the SDK asks for it once
+// NewHttpContext returned nil, for a plugin Envoy runs as a network filter
+// (kind.go).
+func (p *pluginContext) NewTcpContext(uint32) types.TcpContext { return p.newTCP() }
+
+// newTCP makes a connection's context, reusing an ended one.
+func (p *pluginContext) newTCP() types.TcpContext {
 	if p.cfg == nil || !p.cfg.Network() {
-		return nil
+		p.wrongTCP.p = p
+		return &p.wrongTCP // stateless: one for every connection
 	}
 	if n := len(p.freeConns); n > 0 {
 		c := p.freeConns[n-1]

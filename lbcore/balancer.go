@@ -105,7 +105,7 @@ type Balancer struct {
 	services []Service
 	method   *methodSpec // lbMethod
 	backup   *methodSpec // chooses when the hash method has no input
-	keyer    Keyer
+	keyer    keyer
 	uniform  bool // all weights equal: rank by raw scores, no logarithms
 	want     int  // how many services a decision names: min(UpstreamCount, len(services))
 	unitPass bool // one service, no bounded load, equal weights: decide ranks in one pass
@@ -212,9 +212,8 @@ func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 }
 
 // DecideInto is Decide writing the decision into *d, whatever d held: for a
-// caller that keeps one Decision for every request. In Wasm, returning the
-// 88-byte Decision costs a bulk clear and a bulk copy, each a call from the
-// module into the engine (docs/performance.md).
+// caller that keeps one Decision for every request (returning 88 bytes costs
+// a bulk clear and copy in Wasm: RATIONALE.md, "Cost per request").
 func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 	b.decide(d, r, now, b.onMiss, 0)
 }
@@ -224,9 +223,9 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 // part of a decision already begun (decidePersistent's), filling d, which
 // must read as zero: lbMethod, falling back when it has no input.
 //
-// The method is here rather than in a function of its own: in Go's Wasm code
-// each call that is not inlined costs about as much as ranking four services
-// (docs/performance.md, R1).
+// The method is here rather than in a function of its own, and the pieces
+// below are inline, because a call costs more than the work in Go's Wasm
+// code (RATIONALE.md, "Cost per request").
 func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
 	if mode != methodOnly {
 		// Only capped: hops is the config's (NewBalancer), and rewriting b.x
@@ -247,7 +246,7 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	}
 	var key string
 	var ok bool
-	if m, isURL := b.keyer.(URLHash); isURL {
+	if m, isURL := b.keyer.(urlHash); isURL {
 		// URLHASH's key is part of the request: hash it where it is (a copy
 		// is a call to memmove, and in Wasm one more into the engine).
 		key, ok = m.key(r)
@@ -264,9 +263,8 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	}
 	var k uint64
 	if inlineHash && len(key) < 32 {
-		// xxhash.Sum64String without the call (xxh64.go). Unrolled: in
-		// Go's Wasm code a loop's back edge passes the function's
-		// dispatch, a fall-through does not.
+		// xxhash.Sum64String without the call (xxh64.go), unrolled: a
+		// fall-through is cheaper than a loop's back edge in Go's Wasm code.
 		h := xxhStart(len(key))
 		if len(key) >= 8 {
 			h = xxhLane8(h, key)
@@ -297,17 +295,13 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	}
 	d.Reason, d.Method = ReasonHash, b.cfg.LBMethod
 	if b.unitPass {
-		// The unit-weight pass for one service, here rather than in a
-		// function of its own: in Go's Wasm code every call that is not
-		// inlined saves its frame to a stack in linear memory, and every
-		// taken branch goes through the function's resume dispatch (a
-		// br_table). So the pass calls nothing and branches only to loop,
-		// four services at a time (b.rank is padded to a multiple of four
-		// with entries that are never selectable): an unselectable service
-		// scores 0, and scan's comparisons compile to selects. It settles
-		// the decision unless the best score is 0 or shared (no selectable
-		// service, or a tie that only identity breaks): hashBest decides
-		// those.
+		// The unit-weight pass for one service: it calls nothing and
+		// branches only to loop, four services at a time (b.rank is padded
+		// to a multiple of four with entries that are never selectable): an
+		// unselectable service scores 0, and scan's comparisons compile to
+		// selects (RATIONALE.md, "Cost per request"). It settles the decision unless the best
+		// score is 0 or shared (no selectable service, or a tie that only
+		// identity breaks): hashBest decides those.
 		es := b.rank
 		best, top, tie := -1, uint64(0), uint64(0)
 		for i := 0; len(es) >= 4; i += 4 {

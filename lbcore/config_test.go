@@ -211,3 +211,33 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+func TestAddrPortError(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"host name", "localhost:18081", `"localhost" is a host name, not an IP address: hashlb needs each service's ip:port (resolve it)`},
+		{"leading zero", "10.0.0.01:80", `"10.0.0.01" has a field with a leading zero, which is not an IPv4 address hashlb reads (write it without)`},
+		{"IPv6 without brackets", "::1:8080", "an IPv6 address needs brackets: write [::1]:8080"},
+		{"no port", "10.0.0.1", "no port: write ip:port"},
+		{"port zero", "10.0.0.1:0", "port 0 is out of range [1, 65535]"},
+		{"port too big", "10.0.0.1:70000", "port 70000 is out of range [1, 65535]"},
+		{"port not a number", "10.0.0.1:http", `port "http" is not a number`},
+		{"not canonical", "[::0001]:80", "not written canonically: write [::1]:80"},
+		{"IPv4 in brackets", "[10.0.0.1]:80", "an IPv4 address in brackets: write ip:port"},
+		{"zone", "[fe80::1%eth0]:80", "an IPv6 zone (%eth0) is not allowed"},
+		{"empty", "", "empty"},
+		{"bad IP", "10.0.0.256:80", `"10.0.0.256" is not an IP address`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := AddrPortError(tt.in)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("AddrPortError(%q) = %v, want %q", tt.in, err, tt.want)
+			}
+		})
+	}
+	for _, ok := range []string{"10.0.0.1:80", "[::1]:8080", "[2001:db8::1]:443"} {
+		if err := AddrPortError(ok); err != nil {
+			t.Errorf("AddrPortError(%q) = %v, want nil", ok, err)
+		}
+	}
+}

@@ -31,18 +31,15 @@ func weightedScore(k, id uint64, w int) float64 {
 
 // rankEntry is what ranking reads of one service, packed so that the
 // scoring loops walk one small array (not Service's 104 bytes, and not the
-// health slice beside it) and call nothing: in Go's Wasm code every call that
-// is not inlined saves its frame to a stack in linear memory and returns
-// through a resume dispatch, which costs more than the score itself
-// (docs/performance.md).
+// health slice beside it) and call nothing (RATIONALE.md, "Cost per request").
 type rankEntry struct {
 	id   uint64 // Service.ID
 	mask uint64 // all ones when the service is selectable (enabled and not down), else 0
 }
 
 // newRank returns the rank entries of svcs, all UP, padded with entries that
-// are never selectable to a multiple of four (hashBest takes four at a time).
-// SetDown keeps the masks.
+// are never selectable to a multiple of four (decide's unit-weight pass takes
+// four at a time). SetDown keeps the masks.
 func newRank(svcs []Service) []rankEntry {
 	es := make([]rankEntry, (len(svcs)+3)&^3)
 	for i := range svcs {

@@ -24,16 +24,16 @@ const (
 
 // methodSpec is everything lbcore knows about one method. ParseConfig,
 // Inputs, Methods, IsHash, the Balancer and the tests all read methodSpecs,
-// so a new method is one entry there plus its Keyer.
+// so a new method is one entry there plus its keyer.
 type methodSpec struct {
 	method Method
 	// name is the vendor token, as configured (case-insensitively) and as
 	// reported in metrics and the debug header.
 	name string
-	// keyer returns the Keyer that extracts the method's hash input under c.
+	// keyer returns the keyer that extracts the method's hash input under c.
 	// It is nil for a method that does not hash: such a method chooses with
 	// pick, and may be backupLBMethod.
-	keyer func(c *Config) Keyer
+	keyer func(c *Config) keyer
 	// inputs adds what the keyer reads to in and reports whether it reads
 	// the client address (Inputs adds x-forwarded-for or source.address for
 	// that). nil: the method reads nothing, or only its expression (TOKEN's
@@ -57,33 +57,33 @@ type methodSpec struct {
 // keep this order).
 var methodSpecs = [...]methodSpec{
 	{method: MethodURLHash, name: "URLHASH", backup: MethodRoundRobin, ownBackup: true,
-		keyer:  func(c *Config) Keyer { return URLHash{Length: c.HashLength} },
+		keyer:  func(c *Config) keyer { return urlHash{Length: c.HashLength} },
 		inputs: func(in *Inputs) bool { in.Target = true; return false }},
 	{method: MethodDomainHash, name: "DOMAINHASH",
-		keyer: func(c *Config) Keyer { return DomainHash{Length: c.HashLength} },
+		keyer: func(c *Config) keyer { return domainHash{Length: c.HashLength} },
 		inputs: func(in *Inputs) bool {
 			in.Target, in.Authority = true, true
 			in.header("host")
 			return false
 		}},
 	{method: MethodDestIPHash, name: "DESTINATIONIPHASH",
-		keyer:  func(c *Config) Keyer { return DestIPHash{c.ipMask()} },
+		keyer:  func(c *Config) keyer { return destIPHash{c.ipMask()} },
 		inputs: func(in *Inputs) bool { in.Dest = true; return false }},
 	{method: MethodSourceIPHash, name: "SOURCEIPHASH",
-		keyer:  func(c *Config) Keyer { return SourceIPHash{c.ipMask()} },
+		keyer:  func(c *Config) keyer { return sourceIPHash{c.ipMask()} },
 		inputs: func(in *Inputs) bool { return true }},
 	{method: MethodSrcDestIPHash, name: "SRCIPDESTIPHASH",
-		keyer:  func(c *Config) Keyer { return SrcDestIPHash{c.ipMask()} },
+		keyer:  func(c *Config) keyer { return srcDestIPHash{c.ipMask()} },
 		inputs: func(in *Inputs) bool { in.Dest = true; return true }},
 	{method: MethodSrcIPSrcPortHash, name: "SRCIPSRCPORTHASH",
-		keyer: func(c *Config) Keyer { return SrcIPSrcPortHash{c.ipMask()} },
+		keyer: func(c *Config) keyer { return srcIPSrcPortHash{c.ipMask()} },
 		// The connection's peer, never x-forwarded-for.
 		inputs: func(in *Inputs) bool { in.Source = true; return false }},
 	{method: MethodCallIDHash, name: "CALLIDHASH",
-		keyer:  func(*Config) Keyer { return CallIDHash{} },
+		keyer:  func(*Config) keyer { return callIDHash{} },
 		inputs: func(in *Inputs) bool { in.callID(); return false }},
 	{method: MethodTokenHash, name: "TOKEN",
-		keyer: func(c *Config) Keyer { return Token{Expr: c.Token} }},
+		keyer: func(c *Config) keyer { return tokenKeyer{Expr: c.Token} }},
 	{method: MethodLeastConnection, name: "LEASTCONNECTION",
 		pick:   func(b *Balancer, d Decision) Decision { b.leastConnection(&d); return d },
 		reason: ReasonLeastConnection},
@@ -152,39 +152,39 @@ func backupMethods() []string {
 // ipMask is the configured netmask and v6NetmaskLen.
 func (c *Config) ipMask() ipMask { return ipMask{v4: c.Netmask, v6: c.V6NetmaskLen} }
 
-// Keyer extracts a hashing method's input from a request. Each of the eight
-// Citrix methods is one small Keyer; ranking is shared (hrw.go).
-type Keyer interface {
+// keyer extracts a hashing method's input from a request. Each of the eight
+// Citrix methods is one small keyer; ranking is shared (hrw.go).
+type keyer interface {
 	// AppendKey appends the method's hash input to dst. ok is false when the
 	// request does not carry the input, and the backup method decides. x is
 	// the decision's evaluation context (trusted hops, caps hit).
 	AppendKey(dst []byte, r *Request, x *evalCtx) (key []byte, ok bool)
 }
 
-// URLHash hashes the first Length bytes of the request target as received,
+// urlHash hashes the first Length bytes of the request target as received,
 // path and query (Citrix URLHASH).
-type URLHash struct{ Length int }
+type urlHash struct{ Length int }
 
-// AppendKey implements Keyer.
-func (m URLHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m urlHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	k, ok := m.key(r)
 	return append(dst, k...), ok
 }
 
 // key is the key AppendKey appends, where it lies in r (Balancer.decide
 // hashes it there).
-func (m URLHash) key(r *Request) (string, bool) {
+func (m urlHash) key(r *Request) (string, bool) {
 	u := r.URL()
 	return u[:min(len(u), m.Length)], u != ""
 }
 
-// DomainHash hashes the first Length bytes of the request's domain: the host
+// domainHash hashes the first Length bytes of the request's domain: the host
 // of an absolute request URL if present, else the Host header; lower-cased,
 // port removed (Citrix DOMAINHASH).
-type DomainHash struct{ Length int }
+type domainHash struct{ Length int }
 
-// AppendKey implements Keyer.
-func (m DomainHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m domainHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	h, ok := r.Host()
 	if !ok {
 		return dst, false
@@ -204,12 +204,12 @@ func (m DomainHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool)
 	return dst, true
 }
 
-// DestIPHash hashes the masked address the request was received on
+// destIPHash hashes the masked address the request was received on
 // (Citrix DESTINATIONIPHASH).
-type DestIPHash struct{ mask ipMask }
+type destIPHash struct{ mask ipMask }
 
-// AppendKey implements Keyer.
-func (m DestIPHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m destIPHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	a, _, ok := r.ServerAddr()
 	if !ok {
 		return dst, false
@@ -217,12 +217,12 @@ func (m DestIPHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool)
 	return m.mask.appendIP(dst, a), true
 }
 
-// SourceIPHash hashes the masked client address, honouring
+// sourceIPHash hashes the masked client address, honouring
 // trustedForwardedHops (Citrix SOURCEIPHASH).
-type SourceIPHash struct{ mask ipMask }
+type sourceIPHash struct{ mask ipMask }
 
-// AppendKey implements Keyer.
-func (m SourceIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m sourceIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
 	a, _, ok := r.ClientAddr(x.hops)
 	if !ok {
 		return dst, false
@@ -230,13 +230,13 @@ func (m SourceIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, boo
 	return m.mask.appendIP(dst, a), true
 }
 
-// SrcDestIPHash hashes the masked client and destination addresses together,
+// srcDestIPHash hashes the masked client and destination addresses together,
 // symmetrically: swapping them gives the same key, so both directions of a
 // flow reach one service (Citrix SRCIPDESTIPHASH).
-type SrcDestIPHash struct{ mask ipMask }
+type srcDestIPHash struct{ mask ipMask }
 
-// AppendKey implements Keyer.
-func (m SrcDestIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m srcDestIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
 	src, _, ok1 := r.ClientAddr(x.hops)
 	dstIP, _, ok2 := r.ServerAddr()
 	if !ok1 || !ok2 {
@@ -251,14 +251,14 @@ func (m SrcDestIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bo
 	return append(append(dst, p...), q...), true
 }
 
-// SrcIPSrcPortHash hashes the masked source IP and source port of the
+// srcIPSrcPortHash hashes the masked source IP and source port of the
 // connection, so one connection stays on one service (Citrix
 // SRCIPSRCPORTHASH). It reads the connection's peer, never x-forwarded-for,
 // which carries no port: the method is about the connection itself.
-type SrcIPSrcPortHash struct{ mask ipMask }
+type srcIPSrcPortHash struct{ mask ipMask }
 
-// AppendKey implements Keyer.
-func (m SrcIPSrcPortHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m srcIPSrcPortHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	a, port, ok := parseAddrPort(r.Source)
 	if !ok || port == 0 {
 		return dst, false
@@ -267,12 +267,12 @@ func (m SrcIPSrcPortHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte,
 	return append(dst, byte(port>>8), byte(port)), true
 }
 
-// CallIDHash hashes the SIP Call-ID header (compact form "i" too), exactly as
+// callIDHash hashes the SIP Call-ID header (compact form "i" too), exactly as
 // received (Citrix CALLIDHASH).
-type CallIDHash struct{}
+type callIDHash struct{}
 
-// AppendKey implements Keyer.
-func (CallIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (callIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	v := r.CallID()
 	if v == "" {
 		return dst, false
@@ -280,20 +280,20 @@ func (CallIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	return append(dst, v...), true
 }
 
-// Token hashes the value of a key expression (Citrix TOKEN, whose token is
+// tokenKeyer hashes the value of a key expression (Citrix TOKEN, whose token is
 // extracted by an expression). An empty value has no token.
-type Token struct{ Expr *Expr }
+type tokenKeyer struct{ Expr *Expr }
 
-// AppendKey implements Keyer.
-func (m Token) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
+// AppendKey implements keyer.
+func (m tokenKeyer) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
 	n := len(dst)
 	dst = m.Expr.appendEval(dst, r, x)
 	return dst, len(dst) > n
 }
 
-// keyerFor returns the Keyer of c's method, or nil for a method that does not
+// keyerFor returns the keyer of c's method, or nil for a method that does not
 // hash.
-func keyerFor(c *Config) Keyer {
+func keyerFor(c *Config) keyer {
 	if s := c.LBMethod.spec(); s != nil && s.keyer != nil {
 		return s.keyer(c)
 	}

@@ -6,15 +6,15 @@ import (
 	"testing"
 )
 
-// keyOf runs one Keyer on r, as a Balancer with trustedForwardedHops 0 does.
-func keyOf(k Keyer, r *Request) (string, bool) {
+// keyOf runs one keyer on r, as a Balancer with trustedForwardedHops 0 does.
+func keyOf(k keyer, r *Request) (string, bool) {
 	key, ok := k.AppendKey(nil, r, &evalCtx{})
 	return string(key), ok
 }
 
 // behind runs k as a Balancer with trustedForwardedHops hops does.
 type behind struct {
-	k    Keyer
+	k    keyer
 	hops int
 }
 
@@ -44,7 +44,7 @@ var methodSamples = map[string]struct {
 }
 
 // TestMethodSpecs checks the method table: each method once, its name
-// round-trips, a hashing method has a Keyer that finds its input in its
+// round-trips, a hashing method has a keyer that finds its input in its
 // sample request and none in an empty one, a method that does not hash can
 // choose on its own (and so be backupLBMethod).
 func TestMethodSpecs(t *testing.T) {
@@ -98,55 +98,55 @@ func TestKeyExtraction(t *testing.T) {
 	m64 := ipMask{v4: 32, v6: 64}
 	tests := []struct {
 		name   string
-		keyer  Keyer
+		keyer  keyer
 		req    Request
 		want   string
 		wantOK bool
 	}{
-		{"url whole", URLHash{Length: 80}, Request{Target: "/a/b?x=1"}, "/a/b?x=1", true},
-		{"url cut to hashLength", URLHash{Length: 4}, Request{Target: "/abcdef"}, "/abc", true},
-		{"url absolute as received", URLHash{Length: 80}, Request{Target: "http://h.example/p?q"}, "http://h.example/p?q", true},
-		{"url missing", URLHash{Length: 80}, Request{}, "", false},
+		{"url whole", urlHash{Length: 80}, Request{Target: "/a/b?x=1"}, "/a/b?x=1", true},
+		{"url cut to hashLength", urlHash{Length: 4}, Request{Target: "/abcdef"}, "/abc", true},
+		{"url absolute as received", urlHash{Length: 80}, Request{Target: "http://h.example/p?q"}, "http://h.example/p?q", true},
+		{"url missing", urlHash{Length: 80}, Request{}, "", false},
 
-		{"domain from authority, port and case folded", DomainHash{Length: 80}, Request{Target: "/", Authority: "WWW.Example.COM:8443"}, "www.example.com", true},
-		{"domain absolute URL wins over Host", DomainHash{Length: 80}, Request{Target: "http://Cache.Example.net:81/x", Authority: "other.example"}, "cache.example.net", true},
-		{"domain host header when no authority", DomainHash{Length: 80}, Request{Target: "/", Headers: [][2]string{{"host", "a.example"}}}, "a.example", true},
-		{"domain trailing dot", DomainHash{Length: 80}, Request{Authority: "a.example."}, "a.example", true},
-		{"domain cut to hashLength", DomainHash{Length: 3}, Request{Authority: "ABCDEF"}, "abc", true},
-		{"domain ipv6 literal", DomainHash{Length: 80}, Request{Authority: "[2001:db8::1]:80"}, "2001:db8::1", true},
-		{"domain userinfo ignored", DomainHash{Length: 80}, Request{Target: "http://u:p@h.example/"}, "h.example", true},
-		{"domain missing", DomainHash{Length: 80}, Request{Target: "/"}, "", false},
+		{"domain from authority, port and case folded", domainHash{Length: 80}, Request{Target: "/", Authority: "WWW.Example.COM:8443"}, "www.example.com", true},
+		{"domain absolute URL wins over Host", domainHash{Length: 80}, Request{Target: "http://Cache.Example.net:81/x", Authority: "other.example"}, "cache.example.net", true},
+		{"domain host header when no authority", domainHash{Length: 80}, Request{Target: "/", Headers: [][2]string{{"host", "a.example"}}}, "a.example", true},
+		{"domain trailing dot", domainHash{Length: 80}, Request{Authority: "a.example."}, "a.example", true},
+		{"domain cut to hashLength", domainHash{Length: 3}, Request{Authority: "ABCDEF"}, "abc", true},
+		{"domain ipv6 literal", domainHash{Length: 80}, Request{Authority: "[2001:db8::1]:80"}, "2001:db8::1", true},
+		{"domain userinfo ignored", domainHash{Length: 80}, Request{Target: "http://u:p@h.example/"}, "h.example", true},
+		{"domain missing", domainHash{Length: 80}, Request{Target: "/"}, "", false},
 
-		{"dest v4 masked /24", DestIPHash{m24}, Request{Dest: "198.51.100.77:443"}, v4(198, 51, 100, 0), true},
-		{"dest v6 masked /64", DestIPHash{m64}, Request{Dest: "[2001:db8:1:2:3:4:5:6]:443"},
+		{"dest v4 masked /24", destIPHash{m24}, Request{Dest: "198.51.100.77:443"}, v4(198, 51, 100, 0), true},
+		{"dest v6 masked /64", destIPHash{m64}, Request{Dest: "[2001:db8:1:2:3:4:5:6]:443"},
 			string(append([]byte{6}, 0x20, 0x01, 0x0d, 0xb8, 0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0)), true},
-		{"dest missing", DestIPHash{m24}, Request{}, "", false},
-		{"dest malformed", DestIPHash{m24}, Request{Dest: "not-an-ip"}, "", false},
+		{"dest missing", destIPHash{m24}, Request{}, "", false},
+		{"dest malformed", destIPHash{m24}, Request{Dest: "not-an-ip"}, "", false},
 
-		{"source v4 /32", SourceIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.9:5555"}, v4(192, 0, 2, 9), true},
-		{"source v4-mapped v6 is v4", SourceIPHash{ipMask{32, 128}}, Request{Source: "[::ffff:192.0.2.9]:5555"}, v4(192, 0, 2, 9), true},
-		{"source xff one hop", behind{SourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
+		{"source v4 /32", sourceIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.9:5555"}, v4(192, 0, 2, 9), true},
+		{"source v4-mapped v6 is v4", sourceIPHash{ipMask{32, 128}}, Request{Source: "[::ffff:192.0.2.9]:5555"}, v4(192, 0, 2, 9), true},
+		{"source xff one hop", behind{sourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5, 198.51.100.7"}}}, v4(198, 51, 100, 7), true},
-		{"source xff two hops across copies", behind{SourceIPHash{ipMask{32, 128}}, 2}, Request{Source: "10.0.0.1:1",
+		{"source xff two hops across copies", behind{sourceIPHash{ipMask{32, 128}}, 2}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5"}, {"X-Forwarded-For", "198.51.100.7"}}}, v4(203, 0, 113, 5), true},
-		{"source xff too few hops", behind{SourceIPHash{ipMask{32, 128}}, 3}, Request{Source: "10.0.0.1:1",
+		{"source xff too few hops", behind{sourceIPHash{ipMask{32, 128}}, 3}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "203.0.113.5"}}}, "", false},
-		{"source xff garbage", behind{SourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
+		{"source xff garbage", behind{sourceIPHash{ipMask{32, 128}}, 1}, Request{Source: "10.0.0.1:1",
 			Headers: [][2]string{{"x-forwarded-for", "unknown"}}}, "", false},
 
-		{"srcdest", SrcDestIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.1:1000", Dest: "198.51.100.2:80"},
+		{"srcdest", srcDestIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.1:1000", Dest: "198.51.100.2:80"},
 			v4(192, 0, 2, 1) + v4(198, 51, 100, 2), true},
-		{"srcdest swapped is the same", SrcDestIPHash{ipMask{32, 128}}, Request{Source: "198.51.100.2:80", Dest: "192.0.2.1:1000"},
+		{"srcdest swapped is the same", srcDestIPHash{ipMask{32, 128}}, Request{Source: "198.51.100.2:80", Dest: "192.0.2.1:1000"},
 			v4(192, 0, 2, 1) + v4(198, 51, 100, 2), true},
-		{"srcdest needs both", SrcDestIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.1:1000"}, "", false},
+		{"srcdest needs both", srcDestIPHash{ipMask{32, 128}}, Request{Source: "192.0.2.1:1000"}, "", false},
 
-		{"srcip srcport", SrcIPSrcPortHash{m24}, Request{Source: "192.0.2.1:4660"}, v4(192, 0, 2, 0) + "\x12\x34", true},
-		{"srcip srcport no port", SrcIPSrcPortHash{m24}, Request{Source: "192.0.2.1"}, "", false},
+		{"srcip srcport", srcIPSrcPortHash{m24}, Request{Source: "192.0.2.1:4660"}, v4(192, 0, 2, 0) + "\x12\x34", true},
+		{"srcip srcport no port", srcIPSrcPortHash{m24}, Request{Source: "192.0.2.1"}, "", false},
 
-		{"call-id", CallIDHash{}, Request{Headers: [][2]string{{"call-id", "a84b4c76e66710@pc33.example.com"}}}, "a84b4c76e66710@pc33.example.com", true},
-		{"call-id compact i", CallIDHash{}, Request{Headers: [][2]string{{"i", "f81d4fae@192.0.2.4"}}}, "f81d4fae@192.0.2.4", true},
-		{"call-id exact value, case kept", CallIDHash{}, Request{Headers: [][2]string{{"Call-ID", "AbC"}}}, "AbC", true},
-		{"call-id missing", CallIDHash{}, Request{}, "", false},
+		{"call-id", callIDHash{}, Request{Headers: [][2]string{{"call-id", "a84b4c76e66710@pc33.example.com"}}}, "a84b4c76e66710@pc33.example.com", true},
+		{"call-id compact i", callIDHash{}, Request{Headers: [][2]string{{"i", "f81d4fae@192.0.2.4"}}}, "f81d4fae@192.0.2.4", true},
+		{"call-id exact value, case kept", callIDHash{}, Request{Headers: [][2]string{{"Call-ID", "AbC"}}}, "AbC", true},
+		{"call-id missing", callIDHash{}, Request{}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestTokenKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := Token{Expr: e}
+	k := tokenKeyer{Expr: e}
 	if got, ok := keyOf(k, &Request{Headers: [][2]string{{"cookie", "a=1; tenant=blue"}}}); got != "blue" || !ok {
 		t.Errorf("token from cookie = %q, %v, want blue, true", got, ok)
 	}
@@ -172,12 +172,12 @@ func TestTokenKey(t *testing.T) {
 	}
 }
 
-// TestKeysAppend checks every Keyer appends after existing bytes.
+// TestKeysAppend checks every keyer appends after existing bytes.
 func TestKeysAppend(t *testing.T) {
 	r := &Request{Target: "/x", Authority: "h", Source: "192.0.2.1:9", Dest: "192.0.2.2:80",
 		Headers: [][2]string{{"call-id", "c"}}}
-	for _, k := range []Keyer{URLHash{80}, DomainHash{80}, DestIPHash{ipMask{32, 128}}, SourceIPHash{ipMask{32, 128}},
-		SrcDestIPHash{ipMask{32, 128}}, SrcIPSrcPortHash{ipMask{32, 128}}, CallIDHash{}} {
+	for _, k := range []keyer{urlHash{80}, domainHash{80}, destIPHash{ipMask{32, 128}}, sourceIPHash{ipMask{32, 128}},
+		srcDestIPHash{ipMask{32, 128}}, srcIPSrcPortHash{ipMask{32, 128}}, callIDHash{}} {
 		a, _ := k.AppendKey(nil, r, &evalCtx{})
 		b, _ := k.AppendKey([]byte("prefix"), r, &evalCtx{})
 		if !bytes.Equal(b, append([]byte("prefix"), a...)) {

@@ -45,12 +45,9 @@ import (
 //
 //	EntrySize + (1 + len(bucket key) + overheadPerKey) / Ways
 //
-// plus one small marker key per table; BytesPerEntry computes it exactly.
-// With namespace "hashlb/hashlb", 375,000 buckets (tableSize 3,000,000) and
-// 64 bytes of node and allocation overhead per key it is 30.84 bytes. A
-// stricter libstdc++ count (an 88-byte hash node in a 96-byte block, an
-// 8-byte bucket slot, key and value heap blocks with malloc's 8-byte header
-// rounded to 16: about 129 bytes per key beyond key and value) gives 38.96.
+// plus one small marker key per table; BytesPerEntry computes it exactly for
+// a given per-key overhead (hostsim counts 104 bytes,
+// hostsim.SharedDataEntryOverhead). docs/persistence.md has the figures.
 // Each further byte of namespace costs 1/Ways byte per entry.
 //
 // The bucket of a key depends on tableSize: a table reopened with another

@@ -213,8 +213,8 @@ func parseAddrPort(s string) (netip.Addr, uint16, bool) {
 
 // parseIPv4Port is parseAddrPort's short path for what proxies pass almost
 // always, a dotted quad with or without ":port": a few comparisons instead of
-// netip's general parser (docs/performance.md: in Go's Wasm code each call
-// weighs). It accepts only what netip.ParseAddrPort or netip.ParseAddr
+// netip's general parser, whose calls weigh in Go's Wasm code
+// (RATIONALE.md, "Cost per request"). It accepts only what netip.ParseAddrPort or netip.ParseAddr
 // accepts as a plain IPv4 address, with the same result (FuzzParseIPv4Port):
 // four decimal parts of at most 255 without leading zeros, then optionally a
 // colon and a decimal port of at most 65535 (leading zeros allowed, as

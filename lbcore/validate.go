@@ -28,6 +28,12 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, fmt.Errorf("configuration: nested deeper than %d levels", maxConfigDepth)
 	}
 	if !gjson.ValidBytes(data) {
+		if len(strings.TrimSpace(string(data))) == 0 {
+			return nil, errors.New("configuration: empty, want a JSON object")
+		}
+		if where := jsonSyntaxError(data); where != "" {
+			return nil, errors.New("configuration: not valid JSON: " + where)
+		}
 		return nil, errors.New("configuration: not valid JSON")
 	}
 	root := gjson.ParseBytes(data)

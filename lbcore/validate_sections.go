@@ -42,7 +42,7 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 					s.Addr, ok = parseServiceAddr(s.Address)
 					switch {
 					case !ok:
-						d.errorf("%s: %q is not ip:port or [v6]:port with a port in [1, 65535]", fp, s.Address)
+						d.errorf("%s: %q is not ip:port or [v6]:port with a port in [1, 65535]: %s", fp, s.Address, addrReason(s.Address))
 					case s.Addr.Addr().Is4In6():
 						// One endpoint, two spellings, two hashes: refuse it.
 						d.errorf("%s: %q is an IPv4-mapped IPv6 address; write it as %s", fp, s.Address,

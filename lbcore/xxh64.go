@@ -7,13 +7,15 @@ import (
 
 // XXH64 with seed 0, the hash of github.com/cespare/xxhash, in pieces the
 // compiler inlines, for keys shorter than one 32-byte stripe: a hash
-// method's decision (Balancer.decide) hashes its key without a call, which
-// in Go's Wasm code costs more than the hash itself (docs/performance.md).
+// method's decision (Balancer.decide) hashes its key without a call
+// (RATIONALE.md, "Cost per request").
 // Longer keys go to xxhash. The algorithm and constants are the xxHash specification's
 // (doc/xxhash_spec.md in github.com/Cyan4973/xxHash, "XXH64 algorithm
 // description"): a short input starts from prime 5 plus its length, takes
 // its 8-byte lanes (at most three), then one 4-byte lane, then single bytes
-// (at most three), and ends with the avalanche. TestXXH64Pieces and FuzzXXH64Pieces hold it to xxhash.Sum64String.
+// (at most three), and ends with the avalanche. TestXXH64Pieces and
+// FuzzXXH64Pieces (build tag hashlb_inlinehash) hold decide's use of them to
+// xxhash.Sum64String.
 const (
 	xxhPrime1 uint64 = 0x9E3779B185EBCA87
 	xxhPrime2 uint64 = 0xC2B2AE3D27D4EB4F
@@ -52,7 +54,8 @@ func xxhAvalanche(h uint64) uint64 {
 	return h ^ h>>32
 }
 
-// inlineHash: hash short keys in place in Go's Wasm code, where a call costs
-// more than the hash. Natively xxhash's assembly is faster than the pieces,
-// and the constant leaves them out of the native build.
-const inlineHash = runtime.GOARCH == "wasm"
+// inlineHash: hash short keys in place in the Wasm build. Natively xxhash's assembly is faster than the pieces,
+// and the constant leaves them out of the native build, unless the build tag
+// hashlb_inlinehash asks for them (xxh64_inline_test.go tests decide's
+// block so, natively).
+const inlineHash = runtime.GOARCH == "wasm" || inlineHashTag

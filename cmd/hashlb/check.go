@@ -1,25 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"math"
-	"os"
 	"strconv"
-	"strings"
 
-	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/internal/deploycheck"
 	"gopkg.in/yaml.v3"
 )
 
-const checkUsage = `usage: hashlb check FILE…
-
-Validates hashlb plugin configurations exactly as the module does and prints
+const checkAbout = `Validates hashlb plugin configurations exactly as the module does and prints
 every problem as the plugin logs it, "FILE: problem" (or "FILE: WHERE:
 problem" for a configuration embedded in a larger file), and
 "FILE: ok (METHOD over N services)" for a good one. FILE may be "-" (stdin).
@@ -28,586 +18,92 @@ A FILE is one of
   - a plugin configuration (JSON);
   - an Envoy configuration (YAML or JSON: a bootstrap, or xDS resources): the
     configuration.value of every envoy.filters.http.wasm (or
-    envoy.filters.network.wasm) filter that is hashlb's (its name, root_id, vm_id or module path mentions hashlb);
+    envoy.filters.network.wasm) filter that is hashlb's (its name, root_id,
+    vm_id or module path mentions hashlb);
   - Kubernetes manifests (YAML, "---" between documents): every Istio
     WasmPlugin that is hashlb's (its name, url or pluginName mentions hashlb;
     spec.pluginConfig, turned into JSON as Istio does), and every EnvoyFilter
-    patch holding a hashlb wasm filter. Other resources are listed and skipped.
+    patch holding a hashlb wasm filter. Other resources are listed and skipped;
+  - configs/schema.json (the JSON Schema of the configuration), skipped.
+
+Each valid configuration is then held to its surroundings: the endpoints of
+the cluster that follows its header against its services, the header that
+cluster reads, fail_open with ORIGINAL_DST, the filter kind against
+filterType, the fleet cluster, retries. A finding names the file, the path
+and line of the node to change, and what to change (docs/cli.md).
 
 An Envoy configuration without a hashlb filter, or a file that is none of
 these, is an error; so is a run in which no file holds a hashlb configuration.
 
-Exit status: 0 when every configuration is valid, 1 otherwise, 2 for a usage
-error.
+Exit status: 0 when every configuration is valid and safe in its
+surroundings, 1 otherwise, 2 for a usage error.
 `
 
 // runCheck implements "hashlb check".
 func runCheck(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("check", flag.ContinueOnError)
-	fset.SetOutput(io.Discard)
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stderr, checkUsage)
-		} else {
-			fmt.Fprintf(stderr, "hashlb check: %v\n\n%s", err, checkUsage)
-		}
-		return 2
+	c := newCommand("check", "FILE…", checkAbout, stdout, stderr)
+	files, code, done := c.parse(args)
+	if done {
+		return code
 	}
-	files := fset.Args()
 	if len(files) == 0 {
-		fmt.Fprintf(stderr, "hashlb check: no FILE given\n\n%s", checkUsage)
-		return 2
+		return c.usageErr("no FILE given")
 	}
-	status, found := 0, 0
+	var named []deploycheck.Named
+	status := 0
 	for _, file := range files {
-		src, err := scanFile(file)
+		src, err := deploycheck.ScanFile(file)
 		if err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", file, err)
 			status = 1
 			continue
 		}
-		found += len(src.configs())
-		for _, e := range src.items {
-			if e.skipped != "" {
-				fmt.Fprintf(stdout, "%s: %s\n", file, e.skipped)
+		named = append(named, deploycheck.Named{Name: file, File: src})
+	}
+	// A configuration with a finding about its surroundings is not "ok".
+	findings := deploycheck.Check(named)
+	failed := map[*yaml.Node]bool{}
+	for _, f := range findings {
+		if !f.Warning && f.Plugin != nil {
+			failed[f.Plugin] = true
+		}
+	}
+	found := 0
+	for _, src := range named {
+		file := src.Name
+		found += len(src.Configs())
+		for _, e := range src.Items {
+			if e.Skipped != "" {
+				fmt.Fprintf(stdout, "%s: %s\n", file, e.Skipped)
 				continue
 			}
-			cfg, problems := e.parse()
+			cfg, problems := e.Parse()
 			if problems != nil {
 				for _, p := range problems {
-					fmt.Fprintf(stderr, "%s%s\n", e.prefix(file), p)
+					fmt.Fprintf(stderr, "%s%s\n", e.Prefix(file), p)
 				}
 				status = 1
 				continue
 			}
-			fmt.Fprintf(stdout, "%sok (%s over %s)\n", e.prefix(file), cfg.LBMethod, plural(len(cfg.Services), "service"))
+			if !failed[e.Node] {
+				fmt.Fprintf(stdout, "%sok (%s over %s)\n", e.Prefix(file), cfg.LBMethod, plural(len(cfg.Services), "service"))
+			}
 		}
+	}
+	for _, f := range findings {
+		w := stderr
+		if f.Warning {
+			w = stdout
+		} else {
+			status = 1
+		}
+		fmt.Fprintf(w, "%s: %s: %s\n", f.File, f.Where, f)
 	}
 	if found == 0 && status == 0 {
 		fmt.Fprintln(stderr, "hashlb check: no hashlb configuration in any FILE")
 		status = 1
 	}
 	return status
-}
-
-// embedded is one hashlb configuration found in a file.
-type embedded struct {
-	// where names it inside the file: "" for a plugin configuration file,
-	// else the listener and filter, or the manifest's kind and name.
-	where string
-	// data is what the module receives as its configuration; nil when the
-	// filter has none.
-	data []byte
-	// problem, when set, says why the configuration could not be read out of
-	// the file (a value that is not a string, YAML Istio would refuse…).
-	problem string
-	// skipped, when set, makes this no configuration but a note on something
-	// read and not hashlb's, such as "ServiceEntry demo/backends: no hashlb
-	// configuration".
-	skipped string
-}
-
-// prefix is how output lines about e begin: "FILE: " or "FILE: WHERE: ".
-func (e *embedded) prefix(file string) string {
-	if e.where == "" {
-		return file + ": "
-	}
-	return file + ": " + e.where + ": "
-}
-
-// parse validates e as the module does (filter/plugin.go): lbcore.ParseConfig,
-// every problem one line.
-func (e *embedded) parse() (*lbcore.Config, []string) {
-	if e.problem != "" {
-		return nil, []string{e.problem}
-	}
-	cfg, err := lbcore.ParseConfig(e.data)
-	if err != nil {
-		return nil, strings.Split(err.Error(), "\n")
-	}
-	return cfg, nil
-}
-
-// source is what a file holds: its configurations and notes on what is not
-// hashlb's, in file order.
-type source struct{ items []embedded }
-
-// configs returns the configurations, without the notes.
-func (src *source) configs() []embedded {
-	var out []embedded
-	for _, e := range src.items {
-		if e.skipped == "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// skip adds a note on something that is not hashlb's.
-func (src *source) skip(note string) { src.items = append(src.items, embedded{skipped: note}) }
-
-// skipped returns the notes.
-func (src *source) skipped() []string {
-	var out []string
-	for _, e := range src.items {
-		if e.skipped != "" {
-			out = append(out, e.skipped)
-		}
-	}
-	return out
-}
-
-// scanFile reads file ("-" is stdin) and finds the hashlb configurations in it.
-func scanFile(file string) (*source, error) {
-	var data []byte
-	var err error
-	if file == "-" {
-		data, err = io.ReadAll(os.Stdin)
-	} else {
-		data, err = os.ReadFile(file)
-	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, err
-	}
-	return scan(data)
-}
-
-// envoyTopLevel are fields of Envoy's Bootstrap, of a discovery response and
-// of a config dump: a JSON object with one of them is read as Envoy
-// configuration, any other as a plugin configuration.
-var envoyTopLevel = []string{"static_resources", "dynamic_resources", "admin", "node", "layered_runtime",
-	"overload_manager", "cluster_manager", "resources", "configs"}
-
-// scan finds the hashlb configurations in a file's contents.
-func scan(data []byte) (*source, error) {
-	trimmed := bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
-	if len(trimmed) == 0 {
-		return nil, errors.New("empty file")
-	}
-	if trimmed[0] == '{' || trimmed[0] == '[' {
-		var top map[string]json.RawMessage
-		if json.Unmarshal(trimmed, &top) == nil && top["$schema"] != nil {
-			return nil, errors.New("a JSON Schema, not a hashlb configuration")
-		}
-		if json.Unmarshal(trimmed, &top) != nil || !isEnvoyOrManifest(top) {
-			// A plugin configuration, or broken JSON: ParseConfig says which.
-			return &source{items: []embedded{{data: data}}}, nil
-		}
-	}
-	return scanYAML(data)
-}
-
-func isEnvoyOrManifest(top map[string]json.RawMessage) bool {
-	if top["apiVersion"] != nil && top["kind"] != nil {
-		return true
-	}
-	for _, k := range envoyTopLevel {
-		if top[k] != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// scanYAML reads every document of a YAML (or JSON) file: Kubernetes
-// manifests by kind, anything else as Envoy configuration.
-func scanYAML(data []byte) (*source, error) {
-	src := &source{}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	docs, envoyDocs, wasmSeen := 0, 0, 0
-	for {
-		var doc yaml.Node
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("not a plugin configuration (JSON) and not YAML: %s", strings.TrimPrefix(err.Error(), "yaml: "))
-		}
-		root := deref(&doc)
-		if root == nil || root.Kind == yaml.DocumentNode && len(root.Content) == 0 {
-			continue
-		}
-		if root.Kind == yaml.DocumentNode {
-			root = deref(root.Content[0])
-		}
-		if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
-			continue // an empty document
-		}
-		docs++
-		if root.Kind != yaml.MappingNode {
-			return nil, errors.New("not a hashlb configuration (JSON), an Envoy configuration or Kubernetes manifests")
-		}
-		if get(root, "apiVersion") != nil && get(root, "kind") != nil {
-			src.manifest(root)
-			continue
-		}
-		if get(root, "services") != nil || get(root, "lbMethod") != nil {
-			return nil, fmt.Errorf("line %d: a hashlb configuration in YAML: the module reads JSON (write it as JSON, or as a WasmPlugin's pluginConfig)", root.Line)
-		}
-		envoyDocs++
-		w := &wasmWalk{src: src}
-		w.walk(root, walkCtx{})
-		wasmSeen += w.seen
-	}
-	if docs == 0 {
-		return nil, errors.New("no hashlb configuration: the file holds no YAML or JSON document")
-	}
-	if envoyDocs > 0 && wasmSeen == 0 {
-		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm or envoy.filters.network.wasm filter in this Envoy configuration")
-	}
-	if envoyDocs > 0 && len(src.configs()) == 0 {
-		return nil, fmt.Errorf("no hashlb configuration: %s", strings.Join(src.skipped(), "; "))
-	}
-	return src, nil
-}
-
-// manifest handles one Kubernetes resource (or a List of them).
-func (src *source) manifest(m *yaml.Node) {
-	api, kind := str(get(m, "apiVersion")), str(get(m, "kind"))
-	name := str(get(get(m, "metadata"), "name"))
-	if ns := str(get(get(m, "metadata"), "namespace")); ns != "" {
-		name = ns + "/" + name
-	}
-	where := kind + " " + name
-	group, _, _ := strings.Cut(api, "/")
-	switch {
-	case strings.HasSuffix(kind, "List") && get(m, "items") != nil:
-		for _, it := range items(get(m, "items")) {
-			if it.Kind == yaml.MappingNode {
-				src.manifest(it)
-			}
-		}
-	case kind == "WasmPlugin" && group == "extensions.istio.io":
-		src.wasmPlugin(m, where)
-	case kind == "EnvoyFilter" && group == "networking.istio.io":
-		n := len(src.items)
-		for i, p := range items(get(get(m, "spec"), "configPatches")) {
-			w := &wasmWalk{src: src, prefix: fmt.Sprintf("%s, patch %d", where, i)}
-			w.walk(get(get(p, "patch"), "value"), walkCtx{})
-		}
-		if len(src.items) == n {
-			src.skip(where + ": no hashlb configuration (no wasm filter in its patches)")
-		}
-	default:
-		src.skip(where + ": no hashlb configuration")
-	}
-}
-
-// wasmPlugin reads an Istio WasmPlugin's pluginConfig, which Istio hands to
-// the module as JSON (protojson of a google.protobuf.Struct: keys sorted,
-// numbers as doubles).
-func (src *source) wasmPlugin(m *yaml.Node, where string) {
-	spec := get(m, "spec")
-	name := str(get(get(m, "metadata"), "name"))
-	if !mentionsHashlb(name, str(get(spec, "url")), str(get(spec, "pluginName"))) {
-		src.skip(where + ": not hashlb's (neither its name, url nor pluginName mentions hashlb)")
-		return
-	}
-	e := embedded{where: where}
-	// An absent or empty pluginConfig gives the module no configuration at
-	// all (istio pilot/pkg/model/wasm.go: only a Struct with fields is
-	// marshalled).
-	if pc := get(spec, "pluginConfig"); pc != nil && pc.ShortTag() != "!!null" && !(pc.Kind == yaml.MappingNode && len(pc.Content) == 0) {
-		if pc.Kind != yaml.MappingNode {
-			e.problem = fmt.Sprintf("spec.pluginConfig (line %d): a %s; Istio takes a mapping and passes it to the module as JSON", pc.Line, kindName(pc))
-		} else if v, err := structValue(pc); err != nil {
-			e.problem = "spec.pluginConfig: " + err.Error()
-		} else {
-			e.data, err = marshalJSON(v)
-			if err != nil {
-				e.problem = "spec.pluginConfig: " + err.Error()
-			}
-		}
-	}
-	src.items = append(src.items, e)
-}
-
-// The Envoy types a hashlb filter is configured with.
-const (
-	wasmType        = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
-	netWasmType     = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm"
-	stringValueType = "type.googleapis.com/google.protobuf.StringValue"
-)
-
-// typedStructTypes wrap a typed config in EnvoyFilter patches and xDS.
-var typedStructTypes = []string{"type.googleapis.com/udpa.type.v1.TypedStruct", "type.googleapis.com/xds.type.v3.TypedStruct"}
-
-// wasmWalk finds the wasm filters in an Envoy configuration.
-type wasmWalk struct {
-	src    *source
-	prefix string // for EnvoyFilter patches: the resource and patch
-	seen   int    // wasm filters found, hashlb's or not
-}
-
-// walkCtx is where the walk is: the enclosing listener and filter entry.
-type walkCtx struct{ listener, filter string }
-
-func (w *wasmWalk) walk(n *yaml.Node, ctx walkCtx) {
-	n = deref(n)
-	if n == nil {
-		return
-	}
-	switch n.Kind {
-	case yaml.SequenceNode:
-		for _, c := range n.Content {
-			w.walk(c, ctx)
-		}
-		return
-	case yaml.MappingNode:
-	default:
-		return
-	}
-	if get(n, "filter_chains") != nil || get(n, "default_filter_chain") != nil {
-		ctx.listener = str(get(n, "name"))
-	}
-	if get(n, "typed_config") != nil && get(n, "name") != nil {
-		ctx.filter = str(get(n, "name"))
-	}
-	switch typ := str(get(n, "@type")); {
-	case typ == wasmType || typ == netWasmType:
-		w.filter(get(n, "config"), ctx)
-		return
-	case contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
-		w.filter(get(get(n, "value"), "config"), ctx)
-		return
-	}
-	for i := 1; i < len(n.Content); i += 2 {
-		w.walk(n.Content[i], ctx)
-	}
-}
-
-// filter reads one wasm filter's PluginConfig: hashlb's when its name,
-// root_id, vm_id or module path says so.
-func (w *wasmWalk) filter(cfg *yaml.Node, ctx walkCtx) {
-	w.seen++
-	vm := get(cfg, "vm_config")
-	code := get(vm, "code")
-	name := str(get(cfg, "name"))
-	var where []string
-	if w.prefix != "" {
-		where = append(where, w.prefix)
-	}
-	if ctx.listener != "" {
-		where = append(where, "listener "+ctx.listener)
-	}
-	rootID := str(get(cfg, "root_id"))
-	switch {
-	case name != "":
-		where = append(where, "filter "+name)
-	case rootID != "":
-		where = append(where, "filter with root_id "+rootID)
-	case ctx.filter != "":
-		where = append(where, "filter "+ctx.filter)
-	default:
-		where = append(where, fmt.Sprintf("wasm filter at line %d", cfg.Line))
-	}
-	e := embedded{where: strings.Join(where, ", ")}
-	if !mentionsHashlb(name, rootID, str(get(vm, "vm_id")),
-		str(get(get(code, "local"), "filename")), str(get(get(get(code, "remote"), "http_uri"), "uri"))) {
-		w.src.skip(e.where + ": not hashlb's (neither its name, root_id, vm_id nor module mentions hashlb)")
-		return
-	}
-	if c := get(cfg, "configuration"); c != nil {
-		switch typ, v := str(get(c, "@type")), get(c, "value"); {
-		case typ != stringValueType:
-			e.problem = fmt.Sprintf("configuration (line %d): @type %q; hashlb reads its JSON from a %s", c.Line, typ, stringValueType)
-		case v == nil:
-			e.data = []byte{}
-		case v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str":
-			e.problem = fmt.Sprintf("configuration.value (line %d): a %s, not a string holding hashlb's JSON", v.Line, kindName(v))
-		default:
-			e.data = []byte(v.Value)
-		}
-	}
-	w.src.items = append(w.src.items, e)
-}
-
-func mentionsHashlb(names ...string) bool {
-	for _, s := range names {
-		if strings.Contains(strings.ToLower(s), "hashlb") {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// deref follows YAML aliases.
-func deref(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-// get returns the value of key in mapping m (merge keys included), or nil.
-func get(m *yaml.Node, key string) *yaml.Node {
-	m = deref(m)
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key && m.Content[i].ShortTag() != "!!merge" {
-			return deref(m.Content[i+1])
-		}
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].ShortTag() == "!!merge" {
-			for _, src := range merged(m.Content[i+1]) {
-				if v := get(src, key); v != nil {
-					return v
-				}
-			}
-		}
-	}
-	return nil
-}
-
-// merged lists the mappings a merge key's value names.
-func merged(v *yaml.Node) []*yaml.Node {
-	v = deref(v)
-	if v.Kind == yaml.SequenceNode {
-		var out []*yaml.Node
-		for _, c := range v.Content {
-			out = append(out, deref(c))
-		}
-		return out
-	}
-	return []*yaml.Node{v}
-}
-
-// items returns a sequence's elements, or nil.
-func items(n *yaml.Node) []*yaml.Node {
-	n = deref(n)
-	if n == nil || n.Kind != yaml.SequenceNode {
-		return nil
-	}
-	out := make([]*yaml.Node, len(n.Content))
-	for i, c := range n.Content {
-		out[i] = deref(c)
-	}
-	return out
-}
-
-// str returns a scalar's value, or "".
-func str(n *yaml.Node) string {
-	if n = deref(n); n == nil || n.Kind != yaml.ScalarNode {
-		return ""
-	}
-	return n.Value
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	}
-	switch n.ShortTag() {
-	case "!!str":
-		return "string"
-	case "!!int", "!!float":
-		return "number"
-	case "!!bool":
-		return "boolean"
-	case "!!null":
-		return "null"
-	}
-	return "scalar"
-}
-
-// structValue converts YAML into the value a google.protobuf.Struct holds:
-// objects, lists, strings, doubles, booleans and null.
-func structValue(n *yaml.Node) (any, error) {
-	n = deref(n)
-	switch n.Kind {
-	case yaml.MappingNode:
-		m := map[string]any{}
-		var merges []*yaml.Node
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if k.ShortTag() == "!!merge" {
-				merges = append(merges, merged(v)...)
-				continue
-			}
-			if _, dup := m[k.Value]; dup {
-				return nil, fmt.Errorf("line %d: %q twice in one mapping", k.Line, k.Value)
-			}
-			x, err := structValue(v)
-			if err != nil {
-				return nil, err
-			}
-			m[k.Value] = x
-		}
-		for _, src := range merges { // explicit keys win over merged ones
-			x, err := structValue(src)
-			if err != nil {
-				return nil, err
-			}
-			if sm, ok := x.(map[string]any); ok {
-				for k, v := range sm {
-					if _, have := m[k]; !have {
-						m[k] = v
-					}
-				}
-			}
-		}
-		return m, nil
-	case yaml.SequenceNode:
-		out := make([]any, 0, len(n.Content))
-		for _, c := range n.Content {
-			x, err := structValue(c)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, x)
-		}
-		return out, nil
-	}
-	switch n.ShortTag() {
-	case "!!null":
-		return nil, nil
-	case "!!bool":
-		var b bool
-		err := n.Decode(&b)
-		return b, err
-	case "!!int", "!!float":
-		var f float64
-		if err := n.Decode(&f); err != nil {
-			return nil, fmt.Errorf("line %d: %q is not a number Istio can pass", n.Line, n.Value)
-		}
-		if math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, fmt.Errorf("line %d: %s is not a JSON number", n.Line, n.Value)
-		}
-		return f, nil
-	}
-	return n.Value, nil
-}
-
-// marshalJSON writes v as compact JSON with sorted keys, as protojson writes a
-// Struct (encoding/json sorts map keys and formats doubles the same way).
-func marshalJSON(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // plural writes "1 service", "3 services".

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -10,10 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
-	"gopkg.in/yaml.v3"
 )
 
 // update (-update) rewrites the golden files of testdata/check,
@@ -82,6 +77,16 @@ func TestCheckGolden(t *testing.T) {
 		{"schema", []string{"../../configs/schema.json"}},
 		{"missing-file", []string{td + "no-such-file.json", "../../configs/demo.json"}},
 		{"several", []string{"../../envoy.yaml", td + "bad-plugin.json", "../../configs/token.json"}},
+		// Cross-checks: each unsafe file's finding names the file, the node and what to change.
+		{"unsafe-endpoints", []string{td + "unsafe-endpoints.yaml"}},
+		{"unsafe-header", []string{td + "unsafe-header.yaml"}},
+		{"unsafe-fail-open", []string{td + "unsafe-fail-open.yaml"}},
+		{"kind-network-filter", []string{td + "kind-network-filter.yaml"}},
+		{"kind-http-filter", []string{td + "kind-http-filter.yaml"}},
+		{"fleet-cluster-missing", []string{td + "fleet-cluster-missing.yaml"}},
+		{"retries-fail-open", []string{td + "retries-fail-open.yaml"}},
+		{"istio-unsafe", []string{td + "istio-unsafe.yaml"}},
+		{"istio-fleet-without-etcd", []string{"../../configs/istio/fleet/wasmplugin.yaml", "../../configs/istio/serviceentry.yaml"}},
 		{"usage", []string{}},
 		{"usage-flag", []string{"-q", "x.json"}},
 	}
@@ -97,6 +102,7 @@ func TestCheckGolden(t *testing.T) {
 func TestCheckRepositoryConfigs(t *testing.T) {
 	istio, _ := filepath.Glob("../../configs/istio/*.yaml")
 	istioTCP, _ := filepath.Glob("../../configs/istio/tcp/*.yaml")
+	istioFleet, _ := filepath.Glob("../../configs/istio/fleet/*.yaml")
 	tests := []struct {
 		name  string
 		files []string
@@ -104,11 +110,14 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 	}{
 		{"envoy.yaml", []string{"../../envoy.yaml"},
 			[]string{"../../envoy.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
+		{"envoy-fleet.yaml", []string{"../../configs/envoy-fleet.yaml"},
+			[]string{"../../configs/envoy-fleet.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"envoy-original-dst.yaml", []string{"../../configs/envoy-original-dst.yaml"},
 			[]string{"../../configs/envoy-original-dst.yaml: listener hashlb_listener, filter hashlb: ok (URLHASH over 3 services)"}},
 		{"envoy-tcp.yaml", []string{"../../configs/envoy-tcp.yaml"},
 			[]string{"../../configs/envoy-tcp.yaml: listener hashlb_tcp, filter hashlb: ok (SRCIPSRCPORTHASH over 3 services)"}},
 		{"istio-tcp", istioTCP, []string{"../../configs/istio/tcp/wasmplugin.yaml: WasmPlugin demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
+		{"istio-fleet", istioFleet, []string{"../../configs/istio/fleet/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 	}
 	for _, ex := range exampleConfigs(t) {
@@ -132,77 +141,6 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestPluginConfigAsIstio: a WasmPlugin's pluginConfig reaches ParseConfig as
-// the JSON Istio sends the module (protojson of a google.protobuf.Struct), so
-// check reports what the proxy would log, in the order it would log it.
-func TestPluginConfigAsIstio(t *testing.T) {
-	tests := []struct {
-		name, yaml string
-	}{
-		{"example", `{lbMethod: URLHASH, upstreamCount: 3, services: [{name: a, address: "10.0.0.1:80"}]}`},
-		{"numbers", `{hashLength: 80.0, upstreamCount: 1e1, trustedForwardedHops: 0x10, services: [{name: a, address: "10.0.0.1:80", weight: 1.5}], hashBalanceFactor: 12345678901234567890}`},
-		{"types and order", `{zeta: true, alpha: null, services: [], debugHeader: "yes", persistence: {keys: ["${client.ip}"], tableSize: 3000000}}`},
-		{"text", `{token: "${request.header.x<y> | replace(\"&\", \"\")}", lbMethod: token, services: [{name: "é", address: "[::1]:80"}]}`},
-		{"anchors", `{base: &b {name: a, address: "10.0.0.1:80"}, services: [*b, {<<: *b, name: c}]}`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var node yaml.Node
-			if err := yaml.Unmarshal([]byte(tt.yaml), &node); err != nil {
-				t.Fatal(err)
-			}
-			v, err := structValue(node.Content[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := marshalJSON(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var m map[string]any
-			if err := yaml.Unmarshal([]byte(tt.yaml), &m); err != nil {
-				t.Fatal(err)
-			}
-			s, err := structpb.NewStruct(normalise(m).(map[string]any))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pj, err := protojson.Marshal(s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want bytes.Buffer
-			if err := json.Compact(&want, pj); err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want.Bytes()) {
-				t.Errorf("pluginConfig %s as JSON:\n got %s\nwant %s (protojson)", tt.yaml, got, want.Bytes())
-			}
-		})
-	}
-}
-
-// normalise turns what yaml.v3 decodes into what structpb takes.
-func normalise(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = normalise(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = normalise(e)
-		}
-		return x
-	case int:
-		return float64(x)
-	case uint64:
-		return float64(x)
-	}
-	return v
 }
 
 // TestModuleNeverLinksYAML: the CLI reads YAML; the module must not.

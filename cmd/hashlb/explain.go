@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,39 +15,18 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/hashlb/hashlb/internal/deploycheck"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-const explainUsage = `usage: hashlb explain CONFIG -url URL [flags]
-
-Shows how the module decides one request, with its own code (lbcore): the
+const explainAbout = `Shows how the module decides one request, with its own code (lbcore): the
 method, the exact bytes hashed, every service's score in rank order, the
 choice and the failover order, the backup method when the input is missing,
 and the persistence key. Nothing is sent anywhere.
 
 CONFIG is any FILE "hashlb check" accepts; when it holds several hashlb
-configurations, -config chooses one.
-
-flags (before or after CONFIG):
-  -url URL          the request target as the module receives it (:path): a
-                    path and query, or an absolute URL (then its host is
-                    :authority unless -authority or a host header says
-                    otherwise). Required; -url '' is a request without one.
-  -header 'k: v'    a request header (repeatable). "host" is :authority, as
-                    Envoy stores HTTP/1's Host. Client copies of
-                    upstreamHeader and serviceHeader are removed, as the
-                    module removes them.
-  -authority HOST   :authority (the Host header)
-  -method METHOD    :method (default GET)
-  -client IP:PORT   the connection's peer (source.address)
-  -dest IP:PORT     the address the request was received on (destination.address)
-  -down NAME,…      services marked DOWN (health checks took them out)
-  -config N|TEXT    which configuration of CONFIG: its number, or its place as
-                    "hashlb check" prints it (or a part of it naming one)
-  -seed N           the worker's seed (default 0): round robin and least
-                    connection depend on the worker; shown is what a fresh
-                    worker with this seed picks
-  -json             print the report as JSON
+configurations, -config chooses one. A connection (a network filter) is
+-url '' -client IP:PORT -dest IP:PORT.
 
 Persistence is explained for an empty table: the request's key is shown, and
 the method's choice is what the table would store.
@@ -85,38 +63,28 @@ func (h *headerFlag) Set(s string) error {
 
 // runExplain implements "hashlb explain".
 func runExplain(args []string, stdout, stderr io.Writer) int {
-	fset := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fset.SetOutput(io.Discard)
+	c := newCommand("explain", "CONFIG -url URL [flags]", explainAbout, stdout, stderr)
+	fset := c.flags
 	var headers headerFlag
-	target := fset.String("url", "", "")
-	authority := fset.String("authority", "", "")
-	method := fset.String("method", "GET", "")
-	client := fset.String("client", "", "")
-	dest := fset.String("dest", "", "")
-	down := fset.String("down", "", "")
-	which := fset.String("config", "", "")
-	seed := fset.Uint64("seed", 0, "")
-	asJSON := fset.Bool("json", false, "")
-	fset.Var(&headers, "header", "")
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "hashlb explain: "+format+"\n\n%s", append(a, explainUsage)...)
-		return 2
-	}
-	// Flags may come before and after CONFIG.
-	var files []string
-	for rest := args; ; {
-		if err := fset.Parse(rest); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stderr, explainUsage)
-				return 2
-			}
-			return usageErr("%v", err)
-		}
-		if fset.NArg() == 0 {
-			break
-		}
-		files = append(files, fset.Arg(0))
-		rest = fset.Args()[1:]
+	target := fset.String("url", "", "the request target `URL` as the module receives it (:path): a path and query, or an absolute\n"+
+		"URL, whose host is then :authority unless -authority or a host header says otherwise.\n"+
+		"Required; -url '' is a request without one (or a connection)")
+	authority := fset.String("authority", "", "the request's :authority (its Host header), `HOST`")
+	method := fset.String("method", "GET", "the request's :method, `METHOD`")
+	client := fset.String("client", "", "the connection's peer (source.address), `IP:PORT`")
+	dest := fset.String("dest", "", "the address the request was received on (destination.address), `IP:PORT`")
+	down := fset.String("down", "", "services marked DOWN, as health checks would, `NAME,…`")
+	which := fset.String("config", "", "the configuration of CONFIG to explain, `N|TEXT`: its number, or its place as \"hashlb check\"\n"+
+		"prints it (or a part of it naming one)")
+	seed := fset.Uint64("seed", 0, "the worker's seed `N`: round robin and least connection depend on the worker, and what a\n"+
+		"fresh worker with this seed picks is shown")
+	asJSON := fset.Bool("json", false, "print the report as JSON")
+	fset.Var(&headers, "header", "a request header `'name: value'` (repeatable); host is :authority, as Envoy stores\n"+
+		"HTTP/1's Host; client copies of upstreamHeader and serviceHeader are removed, as the module does")
+	usageErr := c.usageErr
+	files, code, done := c.parse(args)
+	if done {
+		return code
 	}
 	set := map[string]bool{}
 	fset.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -126,15 +94,22 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	case !set["url"]:
 		return usageErr("-url is required (the request target, such as /some/path)")
 	}
+	for _, a := range []struct{ flag, value string }{{"client", *client}, {"dest", *dest}} {
+		if a.value != "" {
+			if err := lbcore.AddrPortError(a.value); err != nil {
+				return usageErr("-%s %s: %v", a.flag, a.value, err)
+			}
+		}
+	}
 	file := files[0]
 
-	src, err := scanFile(file)
+	src, err := deploycheck.ScanFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", file, err)
 		return 1
 	}
-	configs := src.configs()
-	var e embedded
+	configs := src.Configs()
+	var e deploycheck.Item
 	switch pick, err := chooseConfig(configs, *which); {
 	case len(configs) == 0:
 		fmt.Fprintf(stderr, "%s: no hashlb configuration\n", file)
@@ -142,17 +117,17 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		var b strings.Builder
 		for i, c := range configs {
-			fmt.Fprintf(&b, "  -config %d   %s\n", i+1, c.where)
+			fmt.Fprintf(&b, "  -config %d   %s\n", i+1, c.Where)
 		}
 		fmt.Fprintf(stderr, "hashlb explain: %s: %v; its configurations:\n%s", file, err, b.String())
 		return 2
 	default:
 		e = configs[pick]
 	}
-	cfg, problems := e.parse()
+	cfg, problems := e.Parse()
 	if problems != nil {
 		for _, p := range problems {
-			fmt.Fprintf(stderr, "%s%s\n", e.prefix(file), p)
+			fmt.Fprintf(stderr, "%s%s\n", e.Prefix(file), p)
 		}
 		return 1
 	}
@@ -193,7 +168,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	x := b.Explain(&req, time.Now())
-	r := newReport(file, e.where, cfg, &req, &x, stripped, *seed)
+	r := newReport(file, e.Where, cfg, &req, &x, stripped, *seed)
 	if *asJSON {
 		out, err := json.MarshalIndent(r, "", "  ")
 		if err != nil {
@@ -213,7 +188,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 // chooseConfig picks the configuration -config names: its number (1-based,
 // in file order), its place exactly, or the one place that contains it.
 // Without -config the file must hold exactly one.
-func chooseConfig(configs []embedded, which string) (int, error) {
+func chooseConfig(configs []deploycheck.Item, which string) (int, error) {
 	if which == "" {
 		if len(configs) > 1 {
 			return 0, fmt.Errorf("holds %d hashlb configurations: choose one with -config", len(configs))
@@ -228,10 +203,10 @@ func chooseConfig(configs []embedded, which string) (int, error) {
 	}
 	found := -1
 	for i, c := range configs {
-		if c.where == which {
+		if c.Where == which {
 			return i, nil
 		}
-		if strings.Contains(c.where, which) {
+		if strings.Contains(c.Where, which) {
 			if found >= 0 {
 				return 0, fmt.Errorf("-config %q names more than one configuration", which)
 			}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,15 +9,8 @@ import (
 	"github.com/hashlb/hashlb/internal/nsconf"
 )
 
-const importUsage = `usage: hashlb import-nsconf ns.conf [-vserver NAME] [-o DIR]
-
-Translates the load-balancing vservers of a NetScaler ns.conf into hashlb
+const importAbout = `Translates the load-balancing vservers of a NetScaler ns.conf into hashlb
 configurations, one per "add lb vserver", named after the vserver.
-
-  -o DIR        write each configuration to DIR/<vserver>.json (DIR is created);
-                without -o they go to stdout, each after a "// <file>" line
-  -vserver NAME write only lb vserver NAME; without -o, stdout is then exactly
-                its JSON
 
 The report on stderr lists every non-blank input line as translated, ignored,
 not translated or failed, with the reason, and every warning (the nearest
@@ -31,30 +22,16 @@ command in it.
 
 // runImportNSConf implements "hashlb import-nsconf".
 func runImportNSConf(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("import-nsconf", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	vserver := fs.String("vserver", "", "")
-	dir := fs.String("o", "", "")
-	// The file comes first in the synopsis; flags may come before or after.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Fprint(stderr, importUsage)
-			} else {
-				fmt.Fprintf(stderr, "hashlb import-nsconf: %v\n\n%s", err, importUsage)
-			}
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	c := newCommand("import-nsconf", "ns.conf [-vserver NAME] [-o DIR]", importAbout, stdout, stderr)
+	vserver := c.flags.String("vserver", "", "write only lb vserver `NAME`; without -o, stdout is then exactly its JSON")
+	dir := c.flags.String("o", "", "write each configuration to `DIR`/<vserver>.json (DIR is created);\n"+
+		"without -o they go to stdout, each after a \"// <file>\" line")
+	files, code, done := c.parse(args)
+	if done {
+		return code
 	}
 	if len(files) != 1 {
-		fmt.Fprintf(stderr, "hashlb import-nsconf: want one ns.conf, got %d\n\n%s", len(files), importUsage)
-		return 2
+		return c.usageErr("want one ns.conf, got %d", len(files))
 	}
 	src, err := os.ReadFile(files[0])
 	if err != nil {

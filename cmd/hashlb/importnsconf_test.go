@@ -220,7 +220,6 @@ func TestNSConfUsage(t *testing.T) {
 		{name: "two files", args: []string{"a.conf", "b.conf"}, wantStderr: "want one ns.conf, got 2"},
 		{name: "unknown flag", args: []string{"-x", "ns.conf"}, wantStderr: "hashlb import-nsconf: flag provided but not defined: -x"},
 		{name: "flag without value", args: []string{"ns.conf", "-o"}, wantStderr: "flag needs an argument: -o"},
-		{name: "help", args: []string{"-h"}, wantStderr: "usage: hashlb import-nsconf ns.conf [-vserver NAME] [-o DIR]"},
 		{name: "unreadable file", args: []string{filepath.Join(t.TempDir(), "missing.conf")}, wantStderr: "missing.conf: no such file or directory"},
 		{name: "a JSON export", args: []string{writeTemp(t, "export.json", "{\n  \"lbvserver\": [\n    {\"name\": \"vs1\", \"servicetype\": \"HTTP\"}\n  ]\n}\n")},
 			wantStderr: "export.json: no NetScaler command found"},

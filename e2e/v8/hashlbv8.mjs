@@ -20,8 +20,10 @@
 //    "slowMs": 50,             requests slower than this (after warm-up) are reported one by one
 //    "budgetMs": 0,            > 0: a phase stops once it has run this long (reported as "budget")
 //    "perRequest": false,      true: one line per measured request as well
-//    "finalTick": false}       true: one more proxy_on_tick after the last request of a phase, so
+//    "finalTick": false,       true: one more proxy_on_tick after the last request of a phase, so
 //                              that the module's batched counts reach the host's metrics
+//    "filter": ""}             "http" or "network": the Envoy filter that runs the plugin, whatever
+//                              its filterType says (default: the one filterType names)
 // With "filterType": "network" in the configuration each REQUEST is a TCP connection instead
 // (envoy.filters.network.wasm; Envoy source/extensions/common/wasm/context.cc): its source and
 // dest are the connection's addresses, its headers are not used; the outcome is the address the
@@ -841,6 +843,7 @@ function loadJob(job, phaseCache) {
     warmup: job.warmup ?? 0, repeat: job.repeat ?? 1, logLevel: job.logLevel ?? 2,
     intervalNs: BigInt(Math.round((job.requestIntervalMs ?? 1) * 1e6)), slowUs: (job.slowMs ?? 50) * 1000,
     budgetMs: job.budgetMs ?? 0, perRequest: !!job.perRequest, finalTick: !!job.finalTick,
+    filter: job.filter === 'http' || job.filter === 'network' ? job.filter : '',
     etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
     phases: job.phases.map((ph) => {
       const key = `${job.strings}`;
@@ -1036,6 +1039,7 @@ function runPhase(run, compiled, phase) {
   const trapLine = (extra) => ({ type: 'trap', phase: phase.name, ...extra, callback: vm.dead.callback, error: vm.dead.error, stderr: vm.stderr.slice(-4000), errorLogs: vm.errorLogs.slice(-5) });
 
   const names = outcomeHeaders(run.config);
+  if (job.filter) names.network = job.filter === 'network';
   const stats = new Map();
   const total = job.warmup + job.repeat, reqs = phase.requests;
   let ran = 0, slow = 0, memoryAfterWarmup = 0, stopped = null, slowest = null;
@@ -1074,6 +1078,7 @@ function runPhase(run, compiled, phase) {
     type: 'phase', phase: phase.name, requests: ran, planned: total, warmup: job.warmup, trapped: !!vm.dead,
     memoryAfterWarmup, memory: vm.mem.memory.buffer.byteLength, ms: Math.round(Number(process.hrtime.bigint() - t0) / 1e6),
     slowest, ticks: vm.ticks, httpCalls: vm.httpCalls, sharedKeys: vm.shared.size, logs: vm.logs, metrics,
+    errorLogs: vm.errorLogs.map(show),
   });
   return { ok: !vm.dead && !stopped, trapped: !!vm.dead };
 }

@@ -1,3 +1,5 @@
+//go:build spreadtable
+
 package spread
 
 import (
@@ -18,21 +20,16 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-var (
-	flagTable = flag.Bool("spread.table", false, "print the R5 comparison table (markdown) and write the charts")
-	flagImg   = flag.String("spread.img", "../../docs/img", "directory the charts are written to")
-)
+var flagImg = flag.String("spread.img", "../../docs/img", "directory the charts are written to")
 
-// TestDistributionTable prints issue 11's R5 comparison, hashlb's HRW against
-// Envoy's ring hash (minimum_ring_size 1024 and 65536) and Maglev (65537), on
-// the same 10^6 keys, and writes docs/img/distribution-*.png. It runs only
-// with -spread.table:
+// TestDistributionTable prints the comparison of docs/distribution.md,
+// hashlb's HRW against Envoy's ring hash (minimum_ring_size 1024 and 65536)
+// and Maglev (65537), on the same 10^6 keys, and writes
+// docs/img/distribution-*.png. It is a generator, built only with the tag
+// spreadtable:
 //
-//	go test ./internal/spread -run TestDistributionTable -spread.table -v
+//	go test -tags spreadtable ./internal/spread -run TestDistributionTable -v
 func TestDistributionTable(t *testing.T) {
-	if !*flagTable {
-		t.Skip("run with -spread.table to print the comparison and write the charts")
-	}
 	keys, hashes := testKeys()
 	var out strings.Builder
 	fmt.Fprintf(&out, "Keys: %d (\"/object/0\" … \"/object/%d\", xxHash64); Go %s, %s/%s, %d CPUs.\n\n",

@@ -34,19 +34,55 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/tetratelabs/wazero"
 )
 
-// pluginConfig is the part of hashlb's JSON configuration the proxy needs.
+// pluginConfig is the part of hashlb's JSON configuration the proxy needs:
+// the host's own settings (which header or filter state it follows, which
+// clusters it must reach), never a decision.
 type pluginConfig struct {
-	UpstreamHeader string `json:"upstreamHeader"`
-	Services       []struct {
-		Name    string `json:"name"`
-		Address string `json:"address"`
-	} `json:"services"`
+	FilterType     string    `json:"filterType"`
+	UpstreamHeader string    `json:"upstreamHeader"`
+	Services       []service `json:"services"`
+	Persistence    *struct {
+		Fleet *struct {
+			Cluster string `json:"cluster"`
+		} `json:"fleet"`
+	} `json:"persistence"`
+}
+
+// service is one entry of the configuration's services.
+type service struct {
+	Name    string `json:"name"`
+	Address string `json:"address"`
+}
+
+// fleetCluster is persistence.fleet.cluster, or "".
+func (pc *pluginConfig) fleetCluster() string {
+	if pc.Persistence == nil || pc.Persistence.Fleet == nil {
+		return ""
+	}
+	return pc.Persistence.Fleet.Cluster
+}
+
+// readPluginConfig reads the host's part of a configuration file.
+func readPluginConfig(path string) (*pluginConfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var pc pluginConfig
+	if err := json.Unmarshal(raw, &pc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &pc, nil
 }
 
 // options are the command's flags.
@@ -54,7 +90,7 @@ type options struct {
 	wasmPath, configPath, backendsConfig, listen string
 	workers                                      int
 	profile                                      string
-	backends                                     bool
+	backends, backendsOnly                       bool
 	clusters                                     clusterFlags
 	etcd                                         bool
 	etcdDir                                      string
@@ -69,10 +105,12 @@ func main() {
 	flag.StringVar(&o.listen, "listen", "127.0.0.1:10000", "address to serve on (with -fleet N, the first of N consecutive ports)")
 	flag.IntVar(&o.workers, "workers", 4, "number of VMs (Envoy worker threads)")
 	flag.StringVar(&o.profile, "profile", hostsim.ProfileEnvoy133, "import profile: envoy-1.33 or envoy-1.39")
-	flag.BoolVar(&o.backends, "backends", true, "start a demo backend on every service address of the config")
+	flag.BoolVar(&o.backends, "backends", true, "start a demo backend on every service address of the config (loopback addresses only)")
+	flag.BoolVar(&o.backendsOnly, "backends-only", false, "start only the demo backends of -config, no proxy: for a real Envoy in front\n"+
+		"(envoy.yaml's services are configs/demo.json's; configs/envoy-tcp.yaml's are configs/tcp.json's)")
 	flag.StringVar(&o.backendsConfig, "backends-config", "", "start the demo backends on the service addresses of this config instead of -config's\n"+
 		"(for a module whose configuration is not hashlb's, such as the benchmarks' same-calls baseline)")
-	flag.Var(o.clusters, "cluster", "`NAME=HOST:PORT`: an Envoy cluster the module's callouts reach, answered asynchronously (repeatable)")
+	flag.Var(o.clusters, "cluster", "an Envoy cluster the module's callouts reach, `NAME=HOST:PORT`, answered asynchronously (repeatable)")
 	flag.BoolVar(&o.etcd, "etcd", false, "start an etcd server in process on a free loopback port and map cluster \"etcd\" to it")
 	flag.StringVar(&o.etcdDir, "etcd-dir", "", "with -etcd: etcd's data directory, kept (default: a temporary one, removed at exit)")
 	flag.IntVar(&o.fleet, "fleet", 1, "run N independent proxies (separate shared data, as N Envoy processes) on consecutive ports")
@@ -81,6 +119,12 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if o.backendsOnly {
+		if err := runBackendsOnly(ctx, o.out, o.wasmPath, o.configPath, o.profile); err != nil {
+			log.Fatalf("hashlb-proxy: %v", err)
+		}
+		return
+	}
 	if *tcpListen != "" {
 		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends); err != nil {
 			log.Fatalf("hashlb-proxy: %v", err)
@@ -92,19 +136,15 @@ func main() {
 	}
 }
 
-// run serves until ctx ends or a member's server fails.
+// run serves until ctx ends or a member's server fails. Nothing listens
+// before the module has accepted the configuration.
 func run(ctx context.Context, o options) error {
-	wasm, err := os.ReadFile(o.wasmPath)
-	if err != nil {
-		return fmt.Errorf("%w (build it with: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o dist/hashlb.wasm ./filter)", err)
-	}
-	raw, err := os.ReadFile(o.configPath)
+	wasm, raw, pc, err := load(o.wasmPath, o.configPath, o.profile)
 	if err != nil {
 		return err
 	}
-	var pc pluginConfig
-	if err := json.Unmarshal(raw, &pc); err != nil {
-		return fmt.Errorf("%s: %w", o.configPath, err)
+	if pc.FilterType == "network" {
+		return fmt.Errorf("%s: filterType network is a network filter's configuration: serve it with -tcp ADDR (hashlb-proxy -tcp 127.0.0.1:10001 -config %s)", o.configPath, o.configPath)
 	}
 	if pc.UpstreamHeader == "" {
 		pc.UpstreamHeader = "x-envoy-original-dst-host"
@@ -112,26 +152,27 @@ func run(ctx context.Context, o options) error {
 	if o.fleet < 1 {
 		return fmt.Errorf("-fleet %d: want at least 1", o.fleet)
 	}
+	if c := pc.fleetCluster(); c != "" && o.clusters[c] == "" && !(o.etcd && c == "etcd") {
+		hint := "-cluster " + c + "=HOST:PORT (an etcd's client port)"
+		if c == "etcd" {
+			hint = "-etcd (an etcd server in process) or " + hint
+		}
+		return fmt.Errorf("%s: persistence.fleet.cluster %q reaches no etcd: add %s; without it every proxy would decide alone", o.configPath, c, hint)
+	}
 	addrs, err := fleetAddrs(o.listen, o.fleet)
 	if err != nil {
 		return err
 	}
 	if o.backends && o.backendsConfig != "" {
-		b, err := os.ReadFile(o.backendsConfig)
+		bc, err := readPluginConfig(o.backendsConfig)
 		if err != nil {
 			return err
-		}
-		var bc pluginConfig
-		if err := json.Unmarshal(b, &bc); err != nil {
-			return fmt.Errorf("%s: %w", o.backendsConfig, err)
 		}
 		pc.Services = bc.Services
 	}
 	if o.backends {
-		for _, s := range pc.Services {
-			if err := startBackend(o.out, s.Name, s.Address); err != nil {
-				return err
-			}
+		if err := startBackends(o.out, pc.Services, false); err != nil {
+			return err
 		}
 	}
 	if o.etcd {
@@ -167,7 +208,7 @@ func run(ctx context.Context, o options) error {
 		h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 			Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
 			LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
-			Properties: props,
+			Properties: props, Cache: compileCache(),
 		})
 		if err != nil {
 			return err
@@ -209,17 +250,52 @@ func run(ctx context.Context, o options) error {
 	return first
 }
 
-// startBackend serves "backend NAME (ADDR)" on addr.
-func startBackend(out io.Writer, name, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("demo backend %s: %w (run with -backends=false to use your own)", name, err)
+// compileCache keeps the module's compiled code in the user's cache
+// directory, so that a second start (and the validating VM's twin) does not
+// compile it again; without a cache directory it is the process's alone.
+var compileCache = sync.OnceValue(func() wazero.CompilationCache {
+	if dir, err := os.UserCacheDir(); err == nil {
+		if c, err := wazero.NewCompilationCacheWithDir(filepath.Join(dir, "hashlb-proxy", "wazero")); err == nil {
+			return c
+		}
 	}
-	msg := fmt.Sprintf("backend %s (%s)\n", name, ln.Addr())
-	go http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("content-type", "text/plain")
-		fmt.Fprint(w, msg)
-	}))
-	fmt.Fprintf(out, "demo backend %s on %s\n", name, ln.Addr())
-	return nil
+	return wazero.NewCompilationCache()
+})
+
+// load reads the module and the configuration and has the module check the
+// configuration on one VM, as Envoy configures a filter before it serves:
+// the module's own validation, every problem it logs, before anything
+// listens. pc is the host's part of the accepted configuration.
+func load(wasmPath, configPath, profile string) (wasm, raw []byte, pc *pluginConfig, err error) {
+	wasm, err = os.ReadFile(wasmPath)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%w (build it with: ./build.sh wasm)", err)
+	}
+	raw, err = os.ReadFile(configPath)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var logs strings.Builder
+	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
+		Workers: 1, Profile: profile, PluginConfig: raw, LogLevel: hostsim.LogWarn, LogOutput: &logs, Cache: compileCache(),
+	})
+	if err != nil {
+		var lines []string // the module's error lines, without hostsim's own
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if _, msg, ok := strings.Cut(l, "] error: "); ok {
+				lines = append(lines, "  "+msg)
+			}
+		}
+		if len(lines) == 0 {
+			return nil, nil, nil, fmt.Errorf("%s: the module did not start: %w", configPath, err)
+		}
+		return nil, nil, nil, fmt.Errorf("%s: the module refused the configuration:\n%s", configPath, strings.Join(lines, "\n"))
+	}
+	h.Close(context.Background())
+	pc = &pluginConfig{}
+	if err := json.Unmarshal(raw, pc); err != nil {
+		// The module accepted it, so this is not hashlb's JSON (-backends-config).
+		pc = &pluginConfig{}
+	}
+	return wasm, raw, pc, nil
 }

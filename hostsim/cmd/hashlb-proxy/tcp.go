@@ -9,8 +9,8 @@ package main
 // "backend NAME", and close it.
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -37,30 +37,24 @@ func configFlag(configPath string) string {
 	return tcpDefaultConfig
 }
 
-// runTCP serves TCP on listen until ctx ends (an interrupt).
+// runTCP serves TCP on listen until ctx ends (an interrupt). Nothing listens
+// before the module has accepted the configuration.
 func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers int, profile string, backends bool) error {
-	wasm, err := os.ReadFile(wasmPath)
-	if err != nil {
-		return fmt.Errorf("%w (build it with: ./build.sh wasm)", err)
-	}
-	raw, err := os.ReadFile(configPath)
+	wasm, raw, pc, err := load(wasmPath, configPath, profile)
 	if err != nil {
 		return err
 	}
-	var pc pluginConfig
-	if err := json.Unmarshal(raw, &pc); err != nil {
-		return fmt.Errorf("%s: %w", configPath, err)
+	if pc.FilterType != "network" {
+		return fmt.Errorf("%s: an HTTP filter's configuration (filterType %q): -tcp serves a network filter (filterType network, e.g. -config %s); drop -tcp to serve it over HTTP", configPath, cmp.Or(pc.FilterType, "http"), tcpDefaultConfig)
 	}
 	if backends {
-		for _, s := range pc.Services {
-			if err := startTCPBackend(s.Name, s.Address); err != nil {
-				return err
-			}
+		if err := startBackends(os.Stdout, pc.Services, true); err != nil {
+			return err
 		}
 	}
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 		Workers: workers, Profile: profile, PluginConfig: raw, RealTime: true,
-		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: tcpProbe,
+		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: tcpProbe, Cache: compileCache(),
 	})
 	if err != nil {
 		return err
@@ -77,7 +71,7 @@ func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers in
 	}()
 	fmt.Printf("hashlb-proxy: %s on tcp://%s, %d workers (%s), upstream in filter state\n", wasmPath, ln.Addr(), workers, h.Profile())
 	host, port, _ := net.SplitHostPort(ln.Addr().String())
-	fmt.Printf("try: nc %s %s </dev/null\n", host, port)
+	fmt.Printf("try (bash): cat </dev/tcp/%s/%s\n", host, port)
 	t := &tcpProxy{host: h}
 	for {
 		c, err := ln.Accept()
@@ -184,28 +178,6 @@ func pump(src, dst *net.TCPConn, seen func([]byte, bool)) {
 			return
 		}
 	}
-}
-
-// startTCPBackend answers each connection on addr with "backend NAME\n" and
-// closes it.
-func startTCPBackend(name, addr string) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("demo backend %s: %w (run with -backends=false to use your own)", name, err)
-	}
-	line := []byte("backend " + name + "\n")
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write(line)
-			c.Close()
-		}
-	}()
-	fmt.Printf("demo TCP backend %s on %s\n", name, ln.Addr())
-	return nil
 }
 
 // tcpProbe answers the module's health probes (healthCheck) for TCP

@@ -1,0 +1,260 @@
+package deploycheck
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// resource is one Kubernetes manifest of a run.
+type resource struct {
+	file, kind, where string
+	n                 *yaml.Node
+}
+
+func (r resource) spec() *yaml.Node { return get(r.n, "spec") }
+
+// istioCheck is the state of checking the Istio manifests of a run.
+type istioCheck struct {
+	byKind map[string][]resource
+	out    []Finding
+}
+
+func (c *istioCheck) add(p plugin, r resource, at *yaml.Node, path string, warning bool, format string, args ...any) {
+	line := 0
+	if at != nil {
+		line = at.Line
+	}
+	c.out = append(c.out, Finding{File: r.file, Where: r.where, Path: path, Line: line,
+		Problem: fmt.Sprintf(format, args...), Warning: warning, Plugin: p.item.Node})
+}
+
+// checkIstio holds every hashlb WasmPlugin of the run to the Istio
+// resources given with it: those of the same files and of the others.
+func checkIstio(files []Named) []Finding {
+	c := &istioCheck{byKind: map[string][]resource{}}
+	type wasm struct {
+		r resource
+		p plugin
+	}
+	var plugs []wasm
+	for _, f := range files {
+		ps := plugins(f)
+		for _, doc := range f.Docs {
+			for _, m := range manifests(doc) {
+				kind := str(get(m, "kind"))
+				name := str(get(get(m, "metadata"), "name"))
+				if ns := str(get(get(m, "metadata"), "namespace")); ns != "" {
+					name = ns + "/" + name
+				}
+				r := resource{file: f.Name, kind: kind, where: kind + " " + name, n: m}
+				c.byKind[kind] = append(c.byKind[kind], r)
+				if p, ok := ps[m]; ok && kind == "WasmPlugin" {
+					plugs = append(plugs, wasm{r, p})
+				}
+			}
+		}
+	}
+	for _, w := range plugs {
+		c.wasmPlugin(w.r, w.p)
+	}
+	return c.out
+}
+
+// manifests lists a document's resources (a List's items too).
+func manifests(doc *yaml.Node) []*yaml.Node {
+	if get(doc, "apiVersion") == nil {
+		return nil
+	}
+	if strings.HasSuffix(str(get(doc, "kind")), "List") && get(doc, "items") != nil {
+		var out []*yaml.Node
+		for _, it := range items(get(doc, "items")) {
+			out = append(out, manifests(it)...)
+		}
+		return out
+	}
+	return []*yaml.Node{doc}
+}
+
+func (c *istioCheck) wasmPlugin(r resource, p plugin) {
+	spec := r.spec()
+	cfg := p.cfg
+	typ := orDefault(str(get(spec, "type")), "HTTP")
+	switch {
+	case typ == "NETWORK" && !cfg.Network():
+		c.add(p, r, get(spec, "type"), "spec.type", false, "type NETWORK with filterType %s: a NETWORK plugin needs filterType network in its pluginConfig; or make it type HTTP", cfg.FilterType)
+		return
+	case typ != "NETWORK" && cfg.Network():
+		c.add(p, r, spec, "spec.type", false, "type %s with filterType network: a filterType network configuration needs type NETWORK (before tcp_proxy); or remove filterType", typ)
+		return
+	}
+	if str(get(spec, "failStrategy")) == "FAIL_OPEN" {
+		if cfg.Network() {
+			c.add(p, r, get(spec, "failStrategy"), "spec.failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped NETWORK plugin lets tcp_proxy connect to the connection's own destination (ORIGINAL_DST)")
+		} else {
+			c.add(p, r, get(spec, "failStrategy"), "spec.failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped hashlb leaves requests unbalanced, and a client's own upstream header in place")
+		}
+	}
+	if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
+		c.fleetCluster(r, p, fl.Fleet.Cluster)
+	}
+	if cfg.Network() {
+		return
+	}
+	selector := labels(get(get(spec, "selector"), "matchLabels"))
+	for _, ef := range c.byKind["EnvoyFilter"] {
+		for i, cp := range items(get(ef.spec(), "configPatches")) {
+			if str(get(cp, "applyTo")) != "CLUSTER" {
+				continue
+			}
+			path := fmt.Sprintf("spec.configPatches[%d]", i)
+			tc := overrideHostIn(get(get(cp, "patch"), "value"))
+			if tc == nil {
+				continue
+			}
+			if efl := labels(get(get(ef.spec(), "workloadSelector"), "labels")); !maps.Equal(efl, selector) {
+				c.add(p, ef, get(ef.spec(), "workloadSelector"), "spec.workloadSelector", false,
+					"workloadSelector %v and the WasmPlugin's selector %v differ: the header must be read where it is written; select the same workloads", efl, selector)
+			}
+			var hs []string
+			for _, s := range items(get(tc, "override_host_sources")) {
+				if h := str(get(s, "header")); h != "" {
+					hs = append(hs, h)
+				}
+			}
+			if !slices.Contains(hs, cfg.UpstreamHeader) {
+				c.add(p, ef, tc, path+".patch.value.load_balancing_policy", false,
+					"override_host reads header %q, but the plugin (%s) writes upstreamHeader %q: make override_host_sources read %q", hs, r.where, cfg.UpstreamHeader, cfg.UpstreamHeader)
+			}
+			m := get(get(cp, "match"), "cluster")
+			host, port := str(get(m, "service")), str(get(m, "portNumber"))
+			if se, ok := c.serviceEntry(host); ok {
+				c.endpoints(r, p, se, host, port, path, ef, m)
+			}
+			c.retries(r, p, host)
+		}
+	}
+}
+
+// serviceEntry returns the ServiceEntry whose hosts include host.
+func (c *istioCheck) serviceEntry(host string) (resource, bool) {
+	for _, se := range c.byKind["ServiceEntry"] {
+		for _, h := range items(get(se.spec(), "hosts")) {
+			if str(h) == host {
+				return se, true
+			}
+		}
+	}
+	return resource{}, false
+}
+
+// endpoints checks that the ServiceEntry the EnvoyFilter patches has
+// exactly the plugin's services as endpoints, on the patched port.
+func (c *istioCheck) endpoints(r resource, p plugin, se resource, host, port, path string, ef resource, m *yaml.Node) {
+	var portNode *yaml.Node
+	for _, pn := range items(get(se.spec(), "ports")) {
+		if str(get(pn, "number")) == port {
+			portNode = pn
+		}
+	}
+	if portNode == nil {
+		c.add(p, ef, m, path+".match.cluster", false, "matches cluster %s:%s, not a port of %s (%s): use one of its ports", host, port, se.where, se.file)
+		return
+	}
+	eps := map[string]bool{}
+	for _, e := range items(get(se.spec(), "endpoints")) {
+		pt := port
+		if n := str(get(get(e, "ports"), str(get(portNode, "name")))); n != "" {
+			pt = n
+		}
+		ip, err := netip.ParseAddr(str(get(e, "address")))
+		n, perr := strconv.ParseUint(pt, 10, 16)
+		if err != nil || perr != nil {
+			continue
+		}
+		eps[netip.AddrPortFrom(ip, uint16(n)).String()] = true
+	}
+	at := get(se.spec(), "endpoints")
+	for i, s := range p.cfg.Services {
+		if !eps[s.Address] {
+			c.add(p, se, at, "spec.endpoints", false, "services[%d] %q %s is not an endpoint of %s, so override_host would skip it (a service of %s): add it here or remove the service", i, s.Name, s.Address, host, r.where)
+		}
+		delete(eps, s.Address)
+	}
+	for _, a := range slices.Sorted(maps.Keys(eps)) {
+		c.add(p, se, at, "spec.endpoints", false, "endpoint %s is not one of the services of %s (hashlb never chooses it): remove it or add the service", a, r.where)
+	}
+}
+
+// retries checks the VirtualServices of host: every retry needs an
+// address of the ranking.
+func (c *istioCheck) retries(r resource, p plugin, host string) {
+	for _, vs := range c.byKind["VirtualService"] {
+		if !slices.ContainsFunc(items(get(vs.spec(), "hosts")), func(h *yaml.Node) bool { return str(h) == host }) {
+			continue
+		}
+		for i, h := range items(get(vs.spec(), "http")) {
+			a, err := strconv.Atoi(str(get(get(h, "retries"), "attempts")))
+			if err == nil && a > 0 && a >= p.cfg.UpstreamCount {
+				c.add(p, vs, get(h, "retries"), fmt.Sprintf("spec.http[%d].retries", i), false,
+					"retries.attempts %d needs upstreamCount >= %d, %s has %d (later retries fall back to round robin)", a, a+1, r.where, p.cfg.UpstreamCount)
+			}
+		}
+	}
+}
+
+// fleetCluster checks that persistence.fleet.cluster is the outbound
+// cluster of a ServiceEntry of the run, whose port speaks HTTP (etcd's JSON
+// gateway over HTTP/1.1). A run without ServiceEntries is not checked.
+func (c *istioCheck) fleetCluster(r resource, p plugin, name string) {
+	ses := c.byKind["ServiceEntry"]
+	if len(ses) == 0 {
+		return
+	}
+	at := get(get(r.spec(), "pluginConfig"), "persistence")
+	for _, se := range ses {
+		for _, h := range items(get(se.spec(), "hosts")) {
+			for i, pn := range items(get(se.spec(), "ports")) {
+				if name != "outbound|"+str(get(pn, "number"))+"||"+str(h) {
+					continue
+				}
+				if proto := str(get(pn, "protocol")); proto != "HTTP" {
+					c.add(p, se, pn, fmt.Sprintf("spec.ports[%d]", i), false, "ServiceEntry %s port protocol %q: want HTTP (etcd's JSON gateway over HTTP/1.1, for persistence.fleet of %s)", str(get(get(se.n, "metadata"), "name")), proto, r.where)
+				}
+				return
+			}
+		}
+	}
+	hint := "name a ServiceEntry's outbound|PORT||HOST, or add a ServiceEntry for etcd (configs/istio/fleet/etcd-serviceentry.yaml)"
+	for _, se := range ses {
+		if hosts, ports := items(get(se.spec(), "hosts")), items(get(se.spec(), "ports")); len(hosts) > 0 && len(ports) > 0 && strings.Contains(se.where+str(hosts[0]), "etcd") {
+			hint = fmt.Sprintf("Istio names the etcd cluster %q", "outbound|"+str(get(ports[0], "number"))+"||"+str(hosts[0]))
+		}
+	}
+	c.add(p, r, at, "spec.pluginConfig.persistence.fleet.cluster", false, "persistence.fleet.cluster %q: no ServiceEntry given with it makes that cluster: %s", name, hint)
+}
+
+// overrideHostIn returns the override_host policy's typed_config in a
+// cluster patch value, or nil.
+func overrideHostIn(value *yaml.Node) *yaml.Node {
+	oh, _ := overrideHost(located{n: value})
+	return oh
+}
+
+// labels reads a string map.
+func labels(m *yaml.Node) map[string]string {
+	out := map[string]string{}
+	m = deref(m)
+	if m == nil || m.Kind != yaml.MappingNode {
+		return out
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		out[m.Content[i].Value] = str(m.Content[i+1])
+	}
+	return out
+}

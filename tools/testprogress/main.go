@@ -1,0 +1,222 @@
+// Command testprogress reads "go test -json" on stdin and prints progress a
+// person can follow: a line when a package starts and when it ends (ok or
+// FAIL, with its time), every 30 seconds what is still running, the output
+// of each failed test, and a summary. It exits 1 when a test, a package or
+// a build failed, or when the input ends in the middle of a package.
+//
+//	go test -json ./... | go run ./tools/testprogress
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// event is one line of go test -json (cmd/test2json).
+type event struct {
+	Action     string
+	Package    string
+	Test       string
+	Elapsed    float64
+	Output     string
+	ImportPath string // build events
+}
+
+// pkgState is what is known of one package while it runs.
+type pkgState struct {
+	start   time.Time
+	running []string            // tests started and not ended, in start order
+	output  map[string][]string // test ("" for the package) → its output lines
+}
+
+type progress struct {
+	mu       sync.Mutex
+	out      io.Writer
+	start    time.Time
+	pkgs     map[string]*pkgState
+	passed   []string
+	failed   []string
+	failures int // failed tests
+	skipped  []string
+	building bool
+}
+
+func main() {
+	p := &progress{out: os.Stdout, start: time.Now(), pkgs: map[string]*pkgState{}}
+	stop := make(chan struct{})
+	go p.beat(30*time.Second, stop)
+	ok := p.read(os.Stdin)
+	close(stop)
+	if !p.summary() || !ok {
+		os.Exit(1)
+	}
+}
+
+// beat prints what is running every interval until stop is closed.
+func (p *progress) beat(interval time.Duration, stop chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			fmt.Fprintf(p.out, "test: %s: %s\n", p.since(p.start), p.runningText())
+			p.mu.Unlock()
+		}
+	}
+}
+
+func (p *progress) since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+
+// runningText names the running packages with their running tests.
+func (p *progress) runningText() string {
+	if len(p.pkgs) == 0 {
+		return "building or linking the next test binary"
+	}
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(p.pkgs)) {
+		st := p.pkgs[name]
+		s := short(name) + " " + p.since(st.start)
+		if n := len(st.running); n > 0 {
+			s += " (" + st.running[n-1]
+			if n > 1 {
+				s += fmt.Sprintf(" and %d more", n-1)
+			}
+			s += ")"
+		}
+		parts = append(parts, s)
+	}
+	return "running " + strings.Join(parts, ", ")
+}
+
+// read consumes the event stream; it reports false when a line was not an
+// event or a package never ended.
+func (p *progress) read(r io.Reader) bool {
+	ok := true
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Action == "" {
+			// Not an event (go test's own errors, a build failure's text): pass it on.
+			fmt.Fprintln(p.out, sc.Text())
+			continue
+		}
+		p.mu.Lock()
+		p.event(e)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name := range p.pkgs {
+		fmt.Fprintf(p.out, "test: %s: no result (the run ended)\n", short(name))
+		p.failed = append(p.failed, name)
+		ok = false
+	}
+	return ok
+}
+
+func (p *progress) event(e event) {
+	switch e.Action {
+	case "build-output":
+		fmt.Fprint(p.out, e.Output)
+		return
+	case "build-fail":
+		fmt.Fprintf(p.out, "test: %s: build failed\n", e.ImportPath)
+		p.failed = append(p.failed, e.ImportPath)
+		return
+	}
+	if e.Package == "" {
+		return
+	}
+	st := p.pkgs[e.Package]
+	if st == nil {
+		if e.Action == "skip" && e.Test == "" { // no test files: say nothing
+			return
+		}
+		st = &pkgState{start: time.Now(), output: map[string][]string{}}
+		p.pkgs[e.Package] = st
+		fmt.Fprintf(p.out, "test: %s: started (%s since the start)\n", short(e.Package), p.since(p.start))
+	}
+	switch e.Action {
+	case "run":
+		if e.Test != "" {
+			st.running = append(st.running, e.Test)
+		}
+	case "output":
+		st.output[e.Test] = append(st.output[e.Test], e.Output)
+	case "pass", "fail", "skip":
+		if e.Test != "" {
+			st.running = slices.DeleteFunc(st.running, func(t string) bool { return t == e.Test })
+			switch e.Action {
+			case "fail":
+				p.failures++
+				fmt.Fprintf(p.out, "test: %s: %s failed:\n%s", short(e.Package), e.Test, strings.Join(st.output[e.Test], ""))
+			case "skip":
+				p.skipped = append(p.skipped, short(e.Package)+" "+e.Test)
+			}
+			delete(st.output, e.Test)
+			return
+		}
+		delete(p.pkgs, e.Package)
+		if e.Action == "fail" {
+			p.failed = append(p.failed, e.Package)
+			// The package's own output (a panic, TestMain's words), and the
+			// end of what the tests still running said: a timeout's report is
+			// attributed to the test it stopped.
+			fmt.Fprintf(p.out, "test: %s: FAIL (%.1fs)\n%s", short(e.Package), e.Elapsed, strings.Join(st.output[""], ""))
+			for _, name := range st.running {
+				out := st.output[name]
+				fmt.Fprintf(p.out, "test: %s: %s was still running:\n%s", short(e.Package), name, strings.Join(out[max(0, len(out)-60):], ""))
+			}
+			return
+		}
+		p.passed = append(p.passed, e.Package)
+		fmt.Fprintf(p.out, "test: %s: ok (%.1fs)\n", short(e.Package), e.Elapsed)
+	}
+}
+
+// summary prints the totals and reports whether everything passed.
+func (p *progress) summary() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.skipped {
+		fmt.Fprintf(p.out, "test: skipped: %s\n", s)
+	}
+	if len(p.failed) > 0 {
+		fmt.Fprintf(p.out, "test: FAIL after %s: %d packages ok, %d failed (%s), %d tests failed\n",
+			p.since(p.start), len(p.passed), len(p.failed), strings.Join(shortAll(p.failed), ", "), p.failures)
+		return false
+	}
+	fmt.Fprintf(p.out, "test: ok after %s: %d packages\n", p.since(p.start), len(p.passed))
+	return true
+}
+
+// short drops the module path.
+func short(pkg string) string {
+	if rest, ok := strings.CutPrefix(pkg, "github.com/hashlb/hashlb/"); ok {
+		return rest
+	}
+	if pkg == "github.com/hashlb/hashlb" {
+		return "."
+	}
+	return pkg
+}
+
+func shortAll(pkgs []string) []string {
+	out := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		out[i] = short(p)
+	}
+	return out
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestProgress(t *testing.T) {
+	tests := []struct {
+		name   string
+		events string
+		ok     bool
+		want   []string // lines of the output, in order
+	}{
+		{name: "passing packages", ok: true, events: `{"Action":"start","Package":"github.com/hashlb/hashlb/lbcore"}
+{"Action":"run","Package":"github.com/hashlb/hashlb/lbcore","Test":"TestA"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/lbcore","Test":"TestA","Output":"noise\n"}
+{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"TestA"}
+{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":1.5}
+{"Action":"skip","Package":"github.com/hashlb/hashlb/cmd/empty"}`,
+			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: ok after"}},
+		{name: "a failing test", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
+{"Action":"run","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB","Output":"    b_test.go:9: want 2\n"}
+{"Action":"fail","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB"}
+{"Action":"fail","Package":"github.com/hashlb/hashlb/e2e","Elapsed":2}`,
+			want: []string{"test: e2e: TestB failed:", "b_test.go:9: want 2", "test: e2e: FAIL (2.0s)", "1 tests failed"}},
+		{name: "a timeout", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
+{"Action":"run","Package":"github.com/hashlb/hashlb/e2e","Test":"TestSlow"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/e2e","Test":"TestSlow","Output":"panic: test timed out after 15m0s\n"}
+{"Action":"fail","Package":"github.com/hashlb/hashlb/e2e","Elapsed":900}`,
+			want: []string{"test: e2e: FAIL (900.0s)", "TestSlow was still running:", "panic: test timed out"}},
+		{name: "the run ends inside a package", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}`,
+			want: []string{"test: e2e: no result (the run ended)", "test: FAIL"}},
+		{name: "a build failure", events: `{"ImportPath":"github.com/hashlb/hashlb/x","Action":"build-output","Output":"x.go:1: syntax error\n"}
+{"ImportPath":"github.com/hashlb/hashlb/x","Action":"build-fail"}`,
+			want: []string{"x.go:1: syntax error", "build failed", "test: FAIL"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			p := &progress{out: &out, start: time.Now(), pkgs: map[string]*pkgState{}}
+			ok := p.read(strings.NewReader(tt.events))
+			ok = p.summary() && ok
+			if ok != tt.ok {
+				t.Errorf("reported ok = %v, want %v:\n%s", ok, tt.ok, out.String())
+			}
+			rest := out.String()
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("output\n%s\nwant %q (after the lines before it)", out.String(), w)
+				}
+				rest = rest[i+len(w):]
+			}
+			if strings.Contains(out.String(), "noise") {
+				t.Errorf("a passing test's output was printed:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestBeat(t *testing.T) {
+	var out strings.Builder
+	p := &progress{out: &out, start: time.Now(), pkgs: map[string]*pkgState{
+		"github.com/hashlb/hashlb/e2e": {start: time.Now(), running: []string{"TestA", "TestB"}, output: map[string][]string{}}}}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { p.beat(time.Millisecond, stop); close(done) }()
+	printed := func() string {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return out.String()
+	}
+	for deadline := time.Now().Add(10 * time.Second); printed() == "" && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	<-done
+	if got := printed(); !strings.Contains(got, "running e2e") || !strings.Contains(got, "(TestB and 1 more)") {
+		t.Errorf("beat printed %q, want the running package and test", got)
+	}
+}
