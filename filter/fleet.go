@@ -46,7 +46,8 @@ type fleet struct {
 	queued     map[string]bool
 	refreshing int
 
-	m fleetMetrics
+	m             fleetMetrics
+	refusedLogged bool // an answer too large or too deep was logged
 }
 
 // fleetOp is one transaction for one key, shared by every request of this
@@ -273,9 +274,12 @@ func callAnswer(numHeaders, bodySize int) ([]byte, error) {
 			}
 		}
 	}
+	if bodySize > lbcore.MaxEtcdAnswerBytes {
+		return nil, lbcore.ErrEtcdAnswerTooLarge // never read
+	}
 	var body []byte
 	if bodySize > 0 {
-		body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, 1<<20))
+		body, _ = proxywasm.GetHttpCallResponseBody(0, bodySize)
 	}
 	if status != 200 {
 		if err := lbcore.EtcdAnswerError(body); err != nil {
@@ -322,6 +326,10 @@ func (f *fleet) failed(op *fleetOp, err error) {
 		f.m.timeout.Increment(1)
 	} else {
 		f.m.errors.Increment(1)
+	}
+	if (err == lbcore.ErrEtcdAnswerTooLarge || err == lbcore.ErrEtcdAnswerTooDeep) && !f.refusedLogged {
+		f.refusedLogged = true // once per worker: one hostile etcd reaches every worker of the fleet
+		proxywasm.LogWarnf("hashlb: fleet: an answer of etcd on cluster %q was refused unread (%v); such answers are failed calls, and this is logged once", f.cfg.Cluster, err)
 	}
 	f.fails++
 	if f.fails == failLimit || (f.fails > failLimit && !now.Before(f.retryAt)) {

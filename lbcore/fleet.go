@@ -165,9 +165,34 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 // know (expired, or revoked): grant a new one.
 var ErrEtcdLeaseNotFound = errors.New("etcd: requested lease not found")
 
+// Answers refused before any parse: gjson's validator and getters recurse
+// once per nesting level, and a deep enough answer overflows the engine's
+// stack (a trap, which kills the VM).
+var (
+	ErrEtcdAnswerTooLarge = errors.New("etcd: answer larger than 64 KiB")
+	ErrEtcdAnswerTooDeep  = errors.New("etcd: answer nested deeper than 32 levels")
+)
+
+// CheckEtcdAnswer refuses an answer of size bytes, or body, that no parser
+// here may read: over MaxEtcdAnswerBytes, or nested deeper than
+// MaxJSONDepth. It recurses nowhere.
+func CheckEtcdAnswer(body []byte, size int) error {
+	if size > MaxEtcdAnswerBytes || len(body) > MaxEtcdAnswerBytes {
+		return ErrEtcdAnswerTooLarge
+	}
+	if !jsonDepthOK(body, MaxJSONDepth) {
+		return ErrEtcdAnswerTooDeep
+	}
+	return nil
+}
+
 // EtcdAnswerError reads an error answer of the gateway ({"error": …,
-// "message": …, "code": …}); nil when the body has none.
+// "message": …, "code": …}); nil when the body has none. Every parse of an
+// answer starts here, so every answer is checked (CheckEtcdAnswer) first.
 func EtcdAnswerError(body []byte) error {
+	if err := CheckEtcdAnswer(body, len(body)); err != nil {
+		return err
+	}
 	if !gjson.ValidBytes(body) {
 		return errors.New("etcd: answer is not JSON")
 	}
