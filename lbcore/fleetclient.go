@@ -33,9 +33,11 @@ import (
 //     follows the winner.
 //   - "lease not found" on any put forgets that lease and grants a new one.
 //   - Creates are limited to Fleet.CreatesPerSecond per worker (misses and
-//     syncs of hits alike): over it a key is only read, and followed when
-//     etcd holds it; one etcd does not hold is decided locally and not
-//     created (Throttled). etcd's key count grows by at most the budget.
+//     syncs of hits alike; a token is taken when the call is sent and given
+//     back when the key turned out to exist): over it a key is only read,
+//     and followed when etcd holds it; one etcd does not hold is decided
+//     locally and not created (Throttled). So etcd's key count grows by at
+//     most the budget per worker and second.
 //   - With credentials, every call carries the token of
 //     /v3/auth/authenticate; one etcd refuses is renewed once per call.
 type FleetClient struct {
@@ -181,6 +183,7 @@ type fleetOp struct {
 	rev             int64 // replace at this mod_revision; 0: create-if-absent
 	replaces, calls int
 	creates, auths  int
+	refunded        bool   // its create token was given back: the key existed
 	call            uint32 // in flight
 }
 
@@ -195,6 +198,7 @@ type fleetJob struct {
 	replaces int8
 	tries    int8
 	readOnly bool // over the create budget: read and follow, never create
+	refunded bool
 }
 
 type fleetCall struct {
@@ -392,6 +396,11 @@ func (c *FleetClient) spend(now time.Time) bool {
 	}
 	c.tokens--
 	return true
+}
+
+// refund gives back a create that did not grow etcd (the key existed).
+func (c *FleetClient) refund() {
+	c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
 }
 
 func (c *FleetClient) slotOf(t int64) int64 { return t / c.slotSecs }

@@ -347,6 +347,16 @@ func TestFleetClientFaults(t *testing.T) {
 			}
 			r.wantSettled(op, 2, true)
 		}},
+		{"keys that exist give their create back", 2, func(t *testing.T, r *rig) {
+			for _, k := range []string{"old1", "old2", "old3"} {
+				r.put(k, "c", r.now)
+				r.drainMiss(k, 0)
+			}
+			op := r.miss("new", 1)
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("new", "b")
+		}},
 		{"the caller reset: settled locally, reconciled", 0, func(t *testing.T, r *rig) {
 			op := r.miss("ada", 1)
 			r.c.Abandon(r.now, op)

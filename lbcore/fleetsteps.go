@@ -226,6 +226,10 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 		return
 	}
 	c.after(now, nil)
+	if found && !put && !o.readOnly && !o.refunded {
+		o.refunded = true
+		c.refund() // the key exists: no create of this transaction grows etcd
+	}
 	switch i, ok := c.live(kv, found, now); {
 	case put:
 		if o.rev != 0 {
@@ -408,6 +412,10 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 		return
 	}
 	c.after(now, nil)
+	if found && !put && !j.readOnly && !j.refunded {
+		j.refunded = true
+		c.refund()
+	}
 	i, ok := c.live(kv, found, now)
 	switch {
 	case put && j.rev != 0:
