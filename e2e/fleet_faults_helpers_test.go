@@ -213,9 +213,9 @@ func (f *front) pipe(dst, src net.Conn, toEtcd bool) {
 
 // loadRec is one request of a steady load.
 type loadRec struct {
-	at   time.Time // when it was decided
-	key  string
-	host int
+	at     time.Time // when it was decided
+	key    string
+	host   int
 	svc    string
 	wait   time.Duration
 	paused bool
