@@ -19,6 +19,7 @@ package e2e
 // (3 s, SIGSTOP 10 s), then 12 s.
 
 import (
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,19 @@ type faultEnv struct {
 	dir    string
 	etcd   *etcdProc
 	fronts []*front
+}
+
+// etcdDir is a fresh data directory, on tmpfs when there is one: etcd 3.4
+// fsyncs every write (it has no --unsafe-no-fsync), and a disk shared with
+// other jobs then makes calls time out for reasons no fault explains.
+func etcdDir(t *testing.T) string {
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "hashlb-etcd-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return t.TempDir()
 }
 
 func (e *faultEnv) restart(dir string) {
@@ -58,7 +72,7 @@ const faultTimeout = 200 * time.Millisecond
 
 var fleetFaults = []fleetFault{
 	{"sigkill-restart", 3 * time.Second, func(e *faultEnv) { e.etcd.kill() }, func(e *faultEnv) { e.restart(e.dir) }},
-	{"restart-empty", 3 * time.Second, func(e *faultEnv) { e.etcd.kill() }, func(e *faultEnv) { e.restart(e.t.TempDir()) }},
+	{"restart-empty", 3 * time.Second, func(e *faultEnv) { e.etcd.kill() }, func(e *faultEnv) { e.restart(etcdDir(e.t)) }},
 	{"sigstop-10s", 10 * time.Second, func(e *faultEnv) { e.etcd.signal(syscall.SIGSTOP) },
 		func(e *faultEnv) { e.etcd.signal(syscall.SIGCONT) }},
 	{"delay-250ms", 3 * time.Second, func(e *faultEnv) { e.all(frontDelay, 125*time.Millisecond) }, func(e *faultEnv) { e.all(frontPass, 0) }},
@@ -85,7 +99,7 @@ func TestFleetFaults(t *testing.T) {
 }
 
 func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
-	env := &faultEnv{t: t, bin: bin, dir: t.TempDir()}
+	env := &faultEnv{t: t, bin: bin, dir: etcdDir(t)}
 	env.etcd = startEtcdProc(t, bin, env.dir)
 	cfg := fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": faultTimeout.String()}, fourServices(),
 		map[string]any{"expire": expire})
@@ -122,10 +136,10 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 			worstLocal = max(worstLocal, r.wait)
 		}
 	}
-	// The bound is timeout + 50 ms of delivery; on a machine so loaded that
-	// requests which never waited for etcd took longer than that, their
-	// worst time is the delivery margin instead (it is logged).
-	if limit := faultTimeout + max(50*time.Millisecond, worstLocal); worst > limit {
+	// The bound is timeout + 50 ms, plus the longest time a request that
+	// never waited for etcd took in the same run: what the machine's load
+	// adds to any request (a few ms on a quiet machine; it is logged).
+	if limit := faultTimeout + 50*time.Millisecond + worstLocal; worst > limit {
 		t.Errorf("a request waited %v to be decided (paused %v, %v after the fault ended), want at most the timeout %v + 50ms (requests that did not wait for etcd took up to %v)",
 			worst, slow.paused, slow.at.Sub(healed).Round(time.Millisecond), faultTimeout, worstLocal)
 	}
