@@ -11,8 +11,9 @@ package e2e
 //
 // The matrix, chosen to keep CI under three minutes on two cores: every
 // fault with expire 7d (the default, whose refresh slot of 21 h is the
-// case that used to stay split for a day), and the process faults again
-// with expire 10m; each scenario has its own etcd and runs in parallel with
+// case that used to stay split for a day), and the empty data directory
+// again with expire 10m (where refreshes, every 75 s, also recreate lost
+// keys); each scenario has its own etcd and runs in parallel with
 // the others (go test's -parallel, GOMAXPROCS by default); fleet.timeout is
 // the default 200 ms (shorter ones time out on a loaded CI machine, which
 // is not the fault under test); each scenario is 2 s of load, the fault
@@ -87,7 +88,7 @@ func TestFleetFaults(t *testing.T) {
 	bin := etcdBinary(t)
 	for _, expire := range []string{"7d", "10m"} {
 		for _, f := range fleetFaults {
-			if expire == "10m" && f.name != "sigkill-restart" && f.name != "restart-empty" && f.name != "partition-one" {
+			if expire == "10m" && f.name != "restart-empty" {
 				continue
 			}
 			t.Run(expire+"/"+f.name, func(t *testing.T) {
