@@ -436,10 +436,16 @@ func checkV8Run(t *testing.T, r v8Run, lines []v8Line) {
 			if !l.Trapped {
 				memory[l.Phase] = l.Memory
 			}
-			// Every hostile answer is a failed call; the ones that arrived must be counted.
-			if n := l.Metrics["hashlb.persistence_fleet_error"]; r.hostileEtcd && n < int64(len(v8HostileEtcdAnswers)) {
-				t.Errorf("phase %s against a hostile etcd: persistence_fleet_error = %d, want every one of the %d kinds of answer counted as a failed call (metrics %v)",
-					l.Phase, n, len(v8HostileEtcdAnswers), l.Metrics)
+			// Every hostile answer is a failed call. A full run (10^4 requests, a second of the
+			// guest's clock every 1000) gets every kind: three misses, then a probe a second; one pass
+			// over the corpus gets the first three.
+			want := int64(len(v8HostileEtcdAnswers))
+			if r.warmup == 0 {
+				want = lbcore.FleetFailLimit
+			}
+			if n := l.Metrics["hashlb.persistence_fleet_error"]; r.hostileEtcd && n < want {
+				t.Errorf("phase %s against a hostile etcd: persistence_fleet_error = %d, want at least %d hostile answers counted as failed calls (metrics %v)",
+					l.Phase, n, want, l.Metrics)
 			}
 			t.Logf("phase %s: %d requests in %d ms%s", l.Phase, l.Requests, l.Ms, v8Slowest(l))
 		}
