@@ -28,7 +28,8 @@ import (
 // rule, so expiry follows the proxies' clocks (and a test's virtual one).
 //
 // The calls go to etcd's JSON gateway (grpc-gateway over the v3 API, etcd
-// 3.4 and later): POST /v3/kv/txn, /v3/kv/range and /v3/lease/grant, keys and
+// 3.4 and later): POST /v3/kv/txn, /v3/kv/range, /v3/lease/grant and
+// /v3/auth/authenticate (with etcd's auth on), keys and
 // values base64, int64 fields as JSON strings; answers use the proto field
 // names (create_revision) or, from some gateways, camelCase (createRevision):
 // both are read.
