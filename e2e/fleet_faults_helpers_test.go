@@ -225,11 +225,28 @@ type loadRec struct {
 // hosts, rate per second in all, and fires the hosts' ticks as they fall
 // due, until stop is called; stop returns every request's record. A
 // request that fails fails the test.
-func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec) {
+//
+// late reports the most a 10 ms timer of this process fired late meanwhile:
+// a host's callout timeout is such a timer, and on a loaded machine (or with
+// other VMs' guest code holding both Ps) it fires that much after the
+// module's timeout.
+func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var mu sync.Mutex
 	var recs []loadRec
 	var wg sync.WaitGroup
+	var lateNs atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			if d := time.Since(t0) - 10*time.Millisecond; d > time.Duration(lateNs.Load()) {
+				lateNs.Store(int64(d))
+			}
+		}
+	}()
 	const senders = 4
 	for g := range senders {
 		wg.Add(1)
@@ -271,7 +288,7 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 		cancel()
 		wg.Wait()
 		return recs
-	}
+	}, func() time.Duration { return time.Duration(lateNs.Load()) }
 }
 
 // lastSplit is the time of the last request that got another service than

@@ -111,7 +111,7 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 		hosts = append(hosts, fleetHosts(t, 1, 2, cfg, fr.addr, time.Time{}, true)...)
 	}
 	keys := keysN(f.name, 200)
-	stop := steadyLoad(t, hosts, keys, 150)
+	stop, late := steadyLoad(t, hosts, keys, 150)
 	time.Sleep(2 * time.Second)
 	f.start(env)
 	time.Sleep(f.dur)
@@ -137,9 +137,6 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 			worstLocal = max(worstLocal, r.wait)
 		}
 	}
-	// The bound is timeout + 50 ms, plus the longest time a request that
-	// never waited for etcd took in the same run: what the machine's load
-	// adds to any request (a few ms on a quiet machine; it is logged).
 	var waited uint64 // the longest wait the module measured itself
 	for _, h := range hosts {
 		m, _ := h.Metric("hashlb.persistence_fleet_latency_ms")
@@ -147,9 +144,13 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 			waited = max(waited, v)
 		}
 	}
-	if limit := faultTimeout + 50*time.Millisecond + worstLocal; worst > limit {
-		t.Errorf("a request waited %v to be decided (paused %v, %v after the fault ended), want at most the timeout %v + 50ms (requests that did not wait for etcd took up to %v; the module's longest transaction %d ms)",
-			worst, slow.paused, slow.at.Sub(healed).Round(time.Millisecond), faultTimeout, worstLocal, waited)
+	// The bound is timeout + 50 ms, plus what the machine's load added in
+	// the same run: the most a timer of this process fired late (the host's
+	// timeout of a call is one), or the longest time a request that never
+	// waited for etcd took. Both are a few ms on a quiet machine; logged.
+	if limit := faultTimeout + 50*time.Millisecond + max(late(), worstLocal); worst > limit {
+		t.Errorf("a request waited %v to be decided (paused %v, %v after the fault ended), want at most the timeout %v + 50ms (+ load: timers fired up to %v late, requests that did not wait for etcd took up to %v; the module's longest transaction %d ms)",
+			worst, slow.paused, slow.at.Sub(healed).Round(time.Millisecond), faultTimeout, late().Round(time.Millisecond), worstLocal, waited)
 	}
 	if n, ex := splitAfter(recs, healed.Add(10*time.Second)); n > 0 {
 		t.Errorf("%d of %d keys got two services 10 s after etcd was reachable again, e.g. %s", n, len(keys), ex)
@@ -164,6 +165,6 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 		reconciled += persistMetric(h, "hashlb.persistence_fleet_reconciled")
 		timeouts += persistMetric(h, "hashlb.persistence_fleet_timeout")
 	}
-	t.Logf("expire %s, %s: %d requests, longest wait %v (%v without etcd); converged %v after etcd was reachable again; %d timeouts, %d keys reconciled, %d local entries followed the fleet",
-		expire, f.name, len(recs), worst.Round(time.Millisecond), worstLocal.Round(time.Millisecond), converged.Round(time.Millisecond), timeouts, reconciled, followed)
+	t.Logf("expire %s, %s: %d requests, longest wait %v (%v without etcd, timers up to %v late); converged %v after etcd was reachable again; %d timeouts, %d keys reconciled, %d local entries followed the fleet",
+		expire, f.name, len(recs), worst.Round(time.Millisecond), worstLocal.Round(time.Millisecond), late().Round(time.Millisecond), converged.Round(time.Millisecond), timeouts, reconciled, followed)
 }
