@@ -243,7 +243,24 @@ func TestFleetAgreement(t *testing.T) {
 
 	got, replies := spray(t, hosts, keys, perKey, 12)
 	if split, ex := splitKeys(got); split != 0 {
-		t.Errorf("with fleet: %d of %d keys reached more than one service, e.g. %s", split, len(keys), ex)
+		var why []string
+		for _, m := range []string{"error", "timeout", "skipped", "throttled"} {
+			var n int64
+			for _, h := range hosts {
+				n += persistMetric(h, "hashlb.persistence_fleet_"+m)
+			}
+			why = append(why, fmt.Sprintf("%s %d", m, n))
+		}
+		var warn []string
+		for _, h := range hosts {
+			for _, l := range h.LogsAt(hostsim.LogWarn) {
+				if len(warn) < 3 {
+					warn = append(warn, l)
+				}
+			}
+		}
+		t.Errorf("with fleet: %d of %d keys reached more than one service, e.g. %s (fleet calls: %s; warnings %q)",
+			split, len(keys), ex, strings.Join(why, ", "), warn)
 	}
 	var misses []time.Duration
 	for _, r := range replies {
