@@ -233,7 +233,9 @@ func TestFleetAgreement(t *testing.T) {
 	etcdAddr, _ := startEtcd(t, t.TempDir())
 	counted, count := countingProxy(t, etcdAddr)
 	db0 := etcdDBSize(t, etcdAddr)
-	fleet := map[string]any{"cluster": "etcd", "timeout": "5s"} // generous: a loaded CI machine
+	// A generous timeout for a loaded CI machine; 10^4 keys in a few
+	// seconds is far over the default create budget, which is not tested here.
+	fleet := map[string]any{"cluster": "etcd", "timeout": "5s", "createsPerSecond": 100000}
 	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	hosts := fleetHosts(t, 3, 4, fleetConfig(t, fleet, fourServices(), nil), counted, start, false)
 	keys := keysN("k", fleetKeysPerRun)
@@ -241,7 +243,24 @@ func TestFleetAgreement(t *testing.T) {
 
 	got, replies := spray(t, hosts, keys, perKey, 12)
 	if split, ex := splitKeys(got); split != 0 {
-		t.Errorf("with fleet: %d of %d keys reached more than one service, e.g. %s", split, len(keys), ex)
+		var why []string
+		for _, m := range []string{"error", "timeout", "skipped", "throttled"} {
+			var n int64
+			for _, h := range hosts {
+				n += persistMetric(h, "hashlb.persistence_fleet_"+m)
+			}
+			why = append(why, fmt.Sprintf("%s %d", m, n))
+		}
+		var warn []string
+		for _, h := range hosts {
+			for _, l := range h.LogsAt(hostsim.LogWarn) {
+				if len(warn) < 3 {
+					warn = append(warn, l)
+				}
+			}
+		}
+		t.Errorf("with fleet: %d of %d keys reached more than one service, e.g. %s (fleet calls: %s; warnings %q)",
+			split, len(keys), ex, strings.Join(why, ", "), warn)
 	}
 	var misses []time.Duration
 	for _, r := range replies {
@@ -318,9 +337,10 @@ func TestFleetAgreement(t *testing.T) {
 }
 
 // TestFleetEtcdDown: etcd stopped mid-run: every request is still served
-// and none waits past the timeout (a dead etcd refuses at once; backoff then
-// skips it); etcd restarted on the same data: earlier entries hold again
-// (a fresh proxy serves them) and new keys agree again.
+// and none waits past the timeout (a dead etcd refuses at once; then it is
+// not asked); etcd restarted on the same data: every worker sees it answer
+// within seconds (its tick probes), earlier entries hold again (a fresh
+// proxy serves them) and new keys agree again.
 func TestFleetEtcdDown(t *testing.T) {
 	dir := t.TempDir()
 	etcdAddr, stop := startEtcd(t, dir)
@@ -344,12 +364,15 @@ func TestFleetEtcdDown(t *testing.T) {
 	}
 	t.Logf("etcd down: %d requests served, longest wait %v (timeout %v)", len(replies), worst, timeout)
 
+	if fleetUp(hosts) {
+		t.Fatal("etcd stopped: no worker considers it down")
+	}
+	// Each worker's tick probes a down etcd every second: every one of them
+	// sees it answer again, with no request having to wait for it.
 	startEtcdOn(t, dir, etcdAddr)
-	time.Sleep(1100 * time.Millisecond) // the first backoff (1 s, real time: RealTime hosts) ends
+	took := waitFleetUp(t, hosts, 10*time.Second)
+	t.Logf("etcd restarted: every worker saw it answer within %v", took.Round(time.Millisecond))
 	fresh := fleetHosts(t, 1, 2, cfg, etcdAddr, time.Time{}, true)
-	// The first miss after a backoff probes etcd; a few requests until every
-	// worker of every host has seen it answer.
-	spray(t, append(hosts, fresh...), keysN("probe", 20), 1, 2)
 	again, _ := spray(t, fresh, before, 1, 2)
 	for k, s := range again {
 		if s[0] != got[k][0] {
@@ -360,6 +383,46 @@ func TestFleetEtcdDown(t *testing.T) {
 	if split, ex := splitKeys(newKeys); split != 0 {
 		t.Errorf("after restart: %d new keys split, e.g. %s", split, ex)
 	}
+}
+
+// fleetUp reports whether every worker of the hosts considers etcd up: its
+// last fleet state line is "answers again", or it never logged one that
+// said etcd failed.
+func fleetUp(hosts []*hostsim.Host) bool {
+	for _, h := range hosts {
+		down := map[int]bool{}
+		for _, l := range h.Logs() {
+			switch {
+			case strings.Contains(l.Message, "hashlb: fleet:") && strings.Contains(l.Message, "times in a row"):
+				down[l.Worker] = true
+			case strings.Contains(l.Message, "hashlb: fleet:") && strings.Contains(l.Message, "answers again"):
+				down[l.Worker] = false
+			}
+		}
+		for _, d := range down {
+			if d {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// waitFleetUp fires the hosts' ticks as they fall due (as Envoy's timers
+// would) until fleetUp, at most limit, and returns how long it took.
+func waitFleetUp(t testing.TB, hosts []*hostsim.Host, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !fleetUp(hosts) {
+		for _, h := range hosts {
+			h.Tick()
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("a worker still considers etcd down %v after it came back", limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // TestFleetSlowEtcd: etcd behind a TCP proxy that delays everything past
@@ -466,7 +529,7 @@ func TestFleetExpiry(t *testing.T) {
 func TestFleetEtcd34(t *testing.T) {
 	bin := etcdBinary(t)
 	etcdAddr, _ := startEtcdBinary(t, bin, t.TempDir())
-	hosts := fleetHosts(t, 3, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "5s"}, fourServices(), nil), etcdAddr, time.Time{}, false)
+	hosts := fleetHosts(t, 3, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "5s", "createsPerSecond": 100000}, fourServices(), nil), etcdAddr, time.Time{}, false)
 	keys := keysN("k34", 1000)
 	got, _ := spray(t, hosts, keys, 3, 6)
 	if split, ex := splitKeys(got); split != 0 {

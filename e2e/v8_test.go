@@ -81,6 +81,17 @@ var v8LocalConfigs = []struct{ name, config string }{
 	    {"name": "c", "address": "10.0.0.3:80", "enabled": false}, {"name": "d", "address": "10.0.0.4:80"}]}`},
 }
 
+// v8HostileEtcdAnswers names the answers of HOSTILE_ETCD in hashlbv8.mjs, in its order.
+var v8HostileEtcdAnswers = []string{"[×10^4 (200)", "[×10^4 (400)", `{"a":×10^4 (200)`, `{"a":×10^4 (400)`,
+	"1 MiB value (200)", "1 MiB lease ID (200)", "1 MiB of spaces (400)", "31 levels, not etcd's shape (200)"}
+
+// v8HostileEtcdConfig is a fleet configuration run against an etcd whose every answer is hostile
+// (v8Run.hostileEtcd): nested 10^4 levels deep, or 1 MiB, status 200 or 400.
+const v8HostileEtcdConfig = `{"lbMethod": "LEASTCONNECTION",
+  "persistence": {"keys": ["${request.header.x-client-id || client.ip}"], "tableSize": 10000, "expire": "10m",
+    "fleet": {"cluster": "hashlb_etcd", "timeout": "200ms"}},
+  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"}]}`
+
 // v8WarmupConfig is the config of each node process's first run (see TestV8).
 const v8WarmupConfig = `{"lbMethod": "TOKEN", "upstreamCount": 2, "debugHeader": true, "trustedForwardedHops": 1,
   "hashBalanceFactor": 150,
@@ -127,6 +138,9 @@ type v8Job struct {
 	// EtcdClusters are the clusters whose calls the script's MiniEtcd answers
 	// (persistence.fleet); calls to others are never answered.
 	EtcdClusters []string `json:"etcdClusters,omitempty"`
+	// EtcdAnswers "hostile" makes MiniEtcd answer every call with a hostile
+	// body: nested 10^4 deep, or 1 MiB.
+	EtcdAnswers string `json:"etcdAnswers,omitempty"`
 	// PerRequest asks for one line per request with its outcome; FinalTick
 	// for a tick after a phase's last request (TestV8TCP).
 	PerRequest bool `json:"perRequest,omitempty"`
@@ -229,6 +243,7 @@ type v8Run struct {
 	config        []byte
 	warmup        int
 	repeat        int
+	hostileEtcd   bool // MiniEtcd answers every call with a hostile body
 }
 
 func TestV8(t *testing.T) {
@@ -264,14 +279,15 @@ func TestV8(t *testing.T) {
 	for _, c := range v8LocalConfigs {
 		runs = append(runs, v8Run{name: c.name, config: []byte(c.config)})
 	}
+	runs = append(runs, v8Run{name: "local-fleet-hostile-etcd", config: []byte(v8HostileEtcdConfig), hostileEtcd: true})
 	// envoy-1.33 is the floor and the strict profile: the full run. envoy-1.39 answers poll_oneoff
 	// and allows more during start-up: one pass over the corpus is enough there.
 	var all []v8Run
 	for _, r := range runs {
-		all = append(all, v8Run{name: r.name, profile: "envoy-1.33", config: r.config, warmup: 2 * corpus, repeat: v8Requests})
+		all = append(all, v8Run{name: r.name, profile: "envoy-1.33", config: r.config, warmup: 2 * corpus, repeat: v8Requests, hostileEtcd: r.hostileEtcd})
 	}
 	for _, r := range runs {
-		all = append(all, v8Run{name: r.name, profile: "envoy-1.39", config: r.config, repeat: corpus})
+		all = append(all, v8Run{name: r.name, profile: "envoy-1.39", config: r.config, repeat: corpus, hostileEtcd: r.hostileEtcd})
 	}
 
 	// One node process per CPU, each running its share of the runs one after the other: V8 then
@@ -304,7 +320,7 @@ func TestV8(t *testing.T) {
 		for _, r := range share {
 			jobs = append(jobs, v8Job{Name: r.key(), Profile: r.profile, Config: latin1(string(r.config)), RootID: "hashlb",
 				Warmup: r.warmup, Repeat: r.repeat, Strings: "latin1", BudgetMs: int(v8PhaseBudget.Milliseconds()),
-				EtcdClusters: fleetClusters(r.config)})
+				EtcdClusters: fleetClusters(r.config), EtcdAnswers: map[bool]string{true: "hostile"}[r.hostileEtcd]})
 		}
 		wg.Add(1)
 		go func() {
@@ -423,6 +439,17 @@ func checkV8Run(t *testing.T, r v8Run, lines []v8Line) {
 			}
 			if !l.Trapped {
 				memory[l.Phase] = l.Memory
+			}
+			// Every hostile answer is a failed call. A full run (10^4 requests, a second of the
+			// guest's clock every 1000) gets every kind: three misses, then a probe a second; one pass
+			// over the corpus gets the first three.
+			want := int64(len(v8HostileEtcdAnswers))
+			if r.warmup == 0 {
+				want = lbcore.FleetFailLimit
+			}
+			if n := l.Metrics["hashlb.persistence_fleet_error"]; r.hostileEtcd && n < want {
+				t.Errorf("phase %s against a hostile etcd: persistence_fleet_error = %d, want at least %d hostile answers counted as failed calls (metrics %v)",
+					l.Phase, n, want, l.Metrics)
 			}
 			t.Logf("phase %s: %d requests in %d ms%s", l.Phase, l.Requests, l.Ms, v8Slowest(l))
 		}

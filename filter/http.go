@@ -18,9 +18,9 @@ const noServiceBody = "no healthy service"
 type httpContext struct {
 	types.DefaultHttpContext
 	p      *pluginContext
-	id     uint32   // the stream's context id
-	chosen int      // index of the chosen service, -1 for none
-	wait   *fleetOp // the fleet transaction the request waits for, nil when none
+	id     uint32 // the stream's context id
+	chosen int    // index of the chosen service, -1 for none
+	wait   uint32 // the fleet transaction the request waits for, 0 when none
 	method lbcore.Method
 	reason lbcore.Reason
 	local  bool // we sent a local reply
@@ -72,13 +72,23 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if d.Ask { // a local miss, and the table has a fleet level
 		h.method, h.reason = d.Method, d.Reason
 		p.m.persisted(d)
-		if p.fleet.ask(h, d.At(0), now) {
-			return types.ActionPause // resumed by fleet.done or fleet.forget
+		svc, wait := p.fleet.ask(h, d.At(0), now)
+		if wait {
+			return types.ActionPause // resumed by fleet.settled
 		}
-		*d = p.bal.DecideLocal(req, now)
+		*d = p.bal.DecideFleet(req, now, svc) // the proposal, stored; DecideLocal if not selectable
 		secondRead(d)
 	} else if p.fleet != nil && d.Persist.Hit {
-		p.fleet.hit(d, now)
+		svc, wait := p.fleet.hit(h, d, now)
+		if wait { // etcd recovered since the entry's last use: the fleet confirms it first
+			h.method, h.reason = d.Method, d.Reason
+			p.m.persisted(d)
+			return types.ActionPause
+		}
+		if svc != d.At(0) {
+			*d = p.bal.DecideFleet(req, now, svc)
+			secondRead(d)
+		}
 	}
 	return h.decided(d)
 }
@@ -211,7 +221,7 @@ func (h *httpContext) OnHttpStreamDone() {
 			h.p.m.recovered("stream done", r)
 		}
 	}()
-	if h.wait != nil { // reset while waiting for the fleet
+	if h.wait != 0 { // reset while waiting for the fleet
 		h.p.fleet.forget(h)
 	}
 	if i := h.chosen; i >= 0 {

@@ -87,7 +87,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	bal.EnablePersistence(sharedStore{}, ns)
 	var fl *fleet
 	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
-		fl = newFleet(p, cfg.Persistence, pluginRootID())
+		fl = newFleet(p, bal, cfg.Persistence, pluginRootID())
 	}
 	// The tick shares active request counts and runs health checks.
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {

@@ -104,6 +104,9 @@ type Fleet struct {
 	// Timeout bounds how long a request waits for etcd (default 200ms,
 	// 10ms–5s); past it the request is decided locally.
 	Timeout time.Duration
+	// CreatesPerSecond is the most keys one worker asks etcd to create per
+	// second (default 100, 1–100000); keys over it are decided locally.
+	CreatesPerSecond int
 }
 
 // CallAuthority is the :authority of the calls to etcd.

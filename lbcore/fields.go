@@ -67,6 +67,7 @@ const (
 	fFleetAuthority
 	fFleetPrefix
 	fFleetTimeout
+	fFleetCreatesPerSecond
 	fHealthCheck
 	fHealthPath
 	fHealthMethod
@@ -146,6 +147,8 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Start of every etcd key of this table; default /hashlb/<plugin root id>/."},
 	fFleetTimeout: {Path: "persistence.fleet.timeout", Type: "string", Format: "duration", Default: "200ms", Min: "10ms", Max: "5s",
 		Doc: "How long a request waits for etcd, 10ms to 5s; past it the request is decided by the local table, as without fleet."},
+	fFleetCreatesPerSecond: {Path: "persistence.fleet.createsPerSecond", Type: "integer", Default: 100, Min: 1, Max: 100000,
+		Doc: "Most new keys one worker asks etcd to create per second (a burst of one second's worth); keys over it are decided and persisted locally and counted, so a client cannot fill etcd."},
 	fHealthCheck: {Path: "healthCheck", Type: "object",
 		Doc: "Active HTTP probes, sent by one worker at a time through Envoy (dispatch_http_call on cluster)."},
 	fHealthPath: {Path: "healthCheck.path", Type: "string", Format: "path", Default: "/healthz",

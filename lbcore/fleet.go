@@ -28,10 +28,20 @@ import (
 // rule, so expiry follows the proxies' clocks (and a test's virtual one).
 //
 // The calls go to etcd's JSON gateway (grpc-gateway over the v3 API, etcd
-// 3.4 and later): POST /v3/kv/txn, /v3/kv/range and /v3/lease/grant, keys and
+// 3.4 and later): POST /v3/kv/txn, /v3/kv/range, /v3/lease/grant and
+// /v3/auth/authenticate (with etcd's auth on), keys and
 // values base64, int64 fields as JSON strings; answers use the proto field
 // names (create_revision) or, from some gateways, camelCase (createRevision):
 // both are read.
+
+// FleetPrefix is the start of every etcd key of a table: f.Prefix, or
+// "/hashlb/<rootID>/" when it is not set.
+func FleetPrefix(f *Fleet, rootID string) string {
+	if f.Prefix != "" {
+		return f.Prefix
+	}
+	return "/hashlb/" + rootID + "/"
+}
 
 // FleetSlot is the refresh slot for entries that expire after expire.
 func FleetSlot(expire time.Duration) time.Duration { return max(expire/8, time.Second) }
@@ -161,13 +171,98 @@ func appendPut(b []byte, k, value string, lease int64) []byte {
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
+// EtcdAuthenticate is the body of a /v3/auth/authenticate for user and
+// password; its answer's token goes into the Authorization header of every
+// later call.
+func EtcdAuthenticate(user, password string) []byte {
+	b := append([]byte(`{"name":`), appendJSONString(nil, user)...)
+	b = append(b, `,"password":`...)
+	b = appendJSONString(b, password)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string (UTF-8 passes through; quotes,
+// backslashes and control bytes are escaped).
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+// ParseEtcdAuth reads a /v3/auth/authenticate answer: the token.
+func ParseEtcdAuth(body []byte) (token string, err error) {
+	if err := EtcdAnswerError(body); err != nil {
+		return "", err
+	}
+	token = gjson.GetBytes(body, "token").String()
+	if token == "" || !visibleASCII(token) {
+		return "", errors.New("etcd: authenticate answer without a token")
+	}
+	return token, nil
+}
+
+// visibleASCII reports whether s is printable ASCII without spaces (a safe
+// header value).
+func visibleASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Auth errors of etcd: a token that etcd no longer accepts (expired, etcd
+// restarted, or none sent) is renewed by authenticating again; wrong
+// credentials are not.
+var (
+	ErrEtcdAuthToken  = errors.New("etcd: auth token missing, invalid or expired")
+	ErrEtcdAuthFailed = errors.New("etcd: authentication failed: wrong user or password")
+	ErrEtcdPermission = errors.New("etcd: permission denied (the user's role lacks read/write on the prefix)")
+)
+
 // ErrEtcdLeaseNotFound is etcd's refusal of a put on a lease it does not
 // know (expired, or revoked): grant a new one.
 var ErrEtcdLeaseNotFound = errors.New("etcd: requested lease not found")
 
+// Answers refused before any parse: gjson's validator and getters recurse
+// once per nesting level, and a deep enough answer overflows the engine's
+// stack (a trap, which kills the VM).
+var (
+	ErrEtcdAnswerTooLarge = errors.New("etcd: answer larger than 64 KiB")
+	ErrEtcdAnswerTooDeep  = errors.New("etcd: answer nested deeper than 32 levels")
+)
+
+// CheckEtcdAnswer refuses an answer of size bytes, or body, that no parser
+// here may read: over MaxEtcdAnswerBytes, or nested deeper than
+// MaxJSONDepth. It recurses nowhere.
+func CheckEtcdAnswer(body []byte, size int) error {
+	if size > MaxEtcdAnswerBytes || len(body) > MaxEtcdAnswerBytes {
+		return ErrEtcdAnswerTooLarge
+	}
+	if !jsonDepthOK(body, MaxJSONDepth) {
+		return ErrEtcdAnswerTooDeep
+	}
+	return nil
+}
+
 // EtcdAnswerError reads an error answer of the gateway ({"error": …,
-// "message": …, "code": …}); nil when the body has none.
+// "message": …, "code": …}); nil when the body has none. Every parse of an
+// answer starts here, so every answer is checked (CheckEtcdAnswer) first.
 func EtcdAnswerError(body []byte) error {
+	if err := CheckEtcdAnswer(body, len(body)); err != nil {
+		return err
+	}
 	if !gjson.ValidBytes(body) {
 		return errors.New("etcd: answer is not JSON")
 	}
@@ -181,6 +276,13 @@ func EtcdAnswerError(body []byte) error {
 		return nil
 	case strings.Contains(msg, "lease not found"):
 		return ErrEtcdLeaseNotFound
+	case strings.Contains(msg, "invalid auth token"), strings.Contains(msg, "user name is empty"),
+		strings.Contains(msg, "auth token is expired"), strings.Contains(msg, "revision of auth store is old"):
+		return ErrEtcdAuthToken
+	case strings.Contains(msg, "authentication failed"):
+		return ErrEtcdAuthFailed
+	case strings.Contains(msg, "permission denied"):
+		return ErrEtcdPermission
 	}
 	return errors.New("etcd: " + clip(msg))
 }
@@ -262,3 +364,6 @@ func (b *Balancer) ServiceByKey(key string) (int, bool) {
 	}
 	return i, ok
 }
+
+// FleetService is service i's identity in fleet records (ServiceKey).
+func (b *Balancer) FleetService(i int) string { return b.services[i].ServiceKey() }

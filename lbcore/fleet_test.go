@@ -164,3 +164,66 @@ func TestDecideAsksTheFleet(t *testing.T) {
 		t.Errorf("DecideLocal = %+v, want a local decision", d)
 	}
 }
+
+// TestEtcdAnswerLimits: answers too large or nested too deep are refused
+// before any parse, whatever their status or shape.
+func TestEtcdAnswerLimits(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		body string
+		size int // 0: len(body)
+		want error
+	}{
+		{"an etcd answer", `{"header":{"revision":"2"},"kvs":[{"value":"YQ==","mod_revision":"2"}]}`, 0, nil},
+		{"[ x 10^4", strings.Repeat("[", 10000), 0, ErrEtcdAnswerTooDeep},
+		{`{"a": x 10^4`, strings.Repeat(`{"a":`, 10000), 0, ErrEtcdAnswerTooDeep},
+		{"32 levels", strings.Repeat("[", 32) + strings.Repeat("]", 32), 0, nil},
+		{"33 levels", strings.Repeat("[", 33) + strings.Repeat("]", 33), 0, ErrEtcdAnswerTooDeep},
+		{"brackets in a string", `{"message":"` + strings.Repeat("[", 100) + `"}`, 0, nil},
+		{"1 MiB", strings.Repeat(" ", 1<<20), 0, ErrEtcdAnswerTooLarge},
+		{"1 MiB announced, not read", "", 1 << 20, ErrEtcdAnswerTooLarge},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			size := tt.size
+			if size == 0 {
+				size = len(tt.body)
+			}
+			if err := CheckEtcdAnswer([]byte(tt.body), size); err != tt.want {
+				t.Errorf("CheckEtcdAnswer(%.20q…, %d) = %v, want %v", tt.body, size, err, tt.want)
+			}
+			if tt.want != nil && tt.size == 0 {
+				if _, _, err := ParseEtcdRange([]byte(tt.body)); err != tt.want {
+					t.Errorf("ParseEtcdRange(%.20q…) = %v, want %v", tt.body, err, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestEtcdAuthCodec: the authenticate body escapes what JSON needs, the
+// token is read back, and etcd's auth errors are told apart.
+func TestEtcdAuthCodec(t *testing.T) {
+	if got, want := string(EtcdAuthenticate("u\"1", "p\\w\n")), `{"name":"u\"1","password":"p\\w\u000a"}`; got != want {
+		t.Errorf("EtcdAuthenticate = %s, want %s", got, want)
+	}
+	if tok, err := ParseEtcdAuth([]byte(`{"header":{},"token":"abc.12"}`)); tok != "abc.12" || err != nil {
+		t.Errorf("ParseEtcdAuth = %q, %v, want abc.12", tok, err)
+	}
+	if _, err := ParseEtcdAuth([]byte(`{"token":"a b"}`)); err == nil {
+		t.Error("ParseEtcdAuth accepted a token that is no header value")
+	}
+	for _, tt := range []struct {
+		msg  string
+		want error
+	}{
+		{"etcdserver: user name is empty", ErrEtcdAuthToken},
+		{"etcdserver: invalid auth token", ErrEtcdAuthToken},
+		{"etcdserver: authentication failed, invalid user ID or password", ErrEtcdAuthFailed},
+		{"etcdserver: permission denied", ErrEtcdPermission},
+		{"etcdserver: requested lease not found", ErrEtcdLeaseNotFound},
+	} {
+		if err := EtcdAnswerError([]byte(`{"code":3,"message":"` + tt.msg + `"}`)); err != tt.want {
+			t.Errorf("EtcdAnswerError(%q) = %v, want %v", tt.msg, err, tt.want)
+		}
+	}
+}

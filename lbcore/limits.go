@@ -33,6 +33,12 @@ const (
 	// the last one is kept as it is. With MaxReplaceInput it bounds one
 	// replace() to MaxReplacements scans of at most MaxReplaceInput bytes.
 	MaxReplacements = 32
+	// MaxEtcdAnswerBytes is the largest etcd answer the fleet level reads
+	// (persistence.fleet); a larger one is a failed call, unread. The
+	// largest answer the protocol asks for (a txn with one key's range) is
+	// under 1 KiB. Etcd answers get MaxJSONDepth too: every proxy of a fleet
+	// reads the same etcd, so one hostile answer must not kill them all.
+	MaxEtcdAnswerBytes = 64 << 10
 )
 
 // jsonDepthOK reports whether the arrays and objects of the JSON text b nest

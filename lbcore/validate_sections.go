@@ -133,7 +133,7 @@ func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
 }
 
 func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
-	f := &Fleet{Timeout: fFleetTimeout.defaultDuration()}
+	f := &Fleet{Timeout: fFleetTimeout.defaultDuration(), CreatesPerSecond: fFleetCreatesPerSecond.defaultInt()}
 	if !d.object(path, v, func(name string, v gjson.Result) bool {
 		fp := path + "." + name
 		switch name {
@@ -145,6 +145,8 @@ func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
 			f.Prefix = d.visible(fp, v, "this prefix (write it as printable ASCII)")
 		case "timeout":
 			f.Timeout = d.duration(fFleetTimeout, fp, v)
+		case "createsPerSecond":
+			f.CreatesPerSecond = d.intField(fFleetCreatesPerSecond, fp, v)
 		default:
 			return false
 		}

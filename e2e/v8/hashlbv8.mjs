@@ -22,8 +22,10 @@
 //    "perRequest": false,      true: one line per measured request as well
 //    "finalTick": false,       true: one more proxy_on_tick after the last request of a phase, so
 //                              that the module's batched counts reach the host's metrics
-//    "filter": ""}             "http" or "network": the Envoy filter that runs the plugin, whatever
+//    "filter": "",             "http" or "network": the Envoy filter that runs the plugin, whatever
 //                              its filterType says (default: the one filterType names)
+//    "etcdClusters": [],       clusters whose calls MiniEtcd answers (below)
+//    "etcdAnswers": "etcd"}    "hostile": MiniEtcd answers every call with a hostile body instead
 // With "filterType": "network" in the configuration each REQUEST is a TCP connection instead
 // (envoy.filters.network.wasm; Envoy source/extensions/common/wasm/context.cc): its source and
 // dest are the connection's addresses, its headers are not used; the outcome is the address the
@@ -286,10 +288,24 @@ class HarnessFault extends Error {}
 // strings, fields at their zero value left out): /v3/kv/txn with one compare (CREATE or MOD),
 // request_put and request_range operations; /v3/kv/range; /v3/lease/grant. Leases never expire
 // here; a put on an unknown lease is refused as etcd refuses it.
+//
+// With the job's "etcdAnswers": "hostile" every call is answered instead with the next of
+// HOSTILE_ETCD: answers nested 10^4 levels deep, and 1 MiB bodies, with status 200 and 400 (an etcd
+// that is compromised, or a man in the middle, can send any of them to every proxy of a fleet).
+const HOSTILE_ETCD = [
+  [200, '['.repeat(10000)], [400, '['.repeat(10000)],
+  [200, '{"a":'.repeat(10000)], [400, '{"a":'.repeat(10000)],
+  [200, `{"header":{"revision":"2"},"kvs":[{"value":"${'A'.repeat(1 << 20)}","mod_revision":"2"}]}`],
+  [200, `{"header":{"revision":"2"},"ID":"${'7'.repeat(1 << 20)}"}`],
+  [400, ' '.repeat(1 << 20)],
+  [200, '{"a":'.repeat(31) + '1' + '}'.repeat(31)],
+].map(([status, body]) => ({ headers: [[':status', String(status)], ['content-type', 'application/json']], body: Buffer.from(body, 'latin1') }));
+
 class MiniEtcd {
-  constructor() { this.kv = new Map(); this.rev = 1; this.leases = new Set(); this.nextLease = 7000; this.requests = 0; }
+  constructor(hostile) { this.kv = new Map(); this.rev = 1; this.leases = new Set(); this.nextLease = 7000; this.requests = 0; this.hostile = hostile; }
   handle(path, body) {
     this.requests++;
+    if (this.hostile) return HOSTILE_ETCD[(this.requests - 1) % HOSTILE_ETCD.length];
     let req;
     try { req = JSON.parse(body.toString('latin1')); } catch { return this.error(400, 3, 'invalid JSON'); }
     const hdr = () => ({ revision: String(this.rev) });
@@ -339,7 +355,7 @@ class VM {
     this.shared = new Map(); this.cas = 0;
     this.metrics = new Map(); this.metricNames = new Map(); this.metricNext = [0, 1, 2];
     this.tickMs = 0; this.nextTick = 0; this.ticks = 0; this.httpCalls = 0; this.httpToken = 0;
-    this.etcd = new MiniEtcd(); this.pendingCalls = []; this.callResp = null;
+    this.etcd = new MiniEtcd(this.job.etcdAnswers === 'hostile'); this.pendingCalls = []; this.callResp = null;
     this.logs = [0, 0, 0, 0, 0, 0]; this.errorLogs = []; this.stderr = '';
     this.clockOffsetNs = 0n; this.wall0 = BigInt(Date.now()) * 1000000n - process.hrtime.bigint();
   }
@@ -845,6 +861,7 @@ function loadJob(job, phaseCache) {
     budgetMs: job.budgetMs ?? 0, perRequest: !!job.perRequest, finalTick: !!job.finalTick,
     filter: job.filter === 'http' || job.filter === 'network' ? job.filter : '',
     etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
+    etcdAnswers: job.etcdAnswers === 'hostile' ? 'hostile' : 'etcd',
     phases: job.phases.map((ph) => {
       const key = `${job.strings}`;
       if (!phaseCache.has(ph)) phaseCache.set(ph, new Map());

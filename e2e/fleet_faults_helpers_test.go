@@ -1,0 +1,337 @@
+package e2e
+
+// Helpers of the fleet fault tests (issue 19): Debian's etcd as a process
+// the test can kill, freeze and restart, a TCP front per proxy that can
+// refuse, reset, delay or cut that proxy off, and a steady load that records
+// every request.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/hostsim"
+)
+
+// etcdProc is one etcd binary process on its own free ports.
+type etcdProc struct {
+	t      testing.TB
+	bin    string
+	addr   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *syncBuffer
+}
+
+// startEtcdProc runs bin (etcd 3.4's flags) with its data in dir and waits
+// until its gateway answers. It is killed at t's cleanup.
+func startEtcdProc(t testing.TB, bin, dir string) *etcdProc {
+	t.Helper()
+	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
+	cmd := exec.Command(bin, "--name", "hashlb-e2e", "--data-dir", dir,
+		"--listen-client-urls", client, "--advertise-client-urls", client,
+		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+		"--initial-cluster", "hashlb-e2e="+peer, "--log-level", "error")
+	cmd.Env = os.Environ()
+	switch runtime.GOARCH {
+	case "amd64", "ppc64le", "s390x":
+	default:
+		cmd.Env = append(cmd.Env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
+	}
+	e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &syncBuffer{}}
+	cmd.Stdout, cmd.Stderr = e.out, e.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	go func() { cmd.Wait(); close(e.exited) }()
+	t.Cleanup(e.kill)
+	if err := waitGateway(e.addr, 60*time.Second, e.exited); err != nil {
+		e.kill()
+		t.Fatalf("%s: %v\n%s", bin, err, e.out.String())
+	}
+	return e
+}
+
+// kill ends the process with SIGKILL (after SIGCONT, should it be frozen).
+func (e *etcdProc) kill() {
+	select {
+	case <-e.exited:
+		return
+	default:
+	}
+	e.cmd.Process.Signal(syscall.SIGCONT)
+	e.cmd.Process.Kill()
+	<-e.exited
+}
+
+func (e *etcdProc) signal(s os.Signal) {
+	if err := e.cmd.Process.Signal(s); err != nil {
+		e.t.Errorf("etcd: %v: %v", s, err)
+	}
+}
+
+// front modes: what it does to calls.
+const (
+	frontPass    int32 = iota
+	frontRefuse        // every connection closed at once (etcd not listening)
+	frontReset30       // 30 % of the requests reset before they reach etcd
+	frontDelay         // every chunk held delay in each direction
+	frontLate          // requests pass at once, answers held delay
+)
+
+// front is a TCP forwarder in front of etcd for one proxy.
+type front struct {
+	addr   string
+	target atomic.Pointer[string]
+	mode   atomic.Int32
+	delay  atomic.Int64
+	cut    atomic.Bool // this proxy is partitioned from etcd
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	done   chan struct{}
+}
+
+// newFront forwards to target until t ends.
+func newFront(t testing.TB, target string) *front {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &front{addr: ln.Addr().String(), conns: map[net.Conn]bool{}, done: make(chan struct{})}
+	f.target.Store(&target)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go f.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		close(f.done)
+		ln.Close()
+		f.dropAll()
+	})
+	return f
+}
+
+func (f *front) setTarget(addr string) { f.target.Store(&addr); f.dropAll() }
+
+// set changes the mode (and delay), dropping open connections so that the
+// next calls see it.
+func (f *front) set(mode int32, delay time.Duration) {
+	f.delay.Store(int64(delay))
+	f.mode.Store(mode)
+	f.dropAll()
+}
+
+func (f *front) setCut(cut bool) { f.cut.Store(cut); f.dropAll() }
+
+func (f *front) dropAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		reset(c)
+	}
+}
+
+// reset closes c with an RST.
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+func (f *front) track(c net.Conn, add bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if add {
+		f.conns[c] = true
+	} else {
+		delete(f.conns, c)
+	}
+}
+
+func (f *front) serve(in net.Conn) {
+	if f.cut.Load() || f.mode.Load() == frontRefuse {
+		reset(in)
+		return
+	}
+	out, err := net.DialTimeout("tcp", *f.target.Load(), time.Second)
+	if err != nil {
+		reset(in)
+		return
+	}
+	f.track(in, true)
+	f.track(out, true)
+	defer f.track(in, false)
+	defer f.track(out, false)
+	go f.pipe(in, out, false)
+	f.pipe(out, in, true)
+}
+
+// pipe copies src to dst; toEtcd is the request direction.
+func (f *front) pipe(dst, src net.Conn, toEtcd bool) {
+	defer reset(dst)
+	defer reset(src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			mode, d := f.mode.Load(), time.Duration(f.delay.Load())
+			if toEtcd && mode == frontReset30 && rand.IntN(10) < 3 {
+				return
+			}
+			if mode == frontDelay || (mode == frontLate && !toEtcd) {
+				select {
+				case <-time.After(d):
+				case <-f.done:
+					return
+				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// loadRec is one request of a steady load.
+type loadRec struct {
+	at     time.Time // when it was decided
+	key    string
+	host   int
+	svc    string
+	wait   time.Duration
+	paused bool
+}
+
+// steadyLoad sends requests for random keys to random workers of random
+// hosts, rate per second in all, and fires the hosts' ticks as they fall
+// due, until stop is called; stop returns every request's record. A
+// request that fails fails the test.
+//
+// late reports the most a 10 ms timer of this process fired late meanwhile:
+// a host's callout timeout is such a timer, and on a loaded machine (or with
+// other VMs' guest code holding both Ps) it fires that much after the
+// module's timeout.
+func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var recs []loadRec
+	var wg sync.WaitGroup
+	var lateNs atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			if d := time.Since(t0) - 10*time.Millisecond; d > time.Duration(lateNs.Load()) {
+				lateNs.Store(int64(d))
+			}
+		}
+	}()
+	const senders = 4
+	for g := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 19))
+			every := time.Second * senders / time.Duration(rate)
+			next := time.Now()
+			for ctx.Err() == nil {
+				next = next.Add(every)
+				if d := time.Until(next); d > 0 {
+					time.Sleep(d)
+				}
+				hi := rng.IntN(len(hosts))
+				h := hosts[hi]
+				key := keys[rng.IntN(len(keys))]
+				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), key)
+				if err != nil {
+					t.Errorf("request for %s through proxy %d: %v", key, hi, err)
+					continue
+				}
+				mu.Lock()
+				recs = append(recs, loadRec{at: time.Now(), key: key, host: hi, svc: rep.service, wait: rep.waited, paused: rep.paused})
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for ctx.Err() == nil {
+			for _, h := range hosts {
+				h.Tick()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return func() []loadRec {
+		cancel()
+		wg.Wait()
+		return recs
+	}, func() time.Duration { return time.Duration(lateNs.Load()) }
+}
+
+// lastSplit is the time of the last request that got another service than
+// a request for the same key through another proxy within the second
+// before it, after from (zero when there is none), with an example.
+func lastSplit(recs []loadRec, from time.Time) (last time.Time, example string) {
+	byKey := map[string][]loadRec{}
+	for _, r := range recs {
+		if r.at.After(from) {
+			byKey[r.key] = append(byKey[r.key], r)
+		}
+	}
+	for k, rs := range byKey {
+		for i, r := range rs {
+			for j := i - 1; j >= 0 && r.at.Sub(rs[j].at) <= time.Second; j-- {
+				if rs[j].host != r.host && rs[j].svc != r.svc && r.at.After(last) {
+					last = r.at
+					example = fmt.Sprintf("%s: proxy %d got %s, proxy %d got %s %v later", k, rs[j].host, rs[j].svc, r.host, r.svc,
+						r.at.Sub(rs[j].at).Round(time.Millisecond))
+				}
+			}
+		}
+	}
+	return last, example
+}
+
+// splitAfter counts the keys that got two services through different
+// proxies among the requests after from.
+func splitAfter(recs []loadRec, from time.Time) (n int, example string) {
+	got := map[string]map[string]int{}
+	for _, r := range recs {
+		if r.at.After(from) {
+			if got[r.key] == nil {
+				got[r.key] = map[string]int{}
+			}
+			got[r.key][r.svc]++
+		}
+	}
+	for k, svcs := range got {
+		if len(svcs) > 1 {
+			n++
+			example = fmt.Sprintf("%s → %v", k, svcs)
+		}
+	}
+	return n, example
+}

@@ -1,0 +1,438 @@
+package lbcore
+
+import (
+	"slices"
+	"strconv"
+	"time"
+)
+
+// FleetClient is the fleet protocol of one worker as a deterministic state
+// machine (docs/persistence.md#fleet-wide-persistence-through-etcd): events
+// go in (a local miss, a local hit, an etcd answer, a call without one, a
+// tick, each with the clock), and what to do comes out (Take): the etcd
+// calls to send, the waiting transactions settled, the local entries to
+// correct, the lines to log. It sends nothing and reads no clock itself;
+// the filter wires host calls to it, and tests drive it without a host.
+//
+// The rules:
+//   - A miss sends create-if-absent with the method's proposal; the stored
+//     service wins. A stale, unknown or unselectable one is replaced with a
+//     compare on mod_revision (at most twice).
+//   - A miss that cannot ask etcd (etcd down, the call failed or timed out,
+//     retries ran out) is decided with its proposal, and its key is queued
+//     for reconciliation: once etcd answers, the tick sends create-if-absent
+//     with that decision; if the fleet holds another live service the local
+//     entry follows it (Remember), once.
+//   - After FleetFailLimit failed calls in a row etcd is down: misses are
+//     decided at once, and the tick probes etcd every FleetProbeEvery; the
+//     first answer ends it. A hit of a key last used before that moment
+//     asks etcd as a miss does, proposing its entry (etcd may have lost the
+//     key, or another proxy placed it meanwhile).
+//   - A hit in a later slot than its previous use refreshes the stamp: the
+//     same create-if-absent, then a replace on mod_revision; one that loses
+//     follows the winner.
+//   - "lease not found" on any put forgets that lease and grants a new one.
+//   - Creates are limited to Fleet.CreatesPerSecond per worker (misses and
+//     syncs of hits alike; a token is taken when the call is sent and given
+//     back when the key turned out to exist): over it a key is only read,
+//     and followed when etcd holds it; one etcd does not hold is decided
+//     locally and not created (Throttled). So etcd's key count grows by at
+//     most the budget per worker and second.
+//   - With credentials, every call carries the token of
+//     /v3/auth/authenticate; one etcd refuses is renewed once per call.
+type FleetClient struct {
+	cfg      *Fleet
+	svcs     FleetServices
+	prefix   string
+	expire   time.Duration
+	slotSecs int64
+	user     string
+	password string
+
+	lastID uint32
+	ops    map[string]*fleetOp // by etcd key
+	byID   map[uint32]*fleetOp
+	calls  map[uint32]*fleetCall
+
+	token                    string
+	leases                   [2]struct{ slot, id int64 } // at index slot%2: this slot's and the next
+	authing, granting, probe bool                        // root calls in flight
+
+	fails     int
+	down      bool
+	probeAt   time.Time
+	recovered int64 // Unix second after the last recovery: hits used before it sync their key
+
+	queue   []fleetJob
+	queued  map[string]bool
+	syncing int
+
+	tokens   float64 // the create budget
+	budgetAt time.Time
+
+	logged map[error]bool // errors logged once
+	out    FleetOut
+	counts FleetCounts
+}
+
+// FleetServices is what the fleet protocol needs to know of the services
+// (Balancer implements it).
+type FleetServices interface {
+	// ServiceByKey returns the service whose identity in fleet records is key.
+	ServiceByKey(key string) (int, bool)
+	// FleetService is service i's identity in fleet records.
+	FleetService(i int) string
+	// Selectable reports whether service i may receive requests now.
+	Selectable(i int) bool
+}
+
+// FleetCall is one call to etcd's JSON gateway to send now: POST Path with
+// Body, at most Timeout; Token, when not "", goes in the Authorization
+// header. Op is the transaction it belongs to, sent from that request's
+// stream; 0 is the worker's own work, sent from the root context. Its
+// answer goes to FleetClient.Answer, or its absence to NoAnswer, with ID.
+type FleetCall struct {
+	ID      uint32
+	Op      uint32
+	Path    string
+	Body    []byte
+	Timeout time.Duration
+	Token   string
+}
+
+// FleetSettled ends transaction Op: its requests are decided with Service
+// (the fleet's, or their proposal when Fleet is false) after Waited.
+type FleetSettled struct {
+	Op      uint32
+	Service int
+	Fleet   bool
+	Waited  time.Duration
+}
+
+// FleetRemember is a correction of the local table: Key's entry becomes
+// Service, the fleet's.
+type FleetRemember struct {
+	Key     []byte
+	Service int
+}
+
+// FleetLog is a line to log, at warning level when Warn, else info.
+type FleetLog struct {
+	Warn bool
+	Msg  string
+}
+
+// FleetOut is what the client asks for, in order.
+type FleetOut struct {
+	Calls    []FleetCall
+	Settled  []FleetSettled
+	Remember []FleetRemember
+	Logs     []FleetLog
+}
+
+// Empty reports whether o asks for nothing.
+func (o *FleetOut) Empty() bool {
+	return len(o.Calls)+len(o.Settled)+len(o.Remember)+len(o.Logs) == 0
+}
+
+// FleetCounts are the client's counters since it started (the metrics
+// hashlb.persistence_fleet_*).
+type FleetCounts struct {
+	Hit, Created, Replaced, Refreshed     uint64
+	Timeout, Error, Skipped, Throttled    uint64
+	Reconciled, Followed, QueueFull, Auth uint64
+}
+
+const (
+	// FleetFailLimit failed calls in a row mark etcd down.
+	FleetFailLimit = 3
+	// FleetProbeEvery is how often the tick asks a down etcd.
+	FleetProbeEvery = time.Second
+	// FleetQueueMax bounds the keys waiting to be synced (reconciled or
+	// refreshed); more are dropped and counted (QueueFull).
+	FleetQueueMax = 16384
+	// FleetSyncAtOnce bounds the syncs in flight.
+	FleetSyncAtOnce = 32
+
+	fleetMaxReplaces = 2
+	fleetMaxCalls    = 8 // per transaction
+	fleetMaxTries    = 3 // per sync
+	// fleetLostCall is how long past its timeout an unanswered call is
+	// given up (a host always answers; this bounds what it may forget).
+	fleetLostCall = 2 * time.Second
+)
+
+type callKind uint8
+
+const (
+	callAuth  callKind = iota
+	callGrant          // a lease grant
+	callTxn            // create-if-absent (rev 0) or replace (rev)
+	callRange          // a read (a transaction over the create budget)
+	callProbe          // is a down etcd back?
+)
+
+// fleetOp is one transaction: the requests of one worker waiting for one key.
+type fleetOp struct {
+	id              uint32
+	key             string // etcd key
+	local           []byte // persistence key
+	proposal        int
+	start, deadline time.Time
+	readOnly        bool  // over the create budget: read, never create
+	rev             int64 // replace at this mod_revision; 0: create-if-absent
+	replaces, calls int
+	creates, auths  int
+	refunded        bool   // its create token was given back: the key existed
+	call            uint32 // in flight
+}
+
+// fleetJob is one key to sync from the tick: reconcile a local decision, or
+// refresh a stamp.
+type fleetJob struct {
+	key      string
+	local    []byte
+	svc      int
+	stamp    int64 // the Unix second of the use or decision it records
+	rev      int64 // replace at this mod_revision; 0: create-if-absent
+	replaces int8
+	tries    int8
+	readOnly bool // over the create budget: read and follow, never create
+	refunded bool
+}
+
+type fleetCall struct {
+	kind    callKind
+	op      *fleetOp // nil: root work
+	job     fleetJob // callTxn without op: a sync
+	slot    int64    // callGrant: the slot the lease is for
+	lease   int64    // the lease a put named
+	sent    time.Time
+	timeout time.Duration
+}
+
+// NewFleetClient starts the protocol for table persistence p (p.Fleet set)
+// under prefix (FleetPrefix), at now; user and password, when user is not
+// "", authenticate to etcd.
+func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, password string, now time.Time) *FleetClient {
+	return &FleetClient{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
+		slotSecs: int64(FleetSlot(p.Expire) / time.Second), user: user, password: password,
+		ops: map[string]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
+		queued: map[string]bool{}, logged: map[error]bool{},
+		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
+}
+
+// Take returns what the client asks for since the last Take, and forgets it.
+func (c *FleetClient) Take() FleetOut {
+	o := c.out
+	c.out = FleetOut{}
+	return o
+}
+
+// Pending reports whether the client asks for something (Take).
+func (c *FleetClient) Pending() bool { return !c.out.Empty() }
+
+// Counts are the client's counters.
+func (c *FleetClient) Counts() FleetCounts { return c.counts }
+
+// Down reports whether etcd is considered down (misses do not ask it).
+func (c *FleetClient) Down() bool { return c.down }
+
+// Queued is how many keys wait to be synced.
+func (c *FleetClient) Queued() int { return len(c.queue) }
+
+// Miss starts or joins the transaction for persistence key key, whose
+// method proposed service proposal. wait false means: decide with the
+// proposal now (etcd is down); else the request waits for op's
+// FleetSettled.
+func (c *FleetClient) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
+	k := FleetKey(c.prefix, key)
+	if o := c.ops[k]; o != nil {
+		return o.id, true
+	}
+	create := c.spend(now)
+	if c.down {
+		c.counts.Skipped++
+		if !create {
+			c.counts.Throttled++
+		}
+		c.enqueue(fleetJob{key: k, local: key, svc: proposal, stamp: now.Unix(), readOnly: !create})
+		return 0, false
+	}
+	return c.start(now, k, key, proposal, !create), true
+}
+
+// Hit reports a local hit of key on service svc, whose previous use was
+// Unix second prevUse. An entry last used before etcd last recovered may
+// be stale (decided while etcd could not be asked, or lost by etcd): the
+// request waits (wait) for the fleet to confirm or correct it, as a miss
+// proposing svc, when the create budget allows; else, and for the first
+// hit of a slot (which renews the fleet's stamp), the key is synced from
+// the tick and the request is served at once.
+func (c *FleetClient) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
+	stale := prevUse < c.recovered
+	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
+		return 0, false
+	}
+	k := FleetKey(c.prefix, key)
+	if o := c.ops[k]; o != nil {
+		return o.id, true
+	}
+	create := c.spend(now)
+	if stale && create {
+		return c.start(now, k, key, svc, false), true
+	}
+	c.enqueue(fleetJob{key: k, local: key, svc: svc, stamp: now.Unix(), readOnly: !create})
+	return 0, false
+}
+
+// start sends the first call of a new transaction for etcd key k.
+func (c *FleetClient) start(now time.Time, k string, key []byte, proposal int, readOnly bool) uint32 {
+	o := &fleetOp{id: c.newID(), key: k, local: slices.Clone(key), proposal: proposal, start: now,
+		deadline: now.Add(c.cfg.Timeout), readOnly: readOnly}
+	c.ops[k], c.byID[o.id] = o, o
+	c.next(o, now)
+	return o.id
+}
+
+// Abandon settles transaction op locally: the request its calls answer to
+// is gone, so no answer will come. Its key is reconciled later.
+func (c *FleetClient) Abandon(now time.Time, op uint32) {
+	if o := c.byID[op]; o != nil {
+		c.settleLocal(o, now)
+	}
+}
+
+// Answer delivers the answer to call id: its status and body, size its
+// length (the body is not read when size is over MaxEtcdAnswerBytes).
+func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, size int) {
+	cl := c.calls[id]
+	if cl == nil {
+		return
+	}
+	delete(c.calls, id)
+	err := CheckEtcdAnswer(body, size)
+	if err == nil && status != 200 {
+		if err = EtcdAnswerError(body); err == nil {
+			err = statusError(status)
+		}
+	}
+	c.handle(cl, now, body, err)
+}
+
+// NoAnswer reports that call id ended without an answer: its timeout
+// passed, the connection failed, or it could not be sent.
+func (c *FleetClient) NoAnswer(now time.Time, id uint32) {
+	if cl := c.calls[id]; cl != nil {
+		delete(c.calls, id)
+		c.handle(cl, now, nil, errNoAnswer)
+	}
+}
+
+// Tick runs the worker's own work: it gives up calls the host forgot,
+// probes a down etcd, authenticates, grants leases ahead, and sends queued
+// syncs.
+func (c *FleetClient) Tick(now time.Time) {
+	var lost []uint32
+	for id, cl := range c.calls {
+		if now.Sub(cl.sent) > cl.timeout+fleetLostCall {
+			lost = append(lost, id)
+		}
+	}
+	slices.Sort(lost) // deterministic
+	for _, id := range lost {
+		c.NoAnswer(now, id)
+	}
+	if c.down {
+		if !c.probe && !now.Before(c.probeAt) {
+			c.probe = true
+			if c.user != "" && c.token == "" {
+				c.rootCall(callProbe, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now)
+			} else {
+				c.rootCall(callProbe, "/v3/kv/range", EtcdRange(c.prefix), now)
+			}
+		}
+		return
+	}
+	slot := c.slotOf(now.Unix())
+	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
+		(slot+1)*c.slotSecs-now.Unix() < c.slotSecs/4+1 {
+		c.grant(slot+1, now)
+	}
+	c.pump(now)
+}
+
+type statusError int
+
+func (e statusError) Error() string { return "status " + strconv.Itoa(int(e)) }
+
+type fleetError string
+
+func (e fleetError) Error() string { return string(e) }
+
+const (
+	errNoAnswer = fleetError("no answer (connection failure or unknown cluster)")
+	errTimeout  = fleetError("timeout")
+)
+
+func (c *FleetClient) newID() uint32 {
+	c.lastID++
+	if c.lastID == 0 {
+		c.lastID++
+	}
+	return c.lastID
+}
+
+// spend takes one create from the budget: CreatesPerSecond, a burst of one
+// second's worth.
+func (c *FleetClient) spend(now time.Time) bool {
+	rate := float64(c.cfg.CreatesPerSecond)
+	if dt := now.Sub(c.budgetAt); dt > 0 {
+		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
+		c.budgetAt = now
+	}
+	if c.tokens < 1 {
+		return false
+	}
+	c.tokens--
+	return true
+}
+
+// refund gives back a create that did not grow etcd (the key existed).
+func (c *FleetClient) refund() {
+	c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
+}
+
+func (c *FleetClient) slotOf(t int64) int64 { return t / c.slotSecs }
+
+func (c *FleetClient) needAuth() bool { return c.user != "" && c.token == "" }
+
+// leaseFor is the lease of slot, 0 when this worker has none.
+func (c *FleetClient) leaseFor(slot int64) int64 {
+	if l := c.leases[slot&1]; l.slot == slot {
+		return l.id
+	}
+	return 0
+}
+
+func (c *FleetClient) setLease(slot, id int64) { c.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
+
+// lostLease forgets lease id, which etcd does not know (it expired, or etcd
+// lost its data): keys used before now may be gone from etcd too.
+func (c *FleetClient) lostLease(id int64, now time.Time) {
+	for i, l := range c.leases {
+		if l.id == id {
+			c.leases[i].id = 0
+		}
+	}
+	c.recovered = now.Unix() + 1
+}
+
+func (c *FleetClient) logOnce(err error, warn bool, msg string) {
+	if !c.logged[err] {
+		c.logged[err] = true
+		c.out.Logs = append(c.out.Logs, FleetLog{Warn: warn, Msg: msg})
+	}
+}
+
+func (c *FleetClient) cluster() string { return strconv.Quote(c.cfg.Cluster) }

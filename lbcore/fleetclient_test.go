@@ -1,0 +1,484 @@
+package lbcore
+
+import (
+	"cmp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeServices are services a..z by name; off ones are not selectable.
+type fakeServices struct {
+	names []string
+	off   map[int]bool
+}
+
+func newFakeServices(n int) *fakeServices {
+	s := &fakeServices{off: map[int]bool{}}
+	for i := range n {
+		s.names = append(s.names, string(rune('a'+i)))
+	}
+	return s
+}
+
+func (s *fakeServices) ServiceByKey(k string) (int, bool) {
+	for i, n := range s.names {
+		if n == k {
+			return i, true
+		}
+	}
+	return 0, false
+}
+func (s *fakeServices) FleetService(i int) string { return s.names[i] }
+func (s *fakeServices) Selectable(i int) bool     { return !s.off[i] }
+
+// rig drives one FleetClient against a fakeEtcd, collecting what it asks.
+type rig struct {
+	t        *testing.T
+	c        *FleetClient
+	e        *fakeEtcd
+	svcs     *fakeServices
+	now      time.Time
+	pending  []FleetCall
+	settled  map[uint32]FleetSettled
+	remember []FleetRemember
+	logs     []string
+}
+
+var rigStart = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+
+func newRig(t *testing.T, creates int, user, password string) *rig {
+	p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: creates}}
+	r := &rig{t: t, e: newFakeEtcd(), svcs: newFakeServices(3), now: rigStart, settled: map[uint32]FleetSettled{}}
+	r.c = NewFleetClient(p, "/t/", r.svcs, user, password, r.now)
+	return r
+}
+
+func (r *rig) take() {
+	out := r.c.Take()
+	r.pending = append(r.pending, out.Calls...)
+	for _, s := range out.Settled {
+		r.settled[s.Op] = s
+	}
+	r.remember = append(r.remember, out.Remember...)
+	for _, l := range out.Logs {
+		r.logs = append(r.logs, l.Msg)
+	}
+}
+
+// miss is a local miss of key with proposal; op 0 means decided at once.
+func (r *rig) miss(key string, proposal int) uint32 {
+	op, wait := r.c.Miss(r.now, []byte(key), proposal)
+	r.take()
+	if !wait {
+		return 0
+	}
+	return op
+}
+
+// answer lets etcd answer the oldest pending call; fail instead delivers
+// no answer; applied (with fail) applies it in etcd first.
+func (r *rig) next() FleetCall {
+	r.t.Helper()
+	if len(r.pending) == 0 {
+		r.t.Fatalf("no call pending; logs %q", r.logs)
+	}
+	c := r.pending[0]
+	r.pending = r.pending[1:]
+	return c
+}
+
+func (r *rig) answer() string {
+	c := r.next()
+	status, body := r.e.handle(c)
+	r.c.Answer(r.now, c.ID, status, body, len(body))
+	r.take()
+	return c.Path
+}
+
+func (r *rig) answerWith(status int, body string) string {
+	c := r.next()
+	r.c.Answer(r.now, c.ID, status, []byte(body), len(body))
+	r.take()
+	return c.Path
+}
+
+func (r *rig) noAnswer(applied bool) string {
+	c := r.next()
+	if applied {
+		r.e.handle(c)
+	}
+	r.c.NoAnswer(r.now, c.ID)
+	r.take()
+	return c.Path
+}
+
+// drain answers every call, also those the answers lead to.
+func (r *rig) drain() {
+	for len(r.pending) > 0 {
+		r.answer()
+	}
+}
+
+func (r *rig) tick(d time.Duration) {
+	r.now = r.now.Add(d)
+	r.c.Tick(r.now)
+	r.take()
+}
+
+func (r *rig) key(k string) string { return FleetKey("/t/", []byte(k)) }
+
+// put stores key's record as another proxy would have.
+func (r *rig) put(k, svc string, stamp time.Time) {
+	r.e.rev++
+	r.e.kv[r.key(k)] = fakeKV{value: FleetRecord{Stamp: stamp.Unix(), Service: svc}.String(), create: r.e.rev, mod: r.e.rev}
+}
+
+func (r *rig) wantSettled(op uint32, svc int, fleet bool) {
+	r.t.Helper()
+	s, ok := r.settled[op]
+	if !ok || s.Service != svc || s.Fleet != fleet {
+		r.t.Fatalf("transaction %d settled %+v (%v), want service %d, fleet %v; logs %q", op, s, ok, svc, fleet, r.logs)
+	}
+}
+
+func (r *rig) wantEtcd(k, svc string) {
+	r.t.Helper()
+	if got := r.e.service(r.key(k)); got != svc {
+		r.t.Fatalf("etcd holds %q for %s, want %q", got, k, svc)
+	}
+}
+
+func (r *rig) wantRemember(k string, svc int) {
+	r.t.Helper()
+	for _, m := range r.remember {
+		if string(m.Key) == k && m.Service == svc {
+			return
+		}
+	}
+	r.t.Fatalf("local entry of %s not switched to %d; remembered %+v", k, svc, r.remember)
+}
+
+// downEtcd makes three misses fail, so that etcd is down.
+func (r *rig) downEtcd() {
+	r.t.Helper()
+	for _, k := range []string{"f1", "f2", "f3"} {
+		r.miss(k, 0)
+		for len(r.pending) > 0 {
+			r.noAnswer(false)
+		}
+	}
+	if !r.c.Down() {
+		r.t.Fatalf("after 3 failed misses etcd is not down; logs %q", r.logs)
+	}
+}
+
+// TestFleetClientFaults drives the protocol through each fault sequence of
+// issue 19 without a host.
+func TestFleetClientFaults(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		creates int // the create budget; 0 is 100
+		run     func(t *testing.T, r *rig)
+	}{
+		{"first writer: lease, create, the proposal wins", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			if p := r.answer(); p != "/v3/lease/grant" {
+				t.Fatalf("first call %s, want the lease grant", p)
+			}
+			r.answer()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("ada", "b")
+			if n := r.c.Counts().Created; n != 1 {
+				t.Errorf("Created = %d, want 1", n)
+			}
+		}},
+		{"another proxy was first: its service wins", 0, func(t *testing.T, r *rig) {
+			r.put("ada", "c", r.now)
+			op := r.miss("ada", 0)
+			r.drain()
+			r.wantSettled(op, 2, true)
+		}},
+		{"requests for one key share one transaction", 0, func(t *testing.T, r *rig) {
+			a, b := r.miss("ada", 0), r.miss("ada", 1)
+			if a != b || len(r.pending) != 1 {
+				t.Fatalf("two misses of one key: ops %d, %d with %d calls, want one transaction", a, b, len(r.pending))
+			}
+		}},
+		{"a stale entry is replaced on its mod_revision", 0, func(t *testing.T, r *rig) {
+			r.put("ada", "c", r.now.Add(-time.Hour))
+			op := r.miss("ada", 0)
+			r.drain()
+			r.wantSettled(op, 0, true)
+			r.wantEtcd("ada", "a")
+			if n := r.c.Counts().Replaced; n != 1 {
+				t.Errorf("Replaced = %d, want 1", n)
+			}
+		}},
+		{"an unselectable entry is replaced", 0, func(t *testing.T, r *rig) {
+			r.svcs.off[2] = true
+			r.put("ada", "c", r.now)
+			op := r.miss("ada", 1)
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("ada", "b")
+		}},
+		{"timeout: decided with the proposal, reconciled from the tick (applied: kept)", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.answer() // lease
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(true) // applied by etcd, answer lost
+			r.wantSettled(op, 1, false)
+			if n := r.c.Counts().Timeout; n != 1 {
+				t.Errorf("Timeout = %d, want 1", n)
+			}
+			r.tick(time.Second)
+			r.drain()
+			r.wantEtcd("ada", "b")
+			if len(r.remember) != 0 {
+				t.Errorf("the applied create named the proposal; remembered %+v, want nothing", r.remember)
+			}
+		}},
+		{"timeout, another proxy placed the key: the local entry follows", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.answer()
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(false)
+			r.wantSettled(op, 1, false)
+			r.put("ada", "c", r.now)
+			r.tick(time.Second)
+			r.drain()
+			r.wantRemember("ada", 2)
+			r.wantEtcd("ada", "c")
+			if n := r.c.Counts().Followed; n != 1 {
+				t.Errorf("Followed = %d, want 1", n)
+			}
+		}},
+		{"etcd down: misses decided at once, queued; the tick probe ends it and reconciles", 0, func(t *testing.T, r *rig) {
+			r.downEtcd()
+			if !strings.Contains(strings.Join(r.logs, "\n"), "failed 3 times in a row") {
+				t.Errorf("logs %q, want the down line", r.logs)
+			}
+			if op := r.miss("bob", 2); op != 0 || len(r.pending) != 0 {
+				t.Fatalf("a miss while down: op %d with %d calls, want decided at once", op, len(r.pending))
+			}
+			r.tick(500 * time.Millisecond)
+			if len(r.pending) != 0 {
+				t.Fatalf("probe sent before FleetProbeEvery: %+v", r.pending)
+			}
+			r.tick(600 * time.Millisecond)
+			if p := r.answer(); p != "/v3/kv/range" {
+				t.Fatalf("probe %s, want a range", p)
+			}
+			if r.c.Down() {
+				t.Fatal("etcd still down after the probe's answer")
+			}
+			r.drain()
+			r.wantEtcd("bob", "c")
+			for _, k := range []string{"f1", "f2", "f3"} {
+				r.wantEtcd(k, "a")
+			}
+		}},
+		{"a refresh that loses follows the winner", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 0)
+			r.drain()
+			r.wantSettled(op, 0, true)
+			r.now = r.now.Add(2 * FleetSlot(10*time.Minute))
+			r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
+			r.tick(0)
+			if p := r.answer(); p != "/v3/lease/grant" {
+				t.Fatalf("first call of a new slot %s, want its lease", p)
+			}
+			r.answer()               // create-if-absent: the entry, stamped in an older slot
+			r.put("ada", "c", r.now) // another proxy moves the key meanwhile
+			r.answer()               // the replace loses: the range names c
+			r.wantRemember("ada", 2)
+		}},
+		{"lease not found on a miss: granted again, retried", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.e.lose()
+			op := r.miss("bob", 1)
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("bob", "b")
+		}},
+		{"lease not found on a sync: granted again, and hits resync", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.e.lose()
+			r.now = r.now.Add(2 * FleetSlot(10*time.Minute))
+			r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
+			r.tick(0)
+			r.drain()
+			r.wantEtcd("ada", "a")
+		}},
+		{"over the create budget: read only, decided locally, never created", 2, func(t *testing.T, r *rig) {
+			r.drainMiss("k1", 0)
+			r.drainMiss("k2", 0)
+			op := r.miss("k3", 1)
+			if p := r.answer(); p != "/v3/kv/range" {
+				t.Fatalf("third new key within a second: %s, want a read", p)
+			}
+			r.wantSettled(op, 1, false)
+			r.wantEtcd("k3", "")
+			if n := r.c.Counts().Throttled; n != 1 {
+				t.Errorf("Throttled = %d, want 1", n)
+			}
+			r.tick(time.Second)
+			r.drain()
+			r.wantEtcd("k3", "") // the queued read does not create it either
+			r.put("k4", "c", r.now)
+			r.drainMiss("k5", 0)
+			r.drainMiss("k6", 0)
+			op = r.miss("k4", 0) // over budget, but etcd has it: followed
+			r.drain()
+			r.wantSettled(op, 2, true)
+		}},
+		{"recovery: another proxy placed the key meanwhile: the hit follows", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.downEtcd()
+			r.put("ada", "c", r.now)
+			r.tick(1100 * time.Millisecond)
+			r.drain()
+			op, wait := r.c.Hit(r.now.Add(time.Second), []byte("ada"), 0, rigStart.Unix())
+			r.take()
+			r.drain()
+			if !wait {
+				t.Fatal("first hit after the recovery served at once")
+			}
+			r.wantSettled(op, 2, true)
+		}},
+		{"keys that exist give their create back", 2, func(t *testing.T, r *rig) {
+			for _, k := range []string{"old1", "old2", "old3"} {
+				r.put(k, "c", r.now)
+				r.drainMiss(k, 0)
+			}
+			op := r.miss("new", 1)
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("new", "b")
+		}},
+		{"the caller reset: settled locally, reconciled", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.c.Abandon(r.now, op)
+			r.take()
+			r.wantSettled(op, 1, false)
+			r.pending = nil // the answer will never come
+			r.tick(time.Second)
+			r.tick(3 * time.Second) // the lost call is given up
+			r.drain()
+			r.wantEtcd("ada", "b")
+		}},
+		{"answers nested 10^4 deep or 1 MiB: failed calls, logged once", 0, func(t *testing.T, r *rig) {
+			for _, body := range []string{strings.Repeat("[", 10000), strings.Repeat(`{"a":`, 10000), strings.Repeat(" ", 1<<20)} {
+				op := r.miss("k"+itoa(len(body)), 0)
+				r.answerWith(200, body)
+				r.wantSettled(op, 0, false)
+			}
+			n := 0
+			for _, l := range r.logs {
+				if strings.Contains(l, "refused unread") {
+					n++
+				}
+			}
+			if n != 1 {
+				t.Errorf("%d refusal lines, want 1; logs %q", n, r.logs)
+			}
+		}},
+		{"queue full: counted", 0, func(t *testing.T, r *rig) {
+			r.downEtcd()
+			for i := range FleetQueueMax + 10 {
+				r.now = r.now.Add(time.Second / 50) // within the create budget
+				r.miss("q"+itoa(i), 0)
+			}
+			if n := r.c.Counts().QueueFull; n == 0 {
+				t.Errorf("QueueFull = 0 after %d keys queued while down, want the overflow counted", FleetQueueMax+10)
+			}
+		}},
+		{"recovery: the first hit of a key used before it asks etcd", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.downEtcd()
+			r.e.lose()
+			r.tick(1100 * time.Millisecond)
+			r.drain() // probe, then the queued f1..f3
+			r.now = r.now.Add(time.Second)
+			op, wait := r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
+			if !wait {
+				t.Fatal("the first hit after a recovery of a key used before it: served at once, want it to wait for the fleet")
+			}
+			r.take()
+			r.drain()
+			r.wantSettled(op, 0, true)
+			r.wantEtcd("ada", "a")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, cmp.Or(tt.creates, 100), "", "")) })
+	}
+}
+
+// drainMiss is a miss answered in full.
+func (r *rig) drainMiss(k string, proposal int) {
+	r.t.Helper()
+	op := r.miss(k, proposal)
+	r.drain()
+	if _, ok := r.settled[op]; !ok {
+		r.t.Fatalf("miss of %s not settled", k)
+	}
+}
+
+// TestFleetClientAuth: with a user, the client authenticates first and
+// sends the token; a token etcd refuses is renewed; a wrong password is one
+// log line and a count, and the password is in no line.
+func TestFleetClientAuth(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		password string
+		ok       bool
+	}{
+		{"right password", "s3cret\"pw", true},
+		{"wrong password", "nope-nope", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 100, "hashlb", tt.password)
+			r.e.users = map[string]string{"hashlb": "s3cret\"pw"}
+			op := r.miss("ada", 1)
+			if p := r.answer(); p != "/v3/auth/authenticate" {
+				t.Fatalf("first call %s, want authenticate", p)
+			}
+			if !tt.ok {
+				r.wantSettled(op, 1, false)
+				for i := range 4 {
+					r.miss("k"+itoa(i), 0)
+					r.drain()
+				}
+				r.tick(2 * time.Second)
+				r.drain()
+				lines := 0
+				for _, l := range r.logs {
+					if strings.Contains(l, tt.password) {
+						t.Errorf("log line %q shows the password", l)
+					}
+					if strings.Contains(l, "refused the user") {
+						lines++
+					}
+				}
+				if lines != 1 || r.c.Counts().Auth == 0 {
+					t.Errorf("%d log lines about the password and Auth = %d, want 1 and > 0; logs %q", lines, r.c.Counts().Auth, r.logs)
+				}
+				return
+			}
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("ada", "b")
+			r.e.tokens = map[string]bool{} // etcd restarted: the token is gone
+			op = r.miss("bob", 2)
+			r.drain()
+			r.wantSettled(op, 2, true)
+			r.wantEtcd("bob", "c")
+			for _, l := range r.logs {
+				if strings.Contains(l, tt.password) || strings.Contains(l, "tok.") {
+					t.Errorf("log line %q shows a secret", l)
+				}
+			}
+		})
+	}
+}

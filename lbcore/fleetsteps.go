@@ -1,0 +1,323 @@
+package lbcore
+
+import (
+	"strconv"
+	"time"
+)
+
+// The steps of FleetClient: what each answer leads to.
+
+// next sends transaction o's next call: authenticate, grant this slot's
+// lease, then the transaction itself (or a read over the create budget).
+func (c *FleetClient) next(o *fleetOp, now time.Time) {
+	slot := c.slotOf(now.Unix())
+	switch {
+	case c.needAuth():
+		c.opCall(o, callAuth, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now, 0)
+	case o.readOnly:
+		c.opCall(o, callRange, "/v3/kv/range", EtcdRange(o.key), now, 0)
+	case c.leaseFor(slot) == 0:
+		ttl := FleetLeaseTTL(slot, now.Unix(), c.expire)
+		if cl := c.opCall(o, callGrant, "/v3/lease/grant", EtcdLeaseGrant(ttl), now, 0); cl != nil {
+			cl.slot = slot
+		}
+	default:
+		lease := c.leaseFor(slot)
+		value := FleetRecord{Stamp: now.Unix(), Service: c.svcs.FleetService(o.proposal)}.String()
+		body := EtcdCreateOrGet(o.key, value, lease)
+		if o.rev != 0 {
+			body = EtcdReplace(o.key, o.rev, value, lease)
+		} else {
+			o.creates++
+		}
+		c.opCall(o, callTxn, "/v3/kv/txn", body, now, lease)
+	}
+}
+
+// opCall sends one call of o with what remains of o's time; with too little
+// left, or too many calls sent, o is settled as timed out (nil).
+func (c *FleetClient) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
+	left := o.deadline.Sub(now)
+	if left < time.Millisecond || o.calls >= fleetMaxCalls {
+		c.failOp(o, now, errTimeout)
+		return nil
+	}
+	o.calls++
+	o.call = c.send(kind, o, path, body, left, now, lease)
+	return c.calls[o.call]
+}
+
+func (c *FleetClient) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, now time.Time, lease int64) uint32 {
+	id := c.newID()
+	c.calls[id] = &fleetCall{kind: kind, op: o, lease: lease, sent: now, timeout: timeout}
+	var op uint32
+	if o != nil {
+		op = o.id
+	}
+	tok := c.token
+	if kind == callAuth || (kind == callProbe && c.user != "" && c.token == "") {
+		tok = ""
+	}
+	c.out.Calls = append(c.out.Calls, FleetCall{ID: id, Op: op, Path: path, Body: body, Timeout: timeout, Token: tok})
+	return id
+}
+
+func (c *FleetClient) rootCall(kind callKind, path string, body []byte, now time.Time) *fleetCall {
+	return c.calls[c.send(kind, nil, path, body, c.cfg.Timeout, now, 0)]
+}
+
+// handle reads the answer (or err) of call cl.
+func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err error) {
+	if o := cl.op; o != nil {
+		if c.byID[o.id] != o || o.call == 0 {
+			return // settled meanwhile
+		}
+		o.call = 0
+		c.onOp(o, cl, now, body, err)
+		return
+	}
+	switch cl.kind {
+	case callAuth:
+		c.authing = false
+		if err == nil {
+			err = c.authenticated(body)
+		}
+		c.after(now, err)
+	case callGrant:
+		c.granting = false
+		var id int64
+		if err == nil {
+			id, err = ParseEtcdLease(body)
+		}
+		if err == nil {
+			c.setLease(cl.slot, id)
+		}
+		c.after(now, err)
+	case callProbe:
+		c.probe = false
+		if err == nil && c.user != "" && c.token == "" {
+			err = c.authenticated(body)
+		} else if err == nil {
+			_, _, err = ParseEtcdRange(body)
+		}
+		if err == ErrEtcdAuthToken { // etcd answers; only the token is gone
+			c.token, err = "", nil
+		}
+		c.after(now, err)
+	case callTxn, callRange:
+		c.syncing--
+		c.onSync(cl, now, body, err)
+	}
+	if !c.down {
+		c.pump(now)
+	}
+}
+
+func (c *FleetClient) authenticated(body []byte) error {
+	tok, err := ParseEtcdAuth(body)
+	if err == nil {
+		c.token = tok
+	}
+	return err
+}
+
+// after counts a call's outcome: a success ends a run of failures (and a
+// down etcd), a failure adds to it.
+func (c *FleetClient) after(now time.Time, err error) {
+	switch err {
+	case nil:
+		c.fails = 0
+		if c.down {
+			c.down = false
+			c.recovered = now.Unix() + 1
+			c.out.Logs = append(c.out.Logs, FleetLog{Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+				" answers again; new keys are decided fleet-wide, and keys decided locally meanwhile are reconciled"})
+		}
+		return
+	case ErrEtcdAuthToken:
+		c.token = ""
+	case ErrEtcdAuthFailed:
+		c.counts.Auth++
+		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+
+			" refused the user "+quoteUser(c.user)+": wrong user or password (HASHLB_ETCD_USER, HASHLB_ETCD_PASSWORD); keys are decided locally")
+	case ErrEtcdPermission:
+		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+": "+err.Error())
+	case ErrEtcdAnswerTooLarge, ErrEtcdAnswerTooDeep:
+		c.logOnce(ErrEtcdAnswerTooDeep, true, "hashlb: fleet: an answer of etcd on cluster "+c.cluster()+" was refused unread ("+
+			err.Error()+"); such answers are failed calls, and this is logged once")
+	}
+	if err == errTimeout {
+		c.counts.Timeout++
+	} else {
+		c.counts.Error++
+	}
+	c.fails++
+	if c.down {
+		c.probeAt = now.Add(FleetProbeEvery)
+		return
+	}
+	if c.fails >= FleetFailLimit {
+		c.down, c.probeAt = true, now.Add(FleetProbeEvery)
+		c.out.Logs = append(c.out.Logs, FleetLog{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+			" failed " + itoa(c.fails) + " times in a row (last: " + err.Error() +
+			"); new keys are decided locally until it answers again (asked every " + FormatDuration(FleetProbeEvery) + ")"})
+	}
+}
+
+func quoteUser(u string) string { return string(appendJSONString(nil, u)) }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// onOp reads an answer of transaction o.
+func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err error) {
+	switch cl.kind {
+	case callAuth:
+		if err == nil {
+			err = c.authenticated(body)
+		}
+		if err != nil {
+			c.failOp(o, now, err)
+			return
+		}
+		c.after(now, nil)
+		c.next(o, now)
+		return
+	case callGrant:
+		var id int64
+		if err == nil {
+			id, err = ParseEtcdLease(body)
+		}
+		if err != nil {
+			c.retryOrFail(o, now, err)
+			return
+		}
+		c.after(now, nil)
+		c.setLease(cl.slot, id)
+		c.next(o, now)
+		return
+	case callRange:
+		var kv EtcdKV
+		var found bool
+		if err == nil {
+			kv, found, err = ParseEtcdRange(body)
+		}
+		if err != nil {
+			c.retryOrFail(o, now, err)
+			return
+		}
+		c.after(now, nil)
+		if i, ok := c.live(kv, found, now); ok {
+			c.fleetHit(o, i, kv, now)
+			return
+		}
+		c.counts.Throttled++
+		c.settle(o, o.proposal, false, now) // over budget: not created, not reconciled
+		return
+	}
+	put, kv, found := false, EtcdKV{}, false
+	if err == nil {
+		put, kv, found, err = ParseEtcdTxn(body)
+	}
+	if err != nil {
+		if err == ErrEtcdLeaseNotFound {
+			c.lostLease(cl.lease, now)
+		}
+		c.retryOrFail(o, now, err)
+		return
+	}
+	c.after(now, nil)
+	if found && !put && !o.readOnly && !o.refunded {
+		o.refunded = true
+		c.refund() // the key exists: no create of this transaction grows etcd
+	}
+	switch i, ok := c.live(kv, found, now); {
+	case put:
+		if o.rev != 0 {
+			c.counts.Replaced++
+		} else {
+			c.counts.Created++
+		}
+		c.settle(o, o.proposal, true, now)
+	case ok:
+		c.fleetHit(o, i, kv, now)
+	case !found && o.creates < 2:
+		o.rev = 0 // gone between the compare and the read: create
+		c.next(o, now)
+	case found && o.replaces < fleetMaxReplaces:
+		o.replaces++ // stale, unknown here or not selectable: move it for the fleet
+		o.rev = kv.ModRevision
+		c.next(o, now)
+	default:
+		c.settleLocal(o, now)
+	}
+}
+
+// retryOrFail retries o after an error that another call can cure (a lost
+// lease, a refused token), else settles it locally.
+func (c *FleetClient) retryOrFail(o *fleetOp, now time.Time, err error) {
+	switch {
+	case err == ErrEtcdLeaseNotFound:
+		c.next(o, now)
+	case err == ErrEtcdAuthToken && o.auths < 1:
+		o.auths++
+		c.token = ""
+		c.next(o, now)
+	default:
+		c.failOp(o, now, err)
+	}
+}
+
+// live returns the service of a found entry when it is alive and
+// selectable here.
+func (c *FleetClient) live(kv EtcdKV, found bool, now time.Time) (int, bool) {
+	if !found {
+		return 0, false
+	}
+	rec, ok := ParseFleetRecord(kv.Value)
+	if !ok || !rec.Alive(now, c.expire) {
+		return 0, false
+	}
+	i, known := c.svcs.ServiceByKey(rec.Service)
+	return i, known && c.svcs.Selectable(i)
+}
+
+// fleetHit settles o with the fleet's service i; a stamp of an older slot
+// is refreshed from the tick.
+func (c *FleetClient) fleetHit(o *fleetOp, i int, kv EtcdKV, now time.Time) {
+	c.counts.Hit++
+	c.settle(o, i, true, now)
+	if rec, _ := ParseFleetRecord(kv.Value); c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
+		c.enqueue(fleetJob{key: o.key, local: o.local, svc: i, stamp: now.Unix()})
+	}
+}
+
+// failOp settles o locally after a failed call, counting it: a call
+// without an answer at o's deadline is a timeout.
+func (c *FleetClient) failOp(o *fleetOp, now time.Time, err error) {
+	if err == errNoAnswer && !now.Before(o.deadline.Add(-time.Millisecond)) {
+		err = errTimeout
+	}
+	c.after(now, err)
+	c.settleLocal(o, now)
+}
+
+// settleLocal decides o with its proposal and queues its key: its create
+// may have been applied, or etcd may answer later. Over the create budget
+// the key is only read later (followed if another proxy placed it).
+func (c *FleetClient) settleLocal(o *fleetOp, now time.Time) {
+	c.settle(o, o.proposal, false, now)
+	if o.readOnly {
+		c.counts.Throttled++
+	}
+	c.enqueue(fleetJob{key: o.key, local: o.local, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly})
+}
+
+func (c *FleetClient) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
+	delete(c.ops, o.key)
+	delete(c.byID, o.id)
+	if o.call != 0 {
+		delete(c.calls, o.call)
+		o.call = 0
+	}
+	c.out.Settled = append(c.out.Settled, FleetSettled{Op: o.id, Service: svc, Fleet: fleet, Waited: now.Sub(o.start)})
+}

@@ -1,0 +1,134 @@
+package lbcore
+
+import "time"
+
+// The sync queue of FleetClient: keys decided locally (reconciled) and hits
+// in a new slot (refreshed), sent from the tick.
+
+// enqueue adds a key to sync; a key already queued keeps its place.
+func (c *FleetClient) enqueue(j fleetJob) {
+	if c.queued[j.key] {
+		return
+	}
+	if len(c.queue) >= FleetQueueMax {
+		c.counts.QueueFull++
+		return
+	}
+	c.queued[j.key] = true
+	j.local = append([]byte(nil), j.local...)
+	c.queue = append(c.queue, j)
+}
+
+// pump sends queued syncs while etcd is up, authenticated and this slot has
+// a lease (asking for what is missing).
+func (c *FleetClient) pump(now time.Time) {
+	slot := c.slotOf(now.Unix())
+	switch {
+	case c.down:
+		return
+	case c.needAuth():
+		if !c.authing {
+			c.authing = true
+			c.rootCall(callAuth, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now)
+		}
+		return
+	case c.leaseFor(slot) == 0:
+		if !c.granting {
+			c.grant(slot, now)
+		}
+		return
+	}
+	for len(c.queue) > 0 && c.syncing < FleetSyncAtOnce {
+		j := c.queue[0]
+		c.queue = c.queue[1:]
+		if len(c.queue) == 0 {
+			c.queue = nil // let the backing array go
+		}
+		delete(c.queued, j.key)
+		c.sendSync(j, now)
+	}
+}
+
+func (c *FleetClient) grant(slot int64, now time.Time) {
+	c.granting = true
+	c.rootCall(callGrant, "/v3/lease/grant", EtcdLeaseGrant(FleetLeaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
+}
+
+// sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
+// with j's service.
+func (c *FleetClient) sendSync(j fleetJob, now time.Time) {
+	c.syncing++
+	if j.readOnly && j.rev == 0 {
+		c.rootCall(callRange, "/v3/kv/range", EtcdRange(j.key), now).job = j
+		return
+	}
+	lease := c.leaseFor(c.slotOf(now.Unix()))
+	value := FleetRecord{Stamp: j.stamp, Service: c.svcs.FleetService(j.svc)}.String()
+	body := EtcdCreateOrGet(j.key, value, lease)
+	if j.rev != 0 {
+		body = EtcdReplace(j.key, j.rev, value, lease)
+	}
+	cl := c.rootCall(callTxn, "/v3/kv/txn", body, now)
+	cl.job, cl.lease = j, lease
+}
+
+// onSync reads the answer of a sync: created or refreshed; the fleet holds
+// the same live service (refreshed if its stamp is of an older slot), or
+// another (the local entry follows it), or a stale one (replaced).
+func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
+	j := cl.job
+	put, kv, found := false, EtcdKV{}, false
+	if err == nil && cl.kind == callRange {
+		kv, found, err = ParseEtcdRange(body)
+	} else if err == nil {
+		put, kv, found, err = ParseEtcdTxn(body)
+	}
+	if err != nil {
+		if err == ErrEtcdLeaseNotFound {
+			c.lostLease(cl.lease, now)
+		}
+		c.after(now, err)
+		if j.tries++; j.tries < fleetMaxTries {
+			j.rev = 0
+			c.requeue(j)
+		}
+		return
+	}
+	c.after(now, nil)
+	if found && !put && !j.readOnly && !j.refunded {
+		j.refunded = true
+		c.refund()
+	}
+	i, ok := c.live(kv, found, now)
+	switch {
+	case put && j.rev != 0:
+		c.counts.Refreshed++
+	case put:
+		c.counts.Reconciled++
+	case ok && i != j.svc:
+		c.counts.Followed++
+		c.out.Remember = append(c.out.Remember, FleetRemember{Key: j.local, Service: i})
+	case ok:
+		if rec, _ := ParseFleetRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
+			j.rev = kv.ModRevision // the same service, stamped in an older slot: refresh it
+			c.sendSync(j, now)
+		}
+	case found && j.replaces < fleetMaxReplaces:
+		j.replaces++
+		j.rev = kv.ModRevision
+		c.sendSync(j, now)
+	case !found && !j.readOnly && j.tries < fleetMaxTries:
+		j.tries++
+		j.rev = 0
+		c.sendSync(j, now)
+	}
+}
+
+// requeue puts j back at the front of the queue.
+func (c *FleetClient) requeue(j fleetJob) {
+	if c.queued[j.key] {
+		return
+	}
+	c.queued[j.key] = true
+	c.queue = append([]fleetJob{j}, c.queue...)
+}
