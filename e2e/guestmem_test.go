@@ -158,23 +158,84 @@ func streamCalls(t testing.TB, h *hostsim.Host, calls *callCounter, headers [][2
 
 // TestHostCallsPerRequest counts the host calls of one whole stream (request
 // headers, response headers, end) for every hash method without persistence
-// or debugHeader: at most 6 (issue 11). With persistence a hit may cost at
-// most 3 more than the same method without it.
+// or debugHeader: the method's inputs and one replace per header hashlb sets
+// (issue 20), nothing else. The client's copies of those headers are not
+// read: Envoy's replace removes every copy (route in filter/http.go), and the
+// forged subtest holds that they are gone. A persistence hit costs at most 2
+// more (the key's input and the bucket's read; no clock: the tick's time).
 func TestHostCallsPerRequest(t *testing.T) {
 	wasm := module(t)
-	const maxPlain, maxPersistExtra = 6, 3
-	for _, name := range hashMethodConfigs {
-		t.Run(name, func(t *testing.T) {
+	const replaces = 2 // upstream and service header
+	tests := []struct {
+		name   string
+		inputs int // host calls that read the method's input for costRequest
+		set    map[string]any
+	}{
+		{"urlhash", 1, nil},           // :path
+		{"domainhash", 1, nil},        // :authority (host only without it)
+		{"sourceiphash", 1, nil},      // source.address
+		{"destinationiphash", 1, nil}, // destination.address
+		{"srcipdestiphash", 2, nil},   // both
+		{"srcipsrcporthash", 1, nil},  // source.address
+		{"callidhash", 1, nil},        // call-id (i only without it)
+		{"token", 1, nil},             // the header map in one call (the cookie may have several lines)
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
 			calls := &callCounter{}
-			h := costHost(t, wasm, exampleConfig(t, name, nil), calls)
+			h := costHost(t, wasm, exampleConfig(t, tt.name, tt.set), calls)
 			got := streamCalls(t, h, calls, costRequest.headers)
-			t.Logf("%s: %d host calls: %s", name, len(got), strings.Join(got, ", "))
-			if len(got) > maxPlain {
-				t.Errorf("%s: one stream made %d host calls, want ≤ %d: %s", name, len(got), maxPlain, strings.Join(got, ", "))
+			t.Logf("%s: %d host calls: %s", tt.name, len(got), strings.Join(got, ", "))
+			if want := tt.inputs + replaces; len(got) != want {
+				t.Errorf("%s: one stream made %d host calls, want %d (%d inputs + %d replaces): %s",
+					tt.name, len(got), want, tt.inputs, replaces, strings.Join(got, ", "))
 			}
 		})
 	}
+	t.Run("urlhash without serviceHeader", func(t *testing.T) {
+		calls := &callCounter{}
+		h := costHost(t, wasm, exampleConfig(t, "urlhash", map[string]any{"serviceHeader": ""}), calls)
+		got := streamCalls(t, h, calls, costRequest.headers)
+		if len(got) != 2 {
+			t.Errorf("URLHASH with serviceHeader \"\": one stream made %d host calls, want 2 (:path, one replace): %s", len(got), strings.Join(got, ", "))
+		}
+	})
+	t.Run("forged copies", func(t *testing.T) {
+		calls := &callCounter{}
+		h := costHost(t, wasm, exampleConfig(t, "urlhash", nil), calls)
+		plain := streamCalls(t, h, calls, costRequest.headers)
+		forged := slices.Clone(costRequest.headers)
+		for _, name := range []string{"x-envoy-original-dst-host", "X-Envoy-Original-Dst-Host", "X-ENVOY-ORIGINAL-DST-HOST"} {
+			forged = append(forged, [2]string{name, "6.6.6.6:1"}, [2]string{name, "6.6.6.7:1"})
+		}
+		for _, name := range []string{"x-hashlb-service", "X-Hashlb-Service"} {
+			forged = append(forged, [2]string{name, "evil"}, [2]string{name, "evil2"})
+		}
+		got := streamCalls(t, h, calls, forged)
+		if len(got) != len(plain) {
+			t.Errorf("a request with forged copies made %d host calls, without them %d: %s", len(got), len(plain), strings.Join(got, ", "))
+		}
+		s := h.Stream(0)
+		res := s.RequestHeaders(forged, costRequest.props)
+		if res.Err != nil || res.LocalReply != nil {
+			t.Fatalf("RequestHeaders = err %v, local reply %+v, want routed", res.Err, res.LocalReply)
+		}
+		var ups, svcs []string
+		for _, kv := range res.Headers {
+			switch strings.ToLower(kv[0]) {
+			case "x-envoy-original-dst-host":
+				ups = append(ups, kv[1])
+			case "x-hashlb-service":
+				svcs = append(svcs, kv[1])
+			}
+		}
+		if len(ups) != 1 || strings.Contains(ups[0], "6.6.6.") || len(svcs) != 1 || strings.HasPrefix(svcs[0], "evil") {
+			t.Errorf("upstream request has x-envoy-original-dst-host %q and x-hashlb-service %q, want one of each, hashlb's", ups, svcs)
+		}
+		_ = s.Finish()
+	})
 	t.Run("persistence hit", func(t *testing.T) {
+		const maxPersistExtra = 2
 		for _, name := range []string{"urlhash", "sourceiphash"} {
 			calls := &callCounter{}
 			plain := streamCalls(t, costHost(t, wasm, exampleConfig(t, name, nil), calls), calls, costRequest.headers)
@@ -192,6 +253,11 @@ func TestHostCallsPerRequest(t *testing.T) {
 			t.Logf("%s with persistence, a hit: %d host calls (%d without persistence): %s", name, len(got), len(plain), strings.Join(got, ", "))
 			if len(got) > len(plain)+maxPersistExtra {
 				t.Errorf("%s: a persistence hit made %d host calls, want ≤ %d + %d: %s", name, len(got), len(plain), maxPersistExtra, strings.Join(got, ", "))
+			}
+			for _, c := range got {
+				if c == clockCall {
+					t.Errorf("%s: a persistence hit read the clock (%s), want the tick's time", name, c)
+				}
 			}
 		}
 	})
