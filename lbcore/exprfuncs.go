@@ -185,32 +185,12 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 		x.capped = x.capped || capped
 		dst = append(dst[:start], claim...)
 	case fnReplace:
-		out, capped := f.replace(v)
-		x.capped = x.capped || capped
+		in := v[:min(len(v), MaxReplaceInput)]
+		out, capped := x.m.replaceAll(f.rp, bytesString(in), f.repl)
+		x.capped = x.capped || capped || len(v) > MaxReplaceInput
 		dst = append(dst[:start], out...)
 	}
 	return dst
-}
-
-// replace is replace("re", "repl") on v, within MaxReplaceInput and
-// MaxReplacements (limits.go). The result is a new slice: regexp keeps its
-// input in a pooled machine, so passing dst's bytes would make every
-// caller's dst escape to the heap.
-func (f *exprFunc) replace(v []byte) (out []byte, capped bool) {
-	in := string(v[:min(len(v), MaxReplaceInput)])
-	capped = len(v) > MaxReplaceInput
-	// One more match than allowed tells whether the limit cut the list.
-	m := f.re.FindAllStringSubmatchIndex(in, MaxReplacements+1)
-	if len(m) > MaxReplacements {
-		m, capped = m[:MaxReplacements], true
-	}
-	last := 0
-	for _, loc := range m {
-		out = append(out, in[last:loc[0]]...)
-		out = f.re.ExpandString(out, f.repl, in, loc)
-		last = loc[1]
-	}
-	return append(out, in[last:]...), capped
 }
 
 func appendHashHex(dst []byte, h uint64) []byte {

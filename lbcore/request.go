@@ -40,6 +40,9 @@ type evalCtx struct {
 	capped bool
 	// jwt is jwt()'s buffer for a decoded payload, kept across decisions.
 	jwt []byte
+	// m is replace()'s matcher, kept across decisions; its step count is
+	// reset with capped.
+	m matcher
 }
 
 // Header returns the first value of the named header, or "". name must be
