@@ -106,6 +106,7 @@ type exprFunc struct {
 	kind exprFuncKind
 	n    int          // prefix, suffix, mask
 	s    string       // jwt path, default text
+	path []string     // jwt path as plain keys (simplePath), or nil
 	rp   *replaceProg // replace
 	repl string       // replace
 }

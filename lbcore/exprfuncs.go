@@ -181,9 +181,9 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 			dst = p.Addr().AppendTo(dst)
 		}
 	case fnJWT:
-		claim, capped := jwtClaim(v, f.s, &x.jwt)
+		var capped bool
+		dst, capped = appendJWTClaim(dst, start, f, &x.jwt)
 		x.capped = x.capped || capped
-		dst = append(dst[:start], claim...)
 	case fnReplace:
 		in := v[:min(len(v), MaxReplaceInput)]
 		out, capped := x.m.replaceAll(f.rp, bytesString(in), f.repl)
@@ -201,50 +201,54 @@ func appendHashHex(dst []byte, h uint64) []byte {
 	return dst
 }
 
-// jwtClaim reads the claim at path from the payload of the JWT in v
-// (optionally after "Bearer "). The signature is not verified. Anything
-// malformed gives "", and so does a token longer than MaxJWTBytes or a
-// payload nested deeper than MaxJSONDepth (capped is then true).
+// appendJWTClaim replaces the JWT in dst[start:] (optionally after
+// "Bearer ") by the claim at f's path in its payload, and returns dst. The
+// signature is not verified. Anything malformed gives "", and so does a
+// token longer than MaxJWTBytes or a payload nested deeper than
+// MaxJSONDepth (capped is then true).
 //
-// The decoded payload goes to *scratch, kept for the next call (nil makes
-// a new buffer).
-func jwtClaim(v []byte, path string, scratch *[]byte) (claim string, capped bool) {
+// The decoded payload goes to *scratch, sized once for the longest token
+// and kept for the next call.
+func appendJWTClaim(dst []byte, start int, f *exprFunc, scratch *[]byte) (_ []byte, capped bool) {
+	v := dst[start:]
+	dst = dst[:start] // the claim is appended from *scratch, never from v
 	if len(v) >= 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
 		v = v[7:]
 	}
 	v = bytes.TrimSpace(v)
 	if len(v) > MaxJWTBytes {
-		return "", true
+		return dst, true
 	}
 	if bytes.Count(v, []byte(".")) != 2 {
-		return "", false
+		return dst, false
 	}
 	payload := v[bytes.IndexByte(v, '.')+1:]
 	payload = payload[:bytes.IndexByte(payload, '.')]
 	payload = bytes.TrimRight(payload, "=")
-	size := base64.RawURLEncoding.DecodedLen(len(payload))
-	var buf []byte
-	if scratch != nil && cap(*scratch) >= size {
-		buf = (*scratch)[:size]
-	} else {
-		buf = make([]byte, size)
-		if scratch != nil {
-			*scratch = buf
-		}
+	if len(*scratch) < base64.RawURLEncoding.DecodedLen(MaxJWTBytes) {
+		*scratch = make([]byte, base64.RawURLEncoding.DecodedLen(MaxJWTBytes))
 	}
+	buf := *scratch
 	n, err := base64.RawURLEncoding.Decode(buf, payload)
 	if err != nil {
-		return "", false
+		return dst, false
 	}
 	// gjson recurses once per nesting level, in validation and in lookup: a
 	// 13 KiB header of nested arrays overflowed V8's stack and trapped.
 	if !jsonDepthOK(buf[:n], MaxJSONDepth) {
-		return "", true
+		return dst, true
 	}
 	if !gjson.ValidBytes(buf[:n]) {
-		return "", false
+		return dst, false
 	}
-	return gjson.GetBytes(buf[:n], path).String(), false
+	doc := bytesString(buf[:n])
+	if i := skipJSONSpace(doc, 0); i == len(doc) || doc[i] != '{' {
+		return dst, false // a JWT's claims are an object (RFC 7519, section 7.2)
+	}
+	if f.path != nil {
+		return appendJSONPath(dst, doc, f.path), false
+	}
+	return append(dst, gjson.Get(doc, f.s).String()...), false
 }
 
 // ipFromBytes parses "ip", "ip:port" or "[v6]:port" (a zone is dropped) as

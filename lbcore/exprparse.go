@@ -236,6 +236,7 @@ func (p *exprParser) function(pos int, name string) (exprFunc, error) {
 		if f.s = args[0].s; f.s == "" {
 			return f, p.errorf(args[0].pos, "jwt path is empty")
 		}
+		f.path = simplePath(f.s)
 	case fnReplace:
 		if _, err := regexp.Compile(args[0].s); err != nil {
 			return f, p.errorf(args[0].pos, "bad regexp: %v", err)
