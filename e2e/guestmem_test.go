@@ -71,6 +71,8 @@ var costRequest = struct {
 		{":method", "GET"}, {":path", "/catalog/item?id=42"}, {":authority", "shop.example"}, {":scheme", "http"},
 		{"x-tenant", "acme"}, {"cookie", "tenant=acme"}, {"call-id", "a84b4c76e66710@pc33.example"},
 		{"x-client-id", "client-7"},
+		// {"alg":"none"}.{"sub":"user-7","n":1.5e3,"name":"Zo\u00e9"}. (jwt() reads escapes and numbers)
+		{"authorization", "Bearer eyJhbGciOiJub25lIn0.eyJzdWIiOiJ1c2VyLTciLCJuIjoxLjVlMywibmFtZSI6IlpvXHUwMGU5In0."},
 	},
 	props: map[string][]byte{
 		"source.address":      hostsim.PropString("10.1.2.3:40001"),
@@ -330,6 +332,33 @@ func lastMemStats(t testing.TB, h *hostsim.Host, where string) guestMem {
 	return guestMem{}
 }
 
+// shippedHTTPConfigs are configs/*.json of the HTTP filter, without the
+// fleet (it needs etcd): every example an operator starts from.
+func shippedHTTPConfigs(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(repoRoot(t), "configs", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		name := strings.TrimSuffix(filepath.Base(f), ".json")
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if json.Unmarshal(b, &c) != nil || c["services"] == nil || c["filterType"] == "network" {
+			continue // the schema; a network filter (no HTTP stream)
+		}
+		if p, ok := c["persistence"].(map[string]any); ok && p["fleet"] != nil {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
 // tick advances the clock by the module's tick period and ticks.
 func tick(h *hostsim.Host) {
 	h.Advance(time.Second)
@@ -339,12 +368,13 @@ func tick(h *hostsim.Host) {
 // guestRequests is how many requests the allocation test runs per method.
 const guestRequests = 100_000
 
-// TestGuestAllocations runs 10^5 requests of every hash method without
-// persistence or debugHeader, and of a persistence hit, in hostsim
-// (envoy-1.33) after a warm-up, between
-// two ticks, and reads the guest's runtime.MemStats at the end of the first
-// tick and the start of the second: the request path must allocate nothing
-// (issue 11: no garbage per request, steady state).
+// TestGuestAllocations runs 10^5 requests of every example HTTP
+// configuration as it ships (debugHeader, persistence and health included),
+// of every hash method without them, and of jwt() and replace() expressions,
+// in hostsim (envoy-1.33) after a warm-up, between two ticks, and reads the
+// guest's runtime.MemStats at the end of the first tick and the start of the
+// second: the request path must allocate nothing (issues 11 and 20: no
+// garbage, so no GC cycle, whatever the configuration).
 func TestGuestAllocations(t *testing.T) {
 	wasm := memstatsModule(t)
 	type guestCase struct {
@@ -355,10 +385,36 @@ func TestGuestAllocations(t *testing.T) {
 	for _, name := range hashMethodConfigs {
 		cases = append(cases, guestCase{name, exampleConfig(t, name, nil)})
 	}
+	for _, name := range shippedHTTPConfigs(t) {
+		b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		what := " (as shipped)"
+		if c["healthCheck"] != nil {
+			// Active probes are the tick's work, not a request's, and their
+			// answers (the SDK's http call, about 16 bytes per probe) would
+			// land between the two ticks: passive health stays.
+			delete(c, "healthCheck")
+			what = " (as shipped, without active probes)"
+		}
+		if b, err = json.Marshal(c); err != nil {
+			t.Fatal(err)
+		}
+		cases = append(cases, guestCase{name + what, b})
+	}
 	// A persistence hit (every request carries the same key): the bucket
 	// is read into the arena too.
 	cases = append(cases, guestCase{"urlhash+persistence hit", exampleConfig(t, "urlhash",
 		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
+	cases = append(cases, guestCase{"token jwt()", exampleConfig(t, "token", map[string]any{
+		"token": `${request.header.authorization | jwt("sub")}${request.header.authorization | jwt("n")}${request.header.authorization | jwt("name")}`})})
+	cases = append(cases, guestCase{"token replace()", exampleConfig(t, "token", map[string]any{
+		"token": `${request.url | replace("^/([a-z]+)/(?P<rest>.*)$", "${rest}-$1") | upper | hash}`})})
 	for _, c := range cases {
 		name := c.name
 		t.Run(name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -198,16 +197,36 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		}
 	}()
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
-		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
-			if status, err := strconv.Atoi(v); err == nil {
-				p.health.passive(h.chosen, status)
-			}
+		// Into the arena, as the request's reads: the SDK's read would make
+		// garbage on every response.
+		arenaStart()
+		v, _ := getResponseHeader(":status")
+		status, ok := parseStatus(v)
+		arenaStop()
+		if ok {
+			p.health.passive(h.chosen, status)
 		}
 	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))
 	}
 	return types.ActionContinue
+}
+
+// parseStatus reads an HTTP status code: three digits (strconv's error
+// would be garbage).
+func parseStatus(v string) (int, bool) {
+	if len(v) != 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n, true
 }
 
 // OnHttpStreamDone ends the request's active count, also after a reset.
