@@ -368,19 +368,15 @@ func tick(h *hostsim.Host) {
 // guestRequests is how many requests the allocation test runs per method.
 const guestRequests = 100_000
 
-// TestGuestAllocations runs 10^5 requests of every example HTTP
-// configuration as it ships (debugHeader, persistence and health included),
-// of every hash method without them, and of jwt() and replace() expressions,
-// in hostsim (envoy-1.33) after a warm-up, between two ticks, and reads the
-// guest's runtime.MemStats at the end of the first tick and the start of the
-// second: the request path must allocate nothing (issues 11 and 20: no
-// garbage, so no GC cycle, whatever the configuration).
-func TestGuestAllocations(t *testing.T) {
-	wasm := memstatsModule(t)
-	type guestCase struct {
-		name string
-		cfg  []byte
-	}
+// guestCase is a configuration the allocation test and the bench run.
+type guestCase struct {
+	name string
+	cfg  []byte
+}
+
+// guestCases are every hash method without debugHeader or persistence,
+// every shipped HTTP configuration, a persistence hit, jwt() and replace().
+func guestCases(t testing.TB) []guestCase {
 	var cases []guestCase
 	for _, name := range hashMethodConfigs {
 		cases = append(cases, guestCase{name, exampleConfig(t, name, nil)})
@@ -415,21 +411,23 @@ func TestGuestAllocations(t *testing.T) {
 		"token": `${request.header.authorization | jwt("sub")}${request.header.authorization | jwt("n")}${request.header.authorization | jwt("name")}`})})
 	cases = append(cases, guestCase{"token replace()", exampleConfig(t, "token", map[string]any{
 		"token": `${request.url | replace("^/([a-z]+)/(?P<rest>.*)$", "${rest}-$1") | upper | hash}`})})
+	return cases
+}
+
+// TestGuestAllocations runs 10^5 requests of every example HTTP
+// configuration as it ships (debugHeader, persistence and health included),
+// of every hash method without them, and of jwt() and replace() expressions,
+// in hostsim (envoy-1.33) after a warm-up, between two ticks, and reads the
+// guest's runtime.MemStats at the end of the first tick and the start of the
+// second: the request path must allocate nothing (issues 11 and 20: no
+// garbage, so no GC cycle, whatever the configuration).
+func TestGuestAllocations(t *testing.T) {
+	wasm := memstatsModule(t)
+	cases := guestCases(t)
 	for _, c := range cases {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			h := costHost(t, wasm, c.cfg, nil)
-			for range 1000 {
-				costStream(t, h, costRequest.headers)
-			}
-			tick(h)
-			before := lastMemStats(t, h, "tick-end")
-			for range guestRequests {
-				costStream(t, h, costRequest.headers)
-			}
-			tick(h)
-			after := lastMemStats(t, h, "tick-start")
-			bytes, mallocs, gcs := after.totalAlloc-before.totalAlloc, after.mallocs-before.mallocs, after.numGC-before.numGC
+			bytes, mallocs, gcs := guestGarbage(t, wasm, c.cfg, guestRequests)
 			t.Logf("%s: %d requests: %d bytes in %d allocations, %d GC cycles", name, guestRequests, bytes, mallocs, gcs)
 			if bytes != 0 || mallocs != 0 || gcs != 0 {
 				t.Errorf("%s: %d requests allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
@@ -437,4 +435,21 @@ func TestGuestAllocations(t *testing.T) {
 			}
 		})
 	}
+}
+
+// guestGarbage runs n requests of cfg in the memstats build after a warm-up,
+// between two ticks, and returns what the guest allocated and its GC cycles.
+func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs uint64) {
+	h := costHost(t, wasm, cfg, nil)
+	for range 1000 {
+		costStream(t, h, costRequest.headers)
+	}
+	tick(h)
+	before := lastMemStats(t, h, "tick-end")
+	for range n {
+		costStream(t, h, costRequest.headers)
+	}
+	tick(h)
+	after := lastMemStats(t, h, "tick-start")
+	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
 }

@@ -13,8 +13,9 @@ package e2e
 // For every example plugin config and a few configs of this file that reach the hostile paths,
 // under envoy-1.33, with 10^4 requests per corpus after a warm-up: no trap; every request gets
 // exactly one decision, the upstream header naming configured services, or a local 503 "no healthy
-// service"; every hostile request is served in under 50 ms of CPU (a bound that catches hangs and
-// quadratic work, not a benchmark); and the guest's linear memory after the hostile run is at most
+// service"; every hostile request is served in under 10 ms of CPU, values over the module's arena and
+// the costliest configurations lbcore accepts (v8LimitConfigs) included (a bound on what one request
+// can cost the worker, GC cycles included: none may happen); and the guest's linear memory after the hostile run is at most
 // 1.5 × that after a benign run of the same length. Under envoy-1.39, one pass over each corpus:
 // no trap and one decision per request. Which service a request should get is not judged here
 // (hostsim's tests and lbcore's oracle do that).
@@ -56,7 +57,7 @@ var v8Wasm = flag.String("v8.wasm", "", "TestV8: check this module instead of on
 const (
 	v8Script     = "e2e/v8/hashlbv8.mjs"
 	v8Requests   = 10_000                // measured requests per phase under envoy-1.33
-	v8MaxRequest = 50 * time.Millisecond // the liveness bound per hostile request
+	v8MaxRequest = 10 * time.Millisecond // the CPU bound per hostile request after warm-up (issue 20)
 	v8MemRatio   = 1.5                   // hostile memory ÷ benign memory, at most
 	// v8PhaseBudget stops a phase that runs this long (ten times a normal run, or more), so that
 	// a module that hangs or has gone quadratic fails in a few minutes, naming its slowest request.
@@ -80,6 +81,54 @@ var v8LocalConfigs = []struct{ name, config string }{
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"},
 	    {"name": "c", "address": "10.0.0.3:80", "enabled": false}, {"name": "d", "address": "10.0.0.4:80"}]}`},
 }
+
+// v8LimitConfigs are the costliest configurations lbcore accepts (lbcore/limits.go), one per
+// kind: the most functions per expression over the longest values, jwt() decoding the longest
+// token in every alternative of nine expressions, and replace() with the largest program, whose
+// steps per decision MaxReplaceSteps bounds. Every hostile request must stay under v8MaxRequest
+// through them too.
+var v8LimitConfigs = func() []struct{ name, config string } {
+	const svcs = `"services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"}]`
+	expr := func(alts, fns int, v, f string) string {
+		var b strings.Builder
+		b.WriteString("${")
+		for a := range alts {
+			if a > 0 {
+				b.WriteString(" || ")
+			}
+			b.WriteString(v)
+			for range fns {
+				b.WriteString(" | " + f)
+			}
+		}
+		b.WriteString("}")
+		return b.String()
+	}
+	keys := func(mk func(i int) string) string {
+		var ks []string
+		for i := range 8 {
+			q, _ := json.Marshal(mk(i))
+			ks = append(ks, string(q))
+		}
+		return strings.Join(ks, ", ")
+	}
+	quote := func(v string) string { q, _ := json.Marshal(v); return string(q) }
+	bigRE := strings.Repeat("[a-z]{0,50}", 5)
+	return []struct{ name, config string }{
+		{"limit-functions", `{"lbMethod": "TOKEN", "token": ` + quote(expr(1, lbcore.MaxExprFuncs/2, "request.url", "lower | upper")) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(1, lbcore.MaxExprFuncs/2, fmt.Sprintf("request.header.x-client-id%d || request.cookie.session", i), "upper | lower")
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+		{"limit-jwt", `{"lbMethod": "TOKEN", "token": ` + quote(expr(lbcore.MaxExprAlts, 1, "request.header.authorization", `jwt("nope")`)) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(lbcore.MaxExprAlts, 1, "request.header.authorization", fmt.Sprintf(`jwt("k%d")`, i))
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+		{"limit-replace", `{"lbMethod": "TOKEN", "token": ` + quote(expr(1, lbcore.MaxExprFuncs, "request.url", `replace("`+bigRE+`x", "$0$0")`)) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(1, lbcore.MaxExprFuncs, "request.url", fmt.Sprintf(`replace("%s%d", "-")`, bigRE, i))
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+	}
+}()
 
 // v8WarmupConfig is the config of each node process's first run (see TestV8).
 const v8WarmupConfig = `{"lbMethod": "TOKEN", "upstreamCount": 2, "debugHeader": true, "trustedForwardedHops": 1,
@@ -180,6 +229,7 @@ type v8Line struct {
 	Max       float64          `json:"maxUs"`
 	CPUP99    float64          `json:"cpuP99Us"`
 	CPUMax    float64          `json:"cpuMaxUs"`
+	GuestMax  float64          `json:"guestCpuMaxUs"`
 	MaxMemory int              `json:"maxMemory"`
 	Outcomes  []v8Outcome      `json:"outcomes"`
 	Other     int              `json:"otherOutcomes"`
@@ -257,7 +307,7 @@ func TestV8(t *testing.T) {
 	for _, name := range pluginConfigFiles(t) {
 		runs = append(runs, v8Run{name: strings.TrimSuffix(name, ".json"), config: readRepoFile(t, "configs/"+name)})
 	}
-	for _, c := range v8LocalConfigs {
+	for _, c := range append(slices.Clone(v8LocalConfigs), v8LimitConfigs...) {
 		runs = append(runs, v8Run{name: c.name, config: []byte(c.config)})
 	}
 	// envoy-1.33 is the floor and the strict profile: the full run. envoy-1.39 answers poll_oneoff
@@ -456,8 +506,8 @@ func v8Logs(l v8Line) string {
 // checkV8Class: each outcome is one decision, and hostile requests are served in time.
 func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l v8Line, timed bool) {
 	t.Helper()
-	t.Logf("%-7s %-17s n=%-5d p50 %7.1f µs  p99 %8.1f µs  max %8.1f µs (cpu p99 %8.1f, max %8.1f)  mem %5.2f MiB",
-		l.Phase, l.Class, l.Count, l.P50, l.P99, l.Max, l.CPUP99, l.CPUMax, float64(l.MaxMemory)/(1<<20))
+	t.Logf("%-7s %-17s n=%-5d p50 %7.1f µs  p99 %8.1f µs  max %8.1f µs (cpu p99 %8.1f, max %8.1f, module's max %8.1f)  mem %5.2f MiB",
+		l.Phase, l.Class, l.Count, l.P50, l.P99, l.Max, l.CPUP99, l.CPUMax, l.GuestMax, float64(l.MaxMemory)/(1<<20))
 	if l.Other > 0 {
 		t.Errorf("%s/%s: %d requests with outcomes beyond the %d distinct ones reported, e.g. %s", l.Phase, l.Class,
 			l.Other, len(l.Outcomes), v8Show(l.Sample))
@@ -468,10 +518,12 @@ func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l 
 		}
 	}
 	// CPU time, not wall time: other processes on a loaded machine stretch wall time by hundreds
-	// of milliseconds, which would fail the check for nothing the module did.
-	if timed && l.Phase == "hostile" && l.CPUMax > float64(v8MaxRequest.Microseconds()) {
-		t.Errorf("%s/%s: slowest request took %.1f ms of CPU after warm-up, limit %v (wall: p50 %.1f µs, p99 %.1f µs, max %.1f ms)",
-			l.Phase, l.Class, l.CPUMax/1000, v8MaxRequest, l.P50, l.P99, l.Max/1000)
+	// of milliseconds, which would fail the check for nothing the module did. The module's CPU:
+	// the time in host functions is the script's JS here (header maps built and copied, its own
+	// garbage collected), C++ in Envoy, and not the module's doing.
+	if timed && l.Phase == "hostile" && l.GuestMax > float64(v8MaxRequest.Microseconds()) {
+		t.Errorf("%s/%s: slowest request took %.1f ms of the module's CPU after warm-up (%.1f ms with the host's), limit %v (wall: p50 %.1f µs, p99 %.1f µs, max %.1f ms)",
+			l.Phase, l.Class, l.GuestMax/1000, l.CPUMax/1000, v8MaxRequest, l.P50, l.P99, l.Max/1000)
 	}
 }
 

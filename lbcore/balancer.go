@@ -258,7 +258,7 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	if mode != methodOnly {
 		// Only capped: hops is the config's (NewBalancer), and rewriting b.x
 		// whole would store the jwt buffer's pointer again (a write barrier).
-		b.x.capped, b.x.m.steps = false, 0
+		b.x.capped, b.x.m.steps, b.x.work = false, 0, 0
 		b.seq++
 		d.reset()
 		if b.table != nil {

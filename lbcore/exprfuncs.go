@@ -13,12 +13,25 @@ import (
 
 func (pl *exprPipeline) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	start := len(dst)
+	if x.work > MaxEvalWork {
+		x.capped = true
+		return dst
+	}
 	dst = pl.v.appendValue(dst, r, x)
 	if len(dst)-start > MaxValueBytes {
 		dst = dst[:start+MaxValueBytes]
 		x.capped = true
 	}
+	x.work += len(dst) - start
 	for i := range pl.fns {
+		n := len(dst) - start
+		if pl.fns[i].kind == fnJWT {
+			n *= 3
+		}
+		if x.work += n; x.work > MaxEvalWork {
+			x.capped = true
+			return dst[:start]
+		}
 		dst = pl.fns[i].apply(dst, start, x)
 	}
 	return dst
@@ -67,6 +80,7 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 			q = q[:MaxScanBytes]
 			x.capped = true
 		}
+		x.work += len(q)
 		return append(dst, exprQuery(q, v.name)...)
 	case varCallID:
 		return append(dst, r.CallID()...)
@@ -105,6 +119,7 @@ func exprCookie(r *Request, name string, x *evalCtx) string {
 			x.capped = true
 		}
 		budget -= len(rest)
+		x.work += len(rest)
 		for rest != "" {
 			var pair string
 			pair, rest, _ = strings.Cut(rest, ";")

@@ -37,8 +37,10 @@ func TestCaps(t *testing.T) {
 			Request{Headers: [][2]string{{"authorization", jwtWith(`{"sub":"u2","p":"` + strings.Repeat(`[{\"`, 100) + `"}`)}}}, "u2", false},
 		{"jwt longer than MaxJWTBytes", `${request.header.authorization|jwt("sub")}`,
 			Request{Headers: [][2]string{{"authorization", jwtWith(`{"sub":"u3","pad":"` + strings.Repeat("p", MaxJWTBytes) + `"}`)}}}, "", true},
-		{"replace: at most MaxReplacements matches", `${request.path|replace("a.*b|a","x")}`,
+		{"replace: at most MaxReplacements matches", `${request.path|replace("a","x")}`,
 			Request{Target: "/" + long}, "/" + strings.Repeat("x", MaxReplacements) + strings.Repeat("a", MaxReplaceInput-1-MaxReplacements), true},
+		{"replace: at most MaxReplaceSteps steps", `${request.path|replace("a.*b|a","x")}`,
+			Request{Target: "/" + long}, "/" + strings.Repeat("x", 10) + strings.Repeat("a", MaxReplaceInput-1-10), true}, // the matches the budget allows
 		{"replace: input cut at MaxReplaceInput", `${request.path|replace("z","y")}`,
 			Request{Target: "/" + strings.Repeat("b", 2000)}, "/" + strings.Repeat("b", MaxReplaceInput-1), true},
 		{"replace: within the caps, every match", `${request.path|replace("a(.)","$1")}`,

@@ -43,6 +43,8 @@ type evalCtx struct {
 	// m is replace()'s matcher, kept across decisions; its step count is
 	// reset with capped.
 	m matcher
+	// work is the bytes this decision's expressions have read (MaxEvalWork).
+	work int
 }
 
 // Header returns the first value of the named header, or "". name must be
