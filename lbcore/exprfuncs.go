@@ -244,6 +244,12 @@ func appendJWTClaim(dst []byte, start int, f *exprFunc, scratch *[]byte) (_ []by
 		*scratch = make([]byte, base64.RawURLEncoding.DecodedLen(MaxJWTBytes))
 	}
 	buf := *scratch
+	// Refused before decoding: the decoder's error is allocated (garbage
+	// per malformed token). A header value holds no CR or LF, which the
+	// decoder would skip.
+	if len(payload)%4 == 1 || !isBase64URL(payload) {
+		return dst, false
+	}
 	n, err := base64.RawURLEncoding.Decode(buf, payload)
 	if err != nil {
 		return dst, false
@@ -264,6 +270,16 @@ func appendJWTClaim(dst []byte, start int, f *exprFunc, scratch *[]byte) (_ []by
 		return appendJSONPath(dst, doc, f.path), false
 	}
 	return append(dst, gjson.Get(doc, f.s).String()...), false
+}
+
+// isBase64URL reports whether every byte of b is in base64url's alphabet.
+func isBase64URL(b []byte) bool {
+	for _, c := range b {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // ipFromBytes parses "ip", "ip:port" or "[v6]:port" (a zone is dropped) as

@@ -82,6 +82,12 @@ func appendJSONString(dst []byte, v string) []byte {
 	}
 	for ; i < len(v); i++ {
 		if v[i] < '0' || v[i] > '9' {
+			if jsonNumberOverflows(v) { // ParseFloat's range error would be garbage
+				if v[0] == '-' {
+					return append(dst, "-Inf"...)
+				}
+				return append(dst, "+Inf"...)
+			}
 			f, _ := strconv.ParseFloat(v, 64)
 			return strconv.AppendFloat(dst, f, 'f', -1, 64)
 		}
@@ -277,4 +283,53 @@ func unescapedEquals(k, key string) bool {
 		j += n
 	}
 	return j == len(key)
+}
+
+// jsonNumberOverflows reports whether the JSON number v is surely beyond
+// float64's range (at least 10^309, which ParseFloat reads as ±Inf with an
+// error). A number just under that is left to ParseFloat.
+func jsonNumberOverflows(v string) bool {
+	i := 0
+	if i < len(v) && v[i] == '-' {
+		i++
+	}
+	e10, nonzero := 0, false // the decimal exponent of the first non-zero digit
+	lead := true
+	for ; i < len(v) && ('0' <= v[i] && v[i] <= '9'); i++ {
+		if v[i] != '0' {
+			nonzero = true
+		}
+		if nonzero {
+			e10++
+		}
+	}
+	if i < len(v) && v[i] == '.' {
+		for i++; i < len(v) && ('0' <= v[i] && v[i] <= '9'); i++ {
+			if v[i] != '0' {
+				nonzero = true
+				lead = false
+			} else if lead && !nonzero {
+				e10--
+			}
+		}
+	}
+	if !nonzero || i >= len(v) || v[i] != 'e' && v[i] != 'E' {
+		return false
+	}
+	i++
+	neg := false
+	if i < len(v) && (v[i] == '+' || v[i] == '-') {
+		neg = v[i] == '-'
+		i++
+	}
+	exp := 0
+	for ; i < len(v); i++ {
+		if exp = exp*10 + int(v[i]-'0'); exp > 1<<20 {
+			break
+		}
+	}
+	if neg {
+		return false
+	}
+	return e10+exp > 309
 }

@@ -77,3 +77,13 @@ func TestJWTAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestJSONNumbersAsGjson(t *testing.T) {
+	for _, n := range []string{"1e999999999", "-1e400", "1.8e308", "1e308", "0.0001e312", "123.5e307", "0e99999", "1e-999", "-0.5E+2", "12345678901234567890"} {
+		doc := `{"n":` + n + `}`
+		want := gjson.Get(doc, "n").String()
+		if got := string(appendJSONPath(nil, doc, []string{"n"})); got != want {
+			t.Errorf("number %s = %q, want %q as gjson", n, got, want)
+		}
+	}
+}
