@@ -80,7 +80,7 @@ bench)
 		apt_install valgrind
 	fi
 	mkdir -p dist
-	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
+	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 60m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
 	;;
 oci)
