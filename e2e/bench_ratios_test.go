@@ -361,7 +361,7 @@ func r1Instructions(b *testing.B, t *ratioTable) {
 			continue
 		}
 		found++
-		t.add(fmt.Sprintf("R1 HRW V8 ÷ native (instructions), %d services", n), "", "", nil, v8/native) // a figure, not a goal (issue 20: the decision is under 10 % of a stream)
+		t.add(fmt.Sprintf("R1 HRW V8 ÷ native (instructions), %d services", n), "", "", nil, v8/native) // a figure, not a goal: the decision is under 10 % of a stream
 		t.add(fmt.Sprintf("HRW V8 instructions per decision, %d services", n), "", "", nil, v8)
 		t.add(fmt.Sprintf("HRW native instructions per decision, %d services", n), "", "", nil, native)
 	}
