@@ -32,7 +32,7 @@ func scaleConfig(n int) []byte {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `{"name": "s%d", "address": "10.%d.%d.%d:80"}`, i, i>>16, i>>8&255, i&255+1)
+		fmt.Fprintf(&b, `{"name": "s%d", "address": "10.%d.%d.%d:80"}`, i, i/62500, i/250%250, i%250+1)
 	}
 	b.WriteString("]}")
 	return []byte(b.String())
