@@ -118,7 +118,7 @@ bench)
 	fi
 	mkdir -p dist
 	echo "bench: building, then every ratio, round by round (about 7 minutes)"
-	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 30m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
+	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 60m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
 	;;
 oci)

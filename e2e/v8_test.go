@@ -13,8 +13,11 @@ package e2e
 // For every example plugin config and a few configs of this file that reach the hostile paths,
 // under envoy-1.33, with 10^4 requests per corpus after a warm-up: no trap; every request gets
 // exactly one decision, the upstream header naming configured services, or a local 503 "no healthy
-// service"; every hostile request is served in under 50 ms of CPU (a bound that catches hangs and
-// quadratic work, not a benchmark); and the guest's linear memory after the hostile run is at most
+// service"; every hostile request is served in under 10 ms of CPU, values over the module's arena and
+// the costliest configurations lbcore accepts (v8LimitConfigs) included (a bound on what one request
+// can cost the worker, GC cycles included: none may happen; the module's CPU is the process's
+// less the time in host functions, and a request over the bound is run again, up to 3 times, and
+// counts its least, so that a loaded machine's preemptions do not fail it); and the guest's linear memory after the hostile run is at most
 // 1.5 × that after a benign run of the same length. Under envoy-1.39, one pass over each corpus:
 // no trap and one decision per request. Which service a request should get is not judged here
 // (hostsim's tests and lbcore's oracle do that).
@@ -56,7 +59,7 @@ var v8Wasm = flag.String("v8.wasm", "", "TestV8: check this module instead of on
 const (
 	v8Script     = "e2e/v8/hashlbv8.mjs"
 	v8Requests   = 10_000                // measured requests per phase under envoy-1.33
-	v8MaxRequest = 50 * time.Millisecond // the liveness bound per hostile request
+	v8MaxRequest = 10 * time.Millisecond // the CPU bound per hostile request after warm-up (issue 20)
 	v8MemRatio   = 1.5                   // hostile memory ÷ benign memory, at most
 	// v8PhaseBudget stops a phase that runs this long (ten times a normal run, or more), so that
 	// a module that hangs or has gone quadratic fails in a few minutes, naming its slowest request.
@@ -92,6 +95,54 @@ const v8HostileEtcdConfig = `{"lbMethod": "LEASTCONNECTION",
     "fleet": {"cluster": "hashlb_etcd", "timeout": "200ms"}},
   "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"}]}`
 
+// v8LimitConfigs are the costliest configurations lbcore accepts (lbcore/limits.go), one per
+// kind: the most functions per expression over the longest values, jwt() decoding the longest
+// token in every alternative of nine expressions, and replace() with the largest program, whose
+// steps per decision MaxReplaceSteps bounds. Every hostile request must stay under v8MaxRequest
+// through them too.
+var v8LimitConfigs = func() []struct{ name, config string } {
+	const svcs = `"services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"}]`
+	expr := func(alts, fns int, v, f string) string {
+		var b strings.Builder
+		b.WriteString("${")
+		for a := range alts {
+			if a > 0 {
+				b.WriteString(" || ")
+			}
+			b.WriteString(v)
+			for range fns {
+				b.WriteString(" | " + f)
+			}
+		}
+		b.WriteString("}")
+		return b.String()
+	}
+	keys := func(mk func(i int) string) string {
+		var ks []string
+		for i := range 8 {
+			q, _ := json.Marshal(mk(i))
+			ks = append(ks, string(q))
+		}
+		return strings.Join(ks, ", ")
+	}
+	quote := func(v string) string { q, _ := json.Marshal(v); return string(q) }
+	bigRE := strings.Repeat("[a-z]{0,50}", 5)
+	return []struct{ name, config string }{
+		{"limit-functions", `{"lbMethod": "TOKEN", "token": ` + quote(expr(1, lbcore.MaxExprFuncs/2, "request.url", "lower | upper")) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(1, lbcore.MaxExprFuncs/2, fmt.Sprintf("request.header.x-client-id%d || request.cookie.session", i), "upper | lower")
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+		{"limit-jwt", `{"lbMethod": "TOKEN", "token": ` + quote(expr(lbcore.MaxExprAlts, 1, "request.header.authorization", `jwt("nope")`)) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(lbcore.MaxExprAlts, 1, "request.header.authorization", fmt.Sprintf(`jwt("k%d")`, i))
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+		{"limit-replace", `{"lbMethod": "TOKEN", "token": ` + quote(expr(1, lbcore.MaxExprFuncs, "request.url", `replace("`+bigRE+`x", "$0$0")`)) +
+			`, "persistence": {"keys": [` + keys(func(i int) string {
+			return expr(1, lbcore.MaxExprFuncs, "request.url", fmt.Sprintf(`replace("%s%d", "-")`, bigRE, i))
+		}) + `], "tableSize": 10000, "expire": "10m"}, ` + svcs + `}`},
+	}
+}()
+
 // v8WarmupConfig is the config of each node process's first run (see TestV8).
 const v8WarmupConfig = `{"lbMethod": "TOKEN", "upstreamCount": 2, "debugHeader": true, "trustedForwardedHops": 1,
   "hashBalanceFactor": 150,
@@ -126,15 +177,17 @@ func nodeForV8(t *testing.T) string {
 
 // v8Job is the job file of hashlbv8.mjs (see its header).
 type v8Job struct {
-	Name     string          `json:"name"`
-	Profile  string          `json:"profile"`
-	Config   string          `json:"config"`
-	RootID   string          `json:"rootId"`
-	Warmup   int             `json:"warmup"`
-	Repeat   int             `json:"repeat"`
-	Strings  string          `json:"strings"`
-	BudgetMs int             `json:"budgetMs"`
-	Phases   json.RawMessage `json:"phases,omitempty"`
+	Name     string `json:"name"`
+	Profile  string `json:"profile"`
+	Config   string `json:"config"`
+	RootID   string `json:"rootId"`
+	Warmup   int    `json:"warmup"`
+	Repeat   int    `json:"repeat"`
+	Strings  string `json:"strings"`
+	BudgetMs int    `json:"budgetMs"`
+	// RecheckUs: a request over it runs again, up to 3 times, and counts its least (hashlbv8.mjs).
+	RecheckUs int             `json:"recheckUs,omitempty"`
+	Phases    json.RawMessage `json:"phases,omitempty"`
 	// EtcdClusters are the clusters whose calls the script's MiniEtcd answers
 	// (persistence.fleet); calls to others are never answered.
 	EtcdClusters []string `json:"etcdClusters,omitempty"`
@@ -197,6 +250,7 @@ type v8Line struct {
 	Max       float64          `json:"maxUs"`
 	CPUP99    float64          `json:"cpuP99Us"`
 	CPUMax    float64          `json:"cpuMaxUs"`
+	GuestMax  float64          `json:"guestCpuMaxUs"`
 	MaxMemory int              `json:"maxMemory"`
 	Outcomes  []v8Outcome      `json:"outcomes"`
 	Other     int              `json:"otherOutcomes"`
@@ -276,7 +330,7 @@ func TestV8(t *testing.T) {
 	for _, name := range pluginConfigFiles(t) {
 		runs = append(runs, v8Run{name: strings.TrimSuffix(name, ".json"), config: readRepoFile(t, "configs/"+name)})
 	}
-	for _, c := range v8LocalConfigs {
+	for _, c := range append(slices.Clone(v8LocalConfigs), v8LimitConfigs...) {
 		runs = append(runs, v8Run{name: c.name, config: []byte(c.config)})
 	}
 	runs = append(runs, v8Run{name: "local-fleet-hostile-etcd", config: []byte(v8HostileEtcdConfig), hostileEtcd: true})
@@ -284,7 +338,11 @@ func TestV8(t *testing.T) {
 	// and allows more during start-up: one pass over the corpus is enough there.
 	var all []v8Run
 	for _, r := range runs {
-		all = append(all, v8Run{name: r.name, profile: "envoy-1.33", config: r.config, warmup: 2 * corpus, repeat: v8Requests, hostileEtcd: r.hostileEtcd})
+		repeat := v8Requests
+		if strings.HasPrefix(r.name, "limit-") {
+			repeat = corpus // milliseconds a request by design: one measured pass
+		}
+		all = append(all, v8Run{name: r.name, profile: "envoy-1.33", config: r.config, warmup: 2 * corpus, repeat: repeat, hostileEtcd: r.hostileEtcd})
 	}
 	for _, r := range runs {
 		all = append(all, v8Run{name: r.name, profile: "envoy-1.39", config: r.config, repeat: corpus, hostileEtcd: r.hostileEtcd})
@@ -320,6 +378,7 @@ func TestV8(t *testing.T) {
 		for _, r := range share {
 			jobs = append(jobs, v8Job{Name: r.key(), Profile: r.profile, Config: latin1(string(r.config)), RootID: "hashlb",
 				Warmup: r.warmup, Repeat: r.repeat, Strings: "latin1", BudgetMs: int(v8PhaseBudget.Milliseconds()),
+				RecheckUs:    int(v8MaxRequest.Microseconds()),
 				EtcdClusters: fleetClusters(r.config), EtcdAnswers: map[bool]string{true: "hostile"}[r.hostileEtcd]})
 		}
 		wg.Add(1)
@@ -487,8 +546,8 @@ func v8Logs(l v8Line) string {
 // checkV8Class: each outcome is one decision, and hostile requests are served in time.
 func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l v8Line, timed bool) {
 	t.Helper()
-	t.Logf("%-7s %-17s n=%-5d p50 %7.1f µs  p99 %8.1f µs  max %8.1f µs (cpu p99 %8.1f, max %8.1f)  mem %5.2f MiB",
-		l.Phase, l.Class, l.Count, l.P50, l.P99, l.Max, l.CPUP99, l.CPUMax, float64(l.MaxMemory)/(1<<20))
+	t.Logf("%-7s %-17s n=%-5d p50 %7.1f µs  p99 %8.1f µs  max %8.1f µs (cpu p99 %8.1f, max %8.1f, module's max %8.1f)  mem %5.2f MiB",
+		l.Phase, l.Class, l.Count, l.P50, l.P99, l.Max, l.CPUP99, l.CPUMax, l.GuestMax, float64(l.MaxMemory)/(1<<20))
 	if l.Other > 0 {
 		t.Errorf("%s/%s: %d requests with outcomes beyond the %d distinct ones reported, e.g. %s", l.Phase, l.Class,
 			l.Other, len(l.Outcomes), v8Show(l.Sample))
@@ -499,10 +558,12 @@ func checkV8Class(t *testing.T, c *lbcore.Config, services map[string]string, l 
 		}
 	}
 	// CPU time, not wall time: other processes on a loaded machine stretch wall time by hundreds
-	// of milliseconds, which would fail the check for nothing the module did.
-	if timed && l.Phase == "hostile" && l.CPUMax > float64(v8MaxRequest.Microseconds()) {
-		t.Errorf("%s/%s: slowest request took %.1f ms of CPU after warm-up, limit %v (wall: p50 %.1f µs, p99 %.1f µs, max %.1f ms)",
-			l.Phase, l.Class, l.CPUMax/1000, v8MaxRequest, l.P50, l.P99, l.Max/1000)
+	// of milliseconds, which would fail the check for nothing the module did. The module's CPU:
+	// the time in host functions is the script's JS here (header maps built and copied, its own
+	// garbage collected), C++ in Envoy, and not the module's doing.
+	if timed && l.Phase == "hostile" && l.GuestMax > float64(v8MaxRequest.Microseconds()) {
+		t.Errorf("%s/%s: slowest request took %.1f ms of the module's CPU after warm-up (%.1f ms with the host's), limit %v (wall: p50 %.1f µs, p99 %.1f µs, max %.1f ms)",
+			l.Phase, l.Class, l.GuestMax/1000, l.CPUMax/1000, v8MaxRequest, l.P50, l.P99, l.Max/1000)
 	}
 }
 

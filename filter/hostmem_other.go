@@ -32,6 +32,9 @@ func appendRequestHeaders(dst [][2]string, names []string) ([][2]string, error) 
 // getRequestHeader is proxywasm.GetHttpRequestHeader.
 func getRequestHeader(name string) (string, error) { return proxywasm.GetHttpRequestHeader(name) }
 
+// getResponseHeader is proxywasm.GetHttpResponseHeader.
+func getResponseHeader(name string) (string, error) { return proxywasm.GetHttpResponseHeader(name) }
+
 // getProperty is proxywasm.GetProperty for a path serialised with NULs
 // between its segments.
 func getProperty(path string) (string, error) {

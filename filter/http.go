@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strconv"
 	"strings"
 	"time"
 
@@ -48,22 +47,19 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		h.reason = lbcore.ReasonNoService
 		return h.reply503()
 	}
-	// A client must never choose the upstream: drop every copy first.
-	stripped := stripHeader(p.cfg.UpstreamHeader)
-	if p.cfg.ServiceHeader != "" && stripHeader(p.cfg.ServiceHeader) {
-		stripped = true
-	}
-	if stripped {
-		p.m.pend.stripped++
-	}
+	// A client must never choose the upstream. Its copies of our headers
+	// are not read: the replace that sets each one removes every copy first
+	// (route; docs/envoy-host.md#header-maps), and a local reply forwards
+	// nothing.
+	dropForged(p.cfg)
 	req := p.readRequest()
 	defer p.doneRequest()
 
-	// Decide reads the clock only for persistence (lbcore.Balancer.Decide):
-	// without it the request costs no clock read.
+	// Persistence needs the time in seconds (entries live 10 minutes or
+	// more): the last tick's, so a request reads no clock (plugin.go, now).
 	var now time.Time
 	if p.cfg.Persistence != nil {
-		now = wallClock()
+		now = p.now
 	}
 	// Into the context's own Decision: returning one by value costs two
 	// bulk-memory calls into the engine (docs/performance.md).
@@ -72,6 +68,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	if d.Ask { // a local miss, and the table has a fleet level
 		h.method, h.reason = d.Method, d.Reason
 		p.m.persisted(d)
+		// The fleet's deadlines need the clock itself: only where etcd is asked.
+		now = wallClock()
 		svc, wait := p.fleet.ask(h, d.At(0), now)
 		if wait {
 			return types.ActionPause // resumed by fleet.settled
@@ -79,6 +77,8 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		*d = p.bal.DecideFleet(req, now, svc) // the proposal, stored; DecideLocal if not selectable
 		secondRead(d)
 	} else if p.fleet != nil && d.Persist.Hit {
+		// The fleet may ask etcd about a hit (after a recovery), with a deadline.
+		now = wallClock()
 		svc, wait := p.fleet.hit(h, d, now)
 		if wait { // etcd recovered since the entry's last use: the fleet confirms it first
 			h.method, h.reason = d.Method, d.Reason
@@ -121,8 +121,12 @@ func (h *httpContext) decided(d *lbcore.Decision) types.Action {
 }
 
 // route sets the request headers for service i and counts the request. If
-// the host refuses the upstream header the request is answered 503: it must
-// never leave without the header hashlb chose.
+// the host refuses either header the request is answered 503: it must never
+// leave without the headers hashlb chose, nor with a client's copy of them.
+// Envoy's replace is HeaderMap::setCopy, which removes every copy of the
+// name (any case: names are LowerCaseString) before adding one, since 1.16
+// and unconditionally since 1.19 (source/extensions/common/wasm/context.cc
+// replaceHeaderMapValue, source/common/http/header_map_impl.cc setCopy).
 func (h *httpContext) route(i int, upstream string) types.Action {
 	p := h.p
 	if p.cfg.ViaFilterState() {
@@ -139,7 +143,11 @@ func (h *httpContext) route(i int, upstream string) types.Action {
 		return h.reply503()
 	}
 	if p.cfg.ServiceHeader != "" {
-		_ = proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name)
+		if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name); err != nil {
+			p.m.internalError.Increment(1)
+			proxywasm.LogErrorf("hashlb: setting %s: %v", p.cfg.ServiceHeader, err)
+			return h.reply503()
+		}
 	}
 	h.chosen = i
 	p.active(i, 1)
@@ -202,16 +210,36 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		}
 	}()
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
-		if v, err := proxywasm.GetHttpResponseHeader(":status"); err == nil {
-			if status, err := strconv.Atoi(v); err == nil {
-				p.health.passive(h.chosen, status)
-			}
+		// Into the arena, as the request's reads: the SDK's read would make
+		// garbage on every response.
+		arenaStart()
+		v, _ := getResponseHeader(":status")
+		status, ok := parseStatus(v)
+		arenaStop()
+		if ok {
+			p.health.passive(h.chosen, status)
 		}
 	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))
 	}
 	return types.ActionContinue
+}
+
+// parseStatus reads an HTTP status code: three digits (strconv's error
+// would be garbage).
+func parseStatus(v string) (int, bool) {
+	if len(v) != 3 {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < 3; i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(v[i]-'0')
+	}
+	return n, true
 }
 
 // OnHttpStreamDone ends the request's active count, also after a reset.
@@ -234,27 +262,14 @@ func (h *httpContext) OnHttpStreamDone() {
 	}
 }
 
-// maxCopies bounds the removal loop of stripHeader.
-const maxCopies = 32
-
-// stripHeader removes every copy of the request header name and reports
-// whether there was one. Envoy looks names up as Http::LowerCaseString and
-// its remove takes every copy; a missing header is NotFound under ABI 0.2.x
-// (source/extensions/common/wasm/context.cc, Context::getHeaderMapValue and
-// removeHeaderMapValue), so a name reaches every case variant. Removing until
-// the header is gone also reaches every copy on hosts whose remove takes only
-// one (the SDK's proxytest); the bound covers hosts that answer Ok with "".
-func stripHeader(name string) (found bool) {
-	for range maxCopies {
-		if _, err := getRequestHeader(name); err != nil {
-			return found
-		}
-		found = true
-		if proxywasm.RemoveHttpRequestHeader(name) != nil {
-			return found
-		}
+// dropForged removes the client's copies of our headers that route's
+// replaces do not reach: with upstreamVia filterState the upstream header is
+// never set, so a client's copy goes, in one call that removes every copy
+// (context.cc removeHeaderMapValue: HeaderMap::remove).
+func dropForged(c *lbcore.Config) {
+	if c.ViaFilterState() && c.UpstreamHeader != "" {
+		_ = proxywasm.RemoveHttpRequestHeader(c.UpstreamHeader)
 	}
-	return found
 }
 
 // readRequest fetches what the configuration's decisions read, and nothing
@@ -282,12 +297,17 @@ func (p *pluginContext) readRequest() *lbcore.Request {
 		// whole map, kept only for the names the decision reads.
 		req.Headers, _ = appendRequestHeaders(req.Headers, in.Headers)
 	} else {
+		callID := false // a non-empty call-id was read
 		for _, name := range in.Headers {
 			if name == "host" && p.hostLate && req.Authority != "" {
 				continue // read only when :authority is missing (lbcore.Config.HostOnlyForAuthority)
 			}
+			if name == "i" && p.callIDLate && callID {
+				continue // read only without a call-id (lbcore.Config.CompactCallIDOnlyAsFallback)
+			}
 			if v, err := getRequestHeader(name); err == nil {
 				req.Headers = append(req.Headers, [2]string{name, v})
+				callID = callID || name == "call-id" && v != ""
 			}
 		}
 	}

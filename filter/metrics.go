@@ -12,7 +12,6 @@ type metrics struct {
 	requests      []proxywasm.MetricCounter  // per service: requests routed
 	active        []proxywasm.MetricGauge    // per service: active requests on this worker's VM
 	decisions     []proxywasm.MetricCounter  // per lbcore.Reason
-	stripped      proxywasm.MetricCounter    // requests that carried a forged upstream/service header
 	internalError proxywasm.MetricCounter    // callbacks that panicked and were recovered
 	capped        proxywasm.MetricCounter    // decisions whose input was cut by a cap (lbcore/limits.go)
 	persist       [8]proxywasm.MetricCounter // hit, miss, expired, rechosen, evicted, empty_key, cas_retry, cas_giveup
@@ -29,7 +28,6 @@ type metrics struct {
 		requests  []uint64 // per service
 		active    []int64  // per service: the change since the last flush
 		decisions []uint64 // per lbcore.Reason
-		stripped  uint64
 		capped    uint64
 		persist   [len(persistNames)]uint64
 	}
@@ -39,7 +37,6 @@ var persistNames = [...]string{"hit", "miss", "expired", "rechosen", "evicted", 
 
 func defineMetrics(c *lbcore.Config) *metrics {
 	m := &metrics{
-		stripped:      proxywasm.DefineCounterMetric("hashlb.forged_header_stripped"),
 		internalError: proxywasm.DefineCounterMetric("hashlb.internal_error"),
 		capped:        proxywasm.DefineCounterMetric("hashlb.input_capped"),
 	}
@@ -87,10 +84,6 @@ func (m *metrics) flush() {
 			p.decisions[i] = 0
 			m.decisions[i].Increment(n)
 		}
-	}
-	if p.stripped != 0 {
-		m.stripped.Increment(p.stripped)
-		p.stripped = 0
 	}
 	if p.capped != 0 {
 		m.capped.Increment(p.capped)

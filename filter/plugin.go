@@ -52,6 +52,13 @@ type pluginContext struct {
 	kindLogged bool
 	wrongHTTP  wrongKindHTTP
 	wrongTCP   wrongKindTCP
+	// callIDLate: the header i is read only for a request without a
+	// call-id (lbcore.Config.CompactCallIDOnlyAsFallback).
+	callIDLate bool
+	// now is the time of the last tick (or of the start): what a request's
+	// persistence reads instead of a clock. A tick runs every second;
+	// persistence counts last use in seconds and expiry in minutes.
+	now time.Time
 }
 
 // OnPluginStart parses the configuration once. A bad configuration is logged
@@ -95,12 +102,14 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		return types.OnPluginStartStatusFailed
 	}
 	p.m, p.bal, p.in, p.hostLate, p.fleet = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority(), fl
+	p.callIDLate = cfg.CompactCallIDOnlyAsFallback()
 	p.own = make([]int64, len(cfg.Services))
 	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
 	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
 		p.failing = make([]bool, len(cfg.Services))
 		p.health = newHealth(p, cfg, ns, rand.Uint64())
 	}
+	p.now = time.Now()
 	p.cfg = cfg
 	if cfg.ViaFilterState() {
 		proxywasm.LogInfof("hashlb: %s filter, %s over %d services, upstream in filter state %s", cfg.FilterType, cfg.LBMethod, len(cfg.Services), lbcore.OriginalDstFilterState)
@@ -126,6 +135,7 @@ func (p *pluginContext) OnTick() {
 	}
 	p.m.flush()
 	now := time.Now()
+	p.now = now
 	p.shareLoads(now)
 	if p.health != nil {
 		p.health.tick(now)

@@ -64,7 +64,7 @@ func (c *tcpContext) OnNewConnection() (action types.Action) {
 	defer p.doneRequest()
 	var now time.Time
 	if p.cfg.Persistence != nil {
-		now = wallClock()
+		now = p.now // the last tick's, as for a request (http.go)
 	}
 	d := p.bal.Decide(req, now)
 	if d.Ask { // no fleet level for connections (lbcore refuses it): never wait

@@ -143,8 +143,13 @@ func hostAddHeaderMapValue(v *vm, p []uint64) uint64 {
 	})
 }
 
-// hostReplaceHeaderMapValue implements proxy_replace_header_map_value: every
-// copy of key is removed and one value added.
+// hostReplaceHeaderMapValue implements proxy_replace_header_map_value as Envoy
+// does: every copy of key is removed, then one value added. Envoy's
+// Context::replaceHeaderMapValue (source/extensions/common/wasm/context.cc)
+// calls HeaderMap::setCopy, which is remove then addCopy
+// (source/common/http/header_map_impl.cc) since 1.16, unconditionally since
+// 1.19 (the runtime guard http_set_copy_replace_all_headers was removed).
+// hashlb relies on it to drop a client's copies of its headers.
 func hostReplaceHeaderMapValue(v *vm, p []uint64) uint64 {
 	return editHeaderMap(v, p, true, func(m *headerMap, k, val string) {
 		m.pairs = append(without(m.pairs, k), [2]string{k, val})

@@ -276,7 +276,12 @@ func (v *vm) putU64(ptr uint64, x uint64) bool { return v.mod.Memory().WriteUint
 func (v *vm) copyOut(data []byte, ptrPtr, sizePtr uint64) uint64 {
 	var p uint32
 	if len(data) > 0 {
-		p = v.allocate(uint32(len(data)))
+		// A module's malloc may refuse (0): cpp-host's copyToPointerSize
+		// then fails the call with InvalidMemoryAccess, copying nothing
+		// (include/proxy-wasm/wasm.h, allocMemory and copyToPointerSize).
+		if p = v.allocate(uint32(len(data))); p == 0 {
+			return statusInvalidMemoryAccess
+		}
 		if !v.mod.Memory().Write(p, data) {
 			return statusInvalidMemoryAccess
 		}

@@ -124,6 +124,10 @@ type Balancer struct {
 	ids    map[uint64]int // service identity → index, for the persistence table
 
 	rank []rankEntry // per service, what ranking reads (hrw.go)
+
+	cache     *rankCache // ranking prefixes of recent keys; nil for a small pool (rankcache.go)
+	selN      int        // selectable services
+	selActive int64      // active requests over the selectable services
 }
 
 // NewBalancer returns a Balancer for c. seed varies the tie-breaking and
@@ -166,7 +170,15 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		b.ids[c.Services[i].ID] = i
 		total += c.Services[i].Weight
 	}
-	b.unitPass = b.want == 1 && c.HashBalanceFactor == 0 && b.uniform
+	for i := range c.Services {
+		if c.Services[i].Enabled {
+			b.selN++
+		}
+	}
+	if b.keyer != nil {
+		b.cache = newRankCache(b)
+	}
+	b.unitPass = b.want == 1 && c.HashBalanceFactor == 0 && b.uniform && b.cache == nil
 	// Start each worker's round robin at a different point of the same
 	// sequence, so that workers do not all send their first request to the
 	// first service: advance by seed mod Σweight picks (capped; a rotation of
@@ -184,16 +196,31 @@ func (b *Balancer) Config() *Config { return b.cfg }
 
 // SetDown marks service i DOWN (not selectable) or UP.
 func (b *Balancer) SetDown(i int, down bool) {
+	was := b.selectable(i)
 	b.down[i] = down
 	b.rank[i].mask = 0
 	if b.selectable(i) {
 		b.rank[i].mask = ^uint64(0)
 	}
+	switch now := b.selectable(i); {
+	case now && !was:
+		b.selN++
+		b.selActive += b.active[i]
+	case was && !now:
+		b.selN--
+		b.selActive -= b.active[i]
+	}
 }
 
 // SetActive sets service i's active request count, as least connection and
 // bounded load see it.
-func (b *Balancer) SetActive(i int, n int64) { b.active[i] = max(n, 0) }
+func (b *Balancer) SetActive(i int, n int64) {
+	n = max(n, 0)
+	if b.selectable(i) {
+		b.selActive += n - b.active[i]
+	}
+	b.active[i] = n
+}
 
 // Active returns service i's active request count.
 func (b *Balancer) Active(i int) int64 { return b.active[i] }
@@ -230,7 +257,7 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 	if mode != methodOnly {
 		// Only capped: hops is the config's (NewBalancer), and rewriting b.x
 		// whole would store the jwt buffer's pointer again (a write barrier).
-		b.x.capped = false
+		b.x.capped, b.x.m.steps, b.x.work = false, 0, 0
 		b.seq++
 		d.reset()
 		if b.table != nil {
@@ -330,6 +357,9 @@ func (b *Balancer) backupInto(d *Decision) {
 // hashRank fills d with the rendezvous ranking for key hash k, honouring
 // hashBalanceFactor.
 func (b *Balancer) hashRank(d *Decision, k uint64) {
+	if b.cache != nil && b.cachedRank(d, k) {
+		return
+	}
 	if b.want == 1 && b.cfg.HashBalanceFactor == 0 {
 		b.hashBest(d, k)
 		return

@@ -176,6 +176,8 @@ func (b *Balancer) copyState() *Balancer {
 	w.buf = make([]byte, 0, 512)
 	w.pkey = make([]byte, 0, 256)
 	w.table = nil
+	w.cache = nil // the full ranking, which the cache always agrees with
+	w.x.m, w.x.jwt = matcher{}, nil
 	if p := b.cfg.Persistence; p != nil {
 		w.table = NewTable(&scratchStore{}, "explain", p.TableSize, p.Expire)
 	}

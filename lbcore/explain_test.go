@@ -159,7 +159,7 @@ func TestExplain(t *testing.T) {
 		{"URLHASH without a URL: its own round robin", pool("URLHASH", 3, ""), Request{}, nil,
 			false, "", ReasonBackup, MethodRoundRobin, true, true, "{true false false false false [] false}"},
 		{"DOMAINHASH lower-cased, port and dot removed", pool("DOMAINHASH", 3, ""), Request{Target: "/", Authority: "Img.Example.COM.:443"}, nil,
-			true, "img.example.com", ReasonHash, MethodDomainHash, false, false, "{true true false false false [host] false}"},
+			true, "img.example.com", ReasonHash, MethodDomainHash, false, false, "{false true false false false [host] false}"},
 		{"SOURCEIPHASH masked", pool("SOURCEIPHASH", 3, `"netmask":"255.255.255.0"`), Request{Source: "192.0.2.77:5000"}, nil,
 			true, "\x04\xc0\x00\x02\x00", ReasonHash, MethodSourceIPHash, false, false, "{false false false true false [] false}"},
 		{"SOURCEIPHASH behind a proxy without x-forwarded-for", pool("SOURCEIPHASH", 3, `"trustedForwardedHops":1`), Request{Source: "192.0.2.77:5000"}, nil,

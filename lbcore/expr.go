@@ -2,7 +2,7 @@ package lbcore
 
 import (
 	"errors"
-	"regexp"
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -44,7 +44,8 @@ import (
 //     string. The signature is NOT verified: a client can put any claim in
 //     it, so use it to spread load, never to authorise.
 //   - replace("re2", "repl"): regexp.ReplaceAllString with $1 expansion; the
-//     regexp is compiled when the expression is parsed.
+//     regexp is compiled when the expression is parsed, to at most
+//     MaxReplaceInsts instructions.
 //   - default("text"): text if the value is empty.
 //
 // Evaluation never fails: a missing or malformed input yields "" for its
@@ -106,12 +107,13 @@ const (
 
 type exprFunc struct {
 	kind exprFuncKind
-	n    int            // prefix, suffix, mask; substr's start
-	m    int            // substr's length
-	sep  []byte         // before, after
-	s    string         // jwt path, default text
-	re   *regexp.Regexp // replace
-	repl string         // replace
+	n    int          // prefix, suffix, mask; substr's start
+	m    int          // substr's length
+	sep  []byte       // before, after
+	s    string       // jwt path, default text
+	path []string     // jwt path as plain keys (simplePath), or nil
+	rp   *replaceProg // replace
+	repl string       // replace
 }
 
 // maxAffix bounds prefix(n) and suffix(n); a larger n would be a typo.
@@ -125,6 +127,9 @@ const maxAffix = 1 << 20
 func ParseExpr(src string) (*Expr, error) {
 	if src == "" {
 		return nil, errors.New("col 1: empty expression")
+	}
+	if len(src) > MaxExprBytes {
+		return nil, fmt.Errorf("col 1: expression is %d bytes, more than the limit of %d (MaxExprBytes)", len(src), MaxExprBytes)
 	}
 	p := exprParser{src: src}
 	e := &Expr{src: src}
@@ -164,9 +169,9 @@ func (e *Expr) String() string {
 // AppendEval appends the expression's value for r to dst and returns the
 // extended slice. It never fails and never panics: a missing or malformed
 // input yields "" for its pipeline. Each pipeline is evaluated in place at the
-// end of dst, so an expression built from variables and lower, upper, hash,
-// prefix, suffix, mask and default allocates nothing when dst has room; jwt
-// and replace allocate. client.ip and client.port are the connection's peer,
+// end of dst, so an expression allocates nothing when dst has room (jwt and
+// replace use buffers of the evaluation context: AppendEval's own is new
+// each call, a Balancer's is kept). client.ip and client.port are the connection's peer,
 // as with trustedForwardedHops 0; a Balancer evaluates with its
 // configuration's hops.
 func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
@@ -246,7 +251,7 @@ func (e *Expr) canonical() string {
 				case fnSubstr:
 					b.WriteString("(" + strconv.Itoa(f.n) + "," + strconv.Itoa(f.m) + ")")
 				case fnReplace:
-					b.WriteString("(" + strconv.Quote(f.re.String()) + "," + strconv.Quote(f.repl) + ")")
+					b.WriteString("(" + strconv.Quote(f.rp.re.String()) + "," + strconv.Quote(f.repl) + ")")
 				}
 			}
 		}

@@ -377,6 +377,7 @@ func FuzzExpr(f *testing.F) {
 		if !bytes.HasPrefix(got, []byte("keep")) {
 			t.Fatalf("AppendEval(%q) = %q, lost its prefix", src, got)
 		}
+		x.m.steps, x.work = 0, 0 // a new decision: its budgets start again
 		if again := string(e.appendEval(nil, r, x)); again != string(got[4:]) {
 			t.Errorf("Eval(%q) = %q, then %q", src, got[4:], again)
 		}

@@ -13,12 +13,25 @@ import (
 
 func (pl *exprPipeline) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	start := len(dst)
+	if x.work > MaxEvalWork {
+		x.capped = true
+		return dst
+	}
 	dst = pl.v.appendValue(dst, r, x)
 	if len(dst)-start > MaxValueBytes {
 		dst = dst[:start+MaxValueBytes]
 		x.capped = true
 	}
+	x.work += len(dst) - start
 	for i := range pl.fns {
+		n := len(dst) - start
+		if pl.fns[i].kind == fnJWT {
+			n *= 3
+		}
+		if x.work += n; x.work > MaxEvalWork {
+			x.capped = true
+			return dst[:start]
+		}
 		dst = pl.fns[i].apply(dst, start, x)
 	}
 	return dst
@@ -67,6 +80,7 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 			q = q[:MaxScanBytes]
 			x.capped = true
 		}
+		x.work += len(q)
 		return append(dst, exprQuery(q, v.name)...)
 	case varCallID:
 		return append(dst, r.CallID()...)
@@ -105,6 +119,7 @@ func exprCookie(r *Request, name string, x *evalCtx) string {
 			x.capped = true
 		}
 		budget -= len(rest)
+		x.work += len(rest)
 		for rest != "" {
 			var pair string
 			pair, rest, _ = strings.Cut(rest, ";")
@@ -181,38 +196,18 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 			dst = p.Addr().AppendTo(dst)
 		}
 	case fnJWT:
-		claim, capped := jwtClaim(v, f.s, &x.jwt)
+		var capped bool
+		dst, capped = appendJWTClaim(dst, start, f, &x.jwt)
 		x.capped = x.capped || capped
-		dst = append(dst[:start], claim...)
 	case fnReplace:
-		out, capped := f.replace(v)
-		x.capped = x.capped || capped
+		in := v[:min(len(v), MaxReplaceInput)]
+		out, capped := x.m.replaceAll(f.rp, bytesString(in), f.repl)
+		x.capped = x.capped || capped || len(v) > MaxReplaceInput
 		dst = append(dst[:start], out...)
 	case fnBefore, fnAfter, fnSubstr:
 		dst = dst[:start+f.cutText(v)]
 	}
 	return dst
-}
-
-// replace is replace("re", "repl") on v, within MaxReplaceInput and
-// MaxReplacements (limits.go). The result is a new slice: regexp keeps its
-// input in a pooled machine, so passing dst's bytes would make every
-// caller's dst escape to the heap.
-func (f *exprFunc) replace(v []byte) (out []byte, capped bool) {
-	in := string(v[:min(len(v), MaxReplaceInput)])
-	capped = len(v) > MaxReplaceInput
-	// One more match than allowed tells whether the limit cut the list.
-	m := f.re.FindAllStringSubmatchIndex(in, MaxReplacements+1)
-	if len(m) > MaxReplacements {
-		m, capped = m[:MaxReplacements], true
-	}
-	last := 0
-	for _, loc := range m {
-		out = append(out, in[last:loc[0]]...)
-		out = f.re.ExpandString(out, f.repl, in, loc)
-		last = loc[1]
-	}
-	return append(out, in[last:]...), capped
 }
 
 func appendHashHex(dst []byte, h uint64) []byte {
@@ -223,50 +218,70 @@ func appendHashHex(dst []byte, h uint64) []byte {
 	return dst
 }
 
-// jwtClaim reads the claim at path from the payload of the JWT in v
-// (optionally after "Bearer "). The signature is not verified. Anything
-// malformed gives "", and so does a token longer than MaxJWTBytes or a
-// payload nested deeper than MaxJSONDepth (capped is then true).
+// appendJWTClaim replaces the JWT in dst[start:] (optionally after
+// "Bearer ") by the claim at f's path in its payload, and returns dst. The
+// signature is not verified. Anything malformed gives "", and so does a
+// token longer than MaxJWTBytes or a payload nested deeper than
+// MaxJSONDepth (capped is then true).
 //
-// The decoded payload goes to *scratch, kept for the next call (nil makes
-// a new buffer).
-func jwtClaim(v []byte, path string, scratch *[]byte) (claim string, capped bool) {
+// The decoded payload goes to *scratch, sized once for the longest token
+// and kept for the next call.
+func appendJWTClaim(dst []byte, start int, f *exprFunc, scratch *[]byte) (_ []byte, capped bool) {
+	v := dst[start:]
+	dst = dst[:start] // the claim is appended from *scratch, never from v
 	if len(v) >= 7 && bytes.EqualFold(v[:7], []byte("bearer ")) {
 		v = v[7:]
 	}
 	v = bytes.TrimSpace(v)
 	if len(v) > MaxJWTBytes {
-		return "", true
+		return dst, true
 	}
 	if bytes.Count(v, []byte(".")) != 2 {
-		return "", false
+		return dst, false
 	}
 	payload := v[bytes.IndexByte(v, '.')+1:]
 	payload = payload[:bytes.IndexByte(payload, '.')]
 	payload = bytes.TrimRight(payload, "=")
-	size := base64.RawURLEncoding.DecodedLen(len(payload))
-	var buf []byte
-	if scratch != nil && cap(*scratch) >= size {
-		buf = (*scratch)[:size]
-	} else {
-		buf = make([]byte, size)
-		if scratch != nil {
-			*scratch = buf
-		}
+	if len(*scratch) < base64.RawURLEncoding.DecodedLen(MaxJWTBytes) {
+		*scratch = make([]byte, base64.RawURLEncoding.DecodedLen(MaxJWTBytes))
+	}
+	buf := *scratch
+	// Refused before decoding: the decoder's error is allocated (garbage
+	// per malformed token). A header value holds no CR or LF, which the
+	// decoder would skip.
+	if len(payload)%4 == 1 || !isBase64URL(payload) {
+		return dst, false
 	}
 	n, err := base64.RawURLEncoding.Decode(buf, payload)
 	if err != nil {
-		return "", false
+		return dst, false
 	}
 	// gjson recurses once per nesting level, in validation and in lookup: a
 	// 13 KiB header of nested arrays overflowed V8's stack and trapped.
 	if !jsonDepthOK(buf[:n], MaxJSONDepth) {
-		return "", true
+		return dst, true
 	}
 	if !gjson.ValidBytes(buf[:n]) {
-		return "", false
+		return dst, false
 	}
-	return gjson.GetBytes(buf[:n], path).String(), false
+	doc := bytesString(buf[:n])
+	if i := skipJSONSpace(doc, 0); i == len(doc) || doc[i] != '{' {
+		return dst, false // a JWT's claims are an object (RFC 7519, section 7.2)
+	}
+	if f.path != nil {
+		return appendJSONPath(dst, doc, f.path), false
+	}
+	return append(dst, gjson.Get(doc, f.s).String()...), false
+}
+
+// isBase64URL reports whether every byte of b is in base64url's alphabet.
+func isBase64URL(b []byte) bool {
+	for _, c := range b {
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
 }
 
 // ipFromBytes parses "ip", "ip:port" or "[v6]:port" (a zone is dropped) as

@@ -7,9 +7,11 @@ import (
 )
 
 type exprParser struct {
-	src  string
-	pos  int // next byte to read
-	open int // offset of the "${" being parsed
+	src   string
+	pos   int // next byte to read
+	open  int // offset of the "${" being parsed
+	alts  int // alternatives parsed so far (MaxExprAlts)
+	funcs int // functions parsed so far (MaxExprFuncs)
 }
 
 func (p *exprParser) errorf(pos int, format string, args ...any) error {
@@ -56,6 +58,9 @@ func (p *exprParser) pipeline() (exprPipeline, error) {
 	var pl exprPipeline
 	p.skipSpace()
 	start := p.pos
+	if p.alts++; p.alts > MaxExprAlts {
+		return pl, p.errorf(start, "more than %d alternatives in one expression (the limit MaxExprAlts)", MaxExprAlts)
+	}
 	for p.pos < len(p.src) && !isExprSpace(p.src[p.pos]) && p.src[p.pos] != '|' && p.src[p.pos] != '}' {
 		p.pos++
 	}
@@ -87,6 +92,9 @@ func (p *exprParser) pipeline() (exprPipeline, error) {
 		}
 		if p.pos == start {
 			return pl, p.errorf(bar, `missing function after "|"`)
+		}
+		if p.funcs++; p.funcs > MaxExprFuncs {
+			return pl, p.errorf(start, "more than %d functions in one expression (the limit MaxExprFuncs)", MaxExprFuncs)
 		}
 		f, err := p.function(start, p.src[start:p.pos])
 		if err != nil {
@@ -230,12 +238,16 @@ func (p *exprParser) function(pos int, name string) (exprFunc, error) {
 		if f.s = args[0].s; f.s == "" {
 			return f, p.errorf(args[0].pos, "jwt path is empty")
 		}
+		f.path = simplePath(f.s)
 	case fnReplace:
-		re, err := regexp.Compile(args[0].s)
-		if err != nil {
+		if _, err := regexp.Compile(args[0].s); err != nil {
 			return f, p.errorf(args[0].pos, "bad regexp: %v", err)
 		}
-		f.re, f.repl = re, args[1].s
+		rp, err := compileReplace(args[0].s)
+		if err != nil {
+			return f, p.errorf(args[0].pos, "replace regexp %s", err)
+		}
+		f.rp, f.repl = rp, args[1].s
 	case fnDefault:
 		f.s = args[0].s
 	case fnBefore, fnAfter, fnSubstr:

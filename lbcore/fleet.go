@@ -175,15 +175,15 @@ func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) 
 // password; its answer's token goes into the Authorization header of every
 // later call.
 func EtcdAuthenticate(user, password string) []byte {
-	b := append([]byte(`{"name":`), appendJSONString(nil, user)...)
+	b := append([]byte(`{"name":`), appendJSONQuoted(nil, user)...)
 	b = append(b, `,"password":`...)
-	b = appendJSONString(b, password)
+	b = appendJSONQuoted(b, password)
 	return append(b, '}')
 }
 
-// appendJSONString appends s as a JSON string (UTF-8 passes through; quotes,
+// appendJSONQuoted appends s as a quoted JSON string (UTF-8 passes through; quotes,
 // backslashes and control bytes are escaped).
-func appendJSONString(b []byte, s string) []byte {
+func appendJSONQuoted(b []byte, s string) []byte {
 	const hexDigits = "0123456789abcdef"
 	b = append(b, '"')
 	for i := 0; i < len(s); i++ {

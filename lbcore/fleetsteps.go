@@ -164,7 +164,7 @@ func (c *FleetClient) after(now time.Time, err error) {
 	}
 }
 
-func quoteUser(u string) string { return string(appendJSONString(nil, u)) }
+func quoteUser(u string) string { return string(appendJSONQuoted(nil, u)) }
 
 func itoa(n int) string { return strconv.Itoa(n) }
 

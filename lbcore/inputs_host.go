@@ -37,3 +37,26 @@ func (e *Expr) readsHeader(name string) bool {
 	}
 	return false
 }
+
+// CompactCallIDOnlyAsFallback reports whether c reads the header i (the
+// Call-ID's compact form) only where Request.CallID does: when call-id is
+// missing or empty. A filter may then read i only for such a request and
+// save a host call on every other one. It is false when an expression reads
+// ${request.header.i} itself.
+func (c *Config) CompactCallIDOnlyAsFallback() bool {
+	in := c.Inputs()
+	if !slices.Contains(in.Headers, callIDHeaders[1]) {
+		return false
+	}
+	if c.Token != nil && c.Token.readsHeader(callIDHeaders[1]) {
+		return false
+	}
+	if p := c.Persistence; p != nil {
+		for _, k := range p.Keys {
+			if k.readsHeader(callIDHeaders[1]) {
+				return false
+			}
+		}
+	}
+	return true
+}

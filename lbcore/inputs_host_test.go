@@ -22,3 +22,23 @@ func TestHostOnlyForAuthority(t *testing.T) {
 		})
 	}
 }
+
+func TestCompactCallIDOnlyAsFallback(t *testing.T) {
+	tests := []struct {
+		name, config string
+		want         bool
+	}{
+		{"callid", pool("CALLIDHASH", 2, ""), true},
+		{"sip.callid in a token", pool("TOKEN", 2, `"token":"${sip.callid}"`), true},
+		{"url reads no call id", pool("URLHASH", 2, ""), false},
+		{"i header beside sip.callid", pool("TOKEN", 2, `"token":"${sip.callid}${request.header.I}"`), false},
+		{"i header in a persistence key", pool("CALLIDHASH", 2, `"persistence":{"keys":["${request.header.i}"]}`), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mustConfig(t, tt.config).CompactCallIDOnlyAsFallback(); got != tt.want {
+				t.Errorf("CompactCallIDOnlyAsFallback() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -11,7 +11,7 @@ func TestInputs(t *testing.T) {
 		want         Inputs
 	}{
 		{"url", pool("URLHASH", 2, ""), Inputs{Target: true}},
-		{"domain", pool("DOMAINHASH", 2, ""), Inputs{Target: true, Authority: true, Headers: []string{"host"}}},
+		{"domain", pool("DOMAINHASH", 2, ""), Inputs{Authority: true, Headers: []string{"host"}}},
 		{"source", pool("SOURCEIPHASH", 2, ""), Inputs{Source: true}},
 		{"source behind proxies", pool("SOURCEIPHASH", 2, `"trustedForwardedHops":1`), Inputs{Headers: []string{"x-forwarded-for"}, AllCopies: true}},
 		{"srcport ignores xff", pool("SRCIPSRCPORTHASH", 2, `"trustedForwardedHops":1`), Inputs{Source: true}},

@@ -39,6 +39,38 @@ const (
 	// under 1 KiB. Etcd answers get MaxJSONDepth too: every proxy of a fleet
 	// reads the same etcd, so one hostile answer must not kill them all.
 	MaxEtcdAnswerBytes = 64 << 10
+	// MaxReplaceSteps is how many backtracker steps (one per instruction and
+	// position visited, replace.go) all of one decision's replace() calls
+	// take together; when they run out the text not yet scanned is kept as
+	// it is. It bounds replace()'s CPU per request whatever the patterns.
+	MaxReplaceSteps = 1 << 15
+	// MaxEvalWork is how many bytes one decision's expressions may read
+	// together: each variable's value, each function's input (jwt()'s three
+	// times, its decoding costing about that much more), the cookie lines and
+	// query strings searched. A pipeline that would go beyond it gives "".
+	// With MaxReplaceSteps it bounds an expression's CPU per request
+	// whatever the configuration: without it, nine expressions of sixteen
+	// functions over 16 KiB values read 2.3 MB (28 ms in V8).
+	MaxEvalWork = 256 << 10
+)
+
+// Limits on a configuration's expressions, checked when it is parsed: each
+// bounds what one request can make the worker compute, whatever its input.
+// SECURITY.md gives the worst case they allow.
+const (
+	// MaxReplaceInsts is the largest program one replace() pattern may
+	// compile to (regexp/syntax instructions; "[a-z]{0,100}" is 202). A
+	// scan costs up to instructions × input steps, and the visited set
+	// instructions × (MaxReplaceInput + 1) bits.
+	MaxReplaceInsts = 512
+	// MaxExprFuncs is how many functions one expression may apply, over all
+	// its pipelines.
+	MaxExprFuncs = 16
+	// MaxExprAlts is how many alternatives ("||") one expression may have
+	// over all its ${} parts; each reads a value of up to MaxValueBytes.
+	MaxExprAlts = 16
+	// MaxExprBytes is the longest expression source.
+	MaxExprBytes = 4 << 10
 )
 
 // jsonDepthOK reports whether the arrays and objects of the JSON text b nest

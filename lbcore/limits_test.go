@@ -37,8 +37,10 @@ func TestCaps(t *testing.T) {
 			Request{Headers: [][2]string{{"authorization", jwtWith(`{"sub":"u2","p":"` + strings.Repeat(`[{\"`, 100) + `"}`)}}}, "u2", false},
 		{"jwt longer than MaxJWTBytes", `${request.header.authorization|jwt("sub")}`,
 			Request{Headers: [][2]string{{"authorization", jwtWith(`{"sub":"u3","pad":"` + strings.Repeat("p", MaxJWTBytes) + `"}`)}}}, "", true},
-		{"replace: at most MaxReplacements matches", `${request.path|replace("a.*b|a","x")}`,
+		{"replace: at most MaxReplacements matches", `${request.path|replace("a","x")}`,
 			Request{Target: "/" + long}, "/" + strings.Repeat("x", MaxReplacements) + strings.Repeat("a", MaxReplaceInput-1-MaxReplacements), true},
+		{"replace: at most MaxReplaceSteps steps", `${request.path|replace("a.*b|a","x")}`,
+			Request{Target: "/" + long}, "/" + strings.Repeat("x", 10) + strings.Repeat("a", MaxReplaceInput-1-10), true}, // the matches the budget allows
 		{"replace: input cut at MaxReplaceInput", `${request.path|replace("z","y")}`,
 			Request{Target: "/" + strings.Repeat("b", 2000)}, "/" + strings.Repeat("b", MaxReplaceInput-1), true},
 		{"replace: within the caps, every match", `${request.path|replace("a(.)","$1")}`,
@@ -88,5 +90,46 @@ func TestJSONDepthOK(t *testing.T) {
 		if got := jsonDepthOK([]byte(tt.json), tt.max); got != tt.want {
 			t.Errorf("jsonDepthOK(%q, %d) = %v, want %v", tt.json, tt.max, got, tt.want)
 		}
+	}
+}
+
+// TestExprLimitsRefuse: configurations whose expressions could make one
+// request cost more than the limits allow are refused, the error naming the
+// field and the limit; the largest accepted of each kind parses.
+func TestExprLimitsRefuse(t *testing.T) {
+	fns := func(n int) string { return "${request.header.x-t" + strings.Repeat(" | lower", n) + "}" }
+	alts := func(n int) string {
+		return "${request.header.x-a" + strings.Repeat(" || request.header.x-a", n-1) + "}"
+	}
+	big := strings.Repeat("[a-z]{0,100}", 9) + "x"
+	tests := []struct {
+		name, expr, want string // want "" accepts
+	}{
+		{"big regexp", `${request.header.x-t | replace("` + big + `", "b")}`, "MaxReplaceInsts"},
+		{"largest regexp", `${request.header.x-t | replace("` + strings.Repeat("[a-z]{0,50}", 5) + `", "b")}`, ""},
+		{"5000 functions", "${request.header.x-t" + strings.Repeat(" | lower | upper", 2500) + "}", "MaxExprBytes"},
+		{"too many functions", fns(MaxExprFuncs + 1), "MaxExprFuncs"},
+		{"most functions", fns(MaxExprFuncs), ""},
+		{"too many alternatives", alts(MaxExprAlts + 1), "MaxExprAlts"},
+		{"most alternatives", alts(MaxExprAlts), ""},
+		{"alternatives over parts", strings.Repeat(alts(MaxExprAlts/2), 2) + "${client.ip}", "MaxExprAlts"},
+		{"too long", "${client.ip}" + strings.Repeat("x", MaxExprBytes), "MaxExprBytes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(pool("TOKEN", 3, `"token":`+quoteJSON(tt.expr))))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("ParseConfig: %v, want it accepted", err)
+			case tt.want != "" && err == nil:
+				t.Errorf("ParseConfig accepted the expression, want an error naming %s", tt.want)
+			case tt.want != "" && (!strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "token")):
+				t.Errorf("ParseConfig: %v, want an error naming the field token and %s", err, tt.want)
+			}
+		})
+	}
+	// The largest regexp accepted is within a few instructions of the limit.
+	if p, err := compileReplace(strings.Repeat("[a-z]{0,50}", 5)); err != nil || len(p.prog.Inst) < MaxReplaceInsts*9/10 {
+		t.Errorf("the largest accepted regexp: %v, want one of about %d instructions", err, MaxReplaceInsts)
 	}
 }

@@ -61,8 +61,11 @@ var methodSpecs = [...]methodSpec{
 		inputs: func(in *Inputs) bool { in.Target = true; return false }},
 	{method: MethodDomainHash, name: "DOMAINHASH",
 		keyer: func(c *Config) keyer { return domainHash{Length: c.HashLength} },
+		// Not :path: Envoy's HTTP/1 codec moves an absolute-form target's
+		// host to :authority (allow_absolute_url, on by default), so
+		// Request.Host finds it there (RATIONALE.md, cost per request).
 		inputs: func(in *Inputs) bool {
-			in.Target, in.Authority = true, true
+			in.Authority = true
 			in.header("host")
 			return false
 		}},

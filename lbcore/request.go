@@ -3,6 +3,7 @@ package lbcore
 import (
 	"net/netip"
 	"strings"
+	"unsafe"
 )
 
 // Request is the read-only view of one HTTP request that every decision is
@@ -40,6 +41,11 @@ type evalCtx struct {
 	capped bool
 	// jwt is jwt()'s buffer for a decoded payload, kept across decisions.
 	jwt []byte
+	// m is replace()'s matcher, kept across decisions; its step count is
+	// reset with capped.
+	m matcher
+	// work is the bytes this decision's expressions have read (MaxEvalWork).
+	work int
 }
 
 // Header returns the first value of the named header, or "". name must be
@@ -93,11 +99,7 @@ func (r *Request) ClientAddr(trustedHops int) (ip netip.Addr, port uint16, ok bo
 			}
 			hop--
 			if hop == 0 {
-				a, err := netip.ParseAddr(item)
-				if err != nil {
-					return netip.Addr{}, 0, false
-				}
-				return a.Unmap(), 0, true
+				return parseAddr(item)
 			}
 		}
 	}
@@ -202,14 +204,85 @@ func parseAddrPort(s string) (netip.Addr, uint16, bool) {
 	if b, port, ok := parseIPv4Port(s); ok {
 		return netip.AddrFrom4(b), port, true
 	}
-	if ap, err := netip.ParseAddrPort(s); err == nil {
-		return ap.Addr().Unmap(), ap.Port(), true
+	// netip's errors are allocated, garbage for every malformed address a
+	// client sends; these parsers give netip's answers and allocate nothing
+	// (FuzzParseAddrPortNoAlloc). A zone is dropped: it names an interface
+	// of the proxy, not the client (Envoy's addresses never carry one).
+	return parseAddrPortNoAlloc(s)
+}
+
+// parseAddr is netip.ParseAddr, unmapped and without its zone, allocating
+// nothing.
+func parseAddr(s string) (netip.Addr, uint16, bool) {
+	s, ok := dropZone(s)
+	if !ok {
+		return netip.Addr{}, 0, false
 	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a.Unmap(), 0, true
+	if a, ok := parseIPBytes(stringBytes(s)); ok {
+		return a, 0, true
 	}
 	return netip.Addr{}, 0, false
 }
+
+// dropZone removes an IPv6 zone ("%eth0") from an address, refusing what
+// netip refuses: an empty zone, or one on an IPv4 address.
+func dropZone(s string) (string, bool) {
+	i := strings.IndexByte(s, '%')
+	if i < 0 {
+		return s, true
+	}
+	if i == len(s)-1 || strings.IndexByte(s[:i], ':') < 0 {
+		return "", false
+	}
+	return s[:i], true
+}
+
+// parseAddrPortNoAlloc is netip.ParseAddrPort, else netip.ParseAddr with
+// port 0; unmapped, without the zone.
+func parseAddrPortNoAlloc(s string) (netip.Addr, uint16, bool) {
+	if len(s) > 0 && s[0] == '[' {
+		end := strings.IndexByte(s, ']')
+		if end < 0 || len(s) < end+3 || s[end+1] != ':' || strings.IndexByte(s[1:end], ':') < 0 {
+			return netip.Addr{}, 0, false
+		}
+		port, ok := parsePort(s[end+2:])
+		host, okz := dropZone(s[1:end])
+		ip, ok6 := parseIPv6Bytes(stringBytes(host))
+		if !ok || !okz || !ok6 {
+			return netip.Addr{}, 0, false
+		}
+		return netip.AddrFrom16(ip).Unmap(), port, true
+	}
+	if i := strings.LastIndexByte(s, ':'); i >= 0 && strings.IndexByte(s[:i], ':') < 0 {
+		port, ok := parsePort(s[i+1:])
+		ip, ok4 := parseIPv4Bytes(stringBytes(s[:i]))
+		if ok && ok4 {
+			return netip.AddrFrom4(ip), port, true
+		}
+	}
+	return parseAddr(s)
+}
+
+// parsePort is a port as netip reads it: decimal digits, leading zeros
+// allowed, at most 65535.
+func parsePort(s string) (uint16, bool) {
+	if s == "" {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		if n = n*10 + int(s[i]-'0'); n > 65535 {
+			return 0, false
+		}
+	}
+	return uint16(n), true
+}
+
+// stringBytes is s as bytes without a copy; they must not be written.
+func stringBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // parseIPv4Port is parseAddrPort's short path for what proxies pass almost
 // always, a dotted quad with or without ":port": a few comparisons instead of

@@ -133,3 +133,37 @@ func TestAppendIPv4Masked(t *testing.T) {
 		}
 	}
 }
+
+// netipAddrPort is parseAddrPort by netip alone, as it was written before
+// the allocation-free parsers.
+func netipAddrPort(s string) (netip.Addr, uint16, bool) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), ap.Port(), true
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return a.Unmap(), 0, true
+	}
+	return netip.Addr{}, 0, false
+}
+
+func FuzzParseAddrPortNoAlloc(f *testing.F) {
+	for _, s := range []string{"1.2.3.4", "1.2.3.4:80", "1.2.3.4:00080", "[::1]:80", "::1", "[::1]", "[1.2.3.4]:80",
+		"[::ffff:1.2.3.4]:9", "::ffff:1.2.3.4", "1.2.3.4:", "1.2.3.4:65536", "01.2.3.4", "[::1]:", "1:2", "", "[", "]:1",
+		"fe80::1%eth0", "[fe80::1%eth0]:80", "fe80::1%", "1.2.3.4%x", "[fe80::1%]:80", "::ffff:1.2.3.4%z", "fe80::1%eth0:80"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, p, ok := parseAddrPortNoAlloc(s)
+		wa, wp, wok := netipAddrPort(s)
+		if wa = wa.WithZone(""); a != wa || p != wp || ok != wok {
+			t.Errorf("parseAddrPortNoAlloc(%q) = %v, %d, %v; netip says %v, %d, %v (zone dropped)", s, a, p, ok, wa, wp, wok)
+		}
+		if i := strings.LastIndexByte(s, ','); i < 0 {
+			a, _, ok := parseAddr(s)
+			w, err := netip.ParseAddr(s)
+			if ok != (err == nil) || ok && a != w.Unmap().WithZone("") {
+				t.Errorf("parseAddr(%q) = %v, %v; netip says %v, %v", s, a, ok, w, err)
+			}
+		}
+	})
+}

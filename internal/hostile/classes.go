@@ -35,6 +35,7 @@ func init() {
 		{"split-xff", splitXFF},
 		{"split-cookie", splitCookie},
 		{"missing-pseudo", missingPseudo},
+		{"arena-edge", arenaEdge},
 	}
 }
 
@@ -265,6 +266,31 @@ func longInputs() []Request {
 		hdr("host", host), hdr("cookie", long("session=")), hdr("x-client-id", long("")), hdr("call-id", long("")),
 		hdr("i", long("")), hdr("authorization", long("Bearer ")), hdr("x-forwarded-for", long(""))))
 	return rs
+}
+
+// The module's arena for a request's host copies, and the one larger copy
+// it keeps beside it (filter/hostmem_wasip1.go): values over them are
+// refused, never allocated.
+const (
+	arenaBytes    = 128 << 10
+	overflowBytes = 1 << 20
+)
+
+// arenaEdge: values just over the arena, of 1 MiB and just over it (Envoy's
+// max_request_headers_kb can be raised to 8 MiB), and a header map over
+// 1 MiB made of values that each fit.
+func arenaEdge() []Request {
+	rng := rand.New(rand.NewPCG(6, 66))
+	long := func(n int) string { return text(rng, urlSafe, n) }
+	const class = "arena-edge"
+	return []Request{
+		request(class, "/arena", "example.com", hdr("x-client-id", long(arenaBytes+1))),
+		request(class, "/"+long(arenaBytes), "example.com"),
+		request(class, "/overflow", "example.com", hdr("cookie", "session="+long(overflowBytes-64))),
+		request(class, "/over", strings.Repeat("h", overflowBytes+24)), // 1,048,600 bytes of :authority
+		request(class, "/over", "example.com", hdr("authorization", "Bearer "+long(overflowBytes+1))),
+		request(class, "/map", "example.com", hdr("x-client-id", long(600<<10)), hdr("cookie", "session="+long(600<<10))),
+	}
 }
 
 // replaceQuadratic: runs of 'a' without 'b', for the configs' replace("a.*b|a", "x"),

@@ -51,7 +51,8 @@ func TestClasses(t *testing.T) {
 	t.Logf("%d hostile requests: %v", len(Requests()), count)
 }
 
-// TestSizes: no header value beyond Envoy's default limit, the deep-JSON
+// TestSizes: no header value beyond Envoy's default limit (arena-edge's
+// within the 8 MiB an operator may raise it to), the deep-JSON
 // classes from 1 KiB to that limit (13 KiB among them), and the corpus
 // moderate in total.
 func TestSizes(t *testing.T) {
@@ -63,8 +64,12 @@ func TestSizes(t *testing.T) {
 		for i, r := range set.reqs {
 			for _, h := range r.Headers {
 				total += len(h[0]) + len(h[1])
-				if len(h[1]) > MaxValue {
-					t.Errorf("%s request %d (%s): header %q is %d bytes, want ≤ %d", set.name, i, r.Class, h[0], len(h[1]), MaxValue)
+				limit := MaxValue
+				if r.Class == "arena-edge" {
+					limit = 8 << 20 // max_request_headers_kb's maximum
+				}
+				if len(h[1]) > limit {
+					t.Errorf("%s request %d (%s): header %q is %d bytes, want ≤ %d", set.name, i, r.Class, h[0], len(h[1]), limit)
 				}
 			}
 			if len(r.Source) > MaxValue || len(r.Dest) > MaxValue {
