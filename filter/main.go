@@ -12,6 +12,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"runtime/debug"
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
@@ -42,10 +43,26 @@ const gcPercent = 25
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}
 
-// vmContext is the VM: one per proxy worker thread.
-type vmContext struct{ types.DefaultVMContext }
+// vmContext is the VM: one per proxy worker thread. Envoy keeps the VM when
+// a plugin's configuration changes (the same vm_id, VM configuration and
+// code) and starts a new plugin context in it, while the old one lives on
+// until its streams end (docs/envoy-host.md#reconfiguration).
+type vmContext struct {
+	types.DefaultVMContext
+	// me identifies this worker for the health-probe lease, the same for
+	// every plugin context of the VM, so a new configuration's context
+	// takes over the lease its predecessor held.
+	me uint64
+	// current is the started plugin context of each root_id; an older one
+	// that a newer configuration replaced is draining.
+	current map[string]*pluginContext
+}
 
 // NewPluginContext implements types.VMContext.
-func (*vmContext) NewPluginContext(id uint32) types.PluginContext {
-	return &pluginContext{id: id}
+func (v *vmContext) NewPluginContext(id uint32) types.PluginContext {
+	if v.me == 0 {
+		v.me = rand.Uint64() | 1
+		v.current = map[string]*pluginContext{}
+	}
+	return &pluginContext{id: id, vm: v}
 }
