@@ -115,7 +115,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 		p.health = newHealth(p, cfg, ns, p.vm.me)
 	}
 	now := time.Now()
-	prev := p.vm.current[root]
+	prev := p.vm.current(root)
 	if prev != nil && prev.cfg != nil {
 		carry := lbcore.CarryOver(prev.cfg.Services, cfg.Services)
 		if p.failing != nil && prev.failing != nil {
@@ -134,10 +134,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	if p.health != nil {
 		p.health.refresh(now)
 	}
-	if prev != nil {
-		prev.draining = true
-	}
-	p.vm.current[root] = p
+	p.vm.started(root, p)
 	if cfg.ViaFilterState() {
 		proxywasm.LogInfof("hashlb: %s filter, %s over %d services, upstream in filter state %s", cfg.FilterType, cfg.LBMethod, len(cfg.Services), lbcore.OriginalDstFilterState)
 	} else {
@@ -186,9 +183,7 @@ func (p *pluginContext) OnPluginDone() bool {
 	if p.cfg != nil {
 		p.m.flush()
 		p.board.Release()
-		if p.vm.current[p.root] == p {
-			delete(p.vm.current, p.root)
-		}
+		p.vm.done(p.root, p)
 	}
 	return true
 }

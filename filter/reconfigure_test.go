@@ -49,7 +49,7 @@ func TestReconfigureCarriesOver(t *testing.T) {
 	if h.started != types.OnPluginStartStatusOK {
 		t.Fatalf("plugin refused: %v", h.GetErrorLogs())
 	}
-	old := vm.current["default"]
+	old := vm.current("default")
 	h.Tick()
 	h.probeRound("10.0.0.2:8080") // b goes DOWN
 	// A request in flight on the old configuration.
@@ -67,8 +67,8 @@ func TestReconfigureCarriesOver(t *testing.T) {
 	if st := next.start([]byte(`{"lbMethod":"URLHASH",` + reconfigHealth + `,` + newServices + `}`)); st != types.OnPluginStartStatusOK {
 		t.Fatalf("new configuration refused: %v", h.GetErrorLogs())
 	}
-	if !old.draining || vm.current["default"] != next {
-		t.Fatalf("after the new configuration: old draining %v, current is the new one %v; want true, true", old.draining, vm.current["default"] == next)
+	if !old.draining || vm.current("default") != next {
+		t.Fatalf("after the new configuration: old draining %v, current is the new one %v; want true, true", old.draining, vm.current("default") == next)
 	}
 	wantUp := map[string]bool{"a": true, "b": false, "d": true, "e": false} // b: carried DOWN; e: pending
 	var active int64
@@ -113,5 +113,33 @@ func TestReconfigureCarriesOver(t *testing.T) {
 		if n := next.bal.Active(i); n != 0 {
 			t.Errorf("after the old context is done: %s has %d active requests, want 0", s.Name, n)
 		}
+	}
+}
+
+// Two plugin contexts of one root_id (two filters with the same root_id and
+// configuration): the newer probes; when it goes away the older one
+// probes again, so health checks never stop.
+func TestReconfigureSharedRootID(t *testing.T) {
+	vm := &vmContext{}
+	config := `{"lbMethod":"URLHASH",` + reconfigHealth + `,` + services + `}`
+	h := startHost(t, vm, config)
+	if h.started != types.OnPluginStartStatusOK {
+		t.Fatalf("plugin refused: %v", h.GetErrorLogs())
+	}
+	first := vm.current("default")
+	second := vm.NewPluginContext(60).(*pluginContext)
+	if st := second.start([]byte(config)); st != types.OnPluginStartStatusOK {
+		t.Fatal("second context refused")
+	}
+	if !first.draining || second.draining {
+		t.Fatalf("draining first %v, second %v; want true, false", first.draining, second.draining)
+	}
+	second.OnPluginDone()
+	if first.draining || vm.current("default") != first {
+		t.Errorf("after the newer context is done: first draining %v, current is first %v; want false, true", first.draining, vm.current("default") == first)
+	}
+	h.Tick()
+	if got := h.probeRound(); len(got) != 4 {
+		t.Errorf("the remaining context probed %v, want all 4 services", got)
 	}
 }
