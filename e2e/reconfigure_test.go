@@ -131,7 +131,7 @@ func podHost(t *testing.T, config []byte, workers int, call hostsim.HTTPHandler)
 // all to it), one is rescheduled with a new IP and its name (no key moves;
 // its keys follow it to the new address). Every key is checked against lbcore.
 func TestReconfigureMovesOnlyWhatItMust(t *testing.T) {
-	const n, keys, workers = 10, 3000, 3
+	const n, keys, workers = 10, 2000, 3
 	base := makePods(n)
 	tests := []struct {
 		name string
@@ -222,7 +222,7 @@ func churn(r *rand.Rand, pods []pod, step int) []pod {
 // that was applied, every old root context drains and goes away, and no
 // active count leaks.
 func TestReconfigureUnderLoad(t *testing.T) {
-	const workers, steps = 4, 24
+	const workers, steps = 4, 12
 	r := rand.New(rand.NewPCG(1, 2))
 	pods := makePods(8)
 	h := podHost(t, podConfig(t, "LEASTCONNECTION", pods, nil), workers, nil)
