@@ -76,8 +76,8 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 // configuration of the same plugin runs in this VM, what the workers know
 // about each service carries over to the new one by identity (lbcore.Carry):
 // health and ejections (shared records, read at once), active requests (the
-// old context publishes its own now, and keeps counting its streams until
-// they end), passive failure streaks; services the new configuration adds
+// old context's, seen at once; it keeps counting its streams until they
+// end), passive failure streaks; services the new configuration adds
 // start Pending when health checks are configured (probed in the first
 // round, at the first tick). The old context stops probing.
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
@@ -116,6 +116,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	}
 	now := time.Now()
 	prev := p.vm.current(root)
+	var inherited []int64
 	if prev != nil && prev.cfg != nil {
 		carry := lbcore.CarryOver(prev.cfg.Services, cfg.Services)
 		if p.failing != nil && prev.failing != nil {
@@ -126,11 +127,18 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 				p.health.board.Admit(i)
 			}
 		}
-		prev.board.Publish(now, prev.own) // its requests in flight, for p.viewLoads
+		// Its requests in flight: republished for p.viewLoads, or, when it
+		// never published (no tick yet), added here; no key is created.
+		if !prev.board.Refresh(now, prev.own) {
+			inherited = lbcore.CarryValues(&carry, prev.own)
+		}
 	}
 	// Nothing below can fail: the context is started.
 	p.cfg = cfg
 	p.viewLoads(now)
+	for i, n := range inherited {
+		p.bal.SetActive(i, p.bal.Active(i)+n)
+	}
 	if p.health != nil {
 		p.health.refresh(now)
 	}

@@ -116,6 +116,16 @@ func (b *LoadBoard) Publish(now time.Time, own []int64) bool {
 	return false
 }
 
+// Refresh republishes this worker's counts in the slot it holds, and claims
+// none: it reports false when the worker holds no slot (it never published),
+// so that a caller wanting the counts seen at once passes them on itself.
+func (b *LoadBoard) Refresh(now time.Time, own []int64) bool {
+	if b.slot < 0 {
+		return false
+	}
+	return b.Publish(now, own)
+}
+
 // Release gives up this worker's slot: its counts stop counting at once
 // (the heartbeat reads as expired) and the slot may be taken over. A plugin
 // context calls it when it goes away (proxy_on_done), after its last

@@ -71,3 +71,20 @@ func TestLoadBoardRelease(t *testing.T) {
 		t.Errorf("after Release the new context claimed slot %d, want the released slot 0", next.slot)
 	}
 }
+
+// TestLoadBoardRefresh: Refresh updates a held slot and never claims one.
+func TestLoadBoardRefresh(t *testing.T) {
+	c := mustConfig(t, pool("LEASTCONNECTION", 2, ""))
+	st := NewMemStore()
+	b, other := NewLoadBoard(st, "ns", c.Services, 1), NewLoadBoard(st, "ns", c.Services, 2)
+	if b.Refresh(epoch, []int64{1, 1}) || st.Len() != 0 {
+		t.Fatalf("Refresh without a slot wrote %d keys, want none", st.Len())
+	}
+	b.Publish(epoch, []int64{1, 1})
+	if !b.Refresh(epoch, []int64{3, 0}) {
+		t.Fatal("Refresh of a held slot failed")
+	}
+	if got := other.Others(epoch); !slices.Equal(got, []int64{3, 0}) {
+		t.Errorf("Others after Refresh = %v, want [3 0]", got)
+	}
+}
