@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh [wasm|test|run|check|bench|oci] [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|check|bench|oci|controller [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
-#   test   build the module, then run every test (the README's test command; CI runs it);
+#   test   build the module, then run every test (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing);
 #          bench REGEX: the Go benchmarks matching REGEX, with -benchmem
 #   oci    pack dist/hashlb.wasm as an OCI image layout in dist/oci (Istio's WasmPlugin format)
+#   controller  build dist/hashlb-controller (its own Go module, cmd/hashlb-controller) and run it
+#          with the given flags (docs/controller.md); `test` also runs its tests, which build and
+#          cache a kube-apiserver from k8s.io/kubernetes on their first run
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -27,6 +30,8 @@ check() {
 		echo "go mod tidy would change go.mod/go.sum (diff above)" >&2
 		exit 1
 	fi
+	(cd cmd/hashlb-controller && go vet ./... && go mod tidy -diff) ||
+		{ echo "check: cmd/hashlb-controller: go vet or go mod tidy failed (above)" >&2; exit 1; }
 	echo "check: ok"
 }
 
@@ -47,9 +52,14 @@ etcd_bin() {
 	export HASHLB_ETCD_BIN=/usr/bin/etcd
 }
 
-cmd=${1:-test}
+usage() {
+	sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"
+}
+
+cmd=${1:-}
 shift || true
 case "$cmd" in
+"" | -h | --help | help) usage ;;
 wasm) wasm ;;
 test)
 	etcd_bin
@@ -59,6 +69,9 @@ test)
 	go test -count=1 -timeout 15m "$@" ./...
 	# Shared data is hit by several VMs at once: run those packages under the race detector too.
 	go test -count=1 -race -timeout 10m -run 'Shared|CAS|Concurrent|Race' ./lbcore ./hostsim
+	# The controller's module, against a real kube-apiserver and etcd (the first run builds
+	# kube-apiserver from k8s.io/kubernetes and caches it; see docs/controller.md).
+	(cd cmd/hashlb-controller && go test -count=1 -timeout 45m ./...)
 	;;
 run)
 	wasm
@@ -87,8 +100,13 @@ oci)
 	wasm
 	go run ./tools/ocipack/cmd/hashlb-oci -in dist/hashlb.wasm -out dist/oci -tag latest "$@"
 	;;
+controller)
+	mkdir -p dist
+	(cd cmd/hashlb-controller && go build -o ../../dist/hashlb-controller .)
+	exec dist/hashlb-controller "$@"
+	;;
 *)
-	echo "usage: $0 [wasm|test|run|check|bench|oci]" >&2
+	usage >&2
 	exit 2
 	;;
 esac

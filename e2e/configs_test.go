@@ -6,6 +6,10 @@ package e2e
 //                                     what the example is meant to show
 //   configs/schema.json               TestSchemaMatchesFields
 //   configs/envoy-*.yaml              Envoy bootstrap checks (envoy_test.go)
+//   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
+//                                     hashlb-controller writes for it are checked in that
+//                                     module (cmd/hashlb-controller/controller/ecds_test.go)
+//   configs/istio/controller/*.yaml   cmd/hashlb-controller/manifests_test.go (its own module)
 //   configs/istio/*.yaml              Istio checks (istio_test.go)
 //   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
 
@@ -123,6 +127,12 @@ func TestConfigsDirCovered(t *testing.T) {
 			if _, err := lbcore.ParseConfig(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
+		case rel == "envoy-ecds.yaml":
+			if _, err := loadBootstrap(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
+			// Checked by the controller module's TestManifests and TestRBAC.
 		case path.Dir(rel) == "." && strings.HasPrefix(rel, "envoy-") && path.Ext(rel) == ".yaml":
 			if err := checkBootstrapFile(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)

@@ -225,8 +225,8 @@ func serviceNamed(c *lbcore.Config, name string) *lbcore.Service {
 
 // TestNSConfCitrixFailover imports the Citrix S1/S2/S3 example and runs its
 // steps in hostsim: for a key ranked S1 > S2 > S3, requests go to S1; S1 DOWN
-// → S2; S1 and S2 DOWN → S3; S2 back → S2; S1 back → S1. NetScaler's monitors
-// are not translated, so the test adds a healthCheck to the imported
+// → S2; S1 and S2 DOWN → S3; S2 back → S2; S1 back → S1. The example binds
+// no monitor, so the test adds a healthCheck to the imported
 // configuration (and upstreamCount 3, to read the whole failover order from
 // the upstream header) and fails the probes of the services it takes DOWN.
 // Each step is also what Explain says with those services DOWN.

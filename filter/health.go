@@ -63,16 +63,17 @@ func (h *health) refresh(now time.Time) {
 }
 
 // probe sends one health request to service i through the cluster, with the
-// upstream header naming the service so that an ORIGINAL_DST or
-// override_host cluster reaches exactly it.
+// upstream header naming the address probed so that an ORIGINAL_DST or
+// override_host cluster reaches exactly it. lbcore decides the address, the
+// :authority and whether the response passes.
 func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 	s := &h.p.cfg.Services[i]
 	headers := [][2]string{
-		{":method", "GET"}, {":path", hc.Path}, {":authority", s.Address}, {":scheme", "http"},
-		{h.p.cfg.UpstreamHeader, s.Address}, {"user-agent", "hashlb-health"},
+		{":method", hc.Method}, {":path", hc.Path}, {":authority", hc.ProbeAuthority(s.Address)}, {":scheme", "http"},
+		{h.p.cfg.UpstreamHeader, hc.ProbeAddress(s.Address)}, {"user-agent", "hashlb-health"},
 	}
 	_, err := proxywasm.DispatchHttpCall(hc.Cluster, headers, nil, nil, uint32(hc.Timeout/time.Millisecond),
-		func(numHeaders, _, _ int) {
+		func(numHeaders, bodySize, _ int) {
 			defer func() {
 				if r := recover(); r != nil {
 					h.p.m.recovered("health check response", r)
@@ -87,7 +88,11 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 					}
 				}
 			}
-			h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, hc.ExpectedStatuses.Contains(status)) })
+			var body []byte
+			if hc.NeedsBody() && bodySize > 0 {
+				body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, lbcore.MaxHealthBodyBytes))
+			}
+			h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, hc.Healthy(status, body)) })
 		})
 	if err != nil {
 		// The cluster is missing or the call was refused: a failed probe.

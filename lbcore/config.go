@@ -118,6 +118,15 @@ func (f *Fleet) CallAuthority() string {
 type HealthCheck struct {
 	// Path is the probe's request path (default /healthz).
 	Path string
+	// Method is the probe's request method, GET or HEAD (default GET).
+	Method string
+	// Port, when not 0, is the port probed instead of the service's (1 to 65535).
+	Port int
+	// Host is the probe's :authority; "" stands for the service's address.
+	Host string
+	// ExpectBody, when not "", is text the first MaxHealthBodyBytes of the
+	// response body must contain.
+	ExpectBody string
 	// Interval is the time between probe rounds (default 5s, 1s–1h).
 	Interval time.Duration
 	// Timeout bounds one probe (default 2s, 100ms–1m, at most Interval).

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Expr is a parsed key expression (README, "Key expressions"): literal text and ${ choice }
+// Expr is a parsed key expression (docs/config.md, "Key expressions"): literal text and ${ choice }
 // parts, evaluated against a Request. It is immutable once parsed and safe
 // for concurrent use.
 //
@@ -99,11 +99,16 @@ const (
 	fnJWT
 	fnReplace
 	fnDefault
+	fnBefore
+	fnAfter
+	fnSubstr
 )
 
 type exprFunc struct {
 	kind exprFuncKind
-	n    int            // prefix, suffix, mask
+	n    int            // prefix, suffix, mask; substr's start
+	m    int            // substr's length
+	sep  []byte         // before, after
 	s    string         // jwt path, default text
 	re   *regexp.Regexp // replace
 	repl string         // replace
@@ -207,7 +212,8 @@ var (
 		varMethod: "request.method", varHeader: "request.header.", varCookie: "request.cookie.",
 		varQuery: "request.query.", varCallID: "sip.callid"}
 	funcNames = [...]string{fnLower: "lower", fnUpper: "upper", fnHash: "hash", fnPrefix: "prefix",
-		fnSuffix: "suffix", fnMask: "mask", fnJWT: "jwt", fnReplace: "replace", fnDefault: "default"}
+		fnSuffix: "suffix", fnMask: "mask", fnJWT: "jwt", fnReplace: "replace", fnDefault: "default",
+		fnBefore: "before", fnAfter: "after", fnSubstr: "substr"}
 )
 
 // canonical returns the expression as parsed: literal text exactly, and each
@@ -235,8 +241,10 @@ func (e *Expr) canonical() string {
 				switch f.kind {
 				case fnPrefix, fnSuffix, fnMask:
 					b.WriteString("(" + strconv.Itoa(f.n) + ")")
-				case fnJWT, fnDefault:
+				case fnJWT, fnDefault, fnBefore, fnAfter:
 					b.WriteString("(" + strconv.Quote(f.s) + ")")
+				case fnSubstr:
+					b.WriteString("(" + strconv.Itoa(f.n) + "," + strconv.Itoa(f.m) + ")")
 				case fnReplace:
 					b.WriteString("(" + strconv.Quote(f.re.String()) + "," + strconv.Quote(f.repl) + ")")
 				}

@@ -344,6 +344,9 @@ func FuzzExpr(f *testing.F) {
 	f.Add("${sip.callid|upper}${server.port}${client.port}", []byte("i\x00abc@h\x00\x00::ffff:1.2.3.4"))
 	f.Add("${server.ip|mask(64)}", []byte("1:2:3:4:5:6:1.2.3.4"))
 	f.Add("${client.ip|mask(8)}", []byte("::1.2.3.4"))
+	f.Add(`${request.url|before("?")|after(";jsessionid=")||request.cookie.jsessionid}`, []byte("cookie\x00jsessionid=c\x00/a;jsessionid=s?q=1"))
+	f.Add(`${request.path|substr(2,5)|after("")}`, []byte("\x00\x00/abcdefgh"))
+	f.Add(`${request.header.x|substr(1048576,1048576)|before("ab")}`, []byte("x\x00abab"))
 	// Hostile shapes (SECURITY.md): deep JSON in a JWT, a quadratic
 	// replace, cookies split over lines, over-long values.
 	f.Add(`${request.header.authorization|jwt("sub")}`, []byte("authorization\x00"+jwtWith(strings.Repeat("[", 3000)+strings.Repeat("]", 3000))))

@@ -188,6 +188,8 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 		out, capped := f.replace(v)
 		x.capped = x.capped || capped
 		dst = append(dst[:start], out...)
+	case fnBefore, fnAfter, fnSubstr:
+		dst = dst[:start+f.cutText(v)]
 	}
 	return dst
 }

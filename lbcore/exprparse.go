@@ -193,6 +193,8 @@ func (p *exprParser) function(pos int, name string) (exprFunc, error) {
 		f.kind, sig = fnReplace, "ss"
 	case "default":
 		f.kind, sig = fnDefault, "s"
+	case "before", "after", "substr":
+		f.kind, sig = textFunc(name)
 	default:
 		return f, p.errorf(pos, "unknown function %q", name)
 	}
@@ -236,6 +238,10 @@ func (p *exprParser) function(pos int, name string) (exprFunc, error) {
 		f.re, f.repl = re, args[1].s
 	case fnDefault:
 		f.s = args[0].s
+	case fnBefore, fnAfter, fnSubstr:
+		if err := p.textArgs(&f, name, args); err != nil {
+			return f, err
+		}
 	}
 	return f, nil
 }

@@ -9,7 +9,7 @@ import (
 // range and meaning. The decoder takes every default and bound from the
 // field table (fieldTable); Fields publishes it, configs/schema.json is
 // generated from it, and TestEveryField checks the decoder, the schema and
-// the README's configuration reference against it, field by field.
+// docs/config.md's configuration reference against it, field by field.
 type FieldSpec struct {
 	// Path is the JSON path: "hashLength", "services[].weight", "persistence.tableSize".
 	Path string
@@ -42,7 +42,7 @@ type FieldSpec struct {
 // fieldID names a field of fieldTable; the decoder reads its entry.
 type fieldID uint8
 
-// The configuration fields, in the order the README lists them.
+// The configuration fields, in the order docs/config.md lists them.
 const (
 	fFilterType fieldID = iota
 	fLBMethod
@@ -69,6 +69,10 @@ const (
 	fFleetTimeout
 	fHealthCheck
 	fHealthPath
+	fHealthMethod
+	fHealthPort
+	fHealthHost
+	fHealthExpectBody
 	fHealthInterval
 	fHealthTimeout
 	fHealthyThreshold
@@ -146,6 +150,14 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Active HTTP probes, sent by one worker at a time through Envoy (dispatch_http_call on cluster)."},
 	fHealthPath: {Path: "healthCheck.path", Type: "string", Format: "path", Default: "/healthz",
 		Doc: "Absolute request path of the probe."},
+	fHealthMethod: {Path: "healthCheck.method", Type: "string", Default: "GET", Enum: []string{"GET", "HEAD"},
+		Doc: "Request method of the probe: GET, or HEAD (no body is read, so not with expectBody)."},
+	fHealthPort: {Path: "healthCheck.port", Type: "integer", Min: 1, Max: 65535,
+		Doc: "Port the probe goes to instead of the service's own; absent: the service's port. The probe names ip:port in upstreamHeader, so the probe cluster must reach that address: an ORIGINAL_DST cluster does; an override_host cluster whose endpoints lack it sends the probe to its fallback policy's host."},
+	fHealthHost: {Path: "healthCheck.host", Type: "string", NonEmpty: true,
+		Doc: "The probe's :authority (Host); absent: the service's address."},
+	fHealthExpectBody: {Path: "healthCheck.expectBody", Type: "string", NonEmpty: true,
+		Doc: "Text the probe's response body must contain (a plain substring, case-sensitive, at most 1024 bytes), searched in the first 24 KiB of the body; a response without it fails the probe."},
 	fHealthInterval: {Path: "healthCheck.interval", Type: "string", Format: "duration", Default: "5s", Min: "1s", Max: "1h",
 		Doc: "Time between probe rounds, 1s to 1h."},
 	fHealthTimeout: {Path: "healthCheck.timeout", Type: "string", Format: "duration", Default: "2s", Min: "100ms", Max: "1m",
@@ -182,7 +194,7 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Adds the response header x-hashlb-decision (method, service, reason)."},
 }
 
-// Fields returns every configuration field, in the order the README lists them.
+// Fields returns every configuration field, in the order docs/config.md lists them.
 func Fields() []FieldSpec {
 	out := make([]FieldSpec, len(fieldTable))
 	for i, f := range fieldTable {

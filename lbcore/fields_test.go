@@ -20,7 +20,7 @@ import (
 // default and range with what the decoder does (absent gives the default;
 // the bounds are accepted and one past them refused with the usual error;
 // a value of another JSON type is refused; enums, Off values, required,
-// non-empty and unique items), with configs/schema.json, with the README's
+// non-empty and unique items), with configs/schema.json, with docs/config.md's
 // configuration reference table and with the Config doc comments.
 func TestEveryField(t *testing.T) {
 	fields := Fields()
@@ -28,7 +28,7 @@ func TestEveryField(t *testing.T) {
 	readme := readmeConfigTable(t)
 	docs := configDocs(t)
 	if got, want := len(readme), len(fields); got != want {
-		t.Errorf("README configuration reference has %d rows, the field table %d", got, want)
+		t.Errorf("docs/config.md configuration reference has %d rows, the field table %d", got, want)
 	}
 	for i, f := range fields {
 		t.Run(f.Path, func(t *testing.T) {
@@ -425,30 +425,30 @@ func schemaNodeAt(root map[string]any, path string) (node, parent map[string]any
 	return node, parent, name
 }
 
-// readmeRow is one row of the README's configuration reference.
+// readmeRow is one row of docs/config.md's configuration reference.
 type readmeRow struct{ field, typ, def, values string }
 
-// readmeConfigTable parses the README's configuration reference table.
+// readmeConfigTable parses docs/config.md's configuration reference table.
 func readmeConfigTable(t *testing.T) []readmeRow {
 	t.Helper()
 	var rows []readmeRow
 	for _, cells := range readmeTable(t, "| field | type | default | range / values | meaning |") {
 		if len(cells) != 5 {
-			t.Fatalf("README configuration reference: row %q has %d cells, want 5", cells, len(cells))
+			t.Fatalf("docs/config.md configuration reference: row %q has %d cells, want 5", cells, len(cells))
 		}
 		rows = append(rows, readmeRow{strings.Trim(cells[0], "`"), cells[1], cells[2], cells[3]})
 	}
 	return rows
 }
 
-// readmeTable returns the cells of the rows of the README table whose header
+// readmeTable returns the cells of the rows of the docs/config.md table whose header
 // line is header.
 func readmeTable(t *testing.T, header string) [][]string {
 	t.Helper()
-	lines := strings.Split(string(readFile(t, "../README.md")), "\n")
+	lines := strings.Split(string(readFile(t, "../docs/config.md")), "\n")
 	i := slices.Index(lines, header)
 	if i < 0 {
-		t.Fatalf("README.md: no table %q", header)
+		t.Fatalf("docs/config.md: no table %q", header)
 	}
 	var rows [][]string
 	for _, line := range lines[i+2:] {
@@ -478,12 +478,12 @@ func splitRow(line string) []string {
 	return cells
 }
 
-// checkFieldREADME compares the field with its row of the README's
+// checkFieldREADME compares the field with its row of docs/config.md's
 // configuration reference: field, type, default, range.
 func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 	t.Helper()
 	if row.field != f.Path {
-		t.Errorf("README row %q where the field table has %s (the same order, please)", row.field, f.Path)
+		t.Errorf("docs/config.md row %q where the field table has %s (the same order, please)", row.field, f.Path)
 		return
 	}
 	typ := map[string]string{"integer": "int", "boolean": "bool"}[f.Type]
@@ -497,7 +497,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 		typ = f.Type
 	}
 	if row.typ != typ {
-		t.Errorf("README type %q, want %q", row.typ, typ)
+		t.Errorf("docs/config.md type %q, want %q", row.typ, typ)
 	}
 	var def string
 	switch d := f.Default.(type) {
@@ -516,7 +516,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 		def = fmt.Sprint(d)
 	}
 	if row.def != def {
-		t.Errorf("README default %q, want %q", row.def, def)
+		t.Errorf("docs/config.md default %q, want %q", row.def, def)
 	}
 	var values []string // what the range cell must start with, or contain
 	switch {
@@ -532,7 +532,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 		values = append(values, fmt.Sprintf("%v–%v", f.Min, f.Max))
 	}
 	if len(values) > 0 && !strings.HasPrefix(row.values, values[0]) {
-		t.Errorf("README range %q, want it to start with %q", row.values, values[0])
+		t.Errorf("docs/config.md range %q, want it to start with %q", row.values, values[0])
 		values = values[1:]
 	}
 	if f.Off == "" {
@@ -546,7 +546,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 	}
 	for _, v := range values {
 		if !strings.Contains(row.values, v) {
-			t.Errorf("README range %q does not say %q", row.values, v)
+			t.Errorf("docs/config.md range %q does not say %q", row.values, v)
 		}
 	}
 }
@@ -606,7 +606,7 @@ func checkFieldDoc(t *testing.T, f FieldSpec, doc string) {
 	}
 }
 
-// TestREADMEMethods: the README's method table lists every method of the
+// TestREADMEMethods: docs/config.md's method table lists every method of the
 // table, in its order, and says what decides without the input.
 func TestREADMEMethods(t *testing.T) {
 	rows := readmeTable(t, "| method | input hashed | missing input |")
@@ -626,11 +626,11 @@ func TestREADMEMethods(t *testing.T) {
 			want = strings.ReplaceAll(strings.ToLower(s.backup.String()), "roundrobin", "round robin")
 		}
 		if cells[2] != want {
-			t.Errorf("README: %s without its input: %q, want %q", s.name, cells[2], want)
+			t.Errorf("docs/config.md: %s without its input: %q, want %q", s.name, cells[2], want)
 		}
 	}
 	if !slices.Equal(names, Methods()) {
-		t.Errorf("README method table lists %v, want %v", names, Methods())
+		t.Errorf("docs/config.md method table lists %v, want %v", names, Methods())
 	}
 }
 

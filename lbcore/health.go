@@ -1,10 +1,62 @@
 package lbcore
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"net/netip"
 	"time"
 )
+
+// MaxHealthBodyBytes bounds how much of a probe's response body is read for
+// expectBody: NetScaler's HTTP-ECV monitor finds its -recv text "anywhere in
+// the first 24K bytes of the HTTP body", so an imported monitor keeps its
+// meaning (HAProxy's http-check expect string searches its 16 KiB buffer).
+const MaxHealthBodyBytes = 24 << 10
+
+// MaxExpectBodyBytes bounds expectBody itself.
+const MaxExpectBodyBytes = 1024
+
+// NeedsBody reports whether a probe's verdict reads the response body.
+func (h *HealthCheck) NeedsBody() bool { return h.ExpectBody != "" }
+
+// Healthy reports whether a probe response passes: its status is one of
+// ExpectedStatuses and, with ExpectBody, the first MaxHealthBodyBytes of body
+// contain it. status 0 (no response) fails.
+func (h *HealthCheck) Healthy(status int, body []byte) bool {
+	if !h.ExpectedStatuses.Contains(status) {
+		return false
+	}
+	if h.ExpectBody == "" {
+		return true
+	}
+	if len(body) > MaxHealthBodyBytes {
+		body = body[:MaxHealthBodyBytes]
+	}
+	return bytes.Contains(body, []byte(h.ExpectBody))
+}
+
+// ProbeAddress is the address a probe of the service at addr goes to: addr,
+// or its IP with Port when Port is set.
+func (h *HealthCheck) ProbeAddress(addr string) string {
+	if h.Port == 0 {
+		return addr
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return addr // never: addresses are checked when the configuration is parsed
+	}
+	return netip.AddrPortFrom(ap.Addr(), uint16(h.Port)).String()
+}
+
+// ProbeAuthority is the :authority of a probe of the service at addr: Host,
+// else the address probed.
+func (h *HealthCheck) ProbeAuthority(addr string) string {
+	if h.Host != "" {
+		return h.Host
+	}
+	return h.ProbeAddress(addr)
+}
 
 // ServiceHealth is one service's health record. Every worker reads and
 // writes the same record in shared data (EncodeHealth), so an active probe

@@ -1,6 +1,7 @@
 package lbcore
 
 import (
+	"bytes"
 	"testing"
 	"time"
 )
@@ -73,5 +74,70 @@ func TestUpdateHealthShared(t *testing.T) {
 	s, _ := UpdateHealth(st, "ns/h/x", func(*ServiceHealth) {})
 	if !ejected || s.Selectable(epoch) {
 		t.Errorf("after 4 failures across workers: ejected %v, record %+v", ejected, s)
+	}
+}
+
+// TestHealthCheckVerdict: a probe passes on an expected status and, with
+// expectBody, only when the first MaxHealthBodyBytes of its body hold the text.
+func TestHealthCheckVerdict(t *testing.T) {
+	far := append(bytes.Repeat([]byte("x"), MaxHealthBodyBytes), "Status=running"...)
+	edge := append(bytes.Repeat([]byte("x"), MaxHealthBodyBytes-len("Status=running")), "Status=running"...)
+	tests := []struct {
+		name   string
+		config string
+		status int
+		body   []byte
+		want   bool
+	}{
+		{name: "status only", config: `{}`, status: 200, want: true},
+		{name: "status outside the set", config: `{}`, status: 503, want: false},
+		{name: "no response", config: `{}`, status: 0, want: false},
+		{name: "body holds the text", config: `{"expectBody":"Status=running"}`, status: 200, body: []byte("app: Status=running\n"), want: true},
+		{name: "body lacks the text", config: `{"expectBody":"Status=running"}`, status: 200, body: []byte("Status=stopped"), want: false},
+		{name: "empty body", config: `{"expectBody":"ok"}`, status: 200, want: false},
+		{name: "case matters", config: `{"expectBody":"OK"}`, status: 200, body: []byte("ok"), want: false},
+		{name: "text ends at the bound", config: `{"expectBody":"Status=running"}`, status: 200, body: edge, want: true},
+		{name: "text past the bound", config: `{"expectBody":"Status=running"}`, status: 200, body: far, want: false},
+		{name: "text but a bad status", config: `{"expectBody":"ok","expectedStatuses":"200"}`, status: 500, body: []byte("ok"), want: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(`{"healthCheck":` + tt.config + `,"services":[{"name":"a","address":"10.0.0.1:80"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.HealthCheck.Healthy(tt.status, tt.body); got != tt.want {
+				t.Errorf("Healthy(%d, %d bytes) with %s = %v, want %v", tt.status, len(tt.body), tt.config, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestHealthCheckProbeTarget: port replaces the service's port in the
+// address probed (IPv4 and IPv6); host replaces the :authority.
+func TestHealthCheckProbeTarget(t *testing.T) {
+	tests := []struct {
+		name, config, addr   string
+		wantAddr, wantAuthor string
+	}{
+		{name: "defaults", config: `{}`, addr: "10.0.0.1:80", wantAddr: "10.0.0.1:80", wantAuthor: "10.0.0.1:80"},
+		{name: "port", config: `{"port":8585}`, addr: "10.0.0.1:80", wantAddr: "10.0.0.1:8585", wantAuthor: "10.0.0.1:8585"},
+		{name: "port on IPv6", config: `{"port":8585}`, addr: "[2001:db8::2]:443", wantAddr: "[2001:db8::2]:8585", wantAuthor: "[2001:db8::2]:8585"},
+		{name: "host", config: `{"host":"app.example.com"}`, addr: "10.0.0.1:80", wantAddr: "10.0.0.1:80", wantAuthor: "app.example.com"},
+		{name: "host and port", config: `{"host":"app.example.com:8443","port":9000}`, addr: "10.0.0.1:80", wantAddr: "10.0.0.1:9000", wantAuthor: "app.example.com:8443"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig([]byte(`{"healthCheck":` + tt.config + `,"services":[{"name":"a","address":"` + tt.addr + `"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.HealthCheck.ProbeAddress(tt.addr); got != tt.wantAddr {
+				t.Errorf("ProbeAddress(%s) = %s, want %s", tt.addr, got, tt.wantAddr)
+			}
+			if got := c.HealthCheck.ProbeAuthority(tt.addr); got != tt.wantAuthor {
+				t.Errorf("ProbeAuthority(%s) = %s, want %s", tt.addr, got, tt.wantAuthor)
+			}
+		})
 	}
 }

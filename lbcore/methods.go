@@ -53,7 +53,7 @@ type methodSpec struct {
 }
 
 // methodSpecs describes every method, hashing methods first, in the order
-// the Citrix documentation lists them (Methods, the README and the schema
+// the Citrix documentation lists them (Methods, docs/config.md and the schema
 // keep this order).
 var methodSpecs = [...]methodSpec{
 	{method: MethodURLHash, name: "URLHASH", backup: MethodRoundRobin, ownBackup: true,

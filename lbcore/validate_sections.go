@@ -201,7 +201,8 @@ func (d *decoder) keys(path string, v gjson.Result) []*Expr {
 func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 	h := &HealthCheck{Path: fHealthPath.defaultString(), Interval: fHealthInterval.defaultDuration(),
 		Timeout: fHealthTimeout.defaultDuration(), HealthyThreshold: fHealthyThreshold.defaultInt(),
-		UnhealthyThreshold: fUnhealthyThreshold.defaultInt(), Cluster: fHealthCluster.defaultString()}
+		UnhealthyThreshold: fUnhealthyThreshold.defaultInt(), Cluster: fHealthCluster.defaultString(),
+		Method: fHealthMethod.defaultString()}
 	h.ExpectedStatuses, _ = ParseStatusSet(fExpectedStatuses.defaultString())
 	timeoutSet := false
 	d.object(path, v, func(name string, v gjson.Result) bool {
@@ -216,6 +217,32 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 					d.errorf("%s: %q has a space, control character or non-ASCII byte (percent-encode it)", fp, s)
 				}
 				h.Path = s
+			}
+		case "method":
+			if m, ok := d.enum(fHealthMethod, fp, v); ok {
+				h.Method = m
+			}
+		case "port":
+			h.Port = d.intField(fHealthPort, fp, v)
+		case "host":
+			if s, ok := d.str(fp, v); ok {
+				switch {
+				case s == "":
+					d.errorf("%s: must not be empty", fp)
+				case !isAuthority(s):
+					d.errorf("%s: %q is not a host[:port] (letters, digits and - . _ ~ : [ ], no space, / or @)", fp, s)
+				}
+				h.Host = s
+			}
+		case "expectBody":
+			if s, ok := d.str(fp, v); ok {
+				switch {
+				case s == "":
+					d.errorf("%s: must not be empty", fp)
+				case len(s) > MaxExpectBodyBytes:
+					d.errorf("%s: %d bytes, at most %d", fp, len(s), MaxExpectBodyBytes)
+				}
+				h.ExpectBody = s
 			}
 		case "interval":
 			h.Interval = d.duration(fHealthInterval, fp, v)
@@ -242,6 +269,9 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 		}
 		return true
 	})
+	if h.Method == "HEAD" && h.ExpectBody != "" {
+		d.errorf("%s.expectBody: a HEAD probe's response has no body (use method GET)", path)
+	}
 	if h.Timeout > h.Interval {
 		if timeoutSet {
 			d.errorf("%s.timeout: %q is longer than interval %q", path, FormatDuration(h.Timeout), FormatDuration(h.Interval))
@@ -250,6 +280,21 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 		}
 	}
 	return h
+}
+
+// isAuthority reports whether s can be a request's :authority: a host name,
+// an IPv4 address or a bracketed IPv6 address, with an optional :port.
+func isAuthority(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c|0x20 && c|0x20 <= 'z', '0' <= c && c <= '9':
+		case c == '-', c == '.', c == '_', c == '~', c == ':', c == '[', c == ']':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (d *decoder) passiveHealth(path string, v gjson.Result) *PassiveHealth {

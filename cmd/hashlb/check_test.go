@@ -222,19 +222,15 @@ func TestModuleNeverLinksYAML(t *testing.T) {
 	}
 }
 
-// TestREADMEExamples: the README's CLI reference shows real output. Each
-// "$ hashlb …" line of its console blocks is run from the repository root
-// and must print the lines that follow it (stdout, then stderr).
-func TestREADMEExamples(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestCLIDocExamples: docs/cli.md shows real output. Each "$ hashlb …" line
+// of its console blocks is run from the repository root and must print the
+// lines that follow it (stdout, then stderr).
+func TestCLIDocExamples(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cli.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## CLI reference\n")
-	if !ok {
-		t.Fatal("README.md: no CLI reference section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
+	section := string(doc)
 	type example struct {
 		args []string
 		want string
@@ -255,14 +251,14 @@ func TestREADMEExamples(t *testing.T) {
 		}
 	}
 	if len(examples) < 3 {
-		t.Fatalf("README CLI reference: %d examples, want one of each command and a failing check", len(examples))
+		t.Fatalf("docs/cli.md: %d examples, want one of each command and a failing check", len(examples))
 	}
 	t.Chdir("../..")
 	for _, ex := range examples {
 		var stdout, stderr bytes.Buffer
 		run(ex.args, &stdout, &stderr)
 		if got := stdout.String() + stderr.String(); got != ex.want {
-			t.Errorf("hashlb %s prints\n%s\nthe README says\n%s", strings.Join(ex.args, " "), got, ex.want)
+			t.Errorf("hashlb %s prints\n%s\ndocs/cli.md says\n%s", strings.Join(ex.args, " "), got, ex.want)
 		}
 	}
 }

@@ -695,7 +695,7 @@ func (r *report) write(out io.Writer) {
 		}
 	}
 	if r.Capped {
-		line("input caps", "hit: an input was longer or deeper than a cap and was cut before deciding (README, Input caps)")
+		line("input caps", "hit: an input was longer or deeper than a cap and was cut before deciding (docs/config.md, Input caps)")
 	} else {
 		line("input caps", "none hit")
 	}

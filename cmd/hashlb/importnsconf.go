@@ -25,7 +25,8 @@ The report on stderr lists every non-blank input line as translated, ignored,
 not translated or failed, with the reason, and every warning (the nearest
 method, a clamped value, a flag hashlb has no equivalent for).
 Exit status: 0 when nothing failed, 1 when a line failed (the rest is still
-written), 2 for a usage error or an unreadable file.
+written), 2 for a usage error, an unreadable file or one with no NetScaler
+command in it.
 `
 
 // runImportNSConf implements "hashlb import-nsconf".
@@ -61,6 +62,10 @@ func runImportNSConf(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	res := nsconf.Translate(files[0], src, *vserver)
+	if res.NoCommand {
+		fmt.Fprintf(stderr, "hashlb import-nsconf: %s: no NetScaler command found (an ns.conf has lines such as \"add lb vserver NAME HTTP\"; a NITRO JSON export is not one)\n", files[0])
+		return 2
+	}
 	status := 0
 	if res.Failed() {
 		status = 1

@@ -30,7 +30,10 @@ var nsconfCorpus = []struct {
 	{name: "service-groups", covers: "service groups and members, group and server state, monitors, -usePortForHashLb NO and its collisions", wantExit: 1},
 	{name: "nearest-methods", covers: "methods and backup methods hashlb lacks, flags it has no equivalent for"},
 	{name: "malformed", covers: "unbalanced quotes, unknown flags, bad values, binds to missing services and vservers, duplicates, domain names, ignored lines", wantExit: 1},
-	{name: "readme", covers: "the worked example of README's Migrating from NetScaler", wantExit: 1},
+	{name: "readme", covers: "the worked example of docs/nsconf.md", wantExit: 1},
+	{name: "full-save", covers: "a full save ns config: appliance lines, internal services, built-in monitors, SSL and SSL_BRIDGE services, " +
+		"HTTP and HTTP-ECV monitors bound to services and a service group, mixed monitors in one vserver, TCP/PING/DNS/USER/LDAP monitors, " +
+		"a jsessionid RULE wrapped over two lines inside its quote"},
 }
 
 // TestNSConfCorpus runs import-nsconf -o on every case: its exit status,
@@ -166,9 +169,9 @@ func TestNSConfOutputs(t *testing.T) {
 		wantReport []string
 	}{
 		{name: "stdout", args: []string{"ns.conf"}, wantStdout: "stdout.golden",
-			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 2 not translated, 1 failed; 3 warnings; 2 configurations"}, wantExit: 1},
+			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 4 warnings; 2 configurations"}, wantExit: 1},
 		{name: "one vserver", args: []string{"ns.conf", "-vserver", "vs_static"}, wantStdout: "want/vs_static.json",
-			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 not translated, 0 failed; 2 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
+			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 ignored (built-in), 0 not translated, 0 failed; 2 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
 		{name: "flags before the file", args: []string{"-vserver", "vs_shop", "ns.conf"}, wantStdout: "want/vs_shop.json", wantExit: 1,
 			wantReport: []string{"ns.conf:12: failed: bind lb vserver vs_shop web3_http: web3_http not written: its server web3 (ns.conf:3) is a domain name, not an IP address"}},
 		{name: "no such vserver", args: []string{"ns.conf", "-vserver", "vs_nope"}, wantExit: 1,
@@ -219,6 +222,10 @@ func TestNSConfUsage(t *testing.T) {
 		{name: "flag without value", args: []string{"ns.conf", "-o"}, wantStderr: "flag needs an argument: -o"},
 		{name: "help", args: []string{"-h"}, wantStderr: "usage: hashlb import-nsconf ns.conf [-vserver NAME] [-o DIR]"},
 		{name: "unreadable file", args: []string{filepath.Join(t.TempDir(), "missing.conf")}, wantStderr: "missing.conf: no such file or directory"},
+		{name: "a JSON export", args: []string{writeTemp(t, "export.json", "{\n  \"lbvserver\": [\n    {\"name\": \"vs1\", \"servicetype\": \"HTTP\"}\n  ]\n}\n")},
+			wantStderr: "export.json: no NetScaler command found"},
+		{name: "comments only", args: []string{writeTemp(t, "ns.conf", "# NS13.1 Build 37.38\n#\n")}, wantStderr: "ns.conf: no NetScaler command found"},
+		{name: "an empty file", args: []string{writeTemp(t, "empty.conf", "")}, wantStderr: "empty.conf: no NetScaler command found"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -254,20 +261,15 @@ func TestNSConfOutputDirCreated(t *testing.T) {
 	}
 }
 
-// TestREADMEMigration holds README's "Migrating from NetScaler" to the
-// readme case: its ns.conf, the configurations written and the report are
-// the files of testdata/nsconf/readme, verbatim.
-func TestREADMEMigration(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestNSConfDocMigration holds docs/nsconf.md to the readme case: its
+// ns.conf, the configurations written and the report are the files of
+// testdata/nsconf/readme, verbatim.
+func TestNSConfDocMigration(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/nsconf.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "\n## Migrating from NetScaler\n")
-	if !ok {
-		t.Fatal("README.md: no Migrating from NetScaler section")
-	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	blocks := codeBlocks(section)
+	blocks := codeBlocks(string(doc))
 	dir := filepath.Join("testdata", "nsconf", "readme")
 	for _, f := range []string{"ns.conf", "want/vs_shop.json", "want/vs_static.json", "report.golden"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -275,7 +277,7 @@ func TestREADMEMigration(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !slices.Contains(blocks, string(b)) {
-			t.Errorf("README's Migrating from NetScaler has no code block equal to testdata/nsconf/readme/%s:\n%s", f, b)
+			t.Errorf("docs/nsconf.md has no code block equal to testdata/nsconf/readme/%s:\n%s", f, b)
 		}
 	}
 }
@@ -299,4 +301,14 @@ func codeBlocks(md string) []string {
 		}
 	}
 	return out
+}
+
+// writeTemp writes a file in a fresh directory and returns its path.
+func writeTemp(t *testing.T, name, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

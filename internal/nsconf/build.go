@@ -32,6 +32,8 @@ type outConfig struct {
 	backup       string
 	persistKeys  []string
 	expire       string
+	health       *outHealth
+	monitor      *monitor // the monitor health comes from
 	services     []outService
 }
 
@@ -112,6 +114,16 @@ func (t *translator) build() []Output {
 		if len(cfg.persistKeys) > 0 {
 			desc += ", persistence"
 		}
+		if m := cfg.monitor; m != nil {
+			desc += ", healthCheck"
+			if m.e != nil {
+				if m.e.Detail == "" {
+					m.e.Detail = "the healthCheck of " + file
+				} else {
+					m.e.Detail += ", " + file
+				}
+			}
+		}
 		v.e.Detail = desc + ")"
 		outs = append(outs, Output{VServer: v.name, File: file, JSON: js})
 	}
@@ -120,6 +132,9 @@ func (t *translator) build() []Output {
 	for _, e := range t.entries {
 		if e.Status == Translated && e.ifUsed && !used[e] {
 			e.Status, e.Detail = Ignored, "not used by a translated lb vserver"
+			if u, ok := t.unused[e]; ok {
+				e.Status, e.Detail = u.status, u.why
+			}
 		}
 	}
 	return outs
@@ -139,6 +154,8 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 	addrs := map[string]string{}   // address → service
 	idents := map[string]string{}  // hashId, or address → service
 	identLn := map[string]string{} // identity → line of its service
+	var failedItems []failedItem
+	var members []member // the written services, for monitors and TLS
 	for _, b := range v.binds {
 		var items []*backend
 		groupDisabled := false
@@ -154,14 +171,18 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 			}
 		}
 		var problems []string
+		notWritten := func(it *backend, why string) {
+			problems = append(problems, fmt.Sprintf("%s not written: %s", it.name, why))
+			failedItems = append(failedItems, failedItem{it.e, why})
+		}
 		for _, it := range items {
 			if it.problem != "" {
-				problems = append(problems, fmt.Sprintf("%s not written: %s", it.name, it.problem))
+				notWritten(it, it.problem)
 				continue
 			}
 			s := outService{Address: netip.AddrPortFrom(it.srv.ip, uint16(it.port)).String()}
 			if prev, dup := addrs[s.Address]; dup {
-				problems = append(problems, fmt.Sprintf("%s not written: %s is %s's address too (hashlb needs one address per service)", it.name, s.Address, prev))
+				notWritten(it, fmt.Sprintf("%s is %s's address too (hashlb needs one address per service)", s.Address, prev))
 				continue
 			}
 			ident, why := s.Address, ""
@@ -178,8 +199,8 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 				ident, why = s.HashID, fmt.Sprintf("-usePortForHashLb NO (%s) hashes it as %s", t.at(t.usePortLine), s.HashID)
 			}
 			if prev, dup := idents[ident]; dup {
-				problems = append(problems, fmt.Sprintf("%s not written: %s, as %s (%s) does: NetScaler gives both the same hash, "+
-					"hashlb needs one identity per service (give one a -hashId)", it.name, why, prev, identLn[ident]))
+				notWritten(it, fmt.Sprintf("%s, as %s (%s) does: NetScaler gives both the same hash, "+
+					"hashlb needs one identity per service (give one a -hashId)", why, prev, identLn[ident]))
 				continue
 			}
 			s.Name = sanitizeName(it.name)
@@ -210,6 +231,7 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 			names[s.Name], addrs[s.Address], idents[ident] = it.name, it.name, it.name
 			identLn[ident] = t.at(it.e.Line)
 			cfg.services = append(cfg.services, s)
+			members = append(members, member{b: b, name: it.name})
 			written = append(written, it.e)
 			if it.srv.e != nil {
 				written = append(written, it.srv.e)
@@ -217,6 +239,14 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 		}
 		if len(problems) > 0 {
 			b.e.Status, b.e.Detail = Failed, strings.Join(problems, "; ")
+			for _, it := range failedItems {
+				// The service's own line says so too, unless another
+				// configuration writes it.
+				if _, seen := t.unused[it.e]; !seen {
+					t.unused[it.e] = unusedWhy{Failed, fmt.Sprintf("not written for lb vserver %s: %s", v.name, it.why)}
+				}
+			}
+			failedItems = nil
 		}
 		written = append(written, b.e)
 	}
@@ -236,9 +266,12 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 	if !enabled {
 		warnAt(v.e.Line, "every service is disabled: hashlb answers every request 503 until one is enabled")
 	}
-	if v.typ != "HTTP" && v.typ != "SSL" {
-		warnAt(v.e.Line, "service type %s: hashlb balances HTTP requests (it is an Envoy HTTP filter); this configuration applies only where Envoy handles this traffic as HTTP", v.typ)
+	if v.typ != "HTTP" && v.typ != "SSL" && v.typ != "SSL_BRIDGE" { // SSL_BRIDGE: backendTLS says what to do
+		warnAt(v.e.Line, "service type %s: written for hashlb's HTTP filter (filterType http), which balances requests where Envoy handles this traffic as HTTP; "+
+			"to balance TCP connections instead, add \"filterType\": \"network\" and run hashlb before tcp_proxy (README: TCP), with a method and keys that need no HTTP", v.typ)
 	}
+	t.backendTLS(v, members, warnAt)
+	written = append(written, t.healthCheck(v, members, &cfg, warnAt)...)
 	if v.state.s == "DISABLED" {
 		warnAt(v.state.line, "the vserver is DISABLED on NetScaler; its configuration is written anyway")
 	}
@@ -263,6 +296,18 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 }
 
 // method translates -lbMethod and what goes with it.
+// failedItem is a service or group member a configuration could not write.
+type failedItem struct {
+	e   *Entry
+	why string
+}
+
+// member is a written service and the bind that brought it.
+type member struct {
+	b    *binding
+	name string
+}
+
 func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
 	m, line := v.lbMethod.s, v.lbMethod.line
 	if m == "" {
@@ -308,6 +353,9 @@ func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string,
 	}
 	if v.backup.s != "" {
 		cfg.backup = backup
+	} else if cfg.lbMethod != "TOKEN" || v.rule.line != 0 {
+		warnAt(line, "no -backupLBMethod: requests without the hash's input go to LEASTCONNECTION, hashlb's default and the fallback the Citrix hashing page describes; "+
+			"NITRO documents ROUNDROBIN as the attribute's default: add \"backupLBMethod\": \"ROUNDROBIN\" if the appliance spreads them round robin")
 	}
 	if v.hashLength.line != 0 && slices.Contains(hashLenMethods, cfg.lbMethod) {
 		cfg.hashLength = v.hashLength.n
@@ -489,6 +537,9 @@ func (cfg *outConfig) json() []byte {
 	if len(cfg.persistKeys) > 0 {
 		fields = append(fields, fmt.Sprintf("  \"persistence\": {\n    \"keys\": %s,\n    \"expire\": %s\n  }",
 			jsonText(cfg.persistKeys), jsonText(cfg.expire)))
+	}
+	if cfg.health != nil {
+		fields = append(fields, "  \"healthCheck\": "+cfg.health.json())
 	}
 	svcs := make([]string, len(cfg.services))
 	for i, s := range cfg.services {

@@ -32,6 +32,7 @@ const (
 	flagUse flagKind = iota
 	flagQuiet
 	flagWarn
+	flagUseN // translated, one value or more
 )
 
 type flagSpec struct {
@@ -56,13 +57,13 @@ func (s flagSet) add(kind flagKind, why string, off []string, names ...string) f
 
 func (s flagSet) use(names ...string) flagSet   { return s.add(flagUse, "", nil, names...) }
 func (s flagSet) quiet(names ...string) flagSet { return s.add(flagQuiet, "", nil, names...) }
+func (s flagSet) useN(names ...string) flagSet  { return s.add(flagUseN, "", nil, names...) }
 func (s flagSet) warn(why string, off []string, names ...string) flagSet {
 	return s.add(flagWarn, why, off, names...)
 }
 
 // Warnings shared by several commands.
 const (
-	whyMonitor     = "health monitors are not translated: add a healthCheck (one HTTP probe per configuration) or Envoy's health checks by hand"
 	whyMaxClient   = "hashlb has no per-service connection or request limit (use Envoy's circuit breakers)"
 	whyAutoScale   = "members resolved from DNS or a cloud API are not translated: hashlb needs each service's ip:port"
 	whyPolicy      = "lb policies are not translated: hashlb has no request policies (use Envoy routes)"
@@ -94,7 +95,7 @@ var (
 
 	bindGroupFlags = flagSet{}.use("-weight", "-hashId", "-state").
 			quiet("-CustomServerID", "-serverId", "-dbsTTL", "-devno").
-			warn(whyMonitor, nil, "-monitorName", "-monState", "-passive").
+			use("-monitorName", "-monState", "-passive").
 			warn("selection order (-order with -toggleorder) is not translated: hashlb ranks by hash or load only", nil, "-order").
 			warn(whyAutoScale, nil, "-nameServer")
 
@@ -158,6 +159,9 @@ type command struct {
 	minPos, maxPos int      // positional arguments after the words
 	flags          flagSet
 	run            func(t *translator, c *cmdLine)
+	// lenient: a flag in none of flags' lists is a warning, not an error
+	// (lb monitors have a hundred type-specific flags).
+	lenient bool
 }
 
 var commands = []command{
@@ -170,6 +174,10 @@ var commands = []command{
 	{words: []string{"bind", "lb", "vserver"}, about: 'v', minPos: 1, maxPos: 2, flags: bindLBVserverFlags, run: (*translator).bindVserver},
 	{words: []string{"set", "lb", "parameter"}, about: 'g', minPos: 0, maxPos: 0, flags: lbParameterFlags, run: (*translator).setLBParameter},
 	{words: []string{"add", "policy", "expression"}, about: 'x', minPos: 2, maxPos: 2, flags: policyExpressionFlags, run: (*translator).addPolicyExpression},
+	{words: []string{"add", "lb", "monitor"}, about: 'm', minPos: 2, maxPos: 2, flags: monitorFlags, run: (*translator).addMonitor, lenient: true},
+	{words: []string{"set", "lb", "monitor"}, about: 'm', minPos: 1, maxPos: 2, flags: monitorFlags, run: (*translator).setMonitor, lenient: true},
+	{words: []string{"bind", "lb", "monitor"}, about: 'm', minPos: 2, maxPos: 2, flags: bindMonitorFlags, run: (*translator).bindService},
+	{words: []string{"bind", "service"}, about: 's', minPos: 1, maxPos: 1, flags: bindServiceFlags, run: (*translator).bindService},
 }
 
 // notTranslated are load-balancing commands hashlb has no equivalent for,
@@ -179,10 +187,6 @@ var notTranslated = []struct {
 	words []string
 	why   string
 }{
-	{[]string{"add", "lb", "monitor"}, whyMonitor},
-	{[]string{"set", "lb", "monitor"}, whyMonitor},
-	{[]string{"bind", "lb", "monitor"}, whyMonitor},
-	{[]string{"bind", "service"}, whyMonitor},
 	{[]string{"add", "lb", "group"}, "lb groups (persistence shared across vservers) are not translated: each hashlb configuration keeps its own table"},
 	{[]string{"set", "lb", "group"}, "lb groups (persistence shared across vservers) are not translated: each hashlb configuration keeps its own table"},
 	{[]string{"bind", "lb", "group"}, "lb groups (persistence shared across vservers) are not translated: each hashlb configuration keeps its own table"},

@@ -8,8 +8,9 @@
 // it: servers, services and service groups, vservers, binds, set lines. A
 // line names only what earlier lines added; a line that fails adds nothing,
 // and the rest of the file is still read. Every non-blank line gets an Entry
-// in the report: translated, ignored (not load balancing), not translated
-// (load balancing hashlb has no equivalent for) or failed, with the reason,
+// in the report: translated, ignored (not load balancing), ignored
+// (built-in: the appliance's own objects), not translated (load balancing
+// hashlb has no equivalent for) or failed, with the reason,
 // and warnings for what was translated approximately (the nearest method, a
 // clamped value) or dropped. Nothing is guessed: a flag, value or expression
 // not understood is reported with its line and the part not understood.
@@ -31,6 +32,9 @@
 //     and "lb-parameter" in the command reference;
 //   - the default-syntax expressions: expr.go (the Policy Configuration and
 //     Reference Guide);
+//   - the monitors (HTTP and HTTP-ECV become healthCheck; the built-in ones):
+//     monitor.go; the appliance's own services: builtin.go; backend TLS:
+//     tls.go;
 //   - the hashing methods and the S1/S2/S3 failover example: the Citrix page
 //     "Hashing methods"
 //     (https://docs.netscaler.com/en-us/citrix-adc/13/load-balancing/load-balancing-customizing-algorithms/hashing-methods.html),

@@ -2,6 +2,7 @@ package nsconf
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -10,7 +11,7 @@ import (
 
 // This file translates the NetScaler default-syntax ("advanced") expressions
 // that TOKEN load balancing and RULE persistence use in practice into hashlb
-// key expressions (README "Key expressions"). Only the subset below is
+// key expressions (docs/config.md, "Key expressions"). Only the subset below is
 // translated; anything else is an error naming the part not understood, never
 // a guess. The meanings come from the Citrix NetScaler Policy Configuration
 // and Reference Guide (9.2), "HTTP Expression Prefixes that Return Text" and
@@ -71,10 +72,10 @@ func lexExpr(src string) ([]exprTok, error) {
 		case c == '.' || c == '(' || c == ')' || c == ',':
 			toks = append(toks, exprTok{kind: c, text: string(c), pos: i, end: i + 1})
 			i++
-		case c == '"':
+		case c == '"' || c == '\'':
 			var b strings.Builder
 			j := i + 1
-			for ; j < len(src) && src[j] != '"'; j++ {
+			for ; j < len(src) && src[j] != c; j++ {
 				if src[j] == '\\' && j+1 < len(src) {
 					j++
 				}
@@ -200,8 +201,8 @@ func parseChain(src string, toks []exprTok, i int) ([]call, int, error) {
 			c.hasArgs = true
 			i++
 			for i < len(toks) && toks[i].kind != ')' {
-				if toks[i].kind != 's' && toks[i].kind != 'n' {
-					return nil, i, &exprError{Part: src[c.pos:], Why: "arguments must be strings or numbers"}
+				if toks[i].kind != 's' && toks[i].kind != 'n' && toks[i].kind != 'i' {
+					return nil, i, &exprError{Part: src[c.pos:], Why: "arguments must be strings, numbers or words"}
 				}
 				c.args = append(c.args, toks[i])
 				i++
@@ -241,16 +242,16 @@ func (x *exprTranslator) chain(src string, cs []call) ([]pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range cs[n:] {
-		switch {
-		case c.name == "TO_LOWER" && !c.hasArgs:
-			p.fns = append(p.fns, "lower")
-		case c.name == "TO_UPPER" && !c.hasArgs:
-			p.fns = append(p.fns, "upper")
-		default:
-			return nil, &exprError{Part: src[c.pos:cs[len(cs)-1].end],
-				Why: "of the operations, only TO_LOWER and TO_UPPER are translated"}
+	ignoreCase := false
+	for k := n; k < len(cs); k++ {
+		fn, skip, err := operation(src, cs, k, &ignoreCase)
+		if err != nil {
+			return nil, err
 		}
+		if fn != "" {
+			p.fns = append(p.fns, fn)
+		}
+		k += skip
 	}
 	return []pipeline{p}, nil
 }
@@ -347,4 +348,133 @@ func prefix(src string, cs []call, p *pipeline) (int, error) {
 	}
 	return 0, &exprError{Part: src[cs[0].pos:cs[len(cs)-1].end],
 		Why: "the translated values are HTTP.REQ.HEADER, HTTP.REQ.COOKIE.VALUE, HTTP.REQ.URL.QUERY.VALUE, HTTP.REQ.URL.PATH.GET, HTTP.REQ.URL.PATH, HTTP.REQ.URL, HTTP.REQ.HOSTNAME and CLIENT.IP.SRC"}
+}
+
+// The text operations translated, from the guide's "Basic Operations on a
+// Portion of a String" and "Operations on Case Sensitivity of Text" (9.2,
+// https://manualsdump.com/en/manuals/citrix_systems-9.2/122114/104 and
+// .../122114/101) and the HTTP header operations (…/122114/138):
+//
+//	.BEFORE_STR("s")      | before("s")    the text before the first s
+//	.AFTER_STR("s")       | after("s")     the text after the first s
+//	.SUBSTR(start, n)     | substr(start, n)
+//	.PREFIX(n)            | prefix(n)      the first n characters (all if fewer)
+//	.SUFFIX(n)            | suffix(n)      the last n characters (all if fewer)
+//	.SKIP(n)              | substr(n, …)   what follows the first n characters
+//	.TYPECAST_TEXT_T      (nothing)        the value as text: it already is
+//	.TYPECAST_NVLIST_T('=', ';').VALUE("n")
+//	                      | replace(…)     the value of n in a name=value list
+//	.SET_TEXT_MODE(IGNORECASE)             later searches ignore case: the
+//	                      | lower          value is lower-cased and so are the
+//	                                       strings searched for
+//	.SET_TEXT_MODE(NOIGNORECASE)           the default: nothing
+//
+// The guides do not say what BEFORE_STR and AFTER_STR give when the string
+// is absent. hashlb's before() keeps the whole value then and after() gives
+// "": for the common jsessionid rule, URL.BEFORE_STR("?").AFTER_STR(";jsessionid=")
+// reads the session of "/app;jsessionid=A1" (no query) and nothing from a URL
+// without ";jsessionid=", where ALT moves on. SUBSTR("s") (the s itself when
+// present) is a constant, never a key, and PREFIX(c, n) / TRUNCATE are not
+// translated.
+func operation(src string, cs []call, k int, ignoreCase *bool) (fn string, skip int, err error) {
+	c := cs[k]
+	bad := func(why string) (string, int, error) {
+		return "", 0, &exprError{Part: src[c.pos:cs[len(cs)-1].end], Why: why}
+	}
+	str := func() (string, bool) {
+		if len(c.args) != 1 || c.args[0].kind != 's' || c.args[0].text == "" {
+			return "", false
+		}
+		s := c.args[0].text
+		if *ignoreCase {
+			s = strings.ToLower(s)
+		}
+		return s, true
+	}
+	nums := func(want int) ([]int, bool) {
+		if len(c.args) != want {
+			return nil, false
+		}
+		var out []int
+		for _, a := range c.args {
+			n, err := strconv.Atoi(a.text)
+			if a.kind != 'n' || err != nil || n > 1<<20 {
+				return nil, false
+			}
+			out = append(out, n)
+		}
+		return out, true
+	}
+	switch c.name {
+	case "TO_LOWER", "TO_UPPER":
+		if c.hasArgs {
+			return bad(c.name + " takes no arguments")
+		}
+		return strings.ToLower(c.name[3:]), 0, nil
+	case "BEFORE_STR", "AFTER_STR":
+		s, ok := str()
+		if !ok {
+			return bad(c.name + " takes one non-empty string")
+		}
+		return fmt.Sprintf("%s(%s)", strings.ToLower(strings.TrimSuffix(c.name, "_STR")), strconv.Quote(s)), 0, nil
+	case "SUBSTR":
+		if n, ok := nums(2); ok && n[1] > 0 {
+			return fmt.Sprintf("substr(%d, %d)", n[0], n[1]), 0, nil
+		}
+		return bad(`SUBSTR(start, length) is translated; SUBSTR("text") gives the text itself, a constant and never a key`)
+	case "PREFIX", "SUFFIX":
+		if n, ok := nums(1); ok && n[0] > 0 {
+			return fmt.Sprintf("%s(%d)", strings.ToLower(c.name), n[0]), 0, nil
+		}
+		return bad(c.name + "(n) with n > 0 is translated; " + c.name + "(character, count) is not")
+	case "SKIP":
+		if n, ok := nums(1); ok {
+			if n[0] == 0 {
+				return "", 0, nil
+			}
+			return fmt.Sprintf("substr(%d, %d)", n[0], 1<<20), 0, nil
+		}
+		return bad("SKIP takes one number")
+	case "TYPECAST_TEXT_T":
+		if c.hasArgs {
+			return bad("TYPECAST_TEXT_T takes no arguments")
+		}
+		return "", 0, nil
+	case "TYPECAST_NVLIST_T":
+		// ('=', ';') then .VALUE("name"): the value after name= up to the
+		// next separator, spaces around the separator allowed.
+		if len(c.args) != 2 || c.args[0].kind != 's' || c.args[1].kind != 's' || c.args[0].text == "" || c.args[1].text == "" ||
+			k+1 >= len(cs) || cs[k+1].name != "VALUE" || len(cs[k+1].args) != 1 || cs[k+1].args[0].kind != 's' {
+			return bad(`TYPECAST_NVLIST_T('=', ';').VALUE("name") is translated; other list operations are not`)
+		}
+		eq, sep, name := regexp.QuoteMeta(c.args[0].text), regexp.QuoteMeta(c.args[1].text), regexp.QuoteMeta(cs[k+1].args[0].text)
+		flags := "(?s)"
+		if *ignoreCase {
+			flags = "(?is)"
+		}
+		re := fmt.Sprintf(`%s^(?:.*?%s)?\s*%s\s*%s([^%s]*).*$|^.*$`, flags, sep, name, eq, sep)
+		if len(c.args[1].text) > 1 {
+			return bad("TYPECAST_NVLIST_T with a separator longer than one character is not translated")
+		}
+		return fmt.Sprintf("replace(%s, %s)", strconv.Quote(re), strconv.Quote("$1")), 1, nil
+	case "SET_TEXT_MODE":
+		if len(c.args) != 1 || c.args[0].kind != 'i' {
+			return bad("SET_TEXT_MODE takes IGNORECASE or NOIGNORECASE")
+		}
+		switch strings.ToUpper(c.args[0].text) {
+		case "IGNORECASE":
+			if *ignoreCase {
+				return "", 0, nil
+			}
+			*ignoreCase = true
+			return "lower", 0, nil
+		case "NOIGNORECASE":
+			if *ignoreCase {
+				return bad("SET_TEXT_MODE(NOIGNORECASE) after IGNORECASE: the value is lower-cased already")
+			}
+			return "", 0, nil
+		}
+		return bad("SET_TEXT_MODE takes IGNORECASE or NOIGNORECASE")
+	}
+	return bad("the operations translated are TO_LOWER, TO_UPPER, BEFORE_STR, AFTER_STR, SUBSTR(start, length), PREFIX(n), SUFFIX(n), SKIP(n), TYPECAST_TEXT_T, TYPECAST_NVLIST_T(…).VALUE(…) and SET_TEXT_MODE")
 }

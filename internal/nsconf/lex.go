@@ -2,6 +2,7 @@ package nsconf
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -68,6 +69,15 @@ type word struct {
 	text   string
 	col    int  // 1-based column where the word starts
 	quoted bool // written with quotes: never a flag, even if it starts with "-"
+}
+
+// shown is the word as the report writes it: quoted again when it has a
+// space, a quote or nothing, so names with spaces read as one.
+func (w word) shown() string {
+	if w.quoted && (w.text == "" || strings.ContainsAny(w.text, " \t\"")) {
+		return strconv.Quote(w.text)
+	}
+	return w.text
 }
 
 // isFlag reports whether w is a flag name: "-" and a letter, not quoted.

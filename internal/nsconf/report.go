@@ -25,9 +25,12 @@ const (
 	// Failed: malformed, or naming something missing, or something a written
 	// configuration lacks because of it. The exit status is 1.
 	Failed
+	// BuiltIn: the appliance's own objects (its internal services, its
+	// built-in monitors), ignored and counted apart.
+	BuiltIn
 )
 
-var statusNames = [...]string{"translated", "ignored", "not translated", "failed"}
+var statusNames = [...]string{"translated", "ignored", "not translated", "failed", "ignored (built-in)"}
 
 // String returns the status as the report writes it.
 func (s Status) String() string { return statusNames[s] }
@@ -82,6 +85,9 @@ type Result struct {
 	Outputs []Output
 	// Missing is set when VServer names no lb vserver of the file.
 	Missing bool
+	// NoCommand is set when no line is a NetScaler command: the file is not
+	// an ns.conf (a NITRO JSON export, say), and nothing is translated.
+	NoCommand bool
 	// vservers are the file's lb vservers, sorted.
 	vservers []string
 }
@@ -94,10 +100,27 @@ func Translate(file string, src []byte, vserver string) *Result {
 	src = bytes.TrimPrefix(src, []byte("\xef\xbb\xbf"))
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	sc.Buffer(make([]byte, 0, 64*1024), len(src)+1)
-	for n := 1; sc.Scan(); n++ {
-		t.read(n, sc.Text())
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
 	}
-	res := &Result{File: file, VServer: vserver, Entries: t.entries}
+	for i := 0; i < len(lines); i++ {
+		if end, joined, ok := joinWrapped(lines, i); ok {
+			t.read(i+1, joined)
+			cmd := t.entries[len(t.entries)-1]
+			cmd.Warnings = append(cmd.Warnings, fmt.Sprintf("a quoted argument is wrapped over lines %d-%d: read as one line, the breaks as spaces", i+1, end+1))
+			for k := i + 1; k <= end; k++ {
+				if strings.TrimSpace(lines[k]) != "" {
+					t.entries = append(t.entries, &Entry{Line: k + 1, Status: Ignored, refs: cmd.refs,
+						Detail: fmt.Sprintf("continues %s (a quoted argument wrapped over lines)", t.at(i+1))})
+				}
+			}
+			i = end
+			continue
+		}
+		t.read(i+1, lines[i])
+	}
+	res := &Result{File: file, VServer: vserver, Entries: t.entries, NoCommand: t.commands == 0}
 	for _, v := range t.vsOrder {
 		res.vservers = append(res.vservers, v.name)
 	}
@@ -139,7 +162,7 @@ func (r *Result) shown() []*Entry {
 // Failed reports whether any listed line failed, or -vserver named no lb
 // vserver: the exit status is then 1.
 func (r *Result) Failed() bool {
-	if r.Missing {
+	if r.Missing || r.NoCommand {
 		return true
 	}
 	for _, e := range r.shown() {
@@ -181,8 +204,8 @@ func (r *Result) WriteReport(w io.Writer) error {
 		}
 	}
 	parts := make([]string, 0, len(statusNames))
-	for s, n := range count {
-		parts = append(parts, fmt.Sprintf("%d %s", n, Status(s)))
+	for _, s := range []Status{Translated, Ignored, BuiltIn, NotTranslated, Failed} {
+		parts = append(parts, fmt.Sprintf("%d %s", count[s], s))
 	}
 	fmt.Fprintf(bw, "%s: %d line%s: %s; %d warning%s; %d configuration%s", scope, len(shown), plural(len(shown)),
 		strings.Join(parts, ", "), warnings, plural(warnings), len(r.Outputs), plural(len(r.Outputs)))
@@ -220,6 +243,16 @@ func (t *translator) settle() {
 			case 'x':
 				for v := range t.exprUsers[rf.name] {
 					e.concerns[v] = true
+				}
+			case 'm':
+				for target, binds := range t.monBinds {
+					for _, b := range binds {
+						if b.mon.name == rf.name {
+							for v := range t.boundBy[target] {
+								e.concerns[v] = true
+							}
+						}
+					}
 				}
 			}
 		}

@@ -35,6 +35,21 @@ type translator struct {
 	// services and groups that use each server.
 	boundBy     map[string]map[string]bool
 	serverUsers map[string]map[string]bool
+
+	monitors map[string]*monitor  // lb monitors added, and built-in ones bound
+	monBinds map[string][]monBind // service or group → its monitor bindings
+	// unused says, for a line that counts only if used, what it is when no
+	// written configuration uses it, and why (instead of "not used").
+	unused map[*Entry]unusedWhy
+	// monWarned: the monitors whose translation warnings were given.
+	monWarned map[*monitor]bool
+	// commands counts the lines that start like a NetScaler command.
+	commands int
+}
+
+type unusedWhy struct {
+	status Status
+	why    string
 }
 
 type server struct {
@@ -101,7 +116,7 @@ type binding struct {
 
 // ref is an object a report entry is about.
 type ref struct {
-	kind byte // 'v' lb vserver, 's' service or service group, 'h' server, 'g' every vserver
+	kind byte // 'v' lb vserver, 's' service or service group, 'h' server, 'm' lb monitor, 'x' named expression, 'g' every vserver
 	name string
 }
 
@@ -140,6 +155,10 @@ func newTranslator(file string) *translator {
 		usePort:     true,
 		boundBy:     map[string]map[string]bool{},
 		serverUsers: map[string]map[string]bool{},
+		monitors:    map[string]*monitor{},
+		monBinds:    map[string][]monBind{},
+		unused:      map[*Entry]unusedWhy{},
+		monWarned:   map[*monitor]bool{},
 	}
 }
 
@@ -164,6 +183,13 @@ func (t *translator) read(n int, text string) {
 		return
 	}
 	words, lexErr := splitLine(text)
+	if isCommand(words) {
+		t.commands++
+	}
+	if what, why, ok := builtinLine(words); ok && lexErr == nil {
+		e.Status, e.What, e.Detail = BuiltIn, what, why
+		return
+	}
 	cmd, nw := findCommand(words)
 	if cmd == nil {
 		t.other(e, words)
@@ -232,7 +258,7 @@ func describe(words []word, nw int, cmd *command) string {
 		if i >= nw+1 && (cmd.words[0] == "add" || cmd.words[0] == "set") {
 			break
 		}
-		parts = append(parts, w.text)
+		parts = append(parts, w.shown())
 	}
 	return strings.Join(parts, " ")
 }
@@ -263,6 +289,10 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 		}
 		key := strings.ToLower(name.text)
 		spec, ok := cmd.flags[key]
+		if !ok && cmd.lenient {
+			warns = append(warns, fmt.Sprintf("%s: not translated: not a flag this importer reads", name.text))
+			continue
+		}
 		if !ok {
 			return failf("%s: unknown flag (not a flag of %s in the NetScaler command reference)", name.text, strings.Join(cmd.words, " "))
 		}
@@ -274,6 +304,10 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 		case flagUse:
 			if len(vals) != 1 {
 				return failf("%s: needs one value, got %d", spec.name, len(vals))
+			}
+		case flagUseN:
+			if len(vals) == 0 {
+				return failf("%s: needs a value", spec.name)
 			}
 		case flagWarn:
 			if len(vals) > 0 && contains(spec.off, strings.ToUpper(vals[0].text)) {
@@ -322,6 +356,9 @@ func (t *translator) other(e *Entry, words []word) {
 		}
 	}
 	e.Status, e.Detail = Ignored, "not load balancing"
+	if !isCommand(words) {
+		e.Detail = "not a NetScaler command"
+	}
 	if len(words) > 1 {
 		obj := strings.ToLower(words[1].text)
 		if why, ok := ignoredObjects[obj]; ok {
@@ -343,7 +380,7 @@ func leadingWords(ws []word, n int) string {
 		if i >= n || (i > 0 && w.isFlag()) {
 			break
 		}
-		s = append(s, w.text)
+		s = append(s, w.shown())
 	}
 	return strings.Join(s, " ")
 }
@@ -532,11 +569,8 @@ func (t *translator) bindGroup(c *cmdLine) {
 		return
 	}
 	if len(c.pos) == 1 {
-		if _, mon := c.flags["-monitorname"]; mon {
-			// The warning of -monitorName says why; the line itself binds
-			// nothing else.
-			c.e.Warnings = nil
-			c.e.Status, c.e.Detail = NotTranslated, whyMonitor
+		if v, mon := c.value("-monitorName"); mon {
+			t.bindMonitor(c, name, v)
 			return
 		}
 		t.fail(c, "", failf("bind serviceGroup %s needs a server and a port", name))

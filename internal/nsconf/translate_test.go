@@ -161,7 +161,7 @@ func TestTranslate(t *testing.T) {
 				"add serviceGroup off HTTP -state DISABLED\nbind serviceGroup off s3 80\n" +
 				"add lb vserver v HTTP -lbMethod ROUNDROBIN\nbind lb vserver v sg\nbind lb vserver v off\n",
 			report: []string{
-				"ns.conf:8: not translated: bind serviceGroup sg: health monitors are not translated: add a healthCheck (one HTTP probe per configuration) or Envoy's health checks by hand",
+				"ns.conf:8: not translated: bind serviceGroup sg: the built-in monitor http-ecv: -send not set: nothing to probe with",
 				"ns.conf:10: translated: bind serviceGroup off s3 80",
 			},
 			out: map[string][]string{"v.json": {
@@ -191,7 +191,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				`ns.conf:2: warning: service name "web svc:1" written as "web_svc_1" (hashlb names are letters, digits and - . _ ~ ! # $ % & ' * + ^ ` + "` |)",
 				"ns.conf:6: warning: service web_svc_1 written as web_svc_1~2: web_svc_1 is web svc:1's name",
-				"ns.conf:4: translated: add lb vserver my vs: my_vs.json (LEASTCONNECTION, 2 services)",
+				`ns.conf:4: translated: add lb vserver "my vs": my_vs.json (LEASTCONNECTION, 2 services)`,
 			},
 			out: map[string][]string{"my_vs.json": {`"name": "web_svc_1~2"`}},
 		},
@@ -224,7 +224,8 @@ func TestTranslate(t *testing.T) {
 			out: map[string][]string{"y.json": {`"services"`}, "v.json": nil},
 		},
 		{
-			name: "lines that are not load balancing are ignored; others hashlb lacks are not translated",
+			name:   "lines that are not load balancing are ignored; others hashlb lacks are not translated",
+			failed: true,
 			src: "#NS14.1 Build 25.56\nset ns config -IPAddress 192.0.2.5 -netmask 255.255.255.0\nenable ns feature LB CS SSL\n" +
 				"add ssl certKey ck -cert c.pem -key k.pem\nadd cs vserver cs1 HTTP 192.0.2.50 80\nadd lb monitor m HTTP -respCode 200\n" +
 				"bind service a -monitorName m\nadd lb group g\nset lb parameter -lbHashAlgorithm PRAC\nadd vlan 10\n",
@@ -233,12 +234,13 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:2: ignored: set ns config: appliance settings, not load balancing",
 				"ns.conf:4: ignored: add ssl certKey ck: TLS settings: Envoy terminates TLS",
 				"ns.conf:5: ignored: add cs vserver cs1: content switching, not load balancing: route to each lb vserver's configuration with Envoy routes",
-				"ns.conf:6: not translated: add lb monitor m: health monitors are not translated: add a healthCheck (one HTTP probe per configuration) or Envoy's health checks by hand",
+				"ns.conf:6: ignored: add lb monitor m: not used by a translated lb vserver",
+				"ns.conf:7: failed: bind service a: no service or service group a",
 				"ns.conf:8: not translated: add lb group g: lb groups (persistence shared across vservers) are not translated: each hashlb configuration keeps its own table",
 				"ns.conf:9: not translated: set lb parameter: sets nothing hashlb has (see the warnings)",
 				"ns.conf:9: warning: -lbHashAlgorithm PRAC: not translated: hashlb ranks services by rendezvous hashing (the DEFAULT algorithm of the hashing methods page); PRAC and JARH are not translated",
 				"ns.conf:10: ignored: add vlan 10: not load balancing",
-				"ns.conf: 10 lines: 0 translated, 6 ignored, 4 not translated, 0 failed; 1 warning; 0 configurations",
+				"ns.conf: 10 lines: 0 translated, 7 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 1 warning; 0 configurations",
 			},
 		},
 		{
@@ -249,7 +251,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:1: not translated: add server f: app.example.com is a domain name: hashlb needs each service's ip:port (resolve it and add the addresses as servers, or balance it with an Envoy STRICT_DNS cluster)",
 				"ns.conf:4: not translated: add service b: port * (any port): hashlb needs a service's port",
-				"ns.conf:6: warning: service type TCP: hashlb balances HTTP requests (it is an Envoy HTTP filter); this configuration applies only where Envoy handles this traffic as HTTP",
+				`ns.conf:6: warning: service type TCP: written for hashlb's HTTP filter (filterType http), which balances requests where Envoy handles this traffic as HTTP; to balance TCP connections instead, add "filterType": "network" and run hashlb before tcp_proxy (README: TCP), with a method and keys that need no HTTP`,
 				"ns.conf:7: failed: bind lb vserver v a: a not written: its server f (ns.conf:1) is a domain name, not an IP address",
 				"ns.conf:8: failed: bind lb vserver v b: b not written: port * (any port): hashlb needs a service's port",
 			},
@@ -275,6 +277,65 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:5: ignored: add policy expression unused: not used by a translated lb vserver",
 			},
 			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant}"`}},
+		},
+		{
+			name: "a member dropped by a -usePortForHashLb NO collision fails like its bind",
+			src: "set lb parameter -usePortForHashLb NO\n" + servers + "add serviceGroup sg2 HTTP\nbind serviceGroup sg2 s1 81\n" +
+				"bind serviceGroup sg2 s1 82 -state DISABLED\nadd lb vserver v HTTP -lbMethod URLHASH -backupLBMethod ROUNDROBIN\nbind lb vserver v sg2\n",
+			failed: true,
+			report: []string{
+				"ns.conf:7: failed: bind serviceGroup sg2 s1 82: not written for lb vserver v: -usePortForHashLb NO (ns.conf:1) hashes it as 192.0.2.1, as sg2_s1_81 (ns.conf:6) does: NetScaler gives both the same hash, hashlb needs one identity per service (give one a -hashId)",
+				"ns.conf:9: failed: bind lb vserver v sg2: sg2_s1_82 not written: -usePortForHashLb NO (ns.conf:1) hashes it as 192.0.2.1, as sg2_s1_81 (ns.conf:6) does: NetScaler gives both the same hash, hashlb needs one identity per service (give one a -hashId)",
+			},
+			out: map[string][]string{"v.json": {`{"name": "sg2_s1_81", "address": "192.0.2.1:81", "hashId": "192.0.2.1"}`}},
+		},
+		{
+			name: "the appliance's own lines are built-in and counted apart",
+			src: "add service nshttpd-gui-127.0.0.1-80 127.0.0.1 HTTP 80 -gslb NONE\nset service nshttpd-gui-127.0.0.1-80 -cip ENABLED\n" +
+				"add service nskrpcs-::1l-3009 ::1 TCP 3009\nset lb monitor ldns-dns LDNS-DNS -query . -queryType Address\nset lb monitor tcp-default TCP -interval 10\n" +
+				"add service nsweb-10.0.0.1-80 10.0.0.1 HTTP 80\n",
+			report: []string{
+				"ns.conf:1: ignored (built-in): add service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
+				"ns.conf:2: ignored (built-in): set service nshttpd-gui-127.0.0.1-80: a service of the appliance's own daemons",
+				"ns.conf:3: ignored (built-in): add service nskrpcs-::1l-3009: a service of the appliance's own daemons",
+				"ns.conf:4: ignored (built-in): set lb monitor ldns-dns: a monitor built into the appliance",
+				"ns.conf:6: ignored: add service nsweb-10.0.0.1-80: not used by a translated lb vserver", // not loopback, not a daemon: the operator's
+				"ns.conf: 6 lines: 0 translated, 1 ignored, 5 ignored (built-in), 0 not translated, 0 failed; 0 warnings; 0 configurations",
+			},
+		},
+		{
+			name: "a quote wrapped over lines is joined; a command after it is not",
+			src: servers + "add service a s1 HTTP 80\nadd lb vserver v HTTP -lbMethod TOKEN -rule \"HTTP.REQ.HEADER(\\\"X-Tenant\\\") ALT\n" +
+				"  CLIENT.IP.SRC\" -cltTimeout 180\nbind lb vserver v a\nadd lb vserver w HTTP -comment \"open\nbind lb vserver w a\n",
+			failed: true,
+			report: []string{
+				"ns.conf:5: translated: add lb vserver v: v.json (TOKEN, 1 service)",
+				"ns.conf:5: warning: a quoted argument is wrapped over lines 5-6: read as one line, the breaks as spaces",
+				"ns.conf:6: ignored: continues ns.conf:5 (a quoted argument wrapped over lines)",
+				`ns.conf:8: failed: add lb vserver w: col 32: unbalanced quote (no closing ")`,
+			},
+			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant || client.ip}"`}},
+		},
+		{
+			name: "monitors: the one bound to most services, TLS services, and what other types need",
+			src: servers + "add service a s1 SSL 443\nadd service b s2 SSL 443\nadd service c s3 HTTP 80\n" +
+				"add lb monitor m1 HTTP-ECV -send \"POST /x\"\n" +
+				"add lb monitor m2 HTTP -httpRequest \"GET /ready\" -respCode 200-204 301 -interval 2 MIN -resptimeout 90 -successRetries 12 -customHeaders \"Host: h.example\\r\\nX-A: 1\\r\\n\" -secure YES\n" +
+				"add lb monitor m3 TCP\nadd lb vserver v HTTP -lbMethod ROUNDROBIN\nbind lb vserver v a\nbind lb vserver v b\nbind lb vserver v c\n" +
+				"bind service a -monitorName m2\nbind service b -monitorName m2\nbind service c -monitorName m3\nbind service c -monitorName m1\n",
+			report: []string{
+				`ns.conf:7: not translated: add lb monitor m1: -send "POST /x": method POST: hashlb's probe sends GET or HEAD`,
+				"ns.conf:8: translated: add lb monitor m2: the healthCheck of v.json",
+				"ns.conf:8: warning: headers X-A: 1: not sent: hashlb's probe sends only :method, :path, :authority and user-agent",
+				"ns.conf:8: warning: -secure YES: the monitor probes over TLS: give healthCheck.cluster an upstream TLS context (transport_socket envoy.transport_sockets.tls)",
+				"ns.conf:8: warning: -resptimeout 90s: written as 1m, hashlb's most (clamped)",
+				"ns.conf:8: warning: -successRetries 12: written as 10, hashlb's range being 1-10 (clamped)",
+				"ns.conf:9: not translated: add lb monitor m3: monitor type TCP: it checks a TCP connection, and hashlb's healthCheck is an HTTP probe: add passiveHealth (a failed connection counts as a failure and ejects the service), or an HTTP healthCheck if the servers answer HTTP; Envoy's cluster health checks do not help here: override_host sends a request to the address hashlb names even when Envoy marks it unhealthy",
+				"ns.conf:10: warning: healthCheck from lb monitor m2, bound to 2 of its 3 services; hashlb probes every service of a configuration alike, so these are probed with m2's check too: c: m3 (TCP), m1 (HTTP-ECV)",
+				"ns.conf:16: not translated: bind service c: lb monitor m3 (ns.conf:9) is not translated",
+				"ns.conf:17: not translated: bind service c: lb monitor m1 (ns.conf:7) is not translated",
+			},
+			out: map[string][]string{"v.json": {`"healthCheck": {"path": "/ready", "host": "h.example", "interval": "2m", "timeout": "1m", "healthyThreshold": 10, "unhealthyThreshold": 3, "expectedStatuses": "200-204,301"}`}},
 		},
 	}
 	for _, tt := range tests {
@@ -391,5 +452,37 @@ func TestTranslateDeterministic(t *testing.T) {
 		if rep != firstRep || len(again.Outputs) != len(first.Outputs) || !bytes.Equal(again.Outputs[0].JSON, first.Outputs[0].JSON) {
 			t.Fatalf("run %d differs:\n%s\n%s\nfirst:\n%s\n%s", i, rep, again.Outputs[0].JSON, firstRep, first.Outputs[0].JSON)
 		}
+	}
+}
+
+// TestMonitorRequestLines: the request lines of -httpRequest and -send that
+// translate, and those that do not, with why.
+func TestMonitorRequestLines(t *testing.T) {
+	tests := []struct {
+		name, req               string
+		method, path, host, why string
+	}{
+		{name: "HEAD", req: "HEAD /keepAlive.html", method: "HEAD", path: "/keepAlive.html"},
+		{name: "with a version", req: "GET /status HTTP/1.1", method: "GET", path: "/status"},
+		{name: "lower-case method", req: "get /", method: "GET", path: "/"},
+		{name: "Host in the request", req: `GET /s HTTP/1.1\r\nHost: app.example.com\r\n`, method: "GET", path: "/s", host: "app.example.com"},
+		{name: "POST", req: "POST /login", why: "method POST: hashlb's probe sends GET or HEAD"},
+		{name: "no path", req: "GET", why: "want METHOD /path [HTTP/1.1]"},
+		{name: "relative path", req: "GET status", why: `"status" is not an absolute path`},
+		{name: "non-ASCII path", req: "GET /état", why: "non-ASCII byte"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method, path, host, _, why := parseHTTPRequest(tt.req)
+			if tt.why != "" {
+				if !strings.Contains(why, tt.why) {
+					t.Errorf("parseHTTPRequest(%q): why %q, want one containing %q", tt.req, why, tt.why)
+				}
+				return
+			}
+			if why != "" || method != tt.method || path != tt.path || host != tt.host {
+				t.Errorf("parseHTTPRequest(%q) = %s %s host %q (%s), want %s %s host %q", tt.req, method, path, host, why, tt.method, tt.path, tt.host)
+			}
+		})
 	}
 }

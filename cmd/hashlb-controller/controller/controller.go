@@ -1,0 +1,194 @@
+// Package controller keeps the services of every annotated Istio WasmPlugin
+// equal to its Service's endpoints: it watches WasmPlugins, Services and
+// EndpointSlices, computes the list with package services, checks the whole
+// plugin configuration with lbcore, and patches spec.pluginConfig.services
+// (optionally also writing an Envoy ECDS file). docs/controller.md explains
+// it for operators.
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	crcontroller "sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/hashlb/hashlb/cmd/hashlb-controller/services"
+)
+
+// WasmPluginGVK is Istio's WasmPlugin kind. The controller handles it as
+// unstructured data, so it needs no Istio client library.
+var WasmPluginGVK = schema.GroupVersionKind{Group: "extensions.istio.io", Version: "v1alpha1", Kind: "WasmPlugin"}
+
+// Name is the controller's name: its events' reporting controller and the
+// default leader-election lease.
+const Name = "hashlb-controller"
+
+// Options configure the controller; the command's flags set them.
+type Options struct {
+	// Debounce is the shortest time between two writes of one WasmPlugin's
+	// services (default 1s); the first change after a quiet period waits a
+	// fifth of it, so the updates of one pod transition land in one patch.
+	Debounce time.Duration
+	// Namespace restricts the watches to one namespace ("" watches all).
+	Namespace string
+	// ECDSDir, when set, receives one Envoy ECDS file per annotated WasmPlugin.
+	ECDSDir string
+	// ECDSModule is the Wasm file the ECDS files load when the WasmPlugin's
+	// url is not file:// (default dist/hashlb.wasm).
+	ECDSModule string
+	// MetricsAddr and ProbeAddr are the metrics and health-probe listen
+	// addresses ("0" turns one off).
+	MetricsAddr, ProbeAddr string
+	// LeaderElection makes only the holder of a Lease reconcile.
+	LeaderElection bool
+	// LeaderElectionID names the Lease (default hashlb-controller), in
+	// LeaderElectionNamespace (default: the pod's own namespace).
+	LeaderElectionID, LeaderElectionNamespace string
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election
+	// (controller-runtime's defaults 15s, 10s, 2s when zero).
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	// Logger receives the controller's structured logs.
+	Logger logr.Logger
+	// WrapClient, when set, wraps the client the controller writes with
+	// (tests count the writes of each replica).
+	WrapClient func(client.Client) client.Client
+
+	// several lets one process run more than one replica (tests).
+	several bool
+}
+
+// indexService indexes WasmPlugins by their hashlb.io/service annotation.
+const indexService = "metadata.annotations." + services.AnnotationService
+
+// NewManager returns a manager running the controller against cfg.
+func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
+	if o.Debounce <= 0 {
+		o.Debounce = time.Second
+	}
+	if o.ECDSModule == "" {
+		o.ECDSModule = "dist/hashlb.wasm"
+	}
+	if o.LeaderElectionID == "" {
+		o.LeaderElectionID = Name
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	mo := manager.Options{
+		Scheme:                        scheme,
+		Logger:                        o.Logger,
+		Metrics:                       metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		// Reads of WasmPlugins come from the informer's cache like the
+		// typed ones; the field index needs that.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+	}
+	if o.several {
+		mo.Controller.SkipNameValidation = &o.several
+	}
+	if o.LeaseDuration > 0 {
+		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = &o.LeaseDuration, &o.RenewDeadline, &o.RetryPeriod
+	}
+	if o.Namespace != "" {
+		mo.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{o.Namespace: {}}}
+	}
+	if o.WrapClient != nil {
+		mo.NewClient = func(c *rest.Config, opts client.Options) (client.Client, error) {
+			cl, err := client.New(c, opts)
+			if err != nil {
+				return nil, err
+			}
+			return o.WrapClient(cl), nil
+		}
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	r := &Reconciler{
+		Client:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder(Name),
+		Debounce: o.Debounce,
+	}
+	if o.ECDSDir != "" {
+		r.ECDS = &ECDS{Dir: o.ECDSDir, Module: o.ECDSModule}
+	}
+	if err := Setup(mgr, r); err != nil {
+		return nil, err
+	}
+	return mgr, nil
+}
+
+// NewWasmPlugin returns an empty unstructured WasmPlugin.
+func NewWasmPlugin() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(WasmPluginGVK)
+	return u
+}
+
+// Setup registers r's index and watches with mgr.
+func Setup(mgr manager.Manager, r *Reconciler) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), NewWasmPlugin(), indexService, func(o client.Object) []string {
+		if s := o.GetAnnotations()[services.AnnotationService]; s != "" {
+			return []string{s}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index WasmPlugins by %s: %w", services.AnnotationService, err)
+	}
+	byService := func(ctx context.Context, namespace, service string) []reconcile.Request {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(WasmPluginGVK.GroupVersion().WithKind("WasmPluginList"))
+		if err := mgr.GetClient().List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexService: service}); err != nil {
+			mgr.GetLogger().Error(err, "list WasmPlugins", "namespace", namespace, "service", service)
+			return nil
+		}
+		out := make([]reconcile.Request, len(list.Items))
+		for i := range list.Items {
+			out[i].Namespace, out[i].Name = list.Items[i].GetNamespace(), list.Items[i].GetName()
+		}
+		return out
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(Name).
+		For(NewWasmPlugin()).
+		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return byService(ctx, o.GetNamespace(), o.GetName())
+		})).
+		Watches(&discoveryv1.EndpointSlice{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			if s := o.GetLabels()[discoveryv1.LabelServiceName]; s != "" {
+				return byService(ctx, o.GetNamespace(), s)
+			}
+			return nil
+		})).
+		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1}).
+		Complete(r)
+}

@@ -1,0 +1,135 @@
+package controller
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Type URLs of the ECDS resource (go-control-plane's names; the controller
+// writes JSON by hand so that it needs no Envoy library).
+const (
+	typedExtensionConfigType = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
+	httpWasmType             = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+	networkWasmType          = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm"
+	stringValueType          = "type.googleapis.com/google.protobuf.StringValue"
+)
+
+// ECDS writes, for each annotated WasmPlugin, the whole filter configuration
+// as an Envoy extension config discovery file: a DiscoveryResponse holding
+// one TypedExtensionConfig named like the WasmPlugin, whose Wasm filter
+// carries hashlb's JSON as its configuration. Envoy's path_config_source
+// reloads the file when it is renamed into place, so every write is a
+// temporary file in the same directory renamed over the old one.
+type ECDS struct {
+	// Dir holds the files, named <namespace>_<name>.json.
+	Dir string
+	// Module is the Wasm file loaded when the WasmPlugin's url is not file://.
+	Module string
+}
+
+// Path is the file of one WasmPlugin.
+func (e *ECDS) Path(key types.NamespacedName) string {
+	// Namespaces are DNS labels and names DNS subdomains: neither holds '_'.
+	return filepath.Join(e.Dir, key.Namespace+"_"+key.Name+".json")
+}
+
+// Resource is the file's content for wp with plugin configuration cfg.
+func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]byte, error) {
+	config, err := json.Marshal(cfg) // map keys sorted: the same config, the same bytes
+	if err != nil {
+		return nil, badf("spec.pluginConfig: %v", err)
+	}
+	module := e.Module
+	if url, _, _ := unstructured.NestedString(wp.Object, "spec", "url"); strings.HasPrefix(url, "file://") {
+		module = strings.TrimPrefix(url, "file://")
+	}
+	wasmType := httpWasmType
+	if t, _, _ := unstructured.NestedString(wp.Object, "spec", "type"); strings.EqualFold(t, "NETWORK") {
+		wasmType = networkWasmType
+	}
+	plugin := map[string]any{
+		"name": wp.GetName(),
+		"vm_config": map[string]any{
+			// One vm_id for every hashlb plugin of a proxy, as in envoy.yaml:
+			// Envoy keys shared data by vm_id.
+			"vm_id":   "hashlb",
+			"runtime": "envoy.wasm.runtime.v8",
+			"code":    map[string]any{"local": map[string]any{"filename": module}},
+		},
+		// Fail closed whatever the WasmPlugin says: a bypassed hashlb would
+		// leave a client's own upstream header in place.
+		"fail_open":     false,
+		"configuration": map[string]any{"@type": stringValueType, "value": string(config)},
+	}
+	if root, _, _ := unstructured.NestedString(wp.Object, "spec", "pluginName"); root != "" {
+		plugin["root_id"] = root
+	}
+	doc := map[string]any{
+		"type_url": typedExtensionConfigType,
+		"resources": []any{map[string]any{
+			"@type":        typedExtensionConfigType,
+			"name":         wp.GetName(),
+			"typed_config": map[string]any{"@type": wasmType, "config": plugin},
+		}},
+	}
+	out, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// Stale reports whether wp's file differs from data.
+func (e *ECDS) Stale(wp *unstructured.Unstructured, data []byte) bool {
+	old, err := os.ReadFile(e.Path(types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()}))
+	return err != nil || !bytes.Equal(old, data)
+}
+
+// Write replaces wp's file with data atomically (write, sync, rename).
+func (e *ECDS) Write(wp *unstructured.Unstructured, data []byte) error {
+	path := e.Path(types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()})
+	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(e.Dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("ECDS file %s: %w", path, err)
+	}
+	return nil
+}
+
+// Remove deletes the file of a WasmPlugin that is gone or no longer
+// annotated. Envoy keeps the configuration it last read.
+func (e *ECDS) Remove(key types.NamespacedName) error {
+	if err := os.Remove(e.Path(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}

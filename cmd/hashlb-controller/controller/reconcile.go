@@ -1,0 +1,333 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/hashlb/hashlb/cmd/hashlb-controller/services"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// AnnotationError is set on a WasmPlugin to the reason its services could
+// not be updated, and removed once they are again.
+const AnnotationError = "hashlb.io/error"
+
+// Event reasons.
+const (
+	ReasonUpdated  = "ServicesUpdated"
+	ReasonRejected = "ServicesRejected"
+)
+
+// maxMessage bounds the error annotation and event note (an Event's note
+// is limited to 1 kB).
+const maxMessage = 1000
+
+// Reconciler keeps one WasmPlugin's services equal to its Service's
+// endpoints.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// Debounce: see Options.Debounce.
+	Debounce time.Duration
+	// ECDS, when not nil, also writes each plugin's Envoy ECDS file.
+	ECDS *ECDS
+
+	now   func() time.Time // time.Now when nil (tests set a fake clock)
+	mu    sync.Mutex
+	state map[types.NamespacedName]*writeState
+}
+
+func (r *Reconciler) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// writeState is the debounce state of one WasmPlugin.
+type writeState struct {
+	lastWrite    time.Time // when its services were last written
+	pendingSince time.Time // when a difference was first seen; zero when none
+}
+
+// Reconcile brings one WasmPlugin up to date.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	wp := NewWasmPlugin()
+	if err := r.Client.Get(ctx, req.NamespacedName, wp); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, err
+	}
+	sel, ok, err := services.ParseAnnotations(wp.GetAnnotations())
+	if !ok {
+		return ctrl.Result{}, r.forget(req.NamespacedName)
+	}
+	if err != nil {
+		err = &badInput{err}
+	}
+	var list []services.Service
+	if err == nil {
+		list, err = r.endpoints(ctx, wp.GetNamespace(), sel)
+	}
+	var cfg map[string]any
+	if err == nil {
+		cfg, err = newConfig(wp, list)
+	}
+	if err != nil {
+		var bad *badInput
+		if errors.As(err, &bad) {
+			return ctrl.Result{}, r.reject(ctx, wp, err)
+		}
+		return ctrl.Result{}, err // the API server failed: retried with backoff
+	}
+
+	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
+	u := update{wp: wp, sel: sel, list: list, changed: !sameJSON(current, list),
+		hadError: wp.GetAnnotations()[AnnotationError] != ""}
+	if r.ECDS != nil {
+		if u.ecdsFile, err = r.ECDS.Resource(wp, cfg); err != nil {
+			return ctrl.Result{}, r.reject(ctx, wp, err)
+		}
+		u.ecdsStale = r.ECDS.Stale(wp, u.ecdsFile)
+	}
+	if !u.changed && !u.hadError && !u.ecdsStale {
+		r.settled(req.NamespacedName)
+		return ctrl.Result{}, nil
+	}
+	if wait := r.wait(req.NamespacedName); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	if err := r.apply(ctx, u); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.wrote(req.NamespacedName)
+	return ctrl.Result{}, nil
+}
+
+// update is what one reconcile found out of date.
+type update struct {
+	wp        *unstructured.Unstructured
+	sel       services.Selection
+	list      []services.Service
+	changed   bool   // the services differ from the object's
+	hadError  bool   // hashlb.io/error is set
+	ecdsFile  []byte // the ECDS file's content; nil without -ecds-dir
+	ecdsStale bool   // the file on disk differs from ecdsFile
+}
+
+// apply writes the services (clearing hashlb.io/error) and the ECDS file,
+// as u says, and records the change.
+func (r *Reconciler) apply(ctx context.Context, u update) error {
+	if u.changed || u.hadError {
+		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": json.RawMessage(services.JSON(u.list))}}}
+		if u.hadError {
+			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: nil}}
+		}
+		if err := r.patch(ctx, u.wp, body); err != nil {
+			return err
+		}
+	}
+	if u.ecdsStale {
+		if err := r.ECDS.Write(u.wp, u.ecdsFile); err != nil {
+			return err
+		}
+	}
+	enabled := 0
+	for _, s := range u.list {
+		if s.Enabled {
+			enabled++
+		}
+	}
+	if u.changed {
+		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeNormal, ReasonUpdated, "UpdateServices",
+			"%d services (%d enabled) from Service %s", len(u.list), enabled, u.sel.Service)
+	}
+	logf.FromContext(ctx).Info("services written", "service", u.sel.Service, "services", len(u.list),
+		"enabled", enabled, "patched", u.changed || u.hadError, "ecdsFileWritten", u.ecdsStale)
+	return nil
+}
+
+// endpoints reads the Service and its EndpointSlices.
+func (r *Reconciler) endpoints(ctx context.Context, ns string, sel services.Selection) ([]services.Service, error) {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: sel.Service}, svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, badf("%s: Service %s/%s not found", services.AnnotationService, ns, sel.Service)
+		}
+		return nil, err
+	}
+	port, err := services.ResolvePort(svc, sel.Port)
+	if err != nil {
+		return nil, &badInput{err}
+	}
+	var slices discoveryv1.EndpointSliceList
+	if err := r.Client.List(ctx, &slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: sel.Service}); err != nil {
+		return nil, err
+	}
+	list := services.FromSlices(slices.Items, port, sel.AddressType)
+	if len(list) == 0 {
+		if port == "" {
+			return nil, badf("Service %s/%s has no %s endpoints", ns, sel.Service, sel.AddressType)
+		}
+		return nil, badf("Service %s/%s has no %s endpoints for port %q", ns, sel.Service, sel.AddressType, port)
+	}
+	return list, nil
+}
+
+// badInput is an error in what the operator wrote or in the endpoints found:
+// reported on the WasmPlugin, not retried.
+type badInput struct{ error }
+
+func (b *badInput) Unwrap() error { return b.error }
+
+func badf(format string, args ...any) error { return &badInput{fmt.Errorf(format, args...)} }
+
+// newConfig is the WasmPlugin's pluginConfig with list as its services,
+// checked by lbcore as the filter will check it.
+func newConfig(wp *unstructured.Unstructured, list []services.Service) (map[string]any, error) {
+	cfg, found, err := unstructured.NestedMap(wp.Object, "spec", "pluginConfig")
+	if err != nil {
+		return nil, badf("spec.pluginConfig: %v", err)
+	}
+	if !found {
+		cfg = map[string]any{}
+	}
+	var generic any
+	if err := json.Unmarshal(services.JSON(list), &generic); err != nil {
+		return nil, err
+	}
+	cfg["services"] = generic
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, badf("spec.pluginConfig: %v", err)
+	}
+	if _, err := lbcore.ParseConfig(data); err != nil {
+		return nil, badf("lbcore refuses the configuration with the %d services found: %s",
+			len(list), strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return cfg, nil
+}
+
+// sameJSON reports whether the object's current services are list.
+func sameJSON(current any, list []services.Service) bool {
+	var want any
+	if err := json.Unmarshal(services.JSON(list), &want); err != nil {
+		return false
+	}
+	// Normalise current through JSON too (unstructured holds int64 and
+	// float64 where JSON has numbers).
+	data, err := json.Marshal(current)
+	if err != nil {
+		return false
+	}
+	var got any
+	if err := json.Unmarshal(data, &got); err != nil {
+		return false
+	}
+	return reflect.DeepEqual(got, want)
+}
+
+// reject reports why the services were not updated: the hashlb.io/error
+// annotation and a Warning event, once per distinct reason. The services
+// stay as they are.
+func (r *Reconciler) reject(ctx context.Context, wp *unstructured.Unstructured, cause error) error {
+	msg := cause.Error()
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-3] + "..."
+	}
+	if wp.GetAnnotations()[AnnotationError] == msg {
+		return nil
+	}
+	kept := 0
+	if cur, ok, _ := unstructured.NestedSlice(wp.Object, "spec", "pluginConfig", "services"); ok {
+		kept = len(cur)
+	}
+	if err := r.patch(ctx, wp, map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationError: msg}}}); err != nil {
+		return err
+	}
+	r.Recorder.Eventf(wp, nil, corev1.EventTypeWarning, ReasonRejected, "UpdateServices",
+		"%s; keeping the %d services already in spec.pluginConfig.services", msg, kept)
+	logf.FromContext(ctx).Info("services not updated", "reason", msg, "kept", kept)
+	return nil
+}
+
+// patch applies a JSON merge patch: only the keys in body change.
+func (r *Reconciler) patch(ctx context.Context, wp *unstructured.Unstructured, body map[string]any) error {
+	data, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	return r.Client.Patch(ctx, wp, client.RawPatch(types.MergePatchType, data))
+}
+
+// wait returns how long the debounce still holds back a write of key.
+func (r *Reconciler) wait(key types.NamespacedName) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stateOf(key)
+	now := r.clock()
+	if st.pendingSince.IsZero() {
+		st.pendingSince = now
+	}
+	due := st.pendingSince.Add(r.Debounce / 5)
+	if next := st.lastWrite.Add(r.Debounce); next.After(due) {
+		due = next
+	}
+	return due.Sub(now)
+}
+
+func (r *Reconciler) wrote(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.stateOf(key)
+	st.lastWrite, st.pendingSince = r.clock(), time.Time{}
+}
+
+func (r *Reconciler) settled(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := r.state[key]; st != nil {
+		st.pendingSince = time.Time{}
+	}
+}
+
+func (r *Reconciler) stateOf(key types.NamespacedName) *writeState {
+	if r.state == nil {
+		r.state = map[types.NamespacedName]*writeState{}
+	}
+	st := r.state[key]
+	if st == nil {
+		st = &writeState{}
+		r.state[key] = st
+	}
+	return st
+}
+
+// forget drops a WasmPlugin that is gone or no longer annotated, with its
+// ECDS file.
+func (r *Reconciler) forget(key types.NamespacedName) error {
+	r.mu.Lock()
+	delete(r.state, key)
+	r.mu.Unlock()
+	if r.ECDS != nil {
+		return r.ECDS.Remove(key)
+	}
+	return nil
+}
