@@ -29,8 +29,27 @@ func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *heal
 }
 
 // tick refreshes the view, ends the ejections that ran out and, when a probe
-// round is due and this worker holds the lease, probes every service.
+// round is due and this worker holds the lease, probes every service. A
+// draining plugin context (a newer configuration replaced it) never probes:
+// the new one does, so no service is probed twice a round.
 func (h *health) tick(now time.Time) {
+	h.refresh(now)
+	hc := h.p.cfg.HealthCheck
+	if hc == nil || h.p.draining || now.Before(h.nextRound) {
+		return
+	}
+	h.nextRound = now.Add(hc.Interval)
+	if !h.board.TakeLease(now, hc.Interval) {
+		return
+	}
+	for i := range h.p.cfg.Services {
+		h.probe(i, hc)
+	}
+}
+
+// refresh sets this worker's view of every service from the shared records
+// and ends the ejections that ran out.
+func (h *health) refresh(now time.Time) {
 	for i := range h.p.cfg.Services {
 		s := h.board.Read(i)
 		h.setDown(i, !s.Selectable(now))
@@ -40,17 +59,6 @@ func (h *health) tick(now time.Time) {
 		if c, ended := h.board.EndEjection(i, now); ended {
 			h.applied(i, &c, now)
 		}
-	}
-	hc := h.p.cfg.HealthCheck
-	if hc == nil || now.Before(h.nextRound) {
-		return
-	}
-	h.nextRound = now.Add(hc.Interval)
-	if !h.board.TakeLease(now, hc.Interval) {
-		return
-	}
-	for i := range h.p.cfg.Services {
-		h.probe(i, hc)
 	}
 }
 

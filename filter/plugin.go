@@ -16,9 +16,15 @@ import (
 type pluginContext struct {
 	types.DefaultPluginContext
 	id  uint32
+	vm  *vmContext
 	cfg *lbcore.Config
-	bal *lbcore.Balancer
-	m   *metrics
+	// root is the plugin's root_id (pluginRootID); draining is set when a
+	// newer configuration of it started in this VM: this context then only
+	// serves the streams it already has (no probes).
+	root     string
+	draining bool
+	bal      *lbcore.Balancer
+	m        *metrics
 	// fallbackNext is the round-robin position used when a decision panicked.
 	fallbackNext int
 	// health runs active and passive checks; nil when neither is configured.
@@ -76,6 +82,18 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("hashlb: reading plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
+	return p.start(data)
+}
+
+// start configures the plugin context from data. When a previous
+// configuration of the same plugin runs in this VM, what the workers know
+// about each service carries over to the new one by identity (lbcore.Carry):
+// health and ejections (shared records, read at once), active requests (the
+// old context's, seen at once; it keeps counting its streams until they
+// end), passive failure streaks; services the new configuration adds
+// start Pending when health checks are configured (probed in the first
+// round, at the first tick). The old context stops probing.
+func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	cfg, err := lbcore.ParseConfig(data)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -90,7 +108,8 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 	bal := lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
 	// must not read each other's buckets.
-	ns := "hashlb/" + pluginRootID()
+	root := pluginRootID()
+	ns := "hashlb/" + root
 	bal.EnablePersistence(sharedStore{}, ns)
 	var fl *fleet
 	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
@@ -101,16 +120,44 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	p.m, p.bal, p.in, p.hostLate, p.fleet = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority(), fl
+	p.m, p.bal, p.in, p.hostLate, p.fleet, p.root = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority(), fl, root
 	p.callIDLate = cfg.CompactCallIDOnlyAsFallback()
 	p.own = make([]int64, len(cfg.Services))
 	p.board = lbcore.NewLoadBoard(sharedStore{}, ns, cfg.Services, rand.Uint64())
 	if cfg.HealthCheck != nil || cfg.PassiveHealth != nil {
 		p.failing = make([]bool, len(cfg.Services))
-		p.health = newHealth(p, cfg, ns, rand.Uint64())
+		p.health = newHealth(p, cfg, ns, p.vm.me)
 	}
-	p.now = time.Now()
+	now := time.Now()
+	p.now = now
+	prev := p.vm.current(root)
+	var inherited []int64
+	if prev != nil && prev.cfg != nil {
+		carry := lbcore.CarryOver(prev.cfg.Services, cfg.Services)
+		if p.failing != nil && prev.failing != nil {
+			p.failing = lbcore.CarryValues(&carry, prev.failing)
+		}
+		if cfg.HealthCheck != nil {
+			for _, i := range carry.Added() {
+				p.health.board.Admit(i)
+			}
+		}
+		// Its requests in flight: republished for p.viewLoads, or, when it
+		// never published (no tick yet), added here; no key is created.
+		if !prev.board.Refresh(now, prev.own) {
+			inherited = lbcore.CarryValues(&carry, prev.own)
+		}
+	}
+	// Nothing below can fail: the context is started.
 	p.cfg = cfg
+	p.viewLoads(now)
+	for i, n := range inherited {
+		p.bal.SetActive(i, p.bal.Active(i)+n)
+	}
+	if p.health != nil {
+		p.health.refresh(now)
+	}
+	p.vm.started(root, p)
 	if cfg.ViaFilterState() {
 		proxywasm.LogInfof("hashlb: %s filter, %s over %d services, upstream in filter state %s", cfg.FilterType, cfg.LBMethod, len(cfg.Services), lbcore.OriginalDstFilterState)
 	} else {
@@ -159,6 +206,8 @@ func (p *pluginContext) OnPluginDone() bool {
 	}()
 	if p.cfg != nil {
 		p.m.flush()
+		p.board.Release()
+		p.vm.done(p.root, p)
 	}
 	return true
 }
@@ -167,6 +216,12 @@ func (p *pluginContext) OnPluginDone() bool {
 // workers', so least connection and bounded load see the whole proxy.
 func (p *pluginContext) shareLoads(now time.Time) {
 	p.board.Publish(now, p.own)
+	p.viewLoads(now)
+}
+
+// viewLoads sets the balancer's active counts from this worker's own and
+// the other workers' (and plugin contexts') published ones.
+func (p *pluginContext) viewLoads(now time.Time) {
 	others := p.board.Others(now)
 	for i := range p.own {
 		p.bal.SetActive(i, p.own[i]+others[i])

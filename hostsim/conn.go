@@ -154,7 +154,7 @@ func (c *Conn) Close(peer int) error {
 		return nil
 	}
 	s.finished = true
-	defer delete(v.streams, s.id)
+	defer v.forget(s)
 	if v.dead != nil {
 		return v.dead
 	}

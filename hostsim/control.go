@@ -68,10 +68,19 @@ func hostSetEffectiveContext(v *vm, p []uint64) uint64 {
 	return statusOK
 }
 
-// hostDone implements proxy_done: it completes a root context's deferred
-// shutdown. hostsim never defers one (see Stream.Finish, Host.Configure), so
-// there is nothing pending: NotFound, as cpp-host WasmBase::done answers.
-func hostDone(*vm, []uint64) uint64 { return statusNotFound }
+// hostDone implements proxy_done (cpp-host exports.cc done, WasmBase::done):
+// a root context whose proxy_on_done returned false finishes its shutdown;
+// proxy_on_delete follows once the running call returns. Any other context:
+// NotFound.
+func hostDone(v *vm, _ []uint64) uint64 {
+	r := v.roots[v.context()]
+	if r == nil || !r.done {
+		return statusNotFound
+	}
+	r.done = false // deleted once, after the call
+	v.pendingDelete = append(v.pendingDelete, r)
+	return statusOK
+}
 
 // hostContinueStream implements proxy_continue_stream(stream_type).
 func hostContinueStream(v *vm, p []uint64) uint64 { return v.continueStream(p[0]) }

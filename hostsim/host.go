@@ -74,6 +74,11 @@ type Host struct {
 	cfgMu   sync.Mutex // serialises Configure
 	plugin  []byte     // current plugin configuration
 	props   map[string][]byte
+	cm      wazero.CompiledModule
+	// canaried holds the canary's verdict per plugin configuration, as
+	// cpp-host's plugin_canary_cache_ does; canaries numbers their modules.
+	canaried map[string]bool
+	canaries int
 
 	// Callouts to Config.Clusters in flight (httpcall.go).
 	client  *http.Client
@@ -198,8 +203,10 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 			return fmt.Errorf("hostsim: host module %s: %w", mod, err)
 		}
 	}
+	h.cm = cm
+	h.canaried = map[string]bool{string(h.plugin): true}
 	for i := 0; i < h.cfg.Workers; i++ {
-		v, err := newVM(ctx, h, i, cm)
+		v, err := newVM(ctx, h, i, fmt.Sprintf("worker-%d", i), cm, h.plugin)
 		if err != nil {
 			return err
 		}
@@ -286,16 +293,28 @@ func (h *Host) MemorySize(worker int) uint32 {
 // SharedData returns the host's shared-data store, common to all its VMs.
 func (h *Host) SharedData() *SharedData { return h.shared }
 
-// Configure re-runs the plugin configuration on every worker, as Envoy does
-// for a config update that keeps the VM configuration: each VM keeps its
-// state, a new root context is created (proxy_on_context_create(new, 0),
-// proxy_on_configure), and on success the old root context is retired
-// (proxy_on_done, proxy_on_delete) while streams already running keep it. A
-// worker whose proxy_on_configure returns false keeps its old root context,
-// and the joined error names it.
+// Configure applies a new plugin configuration to the running host, as
+// Envoy does for a filter configuration update (xDS, ECDS) that keeps the VM
+// (same vm_id, VM configuration and code):
+//   - first a configuration canary (cpp-host WasmHandleBase::canary, its
+//     verdict cached per configuration): a fresh VM of the same code is
+//     started and configured with it (_initialize, proxy_on_context_create,
+//     proxy_on_vm_start, proxy_on_configure) and thrown away without
+//     proxy_on_done; shared data it writes stays. If it refuses the
+//     configuration, Configure returns the error and no worker sees it;
+//   - then each worker's VM gets a new root context (see vm.reconfigure)
+//     while the old one drains: streams already running keep it, it keeps
+//     ticking, and proxy_on_done and proxy_on_delete follow when its last
+//     stream ends.
+//
+// The same configuration again changes nothing. A worker whose new root
+// context fails keeps its old one, and the joined error names it.
 func (h *Host) Configure(config []byte) error {
 	h.cfgMu.Lock()
 	defer h.cfgMu.Unlock()
+	if err := h.canary(config); err != nil {
+		return err
+	}
 	var errs []error
 	for _, v := range h.vms {
 		if err := v.reconfigure(config); err != nil {
@@ -306,4 +325,51 @@ func (h *Host) Configure(config []byte) error {
 		h.plugin = config
 	}
 	return errors.Join(errs...)
+}
+
+// errCanaryDone marks a canary VM as gone, so that nothing calls it again.
+var errCanaryDone = errors.New("hostsim: configuration canary done")
+
+// canary runs the configuration canary for config unless its verdict is cached.
+func (h *Host) canary(config []byte) error {
+	if ok, seen := h.canaried[string(config)]; seen {
+		if !ok {
+			return errors.New("hostsim: configuration canary: proxy_on_configure refused this configuration")
+		}
+		return nil
+	}
+	h.canaries++
+	ctx := context.Background()
+	v, err := newVM(ctx, h, -1, fmt.Sprintf("canary-%d", h.canaries), h.cm, config)
+	if v != nil {
+		v.mu.Lock()
+		v.dead = errCanaryDone
+		v.mu.Unlock()
+		v.mod.Close(ctx)
+	}
+	if err != nil {
+		var te *TrapError
+		if errors.As(err, &te) && te.Call == "proxy_on_configure" {
+			h.canaried[string(config)] = false // cpp-host caches only this refusal
+		}
+		return fmt.Errorf("hostsim: configuration canary: %w", err)
+	}
+	h.canaried[string(config)] = true
+	return nil
+}
+
+// RootContexts returns worker's root contexts: the current one, and those
+// that a newer configuration replaced and that still wait for their streams
+// (or for proxy_done), in creation order.
+func (h *Host) RootContexts(worker int) (current uint32, draining []uint32) {
+	v := h.vms[worker]
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for id := range v.roots {
+		if id != v.root.id {
+			draining = append(draining, id)
+		}
+	}
+	sort.Slice(draining, func(i, j int) bool { return draining[i] < draining[j] })
+	return v.root.id, draining
 }

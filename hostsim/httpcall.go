@@ -101,6 +101,9 @@ func (v *vm) deliverCallouts() {
 	for len(v.callouts) > 0 && v.dead == nil {
 		c := v.callouts[0]
 		v.callouts = v.callouts[1:]
+		if v.roots[c.root] == nil {
+			continue // its root context was deleted: Envoy cancels its callouts
+		}
 		handler := v.h.cfg.HTTPCall
 		if handler == nil {
 			handler = LoopbackHTTP

@@ -106,6 +106,7 @@ func (h *Host) Stream(worker int) *Stream {
 	}
 	if v.dead == nil {
 		v.streams[s.id] = s
+		v.root.streams++
 		v.call("proxy_on_context_create", uint64(s.id), uint64(s.root))
 	}
 	return s
@@ -113,6 +114,10 @@ func (h *Host) Stream(worker int) *Stream {
 
 // ID returns the stream's context id.
 func (s *Stream) ID() uint32 { return s.id }
+
+// Root returns the id of the root context the stream belongs to: the one
+// that was current when it was created.
+func (s *Stream) Root() uint32 { return s.root }
 
 // Property returns a property of the stream as the module would read it
 // (path dotted, e.g. "source.address", or NUL-separated).
@@ -275,7 +280,7 @@ func (s *Stream) Finish() error {
 		// the stream's context goes away and nothing resumes it.
 		s.resolve(Result{Action: ActionPause, Err: ErrStreamFinished})
 	}
-	defer delete(v.streams, s.id)
+	defer v.forget(s)
 	if v.dead != nil {
 		return v.dead
 	}

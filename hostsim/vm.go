@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -37,6 +38,13 @@ type rootCtx struct {
 	id       uint32
 	period   time.Duration // tick period, 0 = off
 	nextTick time.Time
+	config   []byte // the plugin configuration it was configured with
+	streams  int    // its stream and connection contexts not yet finished
+	// draining: a newer configuration replaced it; it lives on for its
+	// streams, then retire runs proxy_on_done.
+	draining bool
+	// done: proxy_on_done returned false; proxy_done completes it.
+	done bool
 }
 
 // vm is one worker: one module instance, single-threaded behind mu.
@@ -73,12 +81,17 @@ type vm struct {
 	nextToken        uint32
 	settling         bool // settle is running (stream.go)
 	paused           int  // streams whose request is paused (reqPaused)
+	// pendingDelete are root contexts that called proxy_done: deleted after
+	// the running call, as cpp-host defers it (addAfterVmCallAction).
+	pendingDelete []*rootCtx
 }
 
-func newVM(ctx context.Context, h *Host, id int, cm wazero.CompiledModule) (*vm, error) {
-	v := &vm{h: h, id: id, roots: map[uint32]*rootCtx{}, streams: map[uint32]*Stream{}, exports: map[string]api.Function{}}
+// newVM instantiates cm as worker id (module name) and starts it with the
+// plugin configuration plugin.
+func newVM(ctx context.Context, h *Host, id int, name string, cm wazero.CompiledModule, plugin []byte) (*vm, error) {
+	v := &vm{h: h, id: id, roots: map[uint32]*rootCtx{}, streams: map[uint32]*Stream{}, exports: map[string]api.Function{}, plugin: plugin}
 	v.ctx = context.WithValue(context.Background(), vmKey{}, v)
-	mc := wazero.NewModuleConfig().WithName(fmt.Sprintf("worker-%d", id)).WithStartFunctions()
+	mc := wazero.NewModuleConfig().WithName(name).WithStartFunctions()
 	mod, err := h.rt.InstantiateModule(v.ctx, cm, mc)
 	if err != nil {
 		return nil, fmt.Errorf("hostsim: worker %d: instantiate: %w", id, err)
@@ -90,7 +103,7 @@ func newVM(ctx context.Context, h *Host, id int, cm wazero.CompiledModule) (*vm,
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err := v.start(); err != nil {
-		return nil, err
+		return v, err
 	}
 	return v, nil
 }
@@ -114,7 +127,6 @@ func (v *vm) start() error {
 	}
 	v.nextID++
 	r := &rootCtx{id: v.nextID}
-	v.plugin = v.h.plugin
 	v.bufPlugin = true
 	_, err := v.call("proxy_on_context_create", uint64(r.id), 0)
 	v.bufPlugin = false
@@ -130,6 +142,7 @@ func (v *vm) start() error {
 	if v.export("proxy_on_vm_start") != nil && uint32(ok) == 0 {
 		return v.fail("proxy_on_vm_start", "proxy_on_vm_start returned false")
 	}
+	r.config = v.plugin
 	v.roots[r.id], v.root = r, r
 	if err := v.configure(r, v.plugin); err != nil {
 		return v.fail("proxy_on_configure", err.Error())
@@ -150,6 +163,18 @@ func (v *vm) configure(r *rootCtx, config []byte) error {
 	return nil
 }
 
+// reconfigure gives the VM a new plugin configuration as Envoy does for a
+// plugin whose VM (vm_id, VM configuration, code) is unchanged: cpp-host
+// getOrCreateThreadLocalPlugin finds the worker's VM by its key and calls
+// WasmBase::start, which creates a new root context (ContextBase::onStart:
+// proxy_on_context_create(id, 0) with the plugin configuration readable, then
+// proxy_on_vm_start), then WasmBase::configure (proxy_on_configure). A
+// configuration equal to that of a live root context (same plugin key) reuses
+// that context and calls nothing. On success the old root context drains:
+// Envoy's stream contexts hold its PluginHandle, so it keeps ticking and
+// serving its streams, and the handle's destructor (startShutdown) runs
+// proxy_on_done, then proxy_on_delete, once the last of them ends (retire).
+// A failure deletes the new context and keeps the old one current.
 func (v *vm) reconfigure(config []byte) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -157,14 +182,33 @@ func (v *vm) reconfigure(config []byte) error {
 		return v.dead
 	}
 	old := v.root
+	for _, r := range v.roots {
+		if !r.done && bytes.Equal(r.config, config) {
+			if r != old {
+				r.draining, old.draining = false, true
+				v.root, v.plugin = r, config
+				v.retireIfIdle(old)
+			}
+			return nil
+		}
+	}
 	v.nextID++
-	r := &rootCtx{id: v.nextID}
+	r := &rootCtx{id: v.nextID, config: config}
 	v.roots[r.id] = r
 	saved := v.plugin
 	v.plugin = config // readable as PluginConfiguration during these calls
 	v.bufPlugin = true
 	_, err := v.call("proxy_on_context_create", uint64(r.id), 0)
 	v.bufPlugin = false
+	if err == nil {
+		v.bufVM = true
+		var ok uint64
+		ok, err = v.call("proxy_on_vm_start", uint64(r.id), uint64(len(v.h.cfg.VMConfig)))
+		v.bufVM = false
+		if err == nil && v.export("proxy_on_vm_start") != nil && uint32(ok) == 0 {
+			err = errors.New("proxy_on_vm_start returned false")
+		}
+	}
 	if err == nil {
 		err = v.configure(r, config)
 	}
@@ -177,10 +221,55 @@ func (v *vm) reconfigure(config []byte) error {
 		return err
 	}
 	v.root = r
-	v.call("proxy_on_done", uint64(old.id))
-	v.call("proxy_on_delete", uint64(old.id))
-	delete(v.roots, old.id)
+	old.draining = true
+	v.retireIfIdle(old)
 	return nil
+}
+
+// retireIfIdle retires a draining root context that has no stream left.
+func (v *vm) retireIfIdle(r *rootCtx) {
+	if r.draining && !r.done && r.streams == 0 {
+		v.retire(r)
+	}
+}
+
+// retire is cpp-host WasmBase::startShutdown(plugin_key): proxy_on_done; when
+// it returns true proxy_on_delete follows at once, else the context waits
+// (still ticking, as Envoy's timer finds it by id) for the module's
+// proxy_done (hostDone).
+func (v *vm) retire(r *rootCtx) {
+	ok, err := v.call("proxy_on_done", uint64(r.id))
+	if err != nil {
+		delete(v.roots, r.id)
+		return
+	}
+	if v.export("proxy_on_done") != nil && uint32(ok) == 0 {
+		r.done = true
+		return
+	}
+	v.deleteRoot(r)
+}
+
+// deleteRoot is ContextBase::onDelete for a root context: proxy_on_delete,
+// and its ticks and callouts end with it.
+func (v *vm) deleteRoot(r *rootCtx) {
+	delete(v.roots, r.id)
+	v.call("proxy_on_delete", uint64(r.id))
+}
+
+// forget removes a finished stream or connection and retires its root
+// context when that was the last one of a draining root.
+func (v *vm) forget(s *Stream) {
+	if _, ok := v.streams[s.id]; !ok {
+		return
+	}
+	delete(v.streams, s.id)
+	if r := v.roots[s.root]; r != nil {
+		r.streams--
+		if v.dead == nil {
+			v.retireIfIdle(r)
+		}
+	}
 }
 
 // fail marks the VM dead with reason (unless it already is) and returns the error.
@@ -229,6 +318,11 @@ func (v *vm) call(name string, args ...uint64) (uint64, error) {
 	}
 	v.deliverCallouts()
 	v.settle()
+	for len(v.pendingDelete) > 0 && v.dead == nil {
+		r := v.pendingDelete[0]
+		v.pendingDelete = v.pendingDelete[1:]
+		v.deleteRoot(r)
+	}
 	if len(res) == 0 {
 		return 0, nil
 	}

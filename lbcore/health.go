@@ -65,8 +65,13 @@ func (h *HealthCheck) ProbeAuthority(addr string) string {
 type ServiceHealth struct {
 	// Down is the active checks' verdict: DOWN after UnhealthyThreshold
 	// failed probes in a row, UP again after HealthyThreshold good ones.
-	// A service starts UP, so a new or reloaded configuration serves at once.
+	// A service without a record is UP, so a filter's first configuration
+	// serves at once; a service that a reconfiguration adds starts Pending.
 	Down bool
+	// Pending: DOWN because it was never probed (HealthBoard.Admit). Its
+	// first probe decides: a good one brings it UP, as Envoy's first health
+	// check of a new host does whatever healthy_threshold says.
+	Pending bool
 	// Streak counts consecutive probe results that go against Down.
 	Streak uint8
 	// Failures counts consecutive failed responses (passive health).
@@ -82,6 +87,11 @@ func (s *ServiceHealth) Selectable(now time.Time) bool {
 
 // Probe records one active probe result and reports whether Down changed.
 func (h *HealthCheck) Probe(s *ServiceHealth, ok bool) (changed bool) {
+	if s.Pending {
+		s.Pending, s.Streak = false, 0
+		s.Down = !ok
+		return ok
+	}
 	if ok != s.Down { // the result agrees with the current state
 		s.Streak = 0
 		return false
@@ -123,7 +133,10 @@ const healthSize = 1 + 1 + 1 + 4 + 8
 // EncodeHealth appends the record's shared-data form to dst.
 func EncodeHealth(dst []byte, s *ServiceHealth) []byte {
 	down := byte(0)
-	if s.Down {
+	switch {
+	case s.Pending:
+		down = 2
+	case s.Down:
 		down = 1
 	}
 	dst = append(dst, 1, down, s.Streak)
@@ -138,7 +151,7 @@ func DecodeHealth(b []byte) (s ServiceHealth, ok bool) {
 	if len(b) != healthSize || b[0] != 1 {
 		return ServiceHealth{}, false
 	}
-	s.Down, s.Streak = b[1] == 1, b[2]
+	s.Down, s.Pending, s.Streak = b[1] == 1 || b[1] == 2, b[1] == 2, b[2]
 	s.Failures = binary.LittleEndian.Uint32(b[3:])
 	s.EjectedUntil = int64(binary.LittleEndian.Uint64(b[7:]))
 	return s, true

@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"encoding/binary"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -17,6 +18,7 @@ type HealthBoard struct {
 	store    Store
 	keys     []string
 	leaseKey string
+	marker   string
 	me       uint64
 }
 
@@ -24,7 +26,7 @@ type HealthBoard struct {
 // identifies this worker for the lease (for example a random number drawn
 // at start).
 func NewHealthBoard(s Store, namespace string, services []Service, me uint64) *HealthBoard {
-	b := &HealthBoard{store: s, leaseKey: namespace + "/h/lease", me: me | 1}
+	b := &HealthBoard{store: s, leaseKey: namespace + "/h/lease", marker: namespace + "/h/c", me: me | 1}
 	for _, svc := range services {
 		b.keys = append(b.keys, namespace+"/h/"+strconv.FormatUint(svc.ID, 16))
 	}
@@ -40,6 +42,18 @@ func (b *HealthBoard) Read(i int) ServiceHealth {
 	}
 	s, _ := DecodeHealth(v)
 	return s
+}
+
+// Admit gives service i, which a reconfiguration added, a Pending record
+// (DOWN until its first probe) unless it has a record: a service that was
+// in the pool before keeps what the workers knew of it. It reports whether
+// it wrote one. Workers admitting one service at once write the same record.
+func (b *HealthBoard) Admit(i int) bool {
+	if _, _, err := b.store.Get(b.keys[i]); !errors.Is(err, ErrNotFound) {
+		return false
+	}
+	var buf [healthSize]byte
+	return CreateKey(b.store, b.marker, b.keys[i], EncodeHealth(buf[:0], &ServiceHealth{Down: true, Pending: true})) == nil
 }
 
 // Change is one update of a service's record: the record before and after,

@@ -146,3 +146,52 @@ func TestLastServiceNeverEjected(t *testing.T) {
 		t.Error("two failures in a row did not eject a service that has company")
 	}
 }
+
+// TestAdmitPending: a service a reconfiguration adds is DOWN until its first
+// probe, which alone decides (Envoy's first health check of a new host); a
+// service that already has a record keeps it.
+func TestAdmitPending(t *testing.T) {
+	hc := &HealthCheck{HealthyThreshold: 2, UnhealthyThreshold: 3}
+	tests := []struct {
+		name       string
+		before     *ServiceHealth // nil: no record
+		probes     []bool
+		wantAdmit  bool
+		wantUp     bool
+		wantChange int // transitions the probes made
+	}{
+		{name: "new service, first probe good: UP at once", probes: []bool{true}, wantAdmit: true, wantUp: true, wantChange: 1},
+		{name: "new service, no probe yet: DOWN", wantAdmit: true, wantUp: false},
+		{name: "new service, first probe failed: DOWN, then the healthy threshold", probes: []bool{false, true}, wantAdmit: true, wantUp: false},
+		{name: "new service, first probe failed, then two good ones", probes: []bool{false, true, true}, wantAdmit: true, wantUp: true, wantChange: 1},
+		{name: "known UP service keeps its record", before: &ServiceHealth{}, wantUp: true},
+		{name: "known DOWN service keeps its record", before: &ServiceHealth{Down: true}, probes: []bool{true}, wantUp: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := healthBoards(t, 2)
+			if tc.before != nil {
+				b[0].Update(1, func(s *ServiceHealth) bool { *s = *tc.before; return false })
+			}
+			if got := b[0].Admit(1); got != tc.wantAdmit {
+				t.Fatalf("Admit(1) = %v, want %v", got, tc.wantAdmit)
+			}
+			if b[1].Admit(1) {
+				t.Error("a second worker's Admit(1) wrote again")
+			}
+			changes := 0
+			for _, ok := range tc.probes {
+				if c, _ := b[1].Update(1, func(s *ServiceHealth) bool { return hc.Probe(s, ok) }); c.Changed {
+					changes++
+				}
+			}
+			s := b[0].Read(1)
+			if s.Selectable(epoch) != tc.wantUp || changes != tc.wantChange {
+				t.Errorf("after probes %v: selectable %v with %d transitions (%+v), want %v with %d", tc.probes, s.Selectable(epoch), changes, s, tc.wantUp, tc.wantChange)
+			}
+			if got := b[0].Read(0); !got.Selectable(epoch) {
+				t.Errorf("service 0 (not admitted) reads %+v, want UP", got)
+			}
+		})
+	}
+}

@@ -116,6 +116,31 @@ func (b *LoadBoard) Publish(now time.Time, own []int64) bool {
 	return false
 }
 
+// Refresh republishes this worker's counts in the slot it holds, and claims
+// none: it reports false when the worker holds no slot (it never published),
+// so that a caller wanting the counts seen at once passes them on itself.
+func (b *LoadBoard) Refresh(now time.Time, own []int64) bool {
+	if b.slot < 0 {
+		return false
+	}
+	return b.Publish(now, own)
+}
+
+// Release gives up this worker's slot: its counts stop counting at once
+// (the heartbeat reads as expired) and the slot may be taken over. A plugin
+// context calls it when it goes away (proxy_on_done), after its last
+// request ended.
+func (b *LoadBoard) Release() {
+	if b.slot < 0 {
+		return
+	}
+	v, cas, err := b.store.Get(b.key(b.slot))
+	if owner, _, ok := slotOwner(v); err == nil && ok && owner == b.me {
+		b.store.Set(b.key(b.slot), b.encode(time.UnixMilli(0), make([]int64, len(b.ids))), cas)
+	}
+	b.slot = -1
+}
+
 // Others returns the summed counts of every other worker's fresh slot, in
 // service order. The slice is reused by the next call.
 func (b *LoadBoard) Others(now time.Time) []int64 {

@@ -52,3 +52,39 @@ func TestLoadBoardByIdentity(t *testing.T) {
 		t.Errorf("counts across a reload = %v, want [6 7]", got)
 	}
 }
+
+// TestLoadBoardRelease: a plugin context that goes away stops counting at
+// once, and a new one takes its slot.
+func TestLoadBoardRelease(t *testing.T) {
+	c := mustConfig(t, pool("LEASTCONNECTION", 2, ""))
+	st := NewMemStore()
+	old, next := NewLoadBoard(st, "ns", c.Services, 1), NewLoadBoard(st, "ns", c.Services, 2)
+	old.Publish(epoch, []int64{4, 1})
+	if got := next.Others(epoch); !slices.Equal(got, []int64{4, 1}) {
+		t.Fatalf("Others while the old context drains = %v, want [4 1]", got)
+	}
+	old.Release()
+	if got := next.Others(epoch); !slices.Equal(got, []int64{0, 0}) {
+		t.Errorf("Others after Release = %v, want [0 0]", got)
+	}
+	if !next.Publish(epoch, []int64{1, 1}) || next.slot != 0 {
+		t.Errorf("after Release the new context claimed slot %d, want the released slot 0", next.slot)
+	}
+}
+
+// TestLoadBoardRefresh: Refresh updates a held slot and never claims one.
+func TestLoadBoardRefresh(t *testing.T) {
+	c := mustConfig(t, pool("LEASTCONNECTION", 2, ""))
+	st := NewMemStore()
+	b, other := NewLoadBoard(st, "ns", c.Services, 1), NewLoadBoard(st, "ns", c.Services, 2)
+	if b.Refresh(epoch, []int64{1, 1}) || st.Len() != 0 {
+		t.Fatalf("Refresh without a slot wrote %d keys, want none", st.Len())
+	}
+	b.Publish(epoch, []int64{1, 1})
+	if !b.Refresh(epoch, []int64{3, 0}) {
+		t.Fatal("Refresh of a held slot failed")
+	}
+	if got := other.Others(epoch); !slices.Equal(got, []int64{3, 0}) {
+		t.Errorf("Others after Refresh = %v, want [3 0]", got)
+	}
+}

@@ -28,7 +28,17 @@
 //    "filter": "",             "http" or "network": the Envoy filter that runs the plugin, whatever
 //                              its filterType says (default: the one filterType names)
 //    "etcdClusters": [],       clusters whose calls MiniEtcd answers (below)
-//    "etcdAnswers": "etcd"}    "hostile": MiniEtcd answers every call with a hostile body instead
+//    "etcdAnswers": "etcd",    "hostile": MiniEtcd answers every call with a hostile body instead
+//    "reconfigure": {"every": 1000, "window": 50, "configs": ["<config>", ...]}}
+//                              optional: every "every" requests (warm-up included) the next of
+//                              "configs" (cycled) is applied to the running VM as Envoy applies a
+//                              new filter configuration for the same code: a new root context
+//                              (proxy_on_context_create with that configuration readable,
+//                              proxy_on_vm_start, proxy_on_configure; one "reconfigure" line with
+//                              its wall time in ms), then the old root context's proxy_on_done and,
+//                              when that returns true, proxy_on_delete (no stream is in flight
+//                              here, so it drains at once). The "window" requests after each one
+//                              are counted in their own class, "<class> (after reconfigure)".
 // With "filterType": "network" in the configuration each REQUEST is a TCP connection instead
 // (envoy.filters.network.wasm; Envoy source/extensions/common/wasm/context.cc): its source and
 // dest are the connection's addresses, its headers are not used; the outcome is the address the
@@ -757,7 +767,7 @@ class VM {
       proxy_continue_request: () => env.proxy_continue_stream(0),
       proxy_continue_response: () => S.Ok,
       proxy_clear_route_cache: () => S.Ok,
-      proxy_get_configuration: (pp, sp) => (vm.ctx().pluginConfigReadable ? (vm.copyOut(vm.run.config, pp, sp) ? S.Ok : S.InvalidMemoryAccess) : S.NotFound),
+      proxy_get_configuration: (pp, sp) => (vm.ctx().pluginConfigReadable ? (vm.copyOut(vm.ctx().pluginConfig ?? vm.run.config, pp, sp) ? S.Ok : S.InvalidMemoryAccess) : S.NotFound),
       pthread_equal: (a, b) => (a === b ? 1 : 0),
       emscripten_notify_memory_growth: () => {},
       envoy_resolve_dns: () => S.BadArgument,
@@ -802,7 +812,7 @@ class VM {
       const c = vm.ctx();
       if (type > 8) return undefined;
       if (type === 4) return vm.callResp ? vm.callResp.body : null;
-      if (type === 7) return c.pluginConfigReadable ? vm.run.config : null;
+      if (type === 7) return c.pluginConfigReadable ? c.pluginConfig ?? vm.run.config : null;
       if (type === 6) return ''; // the VM configuration: none
       if (type === 1) return c.kind === 'stream' && c.responseBody !== undefined ? c.responseBody : '';
       if (type === 0) return '';
@@ -869,6 +879,8 @@ function loadJob(job, phaseCache) {
     intervalNs: BigInt(Math.round((job.requestIntervalMs ?? 1) * 1e6)), slowUs: (job.slowMs ?? 50) * 1000,
     budgetMs: job.budgetMs ?? 0, recheckUs: job.recheckUs ?? 0, perRequest: !!job.perRequest, finalTick: !!job.finalTick,
     filter: job.filter === 'http' || job.filter === 'network' ? job.filter : '',
+    reconfigure: job.reconfigure && Array.isArray(job.reconfigure.configs) && job.reconfigure.configs.length > 0 && job.reconfigure.every > 0
+      ? { every: job.reconfigure.every, window: job.reconfigure.window ?? 0, configs: job.reconfigure.configs.map(bytes) } : null,
     etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
     etcdAnswers: job.etcdAnswers === 'hostile' ? 'hostile' : 'etcd',
     phases: job.phases.map((ph) => {
@@ -1057,12 +1069,48 @@ function startVM(run, compiled, phase) {
   return { vm, root };
 }
 
+// reconfigure applies config to the running VM as a new root context (cpp-host WasmBase::start
+// and configure: ContextBase::onStart, onConfigure), then shuts the old one down
+// (WasmBase::startShutdown: proxy_on_done, then proxy_on_delete when it returned true). It emits
+// a "reconfigure" line and returns the new root, or null when the configuration was refused or
+// the VM trapped (the old root stays current, as it does for Envoy's rejected update).
+function reconfigure(vm, old, config, phase, at) {
+  const root = vm.addContext('root', 0);
+  root.pluginConfig = config;
+  const t = process.hrtime.bigint();
+  root.pluginConfigReadable = true;
+  vm.call(root, 'proxy_on_context_create', root.id, 0);
+  root.pluginConfigReadable = false;
+  const vmStart = vm.call(root, 'proxy_on_vm_start', root.id, 0);
+  let configure = null;
+  if (!vm.dead && vmStart !== 0) {
+    root.pluginConfigReadable = true;
+    configure = vm.call(root, 'proxy_on_configure', root.id, config.length);
+    root.pluginConfigReadable = false;
+  }
+  const ms = Number(process.hrtime.bigint() - t) / 1e6;
+  const ok = !vm.dead && vmStart !== 0 && configure !== 0;
+  if (!ok) {
+    if (!vm.dead) vm.call(root, 'proxy_on_delete', root.id);
+    vm.contexts.delete(root.id);
+    emit({ type: 'reconfigure', phase: phase.name, request: at, ok: false, ms: Math.round(ms * 100) / 100, logs: vm.errorLogs.slice(-5).map(show) });
+    return null;
+  }
+  const done = vm.call(old, 'proxy_on_done', old.id);
+  if (done !== 0) { vm.call(old, 'proxy_on_delete', old.id); vm.contexts.delete(old.id); }
+  emit({ type: 'reconfigure', phase: phase.name, request: at, ok: true, ms: Math.round(ms * 100) / 100, memory: vm.mem.memory.buffer.byteLength });
+  return root;
+}
+
 function runPhase(run, compiled, phase) {
   const job = run.job;
   const t0 = process.hrtime.bigint();
   const started = startVM(run, compiled, phase);
   if (!started.vm) return started.result;
-  const { vm, root } = started;
+  const { vm } = started;
+  let { root } = started;
+  const rc = job.reconfigure;
+  let reconfigured = 0, lastReconfigure = -Infinity;
   const trapLine = (extra) => ({ type: 'trap', phase: phase.name, ...extra, callback: vm.dead.callback, error: vm.dead.error, stderr: vm.stderr.slice(-4000), errorLogs: vm.errorLogs.slice(-5) });
 
   const names = outcomeHeaders(run.config);
@@ -1071,7 +1119,13 @@ function runPhase(run, compiled, phase) {
   const total = job.warmup + job.repeat, reqs = phase.requests;
   let ran = 0, slow = 0, memoryAfterWarmup = 0, stopped = null, slowest = null;
   for (let i = 0; i < total && reqs.length > 0; i++) {
-    const req = reqs[i % reqs.length], measured = i >= job.warmup;
+    const req0 = reqs[i % reqs.length], measured = i >= job.warmup;
+    if (rc && i > 0 && i % rc.every === 0) {
+      const next = reconfigure(vm, root, rc.configs[reconfigured++ % rc.configs.length], phase, i);
+      if (vm.dead) { emit(trapLine({ class: '(reconfigure)', request: i })); break; }
+      if (next) { root = next; lastReconfigure = i; }
+    }
+    const req = i - lastReconfigure < (rc?.window ?? 0) ? { ...req0, class: `${req0.class} (after reconfigure)` } : req0;
     if (vm.tickMs > 0) {
       const nowMs = Number(vm.clockOffsetNs / 1000000n);
       if (nowMs >= vm.nextTick) { vm.nextTick = nowMs + vm.tickMs; vm.ticks++; vm.call(root, 'proxy_on_tick', root.id); }

@@ -52,6 +52,9 @@ func proxyRecordMetric(id uint32, val uint64) uint32
 //go:wasmimport env proxy_get_metric
 func proxyGetMetric(id uint32, val unsafe.Pointer) uint32
 
+//go:wasmimport env proxy_done
+func proxyDone() uint32
+
 //go:wasmimport env proxy_get_log_level
 func proxyGetLogLevel(ptr unsafe.Pointer) uint32
 

@@ -11,6 +11,10 @@ var (
 	gauge    uint32
 	hist     uint32
 	config   string
+	// roots holds each root context's configuration; held, the roots whose
+	// proxy_on_done returned false (configuration "hold").
+	roots = map[uint32]string{}
+	held  = map[uint32]bool{}
 )
 
 //go:wasmexport proxy_on_context_create
@@ -19,6 +23,7 @@ func onContextCreate(id, root uint32) {
 	if root == 0 {
 		c, st := buffer(7)
 		logf(2, "create root: plugin config "+itoa(int64(st))+" "+c)
+		logf(0, "root "+itoa(int64(id))+" created")
 	}
 }
 
@@ -35,6 +40,7 @@ func onVMStart(root, size uint32) uint32 {
 func onConfigure(root, size uint32) uint32 {
 	keep = keep[:0]
 	config, _ = buffer(7)
+	roots[root] = config
 	logf(2, "configure: "+config)
 	for _, m := range []struct {
 		t    uint32
@@ -43,8 +49,8 @@ func onConfigure(root, size uint32) uint32 {
 	}{{0, "requests", &requests}, {1, "inflight", &gauge}, {2, "latency", &hist}} {
 		proxyDefineMetric(m.t, ptr(m.name), uint32(len(m.name)), unsafe.Pointer(m.id))
 	}
-	if strings.HasPrefix(config, "tick=") {
-		proxySetTickPeriod(uint32(atoi(config[5:])))
+	if i := strings.Index(config, "tick="); i >= 0 {
+		proxySetTickPeriod(uint32(atoi(config[i+5:])))
 	}
 	return boolU32(config != "bad")
 }
@@ -59,6 +65,9 @@ func boolU32(b bool) uint32 {
 func atoi(s string) int {
 	n := 0
 	for _, c := range s {
+		if c < '0' || c > '9' {
+			break
+		}
 		n = n*10 + int(c-'0')
 	}
 	return n
@@ -70,6 +79,10 @@ func onTick(root uint32) {
 	var now uint64
 	proxyGetTime(unsafe.Pointer(&now))
 	logf(2, "tick "+itoa(int64(now/1e9)))
+	logf(0, "root "+itoa(int64(root))+" tick")
+	if held[root] {
+		logf(0, "root "+itoa(int64(root))+" proxy_done "+itoa(int64(proxyDone())))
+	}
 }
 
 //go:wasmexport proxy_on_request_headers
@@ -139,10 +152,27 @@ func onLog(id uint32) {
 }
 
 //go:wasmexport proxy_on_done
-func onDone(id uint32) bool { return true }
+func onDone(id uint32) bool {
+	c, ok := roots[id]
+	if !ok {
+		return true
+	}
+	logf(0, "root "+itoa(int64(id))+" done")
+	if strings.Contains(c, "hold") {
+		held[id] = true
+		return false
+	}
+	return true
+}
 
 //go:wasmexport proxy_on_delete
-func onDelete(id uint32) {}
+func onDelete(id uint32) {
+	if _, ok := roots[id]; ok {
+		logf(0, "root "+itoa(int64(id))+" deleted")
+		delete(roots, id)
+		delete(held, id)
+	}
+}
 
 //go:wasmexport proxy_on_http_call_response
 func onHTTPCallResponse(root, token, nh, bodySize, nt uint32) {
