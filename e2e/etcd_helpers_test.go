@@ -131,11 +131,10 @@ func etcdBinary(t testing.TB) string {
 	return bin
 }
 
-// startEtcdBinary runs the etcd binary bin (3.4's flags) with its data in dir
-// on free loopback ports, waits until its JSON gateway answers, and returns
-// its client address and a stop function (also run at t's cleanup).
-func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop func()) {
-	t.Helper()
+// etcdCommand is the command that runs the etcd binary bin (3.4's flags) as
+// a one-member cluster with its data in dir on free loopback ports, and its
+// client URL.
+func etcdCommand(t testing.TB, bin, dir string) (*exec.Cmd, string) {
 	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
 	cmd := exec.Command(bin, "--name", "hashlb-e2e", "--data-dir", dir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,
@@ -147,6 +146,15 @@ func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop fun
 	default:
 		cmd.Env = append(cmd.Env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
 	}
+	return cmd, client
+}
+
+// startEtcdBinary runs the etcd binary bin (3.4's flags) with its data in dir
+// on free loopback ports, waits until its JSON gateway answers, and returns
+// its client address and a stop function (also run at t's cleanup).
+func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop func()) {
+	t.Helper()
+	cmd, client := etcdCommand(t, bin, dir)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

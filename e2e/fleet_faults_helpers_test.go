@@ -12,7 +12,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,17 +35,7 @@ type etcdProc struct {
 // until its gateway answers. It is killed at t's cleanup.
 func startEtcdProc(t testing.TB, bin, dir string) *etcdProc {
 	t.Helper()
-	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	cmd := exec.Command(bin, "--name", "hashlb-e2e", "--data-dir", dir,
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "hashlb-e2e="+peer, "--log-level", "error")
-	cmd.Env = os.Environ()
-	switch runtime.GOARCH {
-	case "amd64", "ppc64le", "s390x":
-	default:
-		cmd.Env = append(cmd.Env, "ETCD_UNSUPPORTED_ARCH="+runtime.GOARCH)
-	}
+	cmd, client := etcdCommand(t, bin, dir)
 	e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &syncBuffer{}}
 	cmd.Stdout, cmd.Stderr = e.out, e.out
 	if err := cmd.Start(); err != nil {
