@@ -131,10 +131,13 @@ func etcdBinary(t testing.TB) string {
 	return bin
 }
 
-// etcdCommand is the command that runs the etcd binary bin (3.4's flags) as
-// a one-member cluster with its data in dir on free loopback ports, and its
+// etcdCommand is the command that runs the etcd binary bin (3.4's flags), or
+// the embedded etcd when bin is embeddedEtcd, as a one-member cluster with its data in dir on free loopback ports, and its
 // client URL.
 func etcdCommand(t testing.TB, bin, dir string) (*exec.Cmd, string) {
+	if bin == embeddedEtcd {
+		return embeddedEtcdCommand(t, dir)
+	}
 	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
 	cmd := exec.Command(bin, "--name", "hashlb-e2e", "--data-dir", dir,
 		"--listen-client-urls", client, "--advertise-client-urls", client,

@@ -37,9 +37,9 @@ type fleet struct {
 }
 
 type fleetMetrics struct {
-	hit, created, replaced, refreshed, timeout, errors, skipped proxywasm.MetricCounter
-	throttled, reconciled, followed, queueFull, authFailed      proxywasm.MetricCounter
-	latency                                                     proxywasm.MetricHistogram
+	hit, created, replaced, refreshed, timeout, errors, skipped      proxywasm.MetricCounter
+	throttled, reconciled, followed, queueFull, authFailed, resynced proxywasm.MetricCounter
+	latency                                                          proxywasm.MetricHistogram
 }
 
 // The VM's environment variables (Envoy: vm_config.environment_variables)
@@ -61,7 +61,7 @@ func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, roo
 	f.m = fleetMetrics{hit: def("hit"), created: def("created"), replaced: def("replaced"),
 		refreshed: def("refreshed"), timeout: def("timeout"), errors: def("error"), skipped: def("skipped"),
 		throttled: def("throttled"), reconciled: def("reconciled"), followed: def("followed"),
-		queueFull: def("queue_full"), authFailed: def("auth_failed"),
+		queueFull: def("queue_full"), authFailed: def("auth_failed"), resynced: def("resynced"),
 		latency: proxywasm.DefineHistogramMetric("hashlb.persistence_fleet_latency_ms")}
 	return f
 }
@@ -247,6 +247,7 @@ func (f *fleet) count() {
 	add(f.m.followed, c.Followed, s.Followed)
 	add(f.m.queueFull, c.QueueFull, s.QueueFull)
 	add(f.m.authFailed, c.Auth, s.Auth)
+	add(f.m.resynced, c.Resynced, s.Resynced)
 	*s = c
 }
 

@@ -70,6 +70,14 @@ type FleetClient struct {
 	tokens   float64 // the create budget
 	budgetAt time.Time
 
+	lastOK    time.Time      // etcd's last answer
+	maxRev    int64          // the highest header.revision etcd answered with
+	clusterID string         // header.cluster_id of its answers
+	known     map[string]int // etcd key → its index in ring (fleetknown.go)
+	ring      []fleetKnown
+	ringAt    int // the oldest of ring, once full
+	resyncAt  time.Time
+
 	logged map[error]bool // errors logged once
 	out    FleetOut
 	counts FleetCounts
@@ -141,6 +149,7 @@ type FleetCounts struct {
 	Hit, Created, Replaced, Refreshed     uint64
 	Timeout, Error, Skipped, Throttled    uint64
 	Reconciled, Followed, QueueFull, Auth uint64
+	Resynced                              uint64 // keys queued again after etcd lost its data
 }
 
 const (
@@ -148,6 +157,10 @@ const (
 	FleetFailLimit = 3
 	// FleetProbeEvery is how often the tick asks a down etcd.
 	FleetProbeEvery = time.Second
+	// FleetHeartbeatEvery is how often the tick reads from an etcd that is
+	// up when nothing else asked it meanwhile: its answer shows a loss of
+	// etcd's data (fleetknown.go) even on a worker that only has hits.
+	FleetHeartbeatEvery = 3 * time.Second
 	// FleetQueueMax bounds the keys waiting to be synced (reconciled or
 	// refreshed); more are dropped and counted (QueueFull).
 	FleetQueueMax = 16384
@@ -170,6 +183,7 @@ const (
 	callTxn            // create-if-absent (rev 0) or replace (rev)
 	callRange          // a read (a transaction over the create budget)
 	callProbe          // is a down etcd back?
+	callAlive          // does an idle etcd still know this slot's lease?
 )
 
 // fleetOp is one transaction: the requests of one worker waiting for one key.
@@ -199,6 +213,7 @@ type fleetJob struct {
 	tries    int8
 	readOnly bool // over the create budget: read and follow, never create
 	refunded bool
+	resync   bool // placed again after etcd lost its data
 }
 
 type fleetCall struct {
@@ -218,7 +233,7 @@ func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, pas
 	return &FleetClient{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
 		slotSecs: int64(FleetSlot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[string]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
-		queued: map[string]bool{}, logged: map[error]bool{},
+		queued: map[string]bool{}, logged: map[error]bool{}, known: map[string]int{},
 		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
 }
 
@@ -317,6 +332,10 @@ func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, 
 			err = statusError(status)
 		}
 	}
+	if err == nil {
+		c.lastOK = now
+		c.sawHeader(now, body)
+	}
 	c.handle(cl, now, body, err)
 }
 
@@ -330,8 +349,8 @@ func (c *FleetClient) NoAnswer(now time.Time, id uint32) {
 }
 
 // Tick runs the worker's own work: it gives up calls the host forgot,
-// probes a down etcd, authenticates, grants leases ahead, and sends queued
-// syncs.
+// probes a down etcd (and an idle one, FleetHeartbeatEvery), authenticates,
+// grants leases ahead, and sends queued syncs.
 func (c *FleetClient) Tick(now time.Time) {
 	var lost []uint32
 	for id, cl := range c.calls {
@@ -355,6 +374,14 @@ func (c *FleetClient) Tick(now time.Time) {
 		return
 	}
 	slot := c.slotOf(now.Unix())
+	if !c.probe && !c.needAuth() && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+len(c.queue) == 0 {
+		c.probe = true
+		if l := c.leaseFor(slot); l != 0 {
+			c.rootCall(callAlive, "/v3/lease/timetolive", EtcdLeaseTimeToLive(l), now).lease = l
+		} else {
+			c.rootCall(callProbe, "/v3/kv/range", EtcdRange(c.prefix), now)
+		}
+	}
 	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
 		(slot+1)*c.slotSecs-now.Unix() < c.slotSecs/4+1 {
 		c.grant(slot+1, now)
@@ -417,15 +444,17 @@ func (c *FleetClient) leaseFor(slot int64) int64 {
 
 func (c *FleetClient) setLease(slot, id int64) { c.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
 
-// lostLease forgets lease id, which etcd does not know (it expired, or etcd
-// lost its data): keys used before now may be gone from etcd too.
+// lostLease handles "lease not found" for lease id. Its TTL outlives every
+// slot it is used in (FleetLeaseTTL), so etcd lost it with its data, or an
+// operator revoked it: keys used before now may be gone from etcd too.
 func (c *FleetClient) lostLease(id int64, now time.Time) {
-	for i, l := range c.leases {
-		if l.id == id {
-			c.leases[i].id = 0
+	c.recovered = now.Unix() + 1
+	for _, l := range c.leases {
+		if l.id == id && id != 0 {
+			c.dataLost(now, "it does not know the lease it granted")
+			return
 		}
 	}
-	c.recovered = now.Unix() + 1
 }
 
 func (c *FleetClient) logOnce(err error, warn bool, msg string) {

@@ -410,6 +410,72 @@ func TestFleetClientFaults(t *testing.T) {
 			r.wantSettled(op, 0, true)
 			r.wantEtcd("ada", "a")
 		}},
+		{"etcd loses its data, the worker only has hits: its revision went back, every key placed is placed again", 0, func(t *testing.T, r *rig) {
+			for i, k := range []string{"ada", "bob", "cy"} {
+				r.drainMiss(k, i)
+			}
+			r.e.lose()
+			r.tick(FleetHeartbeatEvery)
+			if p := r.answer(); p != "/v3/lease/timetolive" {
+				t.Fatalf("the idle worker's tick sent %s, want the heartbeat /v3/lease/timetolive", p)
+			}
+			r.drain()
+			for i, k := range []string{"ada", "bob", "cy"} {
+				r.wantEtcd(k, r.svcs.names[i])
+			}
+			if n := r.c.Counts().Resynced; n != 3 {
+				t.Errorf("Resynced = %d, want 3", n)
+			}
+			if !strings.Contains(strings.Join(r.logs, "\n"), "lost its data (its revision went back") {
+				t.Errorf("logs %q, want the data-loss line", r.logs)
+			}
+		}},
+		{"etcd loses its data, another proxy places a key first: the heartbeat finds the lease gone, the entry follows", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.drainMiss("bob", 1)
+			r.e.lose()
+			r.put("ada", "c", r.now)
+			r.e.rev = 50 // the others wrote much meanwhile: the revision does not show the loss
+			r.tick(FleetHeartbeatEvery)
+			r.drain()
+			r.wantRemember("ada", 2)
+			r.wantEtcd("ada", "c")
+			r.wantEtcd("bob", "b")
+			if !strings.Contains(strings.Join(r.logs, "\n"), "does not know the lease") {
+				t.Errorf("logs %q, want the lost-lease line", r.logs)
+			}
+		}},
+		{"a busy worker sends no heartbeat; an idle one sends one per FleetHeartbeatEvery", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.tick(FleetHeartbeatEvery / 2)
+			if len(r.pending) != 0 {
+				t.Fatalf("tick %v after an answer sent %d calls, want none", FleetHeartbeatEvery/2, len(r.pending))
+			}
+			r.tick(FleetHeartbeatEvery / 2)
+			r.answer()
+			r.tick(time.Second)
+			if len(r.pending) != 0 {
+				t.Fatalf("tick a second after the heartbeat sent %d calls, want none", len(r.pending))
+			}
+			if n := r.c.Counts().Resynced; n != 0 {
+				t.Errorf("Resynced = %d with etcd whole, want 0", n)
+			}
+		}},
+		{"a resync ignores keys expired or on a service no longer selectable", 0, func(t *testing.T, r *rig) {
+			r.drainMiss("old", 0)
+			r.now = r.now.Add(11*time.Minute + FleetSlot(10*time.Minute))
+			r.drainMiss("ada", 1)
+			r.drainMiss("bob", 2)
+			r.svcs.off[2] = true
+			r.e.lose()
+			r.tick(FleetHeartbeatEvery)
+			r.drain()
+			if n := r.c.Counts().Resynced; n != 1 {
+				t.Errorf("Resynced = %d, want 1 (ada; old expired, bob's service is down)", n)
+			}
+			r.wantEtcd("ada", "b")
+			r.wantEtcd("old", "")
+		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, cmp.Or(tt.creates, 100), "", "")) })
 	}
@@ -480,5 +546,54 @@ func TestFleetClientAuth(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFleetDataLossSignals: the answers that show an etcd without the
+// fleet's data, and those that do not.
+func TestFleetDataLossSignals(t *testing.T) {
+	hdr := func(cluster string, rev int) []byte {
+		return []byte(`{"header":{"cluster_id":"` + cluster + `","revision":"` + itoa(rev) + `"}}`)
+	}
+	for _, tt := range []struct {
+		name    string
+		answers [][]byte
+		lost    bool
+	}{
+		{"the revision grows", [][]byte{hdr("1", 100), hdr("1", 150)}, false},
+		{"answers overtake each other", [][]byte{hdr("1", 100), hdr("1", 97)}, false},
+		{"the revision restarts", [][]byte{hdr("1", 100), hdr("1", 3)}, true},
+		{"another cluster", [][]byte{hdr("1", 100), hdr("2", 400)}, true},
+		{"no header", [][]byte{hdr("1", 100), []byte(`{"ID":"5"}`)}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 100, "", "")
+			r.drainMiss("ada", 0)
+			for _, a := range tt.answers {
+				r.c.sawHeader(r.now, a)
+			}
+			r.take()
+			if lost := r.c.Counts().Resynced == 1; lost != tt.lost {
+				t.Errorf("after headers %q: resynced %v, want %v; logs %q", tt.answers, lost, tt.lost, r.logs)
+			}
+		})
+	}
+}
+
+// TestFleetKnownBounded: a worker keeps the FleetKnownMax keys it placed
+// last, and forgets the oldest.
+func TestFleetKnownBounded(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	for i := range FleetKnownMax + 10 {
+		r.c.know(r.key("k"+itoa(i)), []byte("k"+itoa(i)), 0, r.now.Unix())
+	}
+	if n := r.c.Known(); n != FleetKnownMax {
+		t.Errorf("Known() = %d, want %d", n, FleetKnownMax)
+	}
+	if _, ok := r.c.known[r.key("k9")]; ok {
+		t.Error("k9, among the oldest, is still known")
+	}
+	if _, ok := r.c.known[r.key("k10")]; !ok {
+		t.Error("k10 is forgotten; want only the 10 oldest gone")
 	}
 }

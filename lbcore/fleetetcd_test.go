@@ -75,6 +75,12 @@ func (e *fakeEtcd) handle(c FleetCall) (int, []byte) {
 		return 200, []byte(hdr[:len(hdr)-1] + `},"ID":"` + strconv.FormatInt(e.lease, 10) + `","TTL":"` + r.Get("TTL").String() + `"}`)
 	case "/v3/kv/range":
 		return 200, []byte(hdr[:len(hdr)-1] + `}` + e.rangeOf(r.Get("key").String()) + `}`)
+	case "/v3/lease/timetolive":
+		ttl := "-1"
+		if e.leases[r.Get("ID").Int()] {
+			ttl = "60"
+		}
+		return 200, []byte(hdr[:len(hdr)-1] + `},"ID":"` + r.Get("ID").String() + `","TTL":"` + ttl + `"}`)
 	case "/v3/kv/txn":
 	default:
 		return 404, []byte("Not Found")

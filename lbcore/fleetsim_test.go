@@ -28,11 +28,12 @@ const (
 	faultLate               // applied at once, answered after the timeout
 	faultResets             // 30 % of calls reset, not applied
 	faultPartition          // one proxy cannot reach etcd
+	faultWipe               // restarted on an empty data directory between two calls: none fails
 	faultCount
 )
 
 func (f simFault) String() string {
-	return [...]string{"none", "down", "lose", "freeze", "delay250", "delay2s", "late", "resets", "partition"}[f]
+	return [...]string{"none", "down", "lose", "freeze", "delay250", "delay2s", "late", "resets", "partition", "wipe"}[f]
 }
 
 type simProxy struct {
@@ -316,8 +317,11 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 	for _, f := range faults {
 		s.at(tf, func() {
 			s.fault, s.cut = f, s.rng.IntN(proxies)
-			if f == faultLose {
+			if f == faultLose || f == faultWipe {
 				s.etcd.lose()
+			}
+			if f == faultWipe {
+				s.fault = faultNone
 			}
 		})
 		s.at(tf.Add(faultLen), func() {
@@ -352,7 +356,7 @@ func TestFleetSimConverges(t *testing.T) {
 	var worst time.Duration
 	for seed := range uint64(12) {
 		rng := rand.New(rand.NewPCG(seed, 1))
-		faults := make([]simFault, 0, 8)
+		faults := make([]simFault, 0, faultCount)
 		for f := faultDown; f < faultCount; f++ {
 			faults = append(faults, f)
 		}
@@ -376,5 +380,5 @@ func TestFleetSimConverges(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("12 seeds × 8 faults, 5 proxies: the fleet agreed on every key at most %v after the last fault ended", worst)
+	t.Logf("12 seeds × 9 faults, 5 proxies: the fleet agreed on every key at most %v after the last fault ended", worst)
 }

@@ -104,6 +104,19 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 			c.token, err = "", nil
 		}
 		c.after(now, err)
+	case callAlive:
+		c.probe = false
+		var known bool
+		if err == nil {
+			known, err = ParseEtcdTimeToLive(body)
+		}
+		if err == ErrEtcdAuthToken {
+			c.token, err = "", nil
+		}
+		c.after(now, err)
+		if err == nil && !known {
+			c.lostLease(cl.lease, now)
+		}
 	case callTxn, callRange:
 		c.syncing--
 		c.onSync(cl, now, body, err)
@@ -313,6 +326,9 @@ func (c *FleetClient) settleLocal(o *fleetOp, now time.Time) {
 }
 
 func (c *FleetClient) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
+	if fleet || !o.readOnly { // over the budget, a key etcd does not hold stays local
+		c.know(o.key, o.local, svc, now.Unix())
+	}
 	delete(c.ops, o.key)
 	delete(c.byID, o.id)
 	if o.call != 0 {

@@ -88,7 +88,13 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 			c.lostLease(cl.lease, now)
 		}
 		c.after(now, err)
-		if j.tries++; j.tries < fleetMaxTries {
+		// A call without an answer says nothing of the key: it is tried
+		// again, however often, while it lives (a run of them marks etcd
+		// down, which pauses the queue). An answer that is an error counts.
+		if err != errNoAnswer && err != errTimeout {
+			j.tries++
+		}
+		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {
 			j.rev = 0
 			c.requeue(j)
 		}
@@ -103,10 +109,16 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 	switch {
 	case put && j.rev != 0:
 		c.counts.Refreshed++
+		c.know(j.key, j.local, j.svc, j.stamp)
 	case put:
 		c.counts.Reconciled++
+		c.know(j.key, j.local, j.svc, j.stamp)
+		if j.resync { // the local entry may have moved since it was known: etcd holds j.svc now
+			c.out.Remember = append(c.out.Remember, FleetRemember{Key: j.local, Service: j.svc})
+		}
 	case ok && i != j.svc:
 		c.counts.Followed++
+		c.know(j.key, j.local, i, now.Unix())
 		c.out.Remember = append(c.out.Remember, FleetRemember{Key: j.local, Service: i})
 	case ok:
 		if rec, _ := ParseFleetRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {

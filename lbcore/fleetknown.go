@@ -1,0 +1,137 @@
+package lbcore
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// The keys a FleetClient placed, and what it does when etcd loses them.
+//
+// etcd restarted on an empty data directory (or restored from an old
+// snapshot) answers again but no longer holds the keys the fleet agreed on.
+// A proxy that sees such a key for the first time then places it anew, maybe
+// on another service than the one the other proxies hold locally; waiting
+// for each of their next hits (the recovery check of Hit) makes agreement
+// depend on traffic. So each worker keeps the keys it placed (the most
+// recent FleetKnownMax), and when it sees that etcd lost its data it queues
+// every one still alive for reconciliation from the tick: create-if-absent
+// with the service it holds, following the fleet where another proxy was
+// first. Loss shows in three ways: an answer's header.revision far below the
+// highest one seen (etcd's revision only grows with its data; answers that
+// overtake each other differ by a few), a header.cluster_id that changed
+// (another cluster), and a lease it granted that it no longer knows: "lease
+// not found" on a put, or TTL -1 from the heartbeat (FleetHeartbeatEvery),
+// which asks after the current slot's lease.
+
+const (
+	// FleetKnownMax bounds the keys a worker keeps for a resync.
+	FleetKnownMax = 16384
+	// fleetResyncEvery is the least time between two resyncs.
+	fleetResyncEvery = 5 * time.Second
+)
+
+// fleetKnown is a key the worker placed or followed: its service, last used
+// at Unix second used.
+type fleetKnown struct {
+	key   string
+	local []byte
+	svc   int
+	used  int64
+}
+
+// know records that etcd key k (persistence key local, which the caller no
+// longer changes) holds service svc, used at Unix second used. Past
+// FleetKnownMax keys the oldest recorded is forgotten.
+func (c *FleetClient) know(k string, local []byte, svc int, used int64) {
+	if i, ok := c.known[k]; ok {
+		c.ring[i].svc, c.ring[i].used = svc, used
+		return
+	}
+	e := fleetKnown{key: k, local: local, svc: svc, used: used}
+	if len(c.ring) < FleetKnownMax {
+		c.known[k] = len(c.ring)
+		c.ring = append(c.ring, e)
+		return
+	}
+	delete(c.known, c.ring[c.ringAt].key)
+	c.ring[c.ringAt] = e
+	c.known[k] = c.ringAt
+	c.ringAt = (c.ringAt + 1) % FleetKnownMax
+}
+
+// Known is how many keys the worker would place again after a data loss.
+func (c *FleetClient) Known() int { return len(c.ring) }
+
+// sawHeader checks an answer's header against what etcd said before: a
+// cluster_id that changed, or a revision far below the highest seen, is an
+// etcd without the fleet's data.
+func (c *FleetClient) sawHeader(now time.Time, body []byte) {
+	h := gjson.GetBytes(body, "header")
+	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
+	if id != "" && c.clusterID != "" && id != c.clusterID {
+		old := c.clusterID
+		c.clusterID, c.maxRev = id, rev
+		c.dataLost(now, "its cluster_id changed from "+old+" to "+id)
+		return
+	}
+	if id != "" {
+		c.clusterID = id
+	}
+	if rev <= 0 {
+		return
+	}
+	if top := c.maxRev; rev*2 < top {
+		c.maxRev = rev
+		c.dataLost(now, "its revision went back from "+strconv.FormatInt(top, 10)+" to "+strconv.FormatInt(rev, 10))
+		return
+	}
+	c.maxRev = max(c.maxRev, rev)
+}
+
+// EtcdLeaseTimeToLive is the body of a /v3/lease/timetolive for lease id.
+func EtcdLeaseTimeToLive(id int64) []byte {
+	return []byte(`{"ID":"` + strconv.FormatInt(id, 10) + `"}`)
+}
+
+// ParseEtcdTimeToLive reads a /v3/lease/timetolive answer: known is false
+// for a lease etcd does not have (TTL -1).
+func ParseEtcdTimeToLive(body []byte) (known bool, err error) {
+	if err := EtcdAnswerError(body); err != nil {
+		return false, err
+	}
+	ttl := gjson.GetBytes(body, "TTL")
+	if !ttl.Exists() {
+		return false, fleetError("etcd: lease timetolive answer without TTL")
+	}
+	return ttl.Int() >= 0, nil
+}
+
+// dataLost queues every known key that is still alive and selectable for
+// reconciliation, at most once every fleetResyncEvery: leases and keys are
+// gone, so hits of entries used before now ask etcd too (Hit).
+func (c *FleetClient) dataLost(now time.Time, why string) {
+	c.leases = [2]struct{ slot, id int64 }{}
+	c.recovered = now.Unix() + 1
+	if !c.resyncAt.IsZero() && now.Sub(c.resyncAt) < fleetResyncEvery {
+		return
+	}
+	c.resyncAt = now
+	n := 0
+	for _, e := range c.ring {
+		if !c.alive(e.used, now) || !c.svcs.Selectable(e.svc) {
+			continue
+		}
+		c.enqueue(fleetJob{key: e.key, local: e.local, svc: e.svc, stamp: e.used, resync: true})
+		n++
+	}
+	c.counts.Resynced += uint64(n)
+	c.out.Logs = append(c.out.Logs, FleetLog{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+		" lost its data (" + why + "); the " + itoa(n) + " keys this worker placed are placed again"})
+}
+
+// alive reports whether a key used at Unix second used has not expired.
+func (c *FleetClient) alive(used int64, now time.Time) bool {
+	return FleetRecord{Stamp: used}.Alive(now, c.expire)
+}
