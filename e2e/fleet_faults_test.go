@@ -22,11 +22,13 @@ package e2e
 
 import (
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // faultEnv is what a fault acts on.
@@ -176,4 +178,51 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	}
 	t.Logf("expire %s, %s: %d requests, longest wait %v (%v without etcd, timers up to %v late); converged %v after etcd was reachable again; %d timeouts, %d keys reconciled, %d local entries followed the fleet",
 		expire, f.name, len(recs), worst.Round(time.Millisecond), worstLocal.Round(time.Millisecond), late().Round(time.Millisecond), converged.Round(time.Millisecond), timeouts, reconciled, followed)
+}
+
+// TestFleetReconfigureKeepsQueue: keys decided locally while etcd was down
+// are reconciled after etcd returns even when a new configuration (another
+// service added) took over in between: the old root context's fleet client
+// hands its queue to the new one, and no longer ticks itself.
+func TestFleetReconfigureKeepsQueue(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	fr := newFront(t, etcdAddr)
+	fr.set(frontRefuse, 0)
+	fleet := map[string]any{"cluster": "etcd", "timeout": faultTimeout.String()}
+	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	h := fleetHosts(t, 1, 1, fleetConfig(t, fleet, fourServices(), nil), fr.addr, start, false)[0]
+	keys := keysN("q", 10)
+	served := map[string]string{}
+	for _, k := range keys {
+		rep, err := fleetRoundTrip(h, 0, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		served[k] = rep.service
+	}
+	svcs := append(fourServices(), svcDef{Name: "b5", Address: "10.0.0.15:8080"})
+	if err := h.Configure(fleetConfig(t, fleet, svcs, nil)); err != nil {
+		t.Fatalf("Configure with b5: %v", err)
+	}
+	fr.set(frontPass, 0)
+	prefix := "/hashlb/" + persistRootID + "/"
+	var inEtcd map[string]string
+	for range 15 {
+		h.Advance(time.Second)
+		time.Sleep(200 * time.Millisecond)
+		if inEtcd = etcdKeys(t, etcdAddr, prefix); len(inEtcd) >= len(keys) {
+			break
+		}
+	}
+	for _, k := range keys {
+		rec, ok := lbcore.ParseFleetRecord(inEtcd[lbcore.FleetKey(prefix, []byte(k))])
+		want := "10.0.0.1" + strings.TrimPrefix(served[k], "b") + ":8080"
+		if !ok || rec.Service != want {
+			t.Errorf("etcd record of %s = %+v (%v) after etcd returned, want %s (served %s while etcd was down, before the new configuration)",
+				k, rec, ok, want, served[k])
+		}
+	}
+	if n := persistMetric(h, "hashlb.persistence_fleet_reconciled"); n < int64(len(keys)) {
+		t.Errorf("persistence_fleet_reconciled = %d, want at least %d", n, len(keys))
+	}
 }

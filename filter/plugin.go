@@ -92,7 +92,8 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 // old context's, seen at once; it keeps counting its streams until they
 // end), passive failure streaks; services the new configuration adds
 // start Pending when health checks are configured (probed in the first
-// round, at the first tick). The old context stops probing.
+// round, at the first tick). The old context stops probing, and its fleet
+// client hands its work to the new one (lbcore.FleetClient.HandOver).
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	cfg, err := lbcore.ParseConfig(data)
 	if err != nil {
@@ -141,6 +142,13 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 			for _, i := range carry.Added() {
 				p.health.board.Admit(i)
 			}
+		}
+		// The fleet's queue, placed keys and view of etcd go on in the new
+		// client; the old one only settles what it has in flight.
+		if prev.fleet != nil && fl != nil {
+			prev.fleet.c.HandOver(fl.c)
+		} else if prev.fleet != nil {
+			prev.fleet.c.Stop()
 		}
 		// Its requests in flight: republished for p.viewLoads, or, when it
 		// never published (no tick yet), added here; no key is created.

@@ -78,6 +78,9 @@ type FleetClient struct {
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
 
+	stopped bool         // handed over to a new configuration's client (HandOver)
+	succ    *FleetClient // that client, when compatible: what c still queues goes to it
+
 	logged map[error]bool // errors logged once
 	out    FleetOut
 	counts FleetCounts
@@ -361,6 +364,9 @@ func (c *FleetClient) Tick(now time.Time) {
 	slices.Sort(lost) // deterministic
 	for _, id := range lost {
 		c.NoAnswer(now, id)
+	}
+	if c.stopped {
+		return
 	}
 	if c.down {
 		if !c.probe && !now.Before(c.probeAt) {

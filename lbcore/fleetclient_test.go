@@ -597,3 +597,50 @@ func TestFleetKnownBounded(t *testing.T) {
 		t.Error("k10 is forgotten; want only the 10 oldest gone")
 	}
 }
+
+// TestFleetHandOver: a new configuration's client takes over what the old
+// one queued while etcd was down, by service identity, and the old one's
+// tick sends nothing more; with another prefix nothing is handed over.
+func TestFleetHandOver(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		prefix string
+		want   map[string]string // etcd's records after the new client reconciled
+	}{
+		{"same fleet: the queue moves, services by identity", "/t/", map[string]string{"ada": "b", "bob": "c"}},
+		{"another prefix: nothing moves", "/other/", map[string]string{"ada": "", "bob": ""}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 100, "", "")
+			r.downEtcd()
+			r.miss("ada", 1) // b
+			r.miss("bob", 2) // c
+			r.miss("cy", 0)  // a: gone from the new configuration
+			if q := r.c.Queued(); q != 6 {
+				t.Fatalf("queued %d keys while etcd was down, want 6", q)
+			}
+			// The new configuration drops a and puts c before b.
+			svcs := &fakeServices{names: []string{"c", "b", "d"}, off: map[int]bool{}}
+			p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
+			n := NewFleetClient(p, tt.prefix, svcs, "", "", r.now)
+			r.c.HandOver(n)
+			old := r.c
+			r.c, r.svcs = n, svcs
+			old.Tick(r.now.Add(5 * time.Second))
+			if out := old.Take(); len(out.Calls) != 0 {
+				t.Errorf("the old client's tick sent %d calls after the hand-over, want none", len(out.Calls))
+			}
+			if tt.prefix == "/t/" && !n.Down() {
+				t.Error("the new client does not know etcd is down")
+			}
+			r.tick(FleetProbeEvery)
+			r.drain()
+			r.tick(time.Second)
+			r.drain()
+			for k, svc := range tt.want {
+				r.wantEtcd(k, svc)
+			}
+			r.wantEtcd("cy", "")
+		})
+	}
+}

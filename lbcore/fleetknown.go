@@ -45,6 +45,12 @@ type fleetKnown struct {
 // longer changes) holds service svc, used at Unix second used. Past
 // FleetKnownMax keys the oldest recorded is forgotten.
 func (c *FleetClient) know(k string, local []byte, svc int, used int64) {
+	if c.stopped {
+		if i, ok := c.remap(svc); ok {
+			c.succ.know(k, local, i, used)
+		}
+		return
+	}
 	if i, ok := c.known[k]; ok {
 		c.ring[i].svc, c.ring[i].used = svc, used
 		return
@@ -134,4 +140,50 @@ func (c *FleetClient) dataLost(now time.Time, why string) {
 // alive reports whether a key used at Unix second used has not expired.
 func (c *FleetClient) alive(used int64, now time.Time) bool {
 	return FleetRecord{Stamp: used}.Alive(now, c.expire)
+}
+
+// HandOver gives n, the client of a new configuration of the same plugin,
+// what c knows that n would otherwise learn slowly or never: the keys
+// queued for reconciliation or refresh, the keys placed (for a resync),
+// whether etcd is down, its lease, token and revision, and the create
+// budget left. Services are matched by identity (FleetService); a key on a
+// service the new configuration lacks is dropped (its local entry fails
+// over at its next hit). Nothing is handed over when the two talk to
+// another cluster, prefix, expiry or user. Either way c stops its own work:
+// its transactions in flight still settle (their answers come to it), and
+// the keys they leave to reconcile go to n, but its tick no longer probes,
+// grants or syncs.
+func (c *FleetClient) HandOver(n *FleetClient) {
+	queue, ring := c.queue, c.ring
+	c.Stop()
+	if c.cfg.Cluster != n.cfg.Cluster || c.prefix != n.prefix || c.expire != n.expire ||
+		c.user != n.user || c.password != n.password {
+		return
+	}
+	c.succ = n
+	for _, j := range queue {
+		c.enqueue(j)
+	}
+	for _, e := range ring {
+		c.know(e.key, e.local, e.svc, e.used)
+	}
+	n.token, n.leases = c.token, c.leases
+	n.fails, n.down, n.probeAt, n.recovered = c.fails, c.down, c.probeAt, c.recovered
+	n.lastOK, n.maxRev, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.clusterID, c.resyncAt
+	n.tokens, n.budgetAt = c.tokens, c.budgetAt
+	n.logged = c.logged
+}
+
+// Stop ends c's own work, as HandOver does, when the new configuration
+// has no fleet level.
+func (c *FleetClient) Stop() {
+	c.stopped, c.queue, c.queued, c.ring, c.known = true, nil, map[string]bool{}, nil, map[string]int{}
+}
+
+// remap is service i of a stopped client as its successor numbers it.
+func (c *FleetClient) remap(i int) (int, bool) {
+	if c.succ == nil {
+		return 0, false
+	}
+	return c.succ.svcs.ServiceByKey(c.svcs.FleetService(i))
 }

@@ -7,6 +7,13 @@ import "time"
 
 // enqueue adds a key to sync; a key already queued keeps its place.
 func (c *FleetClient) enqueue(j fleetJob) {
+	if c.stopped {
+		if i, ok := c.remap(j.svc); ok {
+			j.svc = i
+			c.succ.enqueue(j)
+		}
+		return
+	}
 	if c.queued[j.key] {
 		return
 	}
@@ -24,7 +31,7 @@ func (c *FleetClient) enqueue(j fleetJob) {
 func (c *FleetClient) pump(now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
-	case c.down:
+	case c.down, c.stopped:
 		return
 	case c.needAuth():
 		if !c.authing {
@@ -138,6 +145,10 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 
 // requeue puts j back at the front of the queue.
 func (c *FleetClient) requeue(j fleetJob) {
+	if c.stopped {
+		c.enqueue(j)
+		return
+	}
 	if c.queued[j.key] {
 		return
 	}
