@@ -81,13 +81,14 @@ type Host struct {
 	canaries int
 
 	// Callouts to Config.Clusters in flight (httpcall.go).
-	client  *http.Client
-	bgCtx   context.Context
-	bgStop  context.CancelFunc
-	bg      sync.WaitGroup
-	bgMu    sync.Mutex
-	pending int
-	closed  bool
+	client      *http.Client
+	bgCtx       context.Context
+	bgStop      context.CancelFunc
+	bg          sync.WaitGroup
+	bgMu        sync.Mutex
+	pending     int
+	calloutLate time.Duration // CalloutLate
+	closed      bool
 }
 
 var defaultCache = wazero.NewCompilationCache()

@@ -43,6 +43,7 @@ type callout struct {
 	root  uint32
 	token uint32
 	req   *CallRequest
+	sent  time.Time // real time
 }
 
 var httpCallFuncs = []hostFunc{
@@ -85,7 +86,7 @@ func hostHTTPCall(v *vm, p []uint64) uint64 {
 	}
 	c := &callout{root: r.id, token: v.nextToken, req: &CallRequest{
 		Worker: v.id, Cluster: string(cluster), Headers: headers, Body: body, Trailers: trailers,
-		Timeout: time.Duration(uint32(p[8])) * time.Millisecond}}
+		Timeout: time.Duration(uint32(p[8])) * time.Millisecond}, sent: time.Now()}
 	if addr, ok := v.h.cfg.Clusters[c.req.Cluster]; ok {
 		v.h.startCallout(v, c, addr)
 		return statusOK
@@ -171,7 +172,26 @@ func (h *Host) runCallout(v *vm, c *callout, addr string) {
 		v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d to cluster %s (%s) failed: %v", c.token, c.req.Cluster, addr, err))
 		resp = &CallResponse{}
 	}
+	if c.req.Timeout > 0 {
+		h.noteLate(time.Since(c.sent) - c.req.Timeout)
+	}
 	v.deliver(c, resp)
+}
+
+func (h *Host) noteLate(d time.Duration) {
+	h.bgMu.Lock()
+	h.calloutLate = max(h.calloutLate, d)
+	h.bgMu.Unlock()
+}
+
+// CalloutLate is the most a callout to Config.Clusters reached the module
+// after its timeout (real time, from proxy_http_call to
+// proxy_on_http_call_response): 0 on an idle machine; on a loaded one, how
+// late the host itself was, which a test of the module's waits allows for.
+func (h *Host) CalloutLate() time.Duration {
+	h.bgMu.Lock()
+	defer h.bgMu.Unlock()
+	return h.calloutLate
 }
 
 // PendingCallouts returns how many callouts to Config.Clusters are in flight:
