@@ -299,7 +299,7 @@ class HarnessFault extends Error {}
 
 // MiniEtcd answers etcd's v3 JSON gateway as etcd does (base64 keys and values, int64 fields as
 // strings, fields at their zero value left out): /v3/kv/txn with one compare (CREATE or MOD),
-// request_put and request_range operations; /v3/kv/range; /v3/lease/grant. Leases never expire
+// request_put and request_range operations; /v3/kv/range; /v3/lease/grant and /timetolive. Leases never expire
 // here; a put on an unknown lease is refused as etcd refuses it.
 //
 // With the job's "etcdAnswers": "hostile" every call is answered instead with the next of
@@ -333,6 +333,7 @@ class MiniEtcd {
       return this.ok({ header: hdr(), ID: String(id), TTL: String(req.TTL) });
     }
     if (path === '/v3/kv/range') return this.ok(range(req.key));
+    if (path === '/v3/lease/timetolive') return this.ok({ header: hdr(), ID: String(req.ID), TTL: this.leases.has(Number(req.ID)) ? '60' : '-1' });
     if (path !== '/v3/kv/txn') return this.error(404, 5, 'Not Found');
     const c = req.compare?.[0];
     const cur = c && this.kv.get(key(c.key));
