@@ -118,8 +118,15 @@ func (c *callCounter) count(f func()) []string {
 // set, counts its host calls.
 func costHost(t testing.TB, wasm, cfg []byte, calls *callCounter) *hostsim.Host {
 	t.Helper()
+	return costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg}, calls)
+}
+
+// costHostWith is costHost with more of hostsim's configuration (one worker,
+// envoy-1.33).
+func costHostWith(t testing.TB, wasm []byte, hc hostsim.Config, calls *callCounter) *hostsim.Host {
+	t.Helper()
 	ctx := context.Background()
-	hc := hostsim.Config{Workers: 1, PluginConfig: cfg, Profile: hostsim.ProfileEnvoy133}
+	hc.Workers, hc.Profile = 1, hostsim.ProfileEnvoy133
 	if calls != nil {
 		ctx = experimental.WithFunctionListenerFactory(ctx, calls)
 		hc.Cache = wazero.NewCompilationCache() // code compiled with listeners is not shared
@@ -392,11 +399,7 @@ func guestCases(t testing.TB) []guestCase {
 		}
 		what := " (as shipped)"
 		if c["healthCheck"] != nil {
-			// Active probes are the tick's work, not a request's, and their
-			// answers (the SDK's http call, about 16 bytes per probe) would
-			// land between the two ticks: passive health stays.
-			delete(c, "healthCheck")
-			what = " (as shipped, without active probes)"
+			what = " (as shipped, active probes answered)"
 		}
 		if b, err = json.Marshal(c); err != nil {
 			t.Fatal(err)
@@ -407,6 +410,17 @@ func guestCases(t testing.TB) []guestCase {
 	// is read into the arena too.
 	cases = append(cases, guestCase{"urlhash+persistence hit", exampleConfig(t, "urlhash",
 		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
+	// Probes with a body to find, to more services than the SDK's callout
+	// table holds in its first group (8).
+	var svcs []map[string]any
+	for i := range 12 {
+		svcs = append(svcs, map[string]any{"name": fmt.Sprintf("s%d", i), "address": fmt.Sprintf("10.0.0.%d:8080", i+1)})
+	}
+	cases = append(cases, guestCase{"urlhash+healthCheck expectBody, 12 services", exampleConfig(t, "urlhash", map[string]any{
+		"services": svcs, "upstreamCount": 2,
+		"healthCheck": map[string]any{"path": "/status", "interval": "2s", "timeout": "1s", "cluster": "probe",
+			"expectBody": "Status=running, every dependency reachable"},
+	})})
 	cases = append(cases, guestCase{"token jwt()", exampleConfig(t, "token", map[string]any{
 		"token": `${request.header.authorization | jwt("sub")}${request.header.authorization | jwt("n")}${request.header.authorization | jwt("name")}`})})
 	cases = append(cases, guestCase{"token replace()", exampleConfig(t, "token", map[string]any{
@@ -415,12 +429,14 @@ func guestCases(t testing.TB) []guestCase {
 }
 
 // TestGuestAllocations runs 10^5 requests of every example HTTP
-// configuration as it ships (debugHeader, persistence and health included),
-// of every hash method without them, and of jwt() and replace() expressions,
-// in hostsim (envoy-1.33) after a warm-up, between two ticks, and reads the
-// guest's runtime.MemStats at the end of the first tick and the start of the
-// second: the request path must allocate nothing (issues 11 and 20: no
-// garbage, so no GC cycle, whatever the configuration).
+// configuration as it ships (debugHeader, persistence and health included,
+// active probes sent and answered), of every hash method without them, and of
+// jwt() and replace() expressions, in hostsim (envoy-1.33) after a warm-up,
+// spread over guestTicks ticks, and reads the guest's runtime.MemStats at the
+// end of the first tick and of the last: the requests, the ticks' own work
+// (counters, shared loads, health records, the probe lease) and the probes
+// with their answers must allocate nothing (issues 11 and 20: no garbage, so
+// no GC cycle, whatever the configuration).
 func TestGuestAllocations(t *testing.T) {
 	wasm := memstatsModule(t)
 	cases := guestCases(t)
@@ -428,28 +444,79 @@ func TestGuestAllocations(t *testing.T) {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
 			bytes, mallocs, gcs := guestGarbage(t, wasm, c.cfg, guestRequests)
-			t.Logf("%s: %d requests: %d bytes in %d allocations, %d GC cycles", name, guestRequests, bytes, mallocs, gcs)
+			t.Logf("%s: %d requests over %d ticks: %d bytes in %d allocations, %d GC cycles", name, guestRequests, guestTicks, bytes, mallocs, gcs)
 			if bytes != 0 || mallocs != 0 || gcs != 0 {
-				t.Errorf("%s: %d requests allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
-					name, guestRequests, bytes, mallocs, fmt.Sprintf("%.1f B", float64(bytes)/guestRequests), gcs)
+				t.Errorf("%s: %d requests over %d ticks allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
+					name, guestRequests, guestTicks, bytes, mallocs, fmt.Sprintf("%.1f B", float64(bytes)/guestRequests), gcs)
 			}
 		})
 	}
 }
 
-// guestGarbage runs n requests of cfg in the memstats build after a warm-up,
-// between two ticks, and returns what the guest allocated and its GC cycles.
+// guestTicks is how many ticks the measured requests are spread over: with
+// a healthCheck interval of 5 s (configs/health.json), 10 probe rounds.
+const guestTicks = 50
+
+// probeAnswerer answers every active probe 200 with a body holding
+// expectBody (configs without healthCheck make no call), and counts them.
+type probeAnswerer struct {
+	mu     sync.Mutex
+	body   []byte
+	probes int
+}
+
+func (a *probeAnswerer) answer(*hostsim.CallRequest) (*hostsim.CallResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.probes++
+	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: a.body}, nil
+}
+
+func (a *probeAnswerer) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.probes
+}
+
+// guestGarbage runs n requests of cfg in the memstats build after a warm-up
+// (1000 requests over 10 ticks), spread over guestTicks ticks whose probes
+// hostsim answers, and returns what the guest allocated from the end of the
+// warm-up's last tick to the end of the last tick, and its GC cycles.
 func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs uint64) {
-	h := costHost(t, wasm, cfg, nil)
-	for range 1000 {
-		costStream(t, h, costRequest.headers)
+	var c struct {
+		HealthCheck *struct {
+			ExpectBody string `json:"expectBody"`
+		} `json:"healthCheck"`
 	}
-	tick(h)
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	probes := &probeAnswerer{body: []byte("ok")}
+	if c.HealthCheck != nil {
+		probes.body = []byte("status: " + c.HealthCheck.ExpectBody + "\n")
+	}
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg, HTTPCall: probes.answer}, nil)
+	for range 10 {
+		for range 100 {
+			costStream(t, h, costRequest.headers)
+		}
+		tick(h)
+	}
 	before := lastMemStats(t, h, "tick-end")
-	for range n {
-		costStream(t, h, costRequest.headers)
+	probed := probes.count()
+	for k := range guestTicks {
+		m := n / guestTicks
+		if k == 0 {
+			m += n % guestTicks
+		}
+		for range m {
+			costStream(t, h, costRequest.headers)
+		}
+		tick(h)
 	}
-	tick(h)
-	after := lastMemStats(t, h, "tick-start")
+	after := lastMemStats(t, h, "tick-end")
+	if c.HealthCheck != nil && probes.count() == probed {
+		t.Fatalf("no active probe was sent in %d ticks with healthCheck configured", guestTicks)
+	}
 	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
 }

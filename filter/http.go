@@ -212,13 +212,13 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
 		// Into the arena, as the request's reads: the SDK's read would make
 		// garbage on every response.
+		// The health record it may update is read there too.
 		arenaStart()
 		v, _ := getResponseHeader(":status")
-		status, ok := parseStatus(v)
-		arenaStop()
-		if ok {
+		if status, ok := parseStatus(v); ok {
 			p.health.passive(h.chosen, status)
 		}
+		arenaStop()
 	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))

@@ -183,12 +183,21 @@ func (p *pluginContext) OnTick() {
 	p.m.flush()
 	now := time.Now()
 	p.now = now
+	p.tickShared(now)
+	if p.fleet != nil {
+		p.fleet.tick(now)
+	}
+}
+
+// tickShared is the tick's work on the loads and health records: the host's
+// copies of what it reads land in the scratch buffer (hostmem_wasip1.go),
+// each read done with before the next, so that a tick allocates nothing.
+func (p *pluginContext) tickShared(now time.Time) {
+	scratchStart()
+	defer scratchStop()
 	p.shareLoads(now)
 	if p.health != nil {
 		p.health.tick(now)
-	}
-	if p.fleet != nil {
-		p.fleet.tick(now)
 	}
 }
 
