@@ -520,3 +520,62 @@ func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs ui
 	}
 	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
 }
+
+// TestGuestAllocationsManyUpstreamLists: with 100 services and
+// upstreamCount 2 (9900 ordered lists), requests over 20000 paths reach far
+// more distinct upstream lists than the filter keeps as strings (4096);
+// past them each list is the stream's own buffer, so after a warm-up over
+// every path a second pass allocates nothing, and every request still
+// carries its two distinct addresses of the pool.
+func TestGuestAllocationsManyUpstreamLists(t *testing.T) {
+	wasm := memstatsModule(t)
+	var svcs []map[string]any
+	addrs := map[string]bool{}
+	for i := range 100 {
+		a := fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1)
+		addrs[a] = true
+		svcs = append(svcs, map[string]any{"name": fmt.Sprintf("s%d", i), "address": a})
+	}
+	cfg := exampleConfig(t, "urlhash", map[string]any{"services": svcs, "upstreamCount": 2})
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg}, nil)
+	const paths = 20000
+	headers := slices.Clone(costRequest.headers)
+	lists := map[string]bool{}
+	pass := func(check bool) {
+		for k := range paths {
+			headers[1] = [2]string{":path", fmt.Sprintf("/obj/%d", k)}
+			s := h.Stream(0)
+			res := s.RequestHeaders(headers, costRequest.props)
+			if res.Err != nil || res.LocalReply != nil {
+				t.Fatalf("RequestHeaders = err %v, local reply %+v, want routed", res.Err, res.LocalReply)
+			}
+			if check {
+				v, _ := res.Header("x-envoy-original-dst-host")
+				a, b, ok := strings.Cut(v, ",")
+				if !ok || a == b || !addrs[a] || !addrs[b] {
+					t.Fatalf("%s: x-envoy-original-dst-host %q, want two distinct addresses of the pool", headers[1][1], v)
+				}
+				lists[v] = true
+			}
+			s.ResponseHeaders([][2]string{{":status", "200"}})
+			if err := s.Finish(); err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+		}
+	}
+	pass(true)
+	if len(lists) <= 4096 {
+		t.Fatalf("%d paths reached %d distinct upstream lists, want more than the 4096 kept as strings", paths, len(lists))
+	}
+	tick(h)
+	before := lastMemStats(t, h, "tick-end")
+	pass(false)
+	tick(h)
+	after := lastMemStats(t, h, "tick-end")
+	bytes, mallocs, gcs := after.totalAlloc-before.totalAlloc, after.mallocs-before.mallocs, after.numGC-before.numGC
+	t.Logf("%d requests over %d distinct upstream lists: %d bytes in %d allocations, %d GC cycles", paths, len(lists), bytes, mallocs, gcs)
+	if bytes != 0 || mallocs != 0 || gcs != 0 {
+		t.Errorf("%d requests over %d distinct upstream lists allocated %d bytes in %d allocations and ran %d GC cycles in the guest, want 0",
+			paths, len(lists), bytes, mallocs, gcs)
+	}
+}
