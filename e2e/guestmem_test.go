@@ -379,6 +379,10 @@ const guestRequests = 100_000
 type guestCase struct {
 	name string
 	cfg  []byte
+	// failProbes, when set, is a service (name and address) whose probes
+	// hostsim answers 503: DOWN during the warm-up, probed and failing
+	// after it.
+	failProbes [2]string
 }
 
 // guestCases are every hash method without debugHeader or persistence,
@@ -386,7 +390,7 @@ type guestCase struct {
 func guestCases(t testing.TB) []guestCase {
 	var cases []guestCase
 	for _, name := range hashMethodConfigs {
-		cases = append(cases, guestCase{name, exampleConfig(t, name, nil)})
+		cases = append(cases, guestCase{name: name, cfg: exampleConfig(t, name, nil)})
 	}
 	for _, name := range shippedHTTPConfigs(t) {
 		b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
@@ -404,11 +408,17 @@ func guestCases(t testing.TB) []guestCase {
 		if b, err = json.Marshal(c); err != nil {
 			t.Fatal(err)
 		}
-		cases = append(cases, guestCase{name + what, b})
+		cases = append(cases, guestCase{name: name + what, cfg: b})
+		if svcs, _ := c["services"].([]any); c["healthCheck"] != nil && len(svcs) > 1 {
+			s, _ := svcs[1].(map[string]any)
+			n, _ := s["name"].(string)
+			a, _ := s["address"].(string)
+			cases = append(cases, guestCase{name: name + " (as shipped, " + n + " failing its probes)", cfg: b, failProbes: [2]string{n, a}})
+		}
 	}
 	// A persistence hit (every request carries the same key): the bucket
 	// is read into the arena too.
-	cases = append(cases, guestCase{"urlhash+persistence hit", exampleConfig(t, "urlhash",
+	cases = append(cases, guestCase{name: "urlhash+persistence hit", cfg:  exampleConfig(t, "urlhash",
 		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
 	// Probes with a body to find, to more services than the SDK's callout
 	// table holds in its first group (8).
@@ -416,14 +426,14 @@ func guestCases(t testing.TB) []guestCase {
 	for i := range 12 {
 		svcs = append(svcs, map[string]any{"name": fmt.Sprintf("s%d", i), "address": fmt.Sprintf("10.0.0.%d:8080", i+1)})
 	}
-	cases = append(cases, guestCase{"urlhash+healthCheck expectBody, 12 services", exampleConfig(t, "urlhash", map[string]any{
+	cases = append(cases, guestCase{name: "urlhash+healthCheck expectBody, 12 services", cfg: exampleConfig(t, "urlhash", map[string]any{
 		"services": svcs, "upstreamCount": 2,
 		"healthCheck": map[string]any{"path": "/status", "interval": "2s", "timeout": "1s", "cluster": "probe",
 			"expectBody": "Status=running, every dependency reachable"},
 	})})
-	cases = append(cases, guestCase{"token jwt()", exampleConfig(t, "token", map[string]any{
+	cases = append(cases, guestCase{name: "token jwt()", cfg: exampleConfig(t, "token", map[string]any{
 		"token": `${request.header.authorization | jwt("sub")}${request.header.authorization | jwt("n")}${request.header.authorization | jwt("name")}`})})
-	cases = append(cases, guestCase{"token replace()", exampleConfig(t, "token", map[string]any{
+	cases = append(cases, guestCase{name: "token replace()", cfg: exampleConfig(t, "token", map[string]any{
 		"token": `${request.url | replace("^/([a-z]+)/(?P<rest>.*)$", "${rest}-$1") | upper | hash}`})})
 	return cases
 }
@@ -443,7 +453,7 @@ func TestGuestAllocations(t *testing.T) {
 	for _, c := range cases {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			bytes, mallocs, gcs := guestGarbage(t, wasm, c.cfg, guestRequests)
+			bytes, mallocs, gcs := guestGarbageCase(t, wasm, c, guestRequests)
 			t.Logf("%s: %d requests over %d ticks: %d bytes in %d allocations, %d GC cycles", name, guestRequests, guestTicks, bytes, mallocs, gcs)
 			if bytes != 0 || mallocs != 0 || gcs != 0 {
 				t.Errorf("%s: %d requests over %d ticks allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
@@ -458,17 +468,22 @@ func TestGuestAllocations(t *testing.T) {
 const guestTicks = 50
 
 // probeAnswerer answers every active probe 200 with a body holding
-// expectBody (configs without healthCheck make no call), and counts them.
+// expectBody (configs without healthCheck make no call), or 503 for the
+// address fail, and counts them.
 type probeAnswerer struct {
 	mu     sync.Mutex
 	body   []byte
+	fail   string
 	probes int
 }
 
-func (a *probeAnswerer) answer(*hostsim.CallRequest) (*hostsim.CallResponse, error) {
+func (a *probeAnswerer) answer(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.probes++
+	if a.fail != "" && r.Header("x-envoy-original-dst-host") == a.fail {
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
+	}
 	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: a.body}, nil
 }
 
@@ -478,26 +493,37 @@ func (a *probeAnswerer) count() int {
 	return a.probes
 }
 
-// guestGarbage runs n requests of cfg in the memstats build after a warm-up
-// (1000 requests over 10 ticks), spread over guestTicks ticks whose probes
-// hostsim answers, and returns what the guest allocated from the end of the
-// warm-up's last tick to the end of the last tick, and its GC cycles.
+// guestGarbage runs n requests of cfg in the memstats build (guestGarbageCase).
 func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs uint64) {
+	return guestGarbageCase(t, wasm, guestCase{cfg: cfg}, n)
+}
+
+// guestWarmupTicks is the warm-up's ticks: with configs/health.json's
+// interval of 5 s and unhealthyThreshold 3, a failing service is DOWN by
+// the third round (tick 11).
+const guestWarmupTicks = 30
+
+// guestGarbageCase runs n requests of c in the memstats build after a
+// warm-up (34 requests before each of guestWarmupTicks ticks), spread over
+// guestTicks ticks whose probes hostsim answers, and returns what the guest
+// allocated from the end of the warm-up's last tick to the end of the last
+// tick, and its GC cycles.
+func guestGarbageCase(t testing.TB, wasm []byte, gc guestCase, n int) (bytes, mallocs, gcs uint64) {
 	var c struct {
 		HealthCheck *struct {
 			ExpectBody string `json:"expectBody"`
 		} `json:"healthCheck"`
 	}
-	if err := json.Unmarshal(cfg, &c); err != nil {
+	if err := json.Unmarshal(gc.cfg, &c); err != nil {
 		t.Fatal(err)
 	}
-	probes := &probeAnswerer{body: []byte("ok")}
+	probes := &probeAnswerer{body: []byte("ok"), fail: gc.failProbes[1]}
 	if c.HealthCheck != nil {
 		probes.body = []byte("status: " + c.HealthCheck.ExpectBody + "\n")
 	}
-	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg, HTTPCall: probes.answer}, nil)
-	for range 10 {
-		for range 100 {
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: gc.cfg, HTTPCall: probes.answer}, nil)
+	for range guestWarmupTicks {
+		for range 34 {
 			costStream(t, h, costRequest.headers)
 		}
 		tick(h)
@@ -517,6 +543,11 @@ func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs ui
 	after := lastMemStats(t, h, "tick-end")
 	if c.HealthCheck != nil && probes.count() == probed {
 		t.Fatalf("no active probe was sent in %d ticks with healthCheck configured", guestTicks)
+	}
+	if name := gc.failProbes[0]; name != "" {
+		if m, _ := h.Metric("hashlb.service." + name + ".health_down"); m.Value != 1 {
+			t.Fatalf("hashlb.service.%s.health_down = %d with its probes failing, want 1 (DOWN in the warm-up, once)", name, m.Value)
+		}
 	}
 	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
 }
