@@ -418,7 +418,7 @@ func guestCases(t testing.TB) []guestCase {
 	}
 	// A persistence hit (every request carries the same key): the bucket
 	// is read into the arena too.
-	cases = append(cases, guestCase{name: "urlhash+persistence hit", cfg:  exampleConfig(t, "urlhash",
+	cases = append(cases, guestCase{name: "urlhash+persistence hit", cfg: exampleConfig(t, "urlhash",
 		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
 	// Probes with a body to find, to more services than the SDK's callout
 	// table holds in its first group (8).

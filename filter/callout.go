@@ -17,7 +17,7 @@ import (
 // once per service, and puts in the SDK's table a record made once per
 // service, whose callback is a method value made once: a probe allocates
 // nothing. The table is reached as kind.go reaches the context registry;
-// TestSDKStateLayout holds these mirrors to the SDK's types. A probe's
+// TestSDKCalloutLayout holds these mirrors to the SDK's types. A probe's
 // answer is then read through the module's own imports into the arena.
 
 // pluginStateLayout mirrors the SDK's pluginContextState (proxywasm/internal

@@ -214,9 +214,8 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		}
 	}()
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
-		// Into the arena, as the request's reads: the SDK's read would make
-		// garbage on every response.
-		// The health record it may update is read there too.
+		// Into the arena, as the request's reads, with the health record a
+		// failure updates: the SDK's read would make garbage on every response.
 		arenaStart()
 		v, _ := getResponseHeader(":status")
 		if status, ok := parseStatus(v); ok {
