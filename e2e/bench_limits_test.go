@@ -150,7 +150,7 @@ func limitFigures(b *testing.B, t *ratioTable, node string, wasm []byte) {
 		if slices.Contains(hashMethodConfigs, c.name) {
 			continue // the shipped configuration is counted, with its debugHeader and persistence
 		}
-		_, _, gcs := guestGarbage(b, mem, c.cfg, *ratioGCRequests)
+		_, _, gcs := guestGarbageCase(b, mem, c, *ratioGCRequests)
 		t.add(fmt.Sprintf("GC cycles per %d requests (hostsim, guest MemStats), %s", *ratioGCRequests, c.name), "", "0", atMost(0), float64(gcs))
 	}
 }

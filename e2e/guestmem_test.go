@@ -118,8 +118,15 @@ func (c *callCounter) count(f func()) []string {
 // set, counts its host calls.
 func costHost(t testing.TB, wasm, cfg []byte, calls *callCounter) *hostsim.Host {
 	t.Helper()
+	return costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg}, calls)
+}
+
+// costHostWith is costHost with more of hostsim's configuration (one worker,
+// envoy-1.33).
+func costHostWith(t testing.TB, wasm []byte, hc hostsim.Config, calls *callCounter) *hostsim.Host {
+	t.Helper()
 	ctx := context.Background()
-	hc := hostsim.Config{Workers: 1, PluginConfig: cfg, Profile: hostsim.ProfileEnvoy133}
+	hc.Workers, hc.Profile = 1, hostsim.ProfileEnvoy133
 	if calls != nil {
 		ctx = experimental.WithFunctionListenerFactory(ctx, calls)
 		hc.Cache = wazero.NewCompilationCache() // code compiled with listeners is not shared
@@ -372,6 +379,10 @@ const guestRequests = 100_000
 type guestCase struct {
 	name string
 	cfg  []byte
+	// failProbes, when set, is a service (name and address) whose probes
+	// hostsim answers 503: DOWN during the warm-up, probed and failing
+	// after it.
+	failProbes [2]string
 }
 
 // guestCases are every hash method without debugHeader or persistence,
@@ -379,7 +390,7 @@ type guestCase struct {
 func guestCases(t testing.TB) []guestCase {
 	var cases []guestCase
 	for _, name := range hashMethodConfigs {
-		cases = append(cases, guestCase{name, exampleConfig(t, name, nil)})
+		cases = append(cases, guestCase{name: name, cfg: exampleConfig(t, name, nil)})
 	}
 	for _, name := range shippedHTTPConfigs(t) {
 		b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
@@ -392,64 +403,210 @@ func guestCases(t testing.TB) []guestCase {
 		}
 		what := " (as shipped)"
 		if c["healthCheck"] != nil {
-			// Active probes are the tick's work, not a request's, and their
-			// answers (the SDK's http call, about 16 bytes per probe) would
-			// land between the two ticks: passive health stays.
-			delete(c, "healthCheck")
-			what = " (as shipped, without active probes)"
+			what = " (as shipped, active probes answered)"
 		}
 		if b, err = json.Marshal(c); err != nil {
 			t.Fatal(err)
 		}
-		cases = append(cases, guestCase{name + what, b})
+		cases = append(cases, guestCase{name: name + what, cfg: b})
+		if svcs, _ := c["services"].([]any); c["healthCheck"] != nil && len(svcs) > 1 {
+			s, _ := svcs[1].(map[string]any)
+			n, _ := s["name"].(string)
+			a, _ := s["address"].(string)
+			cases = append(cases, guestCase{name: name + " (as shipped, " + n + " failing its probes)", cfg: b, failProbes: [2]string{n, a}})
+		}
 	}
 	// A persistence hit (every request carries the same key): the bucket
 	// is read into the arena too.
-	cases = append(cases, guestCase{"urlhash+persistence hit", exampleConfig(t, "urlhash",
+	cases = append(cases, guestCase{name: "urlhash+persistence hit", cfg: exampleConfig(t, "urlhash",
 		map[string]any{"persistence": map[string]any{"keys": []string{"${request.header.x-client-id}"}}})})
-	cases = append(cases, guestCase{"token jwt()", exampleConfig(t, "token", map[string]any{
+	// Probes with a body to find, to more services than the SDK's callout
+	// table holds in its first group (8).
+	var svcs []map[string]any
+	for i := range 12 {
+		svcs = append(svcs, map[string]any{"name": fmt.Sprintf("s%d", i), "address": fmt.Sprintf("10.0.0.%d:8080", i+1)})
+	}
+	cases = append(cases, guestCase{name: "urlhash+healthCheck expectBody, 12 services", cfg: exampleConfig(t, "urlhash", map[string]any{
+		"services": svcs, "upstreamCount": 2,
+		"healthCheck": map[string]any{"path": "/status", "interval": "2s", "timeout": "1s", "cluster": "probe",
+			"expectBody": "Status=running, every dependency reachable"},
+	})})
+	cases = append(cases, guestCase{name: "token jwt()", cfg: exampleConfig(t, "token", map[string]any{
 		"token": `${request.header.authorization | jwt("sub")}${request.header.authorization | jwt("n")}${request.header.authorization | jwt("name")}`})})
-	cases = append(cases, guestCase{"token replace()", exampleConfig(t, "token", map[string]any{
+	cases = append(cases, guestCase{name: "token replace()", cfg: exampleConfig(t, "token", map[string]any{
 		"token": `${request.url | replace("^/([a-z]+)/(?P<rest>.*)$", "${rest}-$1") | upper | hash}`})})
 	return cases
 }
 
 // TestGuestAllocations runs 10^5 requests of every example HTTP
-// configuration as it ships (debugHeader, persistence and health included),
-// of every hash method without them, and of jwt() and replace() expressions,
-// in hostsim (envoy-1.33) after a warm-up, between two ticks, and reads the
-// guest's runtime.MemStats at the end of the first tick and the start of the
-// second: the request path must allocate nothing (issues 11 and 20: no
-// garbage, so no GC cycle, whatever the configuration).
+// configuration as it ships (debugHeader, persistence and health included,
+// active probes sent and answered), of every hash method without them, and of
+// jwt() and replace() expressions, in hostsim (envoy-1.33) after a warm-up,
+// spread over guestTicks ticks, and reads the guest's runtime.MemStats at the
+// end of the first tick and of the last: the requests, the ticks' own work
+// (counters, shared loads, health records, the probe lease) and the probes
+// with their answers must allocate nothing (issues 11 and 20: no garbage, so
+// no GC cycle, whatever the configuration).
 func TestGuestAllocations(t *testing.T) {
 	wasm := memstatsModule(t)
 	cases := guestCases(t)
 	for _, c := range cases {
 		name := c.name
 		t.Run(name, func(t *testing.T) {
-			bytes, mallocs, gcs := guestGarbage(t, wasm, c.cfg, guestRequests)
-			t.Logf("%s: %d requests: %d bytes in %d allocations, %d GC cycles", name, guestRequests, bytes, mallocs, gcs)
+			bytes, mallocs, gcs := guestGarbageCase(t, wasm, c, guestRequests)
+			t.Logf("%s: %d requests over %d ticks: %d bytes in %d allocations, %d GC cycles", name, guestRequests, guestTicks, bytes, mallocs, gcs)
 			if bytes != 0 || mallocs != 0 || gcs != 0 {
-				t.Errorf("%s: %d requests allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
-					name, guestRequests, bytes, mallocs, fmt.Sprintf("%.1f B", float64(bytes)/guestRequests), gcs)
+				t.Errorf("%s: %d requests over %d ticks allocated %d bytes in %d allocations (%s per request) and ran %d GC cycles in the guest, want 0",
+					name, guestRequests, guestTicks, bytes, mallocs, fmt.Sprintf("%.1f B", float64(bytes)/guestRequests), gcs)
 			}
 		})
 	}
 }
 
-// guestGarbage runs n requests of cfg in the memstats build after a warm-up,
-// between two ticks, and returns what the guest allocated and its GC cycles.
+// guestTicks is how many ticks the measured requests are spread over: with
+// a healthCheck interval of 5 s (configs/health.json), 10 probe rounds.
+const guestTicks = 50
+
+// probeAnswerer answers every active probe 200 with a body holding
+// expectBody (configs without healthCheck make no call), or 503 for the
+// address fail, and counts them.
+type probeAnswerer struct {
+	mu     sync.Mutex
+	body   []byte
+	fail   string
+	probes int
+}
+
+func (a *probeAnswerer) answer(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.probes++
+	if a.fail != "" && r.Header("x-envoy-original-dst-host") == a.fail {
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
+	}
+	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: a.body}, nil
+}
+
+func (a *probeAnswerer) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.probes
+}
+
+// guestGarbage runs n requests of cfg in the memstats build (guestGarbageCase).
 func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs uint64) {
-	h := costHost(t, wasm, cfg, nil)
-	for range 1000 {
-		costStream(t, h, costRequest.headers)
+	return guestGarbageCase(t, wasm, guestCase{cfg: cfg}, n)
+}
+
+// guestWarmupTicks is the warm-up's ticks: with configs/health.json's
+// interval of 5 s and unhealthyThreshold 3, a failing service is DOWN by
+// the third round (tick 11).
+const guestWarmupTicks = 30
+
+// guestGarbageCase runs n requests of c in the memstats build after a
+// warm-up (34 requests before each of guestWarmupTicks ticks), spread over
+// guestTicks ticks whose probes hostsim answers, and returns what the guest
+// allocated from the end of the warm-up's last tick to the end of the last
+// tick, and its GC cycles.
+func guestGarbageCase(t testing.TB, wasm []byte, gc guestCase, n int) (bytes, mallocs, gcs uint64) {
+	var c struct {
+		HealthCheck *struct {
+			ExpectBody string `json:"expectBody"`
+		} `json:"healthCheck"`
+	}
+	if err := json.Unmarshal(gc.cfg, &c); err != nil {
+		t.Fatal(err)
+	}
+	probes := &probeAnswerer{body: []byte("ok"), fail: gc.failProbes[1]}
+	if c.HealthCheck != nil {
+		probes.body = []byte("status: " + c.HealthCheck.ExpectBody + "\n")
+	}
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: gc.cfg, HTTPCall: probes.answer}, nil)
+	for range guestWarmupTicks {
+		for range 34 {
+			costStream(t, h, costRequest.headers)
+		}
+		tick(h)
+	}
+	before := lastMemStats(t, h, "tick-end")
+	probed := probes.count()
+	for k := range guestTicks {
+		m := n / guestTicks
+		if k == 0 {
+			m += n % guestTicks
+		}
+		for range m {
+			costStream(t, h, costRequest.headers)
+		}
+		tick(h)
+	}
+	after := lastMemStats(t, h, "tick-end")
+	if c.HealthCheck != nil && probes.count() == probed {
+		t.Fatalf("no active probe was sent in %d ticks with healthCheck configured", guestTicks)
+	}
+	if name := gc.failProbes[0]; name != "" {
+		if m, _ := h.Metric("hashlb.service." + name + ".health_down"); m.Value != 1 {
+			t.Fatalf("hashlb.service.%s.health_down = %d with its probes failing, want 1 (DOWN in the warm-up, once)", name, m.Value)
+		}
+	}
+	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
+}
+
+// TestGuestAllocationsManyUpstreamLists: with 100 services and
+// upstreamCount 2 (9900 ordered lists), requests over 20000 paths reach far
+// more distinct upstream lists than the filter keeps as strings (4096);
+// past them each list is the stream's own buffer, so after a warm-up over
+// every path a second pass allocates nothing, and every request still
+// carries its two distinct addresses of the pool.
+func TestGuestAllocationsManyUpstreamLists(t *testing.T) {
+	wasm := memstatsModule(t)
+	var svcs []map[string]any
+	addrs := map[string]bool{}
+	for i := range 100 {
+		a := fmt.Sprintf("10.1.%d.%d:8080", i/250, i%250+1)
+		addrs[a] = true
+		svcs = append(svcs, map[string]any{"name": fmt.Sprintf("s%d", i), "address": a})
+	}
+	cfg := exampleConfig(t, "urlhash", map[string]any{"services": svcs, "upstreamCount": 2})
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg}, nil)
+	const paths = 20000
+	headers := slices.Clone(costRequest.headers)
+	lists := map[string]bool{}
+	pass := func(check bool) {
+		for k := range paths {
+			headers[1] = [2]string{":path", fmt.Sprintf("/obj/%d", k)}
+			s := h.Stream(0)
+			res := s.RequestHeaders(headers, costRequest.props)
+			if res.Err != nil || res.LocalReply != nil {
+				t.Fatalf("RequestHeaders = err %v, local reply %+v, want routed", res.Err, res.LocalReply)
+			}
+			if check {
+				v, _ := res.Header("x-envoy-original-dst-host")
+				a, b, ok := strings.Cut(v, ",")
+				if !ok || a == b || !addrs[a] || !addrs[b] {
+					t.Fatalf("%s: x-envoy-original-dst-host %q, want two distinct addresses of the pool", headers[1][1], v)
+				}
+				lists[v] = true
+			}
+			s.ResponseHeaders([][2]string{{":status", "200"}})
+			if err := s.Finish(); err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+		}
+	}
+	pass(true)
+	if len(lists) <= 4096 {
+		t.Fatalf("%d paths reached %d distinct upstream lists, want more than the 4096 kept as strings", paths, len(lists))
 	}
 	tick(h)
 	before := lastMemStats(t, h, "tick-end")
-	for range n {
-		costStream(t, h, costRequest.headers)
-	}
+	pass(false)
 	tick(h)
-	after := lastMemStats(t, h, "tick-start")
-	return after.totalAlloc - before.totalAlloc, after.mallocs - before.mallocs, after.numGC - before.numGC
+	after := lastMemStats(t, h, "tick-end")
+	bytes, mallocs, gcs := after.totalAlloc-before.totalAlloc, after.mallocs-before.mallocs, after.numGC-before.numGC
+	t.Logf("%d requests over %d distinct upstream lists: %d bytes in %d allocations, %d GC cycles", paths, len(lists), bytes, mallocs, gcs)
+	if bytes != 0 || mallocs != 0 || gcs != 0 {
+		t.Errorf("%d requests over %d distinct upstream lists allocated %d bytes in %d allocations and ran %d GC cycles in the guest, want 0",
+			paths, len(lists), bytes, mallocs, gcs)
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/binary"
-	"strconv"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -19,13 +18,45 @@ type health struct {
 	p         *pluginContext
 	board     *lbcore.HealthBoard
 	nextRound time.Time
+	// probes[i] is service i's probe, made once (callout.go).
+	probes []probe
+}
+
+// probe is one service's health request, serialised for proxy_http_call,
+// and the SDK callback record of its answers.
+type probe struct {
+	h       *health
+	i       int
+	headers []byte
+	callout calloutLayout
 }
 
 // tickPeriod is how often workers refresh health and may start a probe round.
 const tickPeriod = time.Second
 
 func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *health {
-	return &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me)}
+	h := &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me)}
+	if hc := cfg.HealthCheck; hc != nil {
+		h.probes = make([]probe, len(cfg.Services))
+		for i := range cfg.Services {
+			pr := &h.probes[i]
+			pr.h, pr.i, pr.headers = h, i, appendPairs(nil, probeHeaders(cfg, hc, i))
+			pr.callout.callback = pr.answered
+		}
+	}
+	return h
+}
+
+// probeHeaders is the request that probes service i through the cluster,
+// with the upstream header naming the address probed so that an
+// ORIGINAL_DST or override_host cluster reaches exactly it. lbcore decides
+// the address and the :authority.
+func probeHeaders(cfg *lbcore.Config, hc *lbcore.HealthCheck, i int) [][2]string {
+	s := &cfg.Services[i]
+	return [][2]string{
+		{":method", hc.Method}, {":path", hc.Path}, {":authority", hc.ProbeAuthority(s.Address)}, {":scheme", "http"},
+		{cfg.UpstreamHeader, hc.ProbeAddress(s.Address)}, {"user-agent", "hashlb-health"},
+	}
 }
 
 // tick refreshes the view, ends the ejections that ran out and, when a probe
@@ -62,42 +93,51 @@ func (h *health) refresh(now time.Time) {
 	}
 }
 
-// probe sends one health request to service i through the cluster, with the
-// upstream header naming the address probed so that an ORIGINAL_DST or
-// override_host cluster reaches exactly it. lbcore decides the address, the
-// :authority and whether the response passes.
+// probe sends service i's health request; its answer comes to answered.
 func (h *health) probe(i int, hc *lbcore.HealthCheck) {
-	s := &h.p.cfg.Services[i]
-	headers := [][2]string{
-		{":method", hc.Method}, {":path", hc.Path}, {":authority", hc.ProbeAuthority(s.Address)}, {":scheme", "http"},
-		{h.p.cfg.UpstreamHeader, hc.ProbeAddress(s.Address)}, {"user-agent", "hashlb-health"},
+	pr := &h.probes[i]
+	timeout := uint32(hc.Timeout / time.Millisecond)
+	table := sdkCallouts()
+	if table == nil { // never: the SDK runs this tick for a registered plugin
+		if _, err := proxywasm.DispatchHttpCall(hc.Cluster, probeHeaders(h.p.cfg, hc, i), nil, nil, timeout, pr.answered); err != nil {
+			h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, false) })
+		}
+		return
 	}
-	_, err := proxywasm.DispatchHttpCall(hc.Cluster, headers, nil, nil, uint32(hc.Timeout/time.Millisecond),
-		func(numHeaders, bodySize, _ int) {
-			defer func() {
-				if r := recover(); r != nil {
-					h.p.m.recovered("health check response", r)
-				}
-			}()
-			status := 0
-			if numHeaders > 0 {
-				hs, _ := proxywasm.GetHttpCallResponseHeaders()
-				for _, kv := range hs {
-					if kv[0] == ":status" {
-						status, _ = strconv.Atoi(kv[1])
-					}
-				}
-			}
-			var body []byte
-			if hc.NeedsBody() && bodySize > 0 {
-				body, _ = proxywasm.GetHttpCallResponseBody(0, min(bodySize, lbcore.MaxHealthBodyBytes))
-			}
-			h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, hc.Healthy(status, body)) })
-		})
+	id, err := httpCall(hc.Cluster, pr.headers, timeout)
 	if err != nil {
 		// The cluster is missing or the call was refused: a failed probe.
 		h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, false) })
+		return
 	}
+	registerCallout(table, id, &pr.callout)
+}
+
+// answered takes the answer to a probe (proxy_on_http_call_response; no
+// headers when the call failed or timed out): lbcore decides whether it
+// passes. Its reads go to the arena: nothing read is kept.
+func (pr *probe) answered(numHeaders, bodySize, _ int) {
+	h := pr.h
+	defer func() {
+		if r := recover(); r != nil {
+			h.p.m.recovered("health check response", r)
+		}
+	}()
+	arenaStart()
+	defer arenaStop()
+	hc := h.p.cfg.HealthCheck
+	status := 0
+	if numHeaders > 0 {
+		if v, err := getCallResponseHeader(":status"); err == nil {
+			status, _ = parseStatus(v)
+		}
+	}
+	var body []byte
+	if hc.NeedsBody() && bodySize > 0 {
+		body, _ = getCallResponseBody(min(bodySize, lbcore.MaxHealthBodyBytes))
+	}
+	ok := hc.Healthy(status, body)
+	h.observe(pr.i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, ok) })
 }
 
 // passive records a response from service i; failed responses eject the

@@ -4,15 +4,19 @@ package main
 
 import (
 	"strings"
+	"unsafe"
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
 // Outside Wasm (the SDK's native test host) the host's copies are ordinary
 // Go memory: hostmem_wasip1.go holds the module's arena.
 
-func arenaStart() {}
-func arenaStop()  {}
+func arenaStart()   {}
+func arenaStop()    {}
+func scratchStart() {}
+func scratchStop()  {}
 
 // appendRequestHeaders appends to dst every request header line named in
 // names (headerNamed), in order.
@@ -50,3 +54,37 @@ func callForeign(name string, args []byte) error {
 	_, err := proxywasm.CallForeignFunction(name, args)
 	return err
 }
+
+// sdkProxyHTTPCall is the SDK's proxy_http_call, which natively calls its
+// emulator.
+//
+//go:linkname sdkProxyHTTPCall github.com/higress-group/proxy-wasm-go-sdk/proxywasm/internal.ProxyHttpCall
+func sdkProxyHTTPCall(upstreamData *byte, upstreamSize int32, headerData *byte, headerSize int32,
+	bodyData *byte, bodySize int32, trailersData *byte, trailersSize int32, timeout uint32, calloutIDPtr *uint32) uint32
+
+var calloutID uint32
+
+// httpCall is proxy_http_call with headers already serialised.
+func httpCall(cluster string, headers []byte, timeoutMs uint32) (uint32, error) {
+	calloutID = 0
+	st := sdkProxyHTTPCall(unsafe.StringData(cluster), int32(len(cluster)), unsafe.SliceData(headers), int32(len(headers)),
+		nil, 0, unsafe.SliceData(noTrailers), int32(len(noTrailers)), timeoutMs, &calloutID)
+	return calloutID, statusError(st)
+}
+
+// getCallResponseHeader is the first value of header name of an http call's answer.
+func getCallResponseHeader(name string) (string, error) {
+	hs, err := proxywasm.GetHttpCallResponseHeaders()
+	if err != nil {
+		return "", err
+	}
+	for _, kv := range hs {
+		if kv[0] == name {
+			return kv[1], nil
+		}
+	}
+	return "", types.ErrorStatusNotFound
+}
+
+// getCallResponseBody is the first max bytes of an http call's answer body.
+func getCallResponseBody(max int) ([]byte, error) { return proxywasm.GetHttpCallResponseBody(0, max) }

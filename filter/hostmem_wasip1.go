@@ -68,9 +68,31 @@ func hostMalloc(size uint32) *byte {
 		arena.overflowUsed = true
 		return &arena.overflow[0]
 	}
+	if scratch.on && size > 0 {
+		if int(size) > len(scratch.buf) {
+			scratch.buf = make([]byte, max(int(size), 2*len(scratch.buf), 1<<10))
+		}
+		return &scratch.buf[0]
+	}
 	buf := make([]byte, max(size, 1))
 	return &buf[0]
 }
+
+// scratch serves the host's copies during the tick's shared-data work
+// (pluginContext.tickShared): every copy goes to the start of one buffer,
+// which grows to the largest value read and is kept. Each copy overwrites
+// the one before, which is right for the readers on the tick (lbcore's
+// LoadBoard and HealthBoard), which are done with a value before they read
+// the next. A tick reads every health record and every worker's load slot
+// each second: copies made with make would be a GC cycle every few minutes.
+var scratch struct {
+	buf []byte
+	on  bool
+}
+
+// scratchStart and scratchStop bracket the tick's shared-data work.
+func scratchStart() { scratch.on = true }
+func scratchStop()  { scratch.on = false }
 
 // arenaStart starts serving the host's copies from the arena, from its
 // beginning: nothing read during an earlier callback is still referenced.
@@ -148,19 +170,6 @@ var (
 	valueSize int32
 )
 
-// statusError is the SDK's error for a proxy-wasm status.
-func statusError(st uint32) error {
-	switch st {
-	case 0:
-		return nil
-	case 1:
-		return types.ErrorStatusNotFound
-	case 2:
-		return types.ErrorStatusBadArgument
-	}
-	return types.ErrorInternalFailure
-}
-
 // takeValue is the string the host returned in valueData/valueSize.
 func takeValue() string {
 	p, n := valueData, valueSize
@@ -234,4 +243,44 @@ func callForeign(name string, args []byte) error {
 		unsafe.Pointer(unsafe.SliceData(args)), uint32(len(args)), unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize))
 	valueData, valueSize = nil, 0
 	return statusError(st)
+}
+
+//go:wasmimport env proxy_http_call
+func proxyHTTPCall(upstreamData unsafe.Pointer, upstreamSize uint32, headerData unsafe.Pointer, headerSize uint32,
+	bodyData unsafe.Pointer, bodySize uint32, trailersData unsafe.Pointer, trailersSize uint32, timeout uint32, calloutID unsafe.Pointer) uint32
+
+var calloutID uint32
+
+// httpCall is proxy_http_call to cluster with headers already serialised
+// (appendPairs), no body and no trailers; it returns the callout id. The
+// caller registers the answer's callback (callout.go).
+func httpCall(cluster string, headers []byte, timeoutMs uint32) (uint32, error) {
+	calloutID = 0
+	st := proxyHTTPCall(unsafe.Pointer(unsafe.StringData(cluster)), uint32(len(cluster)),
+		unsafe.Pointer(unsafe.SliceData(headers)), uint32(len(headers)), nil, 0,
+		unsafe.Pointer(unsafe.SliceData(noTrailers)), uint32(len(noTrailers)), timeoutMs, unsafe.Pointer(&calloutID))
+	return calloutID, statusError(st)
+}
+
+// getCallResponseHeader is the first value of header name of the answer to
+// an http call, during proxy_on_http_call_response.
+func getCallResponseHeader(name string) (string, error) { return getHeader(6, name) }
+
+//go:wasmimport env proxy_get_buffer_bytes
+func proxyGetBufferBytes(bufferType uint32, start uint32, maxSize uint32, returnData unsafe.Pointer, returnSize unsafe.Pointer) uint32
+
+// getCallResponseBody is the first max bytes of the answer's body, during
+// proxy_on_http_call_response.
+func getCallResponseBody(max int) ([]byte, error) {
+	const httpCallResponseBody = 4
+	valueData, valueSize = nil, 0
+	if st := proxyGetBufferBytes(httpCallResponseBody, 0, uint32(max), unsafe.Pointer(&valueData), unsafe.Pointer(&valueSize)); st != 0 {
+		return nil, statusError(st)
+	}
+	p, n := valueData, valueSize
+	valueData, valueSize = nil, 0
+	if p == nil || n <= 0 {
+		return nil, nil
+	}
+	return unsafe.Slice(p, n), nil
 }

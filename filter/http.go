@@ -25,6 +25,10 @@ type httpContext struct {
 	local  bool // we sent a local reply
 	ended  bool // OnHttpStreamDone ran: h is in the plugin's free list
 	dec    lbcore.Decision
+	// upstream and debug are the buffers of upstreamValue and decisionText,
+	// kept when the context is reused: a value the host was given stays
+	// unchanged until the stream ends (pluginContext.value).
+	upstream, debug []byte
 }
 
 // OnHttpRequestHeaders strips client copies of our headers, decides, and sets
@@ -117,7 +121,7 @@ func (h *httpContext) decided(d *lbcore.Decision) types.Action {
 	if d.Len() == 0 {
 		return h.reply503()
 	}
-	return h.route(d.At(0), p.upstreamValue(d))
+	return h.route(d.At(0), h.upstreamValue(d))
 }
 
 // route sets the request headers for service i and counts the request. If
@@ -210,18 +214,17 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		}
 	}()
 	if p := h.p; p.health != nil && p.cfg.PassiveHealth != nil && h.chosen >= 0 && !h.local {
-		// Into the arena, as the request's reads: the SDK's read would make
-		// garbage on every response.
+		// Into the arena, as the request's reads, with the health record a
+		// failure updates: the SDK's read would make garbage on every response.
 		arenaStart()
 		v, _ := getResponseHeader(":status")
-		status, ok := parseStatus(v)
-		arenaStop()
-		if ok {
+		if status, ok := parseStatus(v); ok {
 			p.health.passive(h.chosen, status)
 		}
+		arenaStop()
 	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
-		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.p.decisionText(h.method, h.reason, h.chosen))
+		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.decisionText())
 	}
 	return types.ActionContinue
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"unsafe"
+	_ "unsafe" // go:linkname
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
@@ -38,7 +38,7 @@ var sdkState *sdkStateLayout
 // sdkStateLayout mirrors the SDK's internal state type, field for field.
 type sdkStateLayout struct {
 	vmContext         types.VMContext
-	pluginContexts    map[uint32]unsafe.Pointer
+	pluginContexts    map[uint32]*pluginStateLayout
 	httpContexts      map[uint32]types.HttpContext
 	tcpContexts       map[uint32]types.TcpContext
 	contextIDToRootID map[uint32]uint32

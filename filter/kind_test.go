@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -63,4 +64,63 @@ func TestWrongKindNative(t *testing.T) {
 			t.Errorf("error logs %q, want one", logs)
 		}
 	})
+}
+
+// TestSDKCalloutLayout holds pluginStateLayout and calloutLayout (callout.go)
+// to the SDK's: a callout the SDK's own DispatchHttpCall registers reads
+// through them as the record it made (its caller and its callback), and a
+// probe's record, put in the same table, is what the SDK's
+// proxy_on_http_call_response finds and calls.
+func TestSDKCalloutLayout(t *testing.T) {
+	h := startHost(t, &vmContext{}, `{"lbMethod":"URLHASH","healthCheck":{"interval":"1s","unhealthyThreshold":1,"healthyThreshold":1,"cluster":"probe"},`+services+`}`)
+	h.Tick() // the plugin's context is the running one; probes are sent
+	st := sdkState.pluginContexts[proxytest.PluginContextID]
+	if st == nil {
+		t.Fatalf("sdkState.pluginContexts has no plugin %d", proxytest.PluginContextID)
+	}
+	p, ok := st.context.(*pluginContext)
+	if !ok || p.health == nil {
+		t.Fatalf("the SDK's plugin state holds context %T, want the started *pluginContext", st.context)
+	}
+	table := sdkCallouts()
+	if table == nil {
+		t.Fatal("sdkCallouts() = nil while the plugin runs")
+	}
+	probes := h.GetCalloutAttributesFromContext(proxytest.PluginContextID)
+	if len(probes) != len(p.health.probes) {
+		t.Fatalf("one tick sent %d probes, want %d", len(probes), len(p.health.probes))
+	}
+	for _, c := range probes {
+		rec := table[c.CalloutID]
+		if rec == nil || rec.callerContextID != proxytest.PluginContextID {
+			t.Fatalf("callout %d: table record %+v, want one of the probes', caller %d", c.CalloutID, rec, proxytest.PluginContextID)
+		}
+	}
+
+	var got [3]int
+	id, err := proxywasm.DispatchHttpCall("probe", [][2]string{{":method", "GET"}, {":path", "/"}, {":authority", "a"}}, nil, nil, 1000,
+		func(numHeaders, bodySize, numTrailers int) { got = [3]int{numHeaders, bodySize, numTrailers} })
+	if err != nil {
+		t.Fatalf("DispatchHttpCall: %v", err)
+	}
+	rec := table[id]
+	if rec == nil || rec.callback == nil || rec.callerContextID != proxytest.PluginContextID {
+		t.Fatalf("the SDK's record of callout %d reads as %+v, want its callback and caller %d", id, rec, proxytest.PluginContextID)
+	}
+	rec.callback(1, 2, 3)
+	if got != [3]int{1, 2, 3} {
+		t.Errorf("the SDK's callback called through calloutLayout got %v, want [1 2 3]", got)
+	}
+
+	for _, c := range probes {
+		h.CallOnHttpCallResponse(c.CalloutID, [][2]string{{":status", "503"}}, nil, nil)
+		if _, left := table[c.CalloutID]; left {
+			t.Errorf("callout %d is still in the SDK's table after its answer", c.CalloutID)
+		}
+	}
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if n, _ := h.GetCounterMetric("hashlb.service." + name + ".health_down"); n != 1 {
+			t.Errorf("hashlb.service.%s.health_down = %d after a failed probe with unhealthyThreshold 1, want 1", name, n)
+		}
+	}
 }

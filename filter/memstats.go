@@ -4,7 +4,7 @@ package main
 
 // A test-only build (go build -tags hashlb_memstats) that logs the guest's
 // runtime.MemStats at the start and at the end of every tick, so that a test
-// can count what the request path allocates between two ticks
+// can count what requests, ticks and probes allocate between two ticks
 // (e2e/guestmem_test.go). The release module never contains it.
 
 import (

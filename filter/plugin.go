@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/hashlb/hashlb/lbcore"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
@@ -41,10 +42,8 @@ type pluginContext struct {
 	// in is what decisions read from a request; req holds the request being decided.
 	in  lbcore.Inputs
 	req lbcore.Request
-	// upstream is the buffer of upstreamValue's comma-separated list, debug
-	// that of decisionText; values are the strings made from them (value).
-	upstream, debug []byte
-	values          map[string]string
+	// values are the header values made into strings (value).
+	values map[string]string
 	// free are ended requests' contexts, reused by NewHttpContext;
 	// freeConns ended connections', reused by NewTcpContext (tcp.go).
 	free      []*httpContext
@@ -191,12 +190,21 @@ func (p *pluginContext) OnTick() {
 	p.m.flush()
 	now := time.Now()
 	p.now = now
+	p.tickShared(now)
+	if p.fleet != nil {
+		p.fleet.tick(now)
+	}
+}
+
+// tickShared is the tick's work on the loads and health records: the host's
+// copies of what it reads land in the scratch buffer (hostmem_wasip1.go),
+// each read done with before the next, so that a tick allocates nothing.
+func (p *pluginContext) tickShared(now time.Time) {
+	scratchStart()
+	defer scratchStop()
 	p.shareLoads(now)
 	if p.health != nil {
 		p.health.tick(now)
-	}
-	if p.fleet != nil {
-		p.fleet.tick(now)
 	}
 }
 
@@ -266,51 +274,57 @@ func (p *pluginContext) newHTTP(id uint32) types.HttpContext {
 		h := p.free[n-1]
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, id: id, chosen: -1}
+		*h = httpContext{p: p, id: id, chosen: -1, upstream: h.upstream[:0], debug: h.debug[:0]}
 		return h
 	}
 	return &httpContext{p: p, id: id, chosen: -1}
 }
 
 // upstreamValue is the upstream header's value: the decision's addresses in
-// rank order, comma-separated, as Envoy's override_host policy reads them.
-func (p *pluginContext) upstreamValue(d *lbcore.Decision) string {
+// rank order, comma-separated, as Envoy's override_host policy reads them,
+// built in the stream's own buffer (value).
+func (h *httpContext) upstreamValue(d *lbcore.Decision) string {
+	p := h.p
 	if d.Len() == 1 {
 		return p.cfg.Services[d.At(0)].Address
 	}
-	b := p.upstream[:0]
+	b := h.upstream[:0]
 	for i := 0; i < d.Len(); i++ {
 		if i > 0 {
 			b = append(b, ',')
 		}
 		b = append(b, p.cfg.Services[d.At(i)].Address...)
 	}
-	p.upstream = b
+	h.upstream = b
 	return p.value(b)
 }
 
 // maxValues bounds the strings value keeps.
 const maxValues = 4096
 
-// value returns b as a string that is never written again. A header value
-// handed to the host must stay as it was: Envoy copies it during the call,
-// but a host may keep a view of module memory (the SDK's own wazero host
-// does). The strings the filter sets are few (the upstream lists and debug
-// texts a configuration can produce), so each is made once and kept: no
-// allocation per request. Past maxValues distinct values (a configuration
-// with very many services and upstreamCount > 1), a new value is made for
-// each request.
+// value returns b, a buffer of a stream's context, as a header value. A
+// header value handed to the host must stay as it was: Envoy copies it
+// during the call, but a host may keep a view of module memory (the SDK's
+// own hosts do, natively and running the module in wazero, and keep it past
+// the stream). So each value is made into a string once and kept, for the
+// first maxValues distinct ones: no allocation per request, and a value
+// that never changes. Past them (a configuration with very many services
+// and upstreamCount > 1, or debug texts of very many services) the value is
+// a view of b itself, which its stream's context leaves unchanged until the
+// stream ends (newHTTP reuses it only after): still no allocation, valid as
+// long as the stream that carries it.
 func (p *pluginContext) value(b []byte) string {
 	if s, ok := p.values[string(b)]; ok { // no allocation: a lookup by the bytes
 		return s
+	}
+	if len(p.values) >= maxValues {
+		return unsafe.String(unsafe.SliceData(b), len(b))
 	}
 	s := string(b)
 	if p.values == nil {
 		p.values = make(map[string]string)
 	}
-	if len(p.values) < maxValues {
-		p.values[s] = s
-	}
+	p.values[s] = s
 	return s
 }
 
@@ -328,20 +342,21 @@ func (p *pluginContext) fallbackService() int {
 	return -1
 }
 
-// decisionText is the debug header's value, built in a buffer reused by
-// every request: the host copies it during the call that sets the header.
-func (p *pluginContext) decisionText(method lbcore.Method, reason lbcore.Reason, chosen int) string {
+// decisionText is the debug header's value, built in the stream's own
+// buffer (value).
+func (h *httpContext) decisionText() string {
+	p := h.p
 	svc := "-"
-	if chosen >= 0 {
-		svc = p.cfg.Services[chosen].Name
+	if h.chosen >= 0 {
+		svc = p.cfg.Services[h.chosen].Name
 	}
-	b := append(p.debug[:0], "method="...)
-	b = append(b, method.String()...)
+	b := append(h.debug[:0], "method="...)
+	b = append(b, h.method.String()...)
 	b = append(b, "; service="...)
 	b = append(b, svc...)
 	b = append(b, "; reason="...)
-	b = append(b, reason.String()...)
-	p.debug = b
+	b = append(b, h.reason.String()...)
+	h.debug = b
 	return p.value(b)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/netip"
 	"time"
+	"unsafe"
 )
 
 // MaxHealthBodyBytes bounds how much of a probe's response body is read for
@@ -33,7 +34,8 @@ func (h *HealthCheck) Healthy(status int, body []byte) bool {
 	if len(body) > MaxHealthBodyBytes {
 		body = body[:MaxHealthBodyBytes]
 	}
-	return bytes.Contains(body, []byte(h.ExpectBody))
+	// The text's bytes, not a copy: a conversion over 32 bytes allocates.
+	return bytes.Contains(body, unsafe.Slice(unsafe.StringData(h.ExpectBody), len(h.ExpectBody)))
 }
 
 // ProbeAddress is the address a probe of the service at addr goes to: addr,
@@ -162,22 +164,28 @@ func DecodeHealth(b []byte) (s ServiceHealth, ok bool) {
 // (or as last read when every attempt conflicted) and whether it was written.
 func UpdateHealth(st Store, key string, f func(*ServiceHealth)) (ServiceHealth, bool) {
 	var s ServiceHealth
-	var buf [healthSize]byte
+	ok := updateHealth(st, key, make([]byte, 0, healthSize), &s, f)
+	return s, ok
+}
+
+// updateHealth is UpdateHealth into s, encoding into buf: f is called
+// through a func value, so a record on the stack would move to the heap.
+func updateHealth(st Store, key string, buf []byte, s *ServiceHealth, f func(*ServiceHealth)) bool {
 	for attempt := 0; attempt < casAttempts; attempt++ {
 		val, cas, err := st.Get(key)
 		if err != nil && !errors.Is(err, ErrNotFound) {
-			return s, false
+			return false
 		}
-		s, _ = DecodeHealth(val)
-		f(&s)
+		*s, _ = DecodeHealth(val)
+		f(s)
 		// A missing record is created with cas 0: two workers creating one
 		// record at once may lose one observation, which the next probe or
 		// response repeats; health records never carry mappings that matter.
-		if err := st.Set(key, EncodeHealth(buf[:0], &s), cas); err == nil {
-			return s, true
+		if err := st.Set(key, EncodeHealth(buf[:0], s), cas); err == nil {
+			return true
 		} else if !errors.Is(err, ErrCASMismatch) {
-			return s, false
+			return false
 		}
 	}
-	return s, false
+	return false
 }

@@ -20,6 +20,12 @@ type HealthBoard struct {
 	leaseKey string
 	marker   string
 	me       uint64
+	// record and lease are Update's and TakeLease's encodings, reused: the
+	// Store may be an interface the compiler cannot see through, so a
+	// buffer on the stack would move to the heap on every call.
+	record [healthSize]byte
+	lease  [leaseSize]byte
+	after  ServiceHealth // Update's record, which f sees
 }
 
 // NewHealthBoard returns the board of services under namespace in s; me
@@ -67,10 +73,11 @@ type Change struct {
 // whether it made a transition. ok is false when the record could not be
 // written, and the observation is lost (the next one repeats it).
 func (b *HealthBoard) Update(i int, f func(*ServiceHealth) bool) (c Change, ok bool) {
-	c.After, ok = UpdateHealth(b.store, b.keys[i], func(s *ServiceHealth) {
+	ok = updateHealth(b.store, b.keys[i], b.record[:0], &b.after, func(s *ServiceHealth) {
 		c.Before = *s
 		c.Changed = f(s)
 	})
+	c.After = b.after
 	return c, ok
 }
 
@@ -106,10 +113,10 @@ func (b *HealthBoard) TakeLease(now time.Time, round time.Duration) bool {
 			return false
 		}
 	}
-	var buf [leaseSize]byte
-	binary.LittleEndian.PutUint64(buf[:], b.me)
+	buf := b.lease[:]
+	binary.LittleEndian.PutUint64(buf, b.me)
 	binary.LittleEndian.PutUint64(buf[8:], uint64(now.Add(round+round/2).UnixMilli()))
-	return b.store.Set(b.leaseKey, buf[:], cas) == nil
+	return b.store.Set(b.leaseKey, buf, cas) == nil
 }
 
 // Failed classifies one upstream response for passive health: its status is

@@ -28,6 +28,7 @@ type LoadBoard struct {
 	slot   int            // owned slot, -1 when none
 	buf    []byte
 	others []int64
+	keys   []string // keys[n] is slot n's key, made at its first use
 }
 
 // MaxSlots bounds the workers that share counts; SlotTTL is how long a slot
@@ -59,7 +60,13 @@ const (
 	slotEntry   = 8 + 4           // one entry: service id, count
 )
 
-func (b *LoadBoard) key(n int) string { return b.prefix + strconv.Itoa(n) }
+// key is slot n's key, made once: the tick reads slots every second.
+func (b *LoadBoard) key(n int) string {
+	for len(b.keys) <= n {
+		b.keys = append(b.keys, b.prefix+strconv.Itoa(len(b.keys)))
+	}
+	return b.keys[n]
+}
 
 func (b *LoadBoard) encode(now time.Time, own []int64) []byte {
 	v := append(b.buf[:0], 1)
