@@ -306,7 +306,7 @@ var (
 )
 
 // guestMem is one "hashlb-memstats" log line of the test build.
-type guestMem struct{ totalAlloc, mallocs, numGC uint64 }
+type guestMem struct{ totalAlloc, mallocs, numGC, heapAlloc, nextGC uint64 }
 
 // lastMemStats returns the last memstats line logged at where.
 func lastMemStats(t testing.TB, h *hostsim.Host, where string) guestMem {
@@ -331,6 +331,10 @@ func lastMemStats(t testing.TB, h *hostsim.Host, where string) guestMem {
 				m.mallocs = n
 			case "num_gc":
 				m.numGC = n
+			case "heap_alloc":
+				m.heapAlloc = n
+			case "next_gc":
+				m.nextGC = n
 			}
 		}
 		return m

@@ -22,7 +22,8 @@ var (
 
 func init() { tickHook = logMemStats }
 
-// logMemStats logs "hashlb-memstats <where> total_alloc=… mallocs=… num_gc=…"
+// logMemStats logs "hashlb-memstats <where> total_alloc=… mallocs=… num_gc=…
+// heap_alloc=… next_gc=…"
 // without allocating: the line is built in a buffer kept for the purpose.
 func logMemStats(where string) {
 	runtime.ReadMemStats(&memStats)
@@ -34,6 +35,10 @@ func logMemStats(where string) {
 	b = strconv.AppendUint(b, memStats.Mallocs, 10)
 	b = append(b, " num_gc="...)
 	b = strconv.AppendUint(b, uint64(memStats.NumGC), 10)
+	b = append(b, " heap_alloc="...)
+	b = strconv.AppendUint(b, memStats.HeapAlloc, 10)
+	b = append(b, " next_gc="...)
+	b = strconv.AppendUint(b, memStats.NextGC, 10)
 	memLine = b
 	proxywasm.LogInfo(unsafe.String(unsafe.SliceData(b), len(b)))
 }

@@ -160,9 +160,10 @@ const (
 	FleetFailLimit = 3
 	// FleetProbeEvery is how often the tick asks a down etcd.
 	FleetProbeEvery = time.Second
-	// FleetHeartbeatEvery is how often the tick reads from an etcd that is
-	// up when nothing else asked it meanwhile: its answer shows a loss of
-	// etcd's data (fleetknown.go) even on a worker that only has hits.
+	// FleetHeartbeatEvery is how often the tick of a worker that placed
+	// keys reads from an etcd that is up when nothing else asked it
+	// meanwhile: its answer shows a loss of etcd's data (fleetknown.go) even
+	// on a worker that only has hits.
 	FleetHeartbeatEvery = 3 * time.Second
 	// FleetQueueMax bounds the keys waiting to be synced (reconciled or
 	// refreshed); more are dropped and counted (QueueFull).
@@ -380,7 +381,7 @@ func (c *FleetClient) Tick(now time.Time) {
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+len(c.queue) == 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+len(c.queue) == 0 {
 		c.probe = true
 		if l := c.leaseFor(slot); l != 0 {
 			c.rootCall(callAlive, "/v3/lease/timetolive", EtcdLeaseTimeToLive(l), now).lease = l
