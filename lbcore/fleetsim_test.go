@@ -307,6 +307,19 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 		newest := int(tt.Sub(start) / newKey)
 		s.at(tt, func() { s.request(s.rng.IntN(proxies), s.keys[max(0, newest-s.rng.IntN(nKeys))]) })
 	}
+	// Cold keys: a new one every second, each requested about once a second
+	// while among the 10 newest, so some proxies meet a key for the first
+	// time seconds after others placed it (after a loss of etcd's data, such
+	// a proxy places it anew unless the others placed it again first).
+	nCold := int(end.Sub(start)/time.Second) + 1
+	for i := range nCold {
+		s.keys = append(s.keys, fmt.Sprintf("cold-%03d", i))
+	}
+	cold := s.keys[len(s.keys)-nCold:]
+	for tt := start; tt.Before(end); tt = tt.Add(100 * time.Millisecond) {
+		newest := int(tt.Sub(start) / time.Second)
+		s.at(tt, func() { s.request(s.rng.IntN(proxies), cold[max(0, newest-s.rng.IntN(10))]) })
+	}
 	for i := range proxies { // each proxy ticks every second, at its own offset
 		off := time.Duration(i) * 173 * time.Millisecond
 		for tt := start.Add(off); tt.Before(end); tt = tt.Add(time.Second) {
