@@ -127,3 +127,35 @@ func TestRankCacheAllocatesNothing(t *testing.T) {
 		t.Errorf("a decision at 1000 services with the rank cache allocated %.1f times, want 0", n)
 	}
 }
+
+// BenchmarkRankCache is one URLHASH decision at 10^4 services: a miss (a
+// key not in the cache: the pass over the pool) and a hit. Compare the two
+// with each other and with a decision at 10 services (no cache).
+func BenchmarkRankCache(b *testing.B) {
+	targets := make([]Request, 1<<16)
+	for i := range targets {
+		targets[i].Target = fmt.Sprintf("/catalog/items/%d", i)
+	}
+	for _, c := range []struct {
+		name      string
+		services  int
+		distinct  int
+		upstreams int
+	}{
+		{"10 services", 10, 16, 1},
+		{"hit, 10000 services", 10000, 16, 1},
+		{"miss, 10000 services", 10000, len(targets), 1},
+		{"miss, 10000 services, upstreamCount 3", 10000, len(targets), 3},
+	} {
+		bal := NewBalancer(mustConfig(b, pool("URLHASH", c.services, fmt.Sprintf(`"upstreamCount":%d`, c.upstreams))), 1)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var d Decision
+			i := 0
+			for b.Loop() {
+				bal.DecideInto(&d, &targets[i%c.distinct], time.Time{})
+				i++
+			}
+		})
+	}
+}
