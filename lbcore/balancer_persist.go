@@ -55,21 +55,32 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		return
 	}
 	chose, asked := false, false
+	// selectable remembers the last service it found, so that a hit maps its
+	// identity to an index once (a map lookup is dear in Wasm).
+	seenID, seenIdx := uint64(0), -1
 	selectable := func(id uint64) bool {
 		i, known := b.ids[id]
-		return known && b.selectable(i)
+		if !known {
+			return false
+		}
+		seenID, seenIdx = id, i
+		return b.selectable(i)
 	}
 	if mode == persistForce {
 		forced := b.services[force].ID
 		selectable = func(id uint64) bool { return id == forced }
 	}
-	svc, ok, out := b.table.Resolve(key, now, selectable,
+	svc, ok := b.table.resolveInto(&d.Persist, key, now, selectable,
 		func() (uint64, bool) {
 			if mode == persistForce {
 				return b.services[force].ID, true
 			}
 			chose = true
-			d.reset() // Resolve may ask again after a lost race
+			// Resolve may ask again after a lost race; what it has
+			// reported so far in d.Persist stays.
+			out := d.Persist
+			d.reset()
+			d.Persist = out
 			b.decide(d, r, now, methodOnly, 0)
 			if d.Len() == 0 {
 				return 0, false
@@ -80,7 +91,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 			}
 			return b.services[d.At(0)].ID, true
 		})
-	d.Persist, d.EmptyKey = out, empty
+	d.EmptyKey = empty
 	if asked {
 		d.Ask = true
 		return
@@ -90,7 +101,10 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		d.n = 0
 		return
 	}
-	idx := b.ids[svc]
+	idx := seenIdx
+	if idx < 0 || svc != seenID {
+		idx = b.ids[svc]
+	}
 	if chose && d.Len() > 0 && d.At(0) == idx {
 		return // the method's own choice was stored
 	}
