@@ -13,6 +13,7 @@ import (
 func (b *Balancer) EnablePersistence(s Store, namespace string) {
 	if p := b.cfg.Persistence; p != nil {
 		b.table = NewTable(s, namespace, p.TableSize, p.Expire)
+		b.pkeyIP = len(p.Keys) == 1 && p.Keys[0].clientIPOnly() && b.x.hops <= 0
 		if p.Fleet != nil {
 			b.onMiss = persistAsk
 		}
@@ -40,7 +41,18 @@ const (
 func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
 	p := b.cfg.Persistence
 	key, empty := b.pkey[:0], true
+	fast := false
+	if b.pkeyIP {
+		// The key is ${client.ip} of a dotted quad: its own text, as the
+		// expression writes it (exprVar.appendValue), without the calls.
+		if txt, ok := ipv4Text(r.Source); ok {
+			key, empty, fast = append(key, txt...), false, true
+		}
+	}
 	for i, e := range p.Keys {
+		if fast {
+			break
+		}
 		if i > 0 {
 			key = append(key, 0x1f)
 		}
