@@ -66,6 +66,22 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		d.EmptyKey = true
 		return
 	}
+	// The common case first: a hit that writes nothing, without the
+	// closures Resolve takes (RATIONALE.md, "Cost per request").
+	var fr firstRead
+	if mode != persistForce {
+		if svc, last, hit := b.table.quickHit(&fr, key, unixSeconds(now)); hit {
+			if i, known := b.ids[svc]; known && b.selectable(i) {
+				d.Persist.Hit, d.Persist.PrevUse, d.EmptyKey = true, last, empty
+				d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
+				d.add(i)
+				if b.want > 1 {
+					b.failover(d, r, i)
+				}
+				return
+			}
+		}
+	}
 	chose, asked := false, false
 	// selectable remembers the last service it found, so that a hit maps its
 	// identity to an index once (a map lookup is dear in Wasm).
@@ -82,7 +98,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		forced := b.services[force].ID
 		selectable = func(id uint64) bool { return id == forced }
 	}
-	svc, ok := b.table.resolveInto(&d.Persist, key, now, selectable,
+	svc, ok := b.table.resolveInto(&d.Persist, &fr, key, now, selectable,
 		func() (uint64, bool) {
 			if mode == persistForce {
 				return b.services[force].ID, true

@@ -188,14 +188,14 @@ func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
 // way). Resolve never blocks.
 func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool, out Outcome) {
-	svc, ok = t.resolveInto(&out, key, now, selectable, choose)
+	svc, ok = t.resolveInto(&out, nil, key, now, selectable, choose)
 	return svc, ok, out
 }
 
 // resolveInto is Resolve adding what it did to *out, which the caller has
 // zeroed: a decision fills its own Outcome (returning the 48 bytes is a bulk
 // copy in Wasm; RATIONALE.md, "Cost per request").
-func (t *Table) resolveInto(out *Outcome, key []byte, now time.Time, selectable func(svc uint64) bool,
+func (t *Table) resolveInto(out *Outcome, fr *firstRead, key []byte, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool) {
 	h, fp := fingerprint(key)
 	bkey := t.bucketKey(h)
@@ -204,7 +204,14 @@ func (t *Table) resolveInto(out *Outcome, key []byte, now time.Time, selectable 
 	have, hot, last := false, false, nowS
 	for first := true; ; first = false {
 		final := out.CASRetries >= casAttempts
-		val, cas, err := t.store.Get(bkey)
+		var val []byte
+		var cas uint32
+		var err error
+		if first && fr != nil && fr.done {
+			val, cas, err = fr.val, fr.cas, fr.err // quickHit's read, not a hit it could serve
+		} else {
+			val, cas, err = t.store.Get(bkey)
+		}
 		missing := err != nil && errors.Is(err, ErrNotFound)
 		if err != nil && !missing {
 			out.GaveUp = true
@@ -271,6 +278,30 @@ func (t *Table) resolveInto(out *Outcome, key []byte, now time.Time, selectable 
 		}
 		out.CASRetries++
 	}
+}
+
+// firstRead is quickHit's read of a key's bucket, which resolveInto takes
+// as its first read instead of reading the bucket again.
+type firstRead struct {
+	val  []byte
+	cas  uint32
+	err  error
+	done bool
+}
+
+// quickHit reads key's bucket and reports the common case, a hit that
+// writes nothing: the entry is hot, live and its last use is this second.
+// The caller serves svc if it is selectable; otherwise it calls resolveInto
+// with fr, which decides from the same read.
+func (t *Table) quickHit(fr *firstRead, key []byte, nowS uint32) (svc uint64, last uint32, ok bool) {
+	h, fp := fingerprint(key)
+	val, cas, err := t.store.Get(t.bucketKey(h))
+	fr.val, fr.cas, fr.err, fr.done = val, cas, err, true
+	if err != nil {
+		return 0, 0, false
+	}
+	svc, last, hot := peek(val, fp)
+	return svc, last, hot && last >= nowS && !t.expiredAt(last, nowS)
 }
 
 // unpersisted serves a request the table could not be read for.
