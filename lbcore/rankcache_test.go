@@ -159,3 +159,33 @@ func BenchmarkRankCache(b *testing.B) {
 		})
 	}
 }
+
+// TestRankCacheBigPool: from rankCacheBigPool services the cache has more
+// slots; decisions still equal the full ranking's, with services going DOWN
+// and UP.
+func TestRankCacheBigPool(t *testing.T) {
+	const n = rankCacheBigPool
+	c := mustConfig(t, weightedPool(n, []int{1}, `"upstreamCount":2,`))
+	cached, full := NewBalancer(c, 3), NewBalancer(c, 3)
+	if cached.cache == nil || cached.cache.mask != rankCacheBigSlots-1 {
+		t.Fatalf("rank cache at %d services: %+v, want %d slots", n, cached.cache, rankCacheBigSlots)
+	}
+	full.cache, full.unitPass = nil, false
+	rng := rand.New(rand.NewPCG(7, 8))
+	target := zipfTargets(rng, 100_000)
+	for r := range 40_000 {
+		if r%100 == 0 {
+			i := rng.IntN(n)
+			down := !cached.down[i]
+			cached.SetDown(i, down)
+			full.SetDown(i, down)
+		}
+		req := Request{Target: target()}
+		var dc, df Decision
+		cached.DecideInto(&dc, &req, time.Time{})
+		full.DecideInto(&df, &req, time.Time{})
+		if dc.Reason != df.Reason || dc.ranked != df.ranked || dc.Len() != df.Len() {
+			t.Fatalf("request %d %s: cached %v %v, full ranking %v %v", r, req.Target, dc.Reason, dc.ranked[:dc.n], df.Reason, df.ranked[:df.n])
+		}
+	}
+}
