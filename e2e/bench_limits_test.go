@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -61,16 +62,18 @@ type benchReq struct {
 	Dest    string      `json:"dest"`
 }
 
-// v8Scale runs URLHASH in V8 at every scaleSizes with Zipf and with
-// all-new keys (n measured streams after n/10 of warm-up each) and returns
-// the p50 in µs by "size/zipf" or "size/new".
-func v8Scale(b *testing.B, node string, wasm []byte, n int) map[string]float64 {
+// v8Scale runs URLHASH in V8 with Zipf and with all-new keys, each pool
+// size above 10 against 10 services side by side in one node process
+// (hashlbv8.mjs --pair: the same module, pairBlocks alternating blocks of
+// n/pairBlocks streams each after n/10 of warm-up each, as R2), and returns
+// per "size/zipf" or "size/new" the pair: A the size, B 10 services.
+func v8Scale(b *testing.B, node string, wasm []byte, n int) map[string]v8Pair {
 	dir := b.TempDir()
 	wasmFile := filepath.Join(dir, "m.wasm")
 	if err := os.WriteFile(wasmFile, wasm, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	var jobs []map[string]any
+	var big, small []map[string]any
 	for _, zipf := range []bool{true, false} {
 		var reqs []benchReq
 		for _, target := range scaleTargets(zipf, n+n/10) {
@@ -78,22 +81,31 @@ func v8Scale(b *testing.B, node string, wasm []byte, n int) map[string]float64 {
 				{":authority", "shop.example.com"}, {":path", target}}, "192.0.2.10:51234", "10.1.0.5:8080"})
 		}
 		phases, _ := json.Marshal([]map[string]any{{"name": "bench", "requests": reqs}})
-		for _, size := range scaleSizes {
-			jobs = append(jobs, map[string]any{"name": scaleName(size, zipf), "config": string(scaleConfig(size)),
-				"phases": json.RawMessage(phases)})
+		for _, size := range scaleSizes[1:] {
+			name := scaleName(size, zipf)
+			big = append(big, map[string]any{"name": name, "config": string(scaleConfig(size)), "phases": json.RawMessage(phases)})
+			small = append(small, map[string]any{"name": name, "config": string(scaleConfig(scaleSizes[0])), "phases": json.RawMessage(phases)})
 		}
 	}
-	data, _ := json.Marshal(map[string]any{
-		"defaults": map[string]any{"profile": hostsim.ProfileEnvoy133, "warmup": n / 10, "repeat": n, "logLevel": 3, "slowMs": 1000},
-		"jobs":     jobs})
-	jobFile := filepath.Join(dir, "scale.json")
-	if err := os.WriteFile(jobFile, data, 0o644); err != nil {
-		b.Fatal(err)
+	write := func(file string, jobs []map[string]any) string {
+		data, _ := json.Marshal(map[string]any{
+			"defaults": map[string]any{"profile": hostsim.ProfileEnvoy133, "warmup": n / 10, "repeat": n, "logLevel": 3, "slowMs": 1000},
+			"jobs":     jobs})
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		return path
 	}
-	out := map[string]float64{}
-	for _, l := range benchV8(b, node, wasmFile, jobFile) {
-		if l.Type == "class" {
-			out[l.Job] = l.P50
+	out := map[string]v8Pair{}
+	for _, l := range benchV8(b, node, "--pair", wasmFile, write("big.json", big), wasmFile, write("small.json", small), strconv.Itoa(pairBlocks)) {
+		if l.Type == "pair" {
+			out[l.Job] = v8Pair{ratio: l.Ratio, hashlbP50: l.AP50, hashlbP99: l.AP99, baseP50: l.BP50, baseP99: l.BP99}
+		}
+	}
+	for _, j := range big {
+		if out[j["name"].(string)].ratio == 0 {
+			b.Fatalf("hashlbv8.mjs --pair: no pair line for %s", j["name"])
 		}
 	}
 	return out

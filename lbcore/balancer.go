@@ -121,6 +121,7 @@ type Balancer struct {
 	table  *Table
 	onMiss persistMode    // what Decide does on a local miss: persistAsk with a fleet level
 	pkey   []byte         // the persistence key of the last decision (AskKey); its buffer is reused
+	pkeyIP bool           // the persistence key is ${client.ip} alone, from the connection's source
 	ids    map[uint64]int // service identity → index, for the persistence table
 
 	rank []rankEntry // per service, what ranking reads (hrw.go)

@@ -13,6 +13,7 @@ import (
 func (b *Balancer) EnablePersistence(s Store, namespace string) {
 	if p := b.cfg.Persistence; p != nil {
 		b.table = NewTable(s, namespace, p.TableSize, p.Expire)
+		b.pkeyIP = len(p.Keys) == 1 && p.Keys[0].clientIPOnly() && b.x.hops <= 0
 		if p.Fleet != nil {
 			b.onMiss = persistAsk
 		}
@@ -40,7 +41,18 @@ const (
 func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
 	p := b.cfg.Persistence
 	key, empty := b.pkey[:0], true
+	fast := false
+	if b.pkeyIP {
+		// The key is ${client.ip} of a dotted quad: its own text, as the
+		// expression writes it (exprVar.appendValue), without the calls.
+		if txt, ok := ipv4Text(r.Source); ok {
+			key, empty, fast = append(key, txt...), false, true
+		}
+	}
 	for i, e := range p.Keys {
+		if fast {
+			break
+		}
 		if i > 0 {
 			key = append(key, 0x1f)
 		}
@@ -54,22 +66,49 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		d.EmptyKey = true
 		return
 	}
+	// The common case first: a hit that writes nothing, without the
+	// closures Resolve takes (RATIONALE.md, "Cost per request").
+	var fr firstRead
+	if mode != persistForce {
+		if svc, last, hit := b.table.quickHit(&fr, key, unixSeconds(now)); hit {
+			if i, known := b.ids[svc]; known && b.selectable(i) {
+				d.Persist.Hit, d.Persist.PrevUse, d.EmptyKey = true, last, empty
+				d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
+				d.add(i)
+				if b.want > 1 {
+					b.failover(d, r, i)
+				}
+				return
+			}
+		}
+	}
 	chose, asked := false, false
+	// selectable remembers the last service it found, so that a hit maps its
+	// identity to an index once (a map lookup is dear in Wasm).
+	seenID, seenIdx := uint64(0), -1
 	selectable := func(id uint64) bool {
 		i, known := b.ids[id]
-		return known && b.selectable(i)
+		if !known {
+			return false
+		}
+		seenID, seenIdx = id, i
+		return b.selectable(i)
 	}
 	if mode == persistForce {
 		forced := b.services[force].ID
 		selectable = func(id uint64) bool { return id == forced }
 	}
-	svc, ok, out := b.table.Resolve(key, now, selectable,
+	svc, ok := b.table.resolveInto(&d.Persist, &fr, key, now, selectable,
 		func() (uint64, bool) {
 			if mode == persistForce {
 				return b.services[force].ID, true
 			}
 			chose = true
-			d.reset() // Resolve may ask again after a lost race
+			// Resolve may ask again after a lost race; what it has
+			// reported so far in d.Persist stays.
+			out := d.Persist
+			d.reset()
+			d.Persist = out
 			b.decide(d, r, now, methodOnly, 0)
 			if d.Len() == 0 {
 				return 0, false
@@ -80,7 +119,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 			}
 			return b.services[d.At(0)].ID, true
 		})
-	d.Persist, d.EmptyKey = out, empty
+	d.EmptyKey = empty
 	if asked {
 		d.Ask = true
 		return
@@ -90,7 +129,10 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		d.n = 0
 		return
 	}
-	idx := b.ids[svc]
+	idx := seenIdx
+	if idx < 0 || svc != seenID {
+		idx = b.ids[svc]
+	}
 	if chose && d.Len() > 0 && d.At(0) == idx {
 		return // the method's own choice was stored
 	}

@@ -185,6 +185,13 @@ func (e *Expr) Eval(r *Request) string {
 	return string(e.AppendEval(buf[:0], r))
 }
 
+// clientIPOnly reports whether e is ${client.ip} and nothing else: no
+// literal, alternative or function.
+func (e *Expr) clientIPOnly() bool {
+	return e != nil && len(e.parts) == 1 && e.parts[0].lit == "" && len(e.parts[0].alts) == 1 &&
+		e.parts[0].alts[0].v.kind == varClientIP && len(e.parts[0].alts[0].fns) == 0
+}
+
 // appendEval is AppendEval within a decision: x gives the trusted hops and
 // records the caps hit. r is only read.
 func (e *Expr) appendEval(dst []byte, r *Request, x *evalCtx) []byte {

@@ -132,7 +132,11 @@ const hotBit = 1 << 63
 // fingerprint stored in that bucket: h without its top bit, never 0 (which
 // marks an empty slot).
 func fingerprint(key []byte) (h, fp uint64) {
-	h = xxhash.Sum64(key)
+	if inlineHash && len(key) < 32 {
+		h = xxhShort(unsafe.String(unsafe.SliceData(key), len(key)))
+	} else {
+		h = xxhash.Sum64(key)
+	}
 	return h, max(h&^hotBit, 1)
 }
 
@@ -184,6 +188,15 @@ func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
 // way). Resolve never blocks.
 func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool, out Outcome) {
+	svc, ok = t.resolveInto(&out, nil, key, now, selectable, choose)
+	return svc, ok, out
+}
+
+// resolveInto is Resolve adding what it did to *out, which the caller has
+// zeroed: a decision fills its own Outcome (returning the 48 bytes is a bulk
+// copy in Wasm; RATIONALE.md, "Cost per request").
+func (t *Table) resolveInto(out *Outcome, fr *firstRead, key []byte, now time.Time, selectable func(svc uint64) bool,
+	choose func() (svc uint64, ok bool)) (svc uint64, ok bool) {
 	h, fp := fingerprint(key)
 	bkey := t.bucketKey(h)
 	nowS := unixSeconds(now)
@@ -191,18 +204,27 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 	have, hot, last := false, false, nowS
 	for first := true; ; first = false {
 		final := out.CASRetries >= casAttempts
-		val, cas, err := t.store.Get(bkey)
-		missing := errors.Is(err, ErrNotFound)
+		var val []byte
+		var cas uint32
+		var err error
+		if first && fr != nil && fr.done {
+			val, cas, err = fr.val, fr.cas, fr.err // quickHit's read, not a hit it could serve
+		} else {
+			val, cas, err = t.store.Get(bkey)
+		}
+		missing := err != nil && errors.Is(err, ErrNotFound)
 		if err != nil && !missing {
 			out.GaveUp = true
-			return t.unpersisted(chosen, have, choose, out)
+			return t.unpersisted(chosen, have, choose)
 		}
 		if first {
 			// The common case, a hit that writes nothing, read in place:
 			// no decoding of the whole bucket.
-			if e, ok := peek(val, fp); ok && !t.expired(e, nowS) && e.last >= nowS && e.hot && selectable(e.svc) {
-				out.Hit, out.PrevUse = true, e.last
-				return e.svc, true, out
+			// Scalars, not an entry: a struct over 16 bytes is copied with a
+			// bulk copy in Wasm.
+			if svc, last, hot := peek(val, fp); hot && last >= nowS && !t.expiredAt(last, nowS) && selectable(svc) {
+				out.Hit, out.PrevUse = true, last
+				return svc, true
 			}
 		}
 		t.decode(val)
@@ -220,11 +242,11 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 				out.Hit, out.PrevUse = true, e.last
 			}
 			if e.last >= nowS && e.hot {
-				return e.svc, true, out
+				return e.svc, true
 			}
 			if final {
 				out.GaveUp = true
-				return e.svc, true, out
+				return e.svc, true
 			}
 			// Refresh: same service, now hot; never move last use back
 			// for a worker whose clock lags.
@@ -233,12 +255,12 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 		}
 		if !have {
 			if chosen, have = choose(); !have {
-				return 0, false, out
+				return 0, false
 			}
 		}
 		if final {
 			out.GaveUp = true
-			return chosen, true, out
+			return chosen, true
 		}
 		out.Evicted = t.put(i, entry{fp: fp, svc: chosen, last: last, hot: hot}, nowS)
 		t.encode()
@@ -249,23 +271,45 @@ func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) b
 		}
 		switch {
 		case err == nil:
-			return chosen, true, out
+			return chosen, true
 		case !errors.Is(err, ErrCASMismatch):
 			out.GaveUp = true
-			return chosen, true, out
+			return chosen, true
 		}
 		out.CASRetries++
 	}
 }
 
-// unpersisted serves a request the table could not be read for.
-func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, bool),
-	out Outcome) (uint64, bool, Outcome) {
-	if have {
-		return chosen, true, out
+// firstRead is quickHit's read of a key's bucket, which resolveInto takes
+// as its first read instead of reading the bucket again.
+type firstRead struct {
+	val  []byte
+	cas  uint32
+	err  error
+	done bool
+}
+
+// quickHit reads key's bucket and reports the common case, a hit that
+// writes nothing: the entry is hot, live and its last use is this second.
+// The caller serves svc if it is selectable; otherwise it calls resolveInto
+// with fr, which decides from the same read.
+func (t *Table) quickHit(fr *firstRead, key []byte, nowS uint32) (svc uint64, last uint32, ok bool) {
+	h, fp := fingerprint(key)
+	val, cas, err := t.store.Get(t.bucketKey(h))
+	fr.val, fr.cas, fr.err, fr.done = val, cas, err, true
+	if err != nil {
+		return 0, 0, false
 	}
-	svc, ok := choose()
-	return svc, ok, out
+	svc, last, hot := peek(val, fp)
+	return svc, last, hot && last >= nowS && !t.expiredAt(last, nowS)
+}
+
+// unpersisted serves a request the table could not be read for.
+func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, bool)) (uint64, bool) {
+	if have {
+		return chosen, true
+	}
+	return choose()
 }
 
 // create writes the bucket t.buf under bkey, which a Get found missing, so
@@ -307,19 +351,19 @@ func (t *Table) decode(val []byte) {
 }
 
 // peek finds fingerprint fp in a bucket value as decode and find would,
-// without decoding the other entries.
-func peek(val []byte, fp uint64) (entry, bool) {
+// without decoding the other entries: its service, last use and hot flag
+// (hot is false when fp is not there).
+func peek(val []byte, fp uint64) (svc uint64, last uint32, hot bool) {
 	if len(val) < bucketHeader || val[0] != bucketVersion || (len(val)-bucketHeader)%EntrySize != 0 {
-		return entry{}, false
+		return 0, 0, false
 	}
 	end := min(len(val), bucketHeader+Ways*EntrySize)
 	for p := bucketHeader; p < end; p += EntrySize {
 		if w := binary.LittleEndian.Uint64(val[p:]); w&^hotBit == fp {
-			return entry{fp: fp, svc: binary.LittleEndian.Uint64(val[p+8:]),
-				last: binary.LittleEndian.Uint32(val[p+16:]), hot: w&hotBit != 0}, true
+			return binary.LittleEndian.Uint64(val[p+8:]), binary.LittleEndian.Uint32(val[p+16:]), w&hotBit != 0
 		}
 	}
-	return entry{}, false
+	return 0, 0, false
 }
 
 // encode writes t.ents into t.buf.
@@ -355,8 +399,11 @@ func older(a, b entry) bool {
 	return a.last < b.last || a.last == b.last && !a.hot && b.hot
 }
 
-func (t *Table) expired(e entry, nowS uint32) bool {
-	return int64(nowS)-int64(e.last) > t.expire
+func (t *Table) expired(e entry, nowS uint32) bool { return t.expiredAt(e.last, nowS) }
+
+// expiredAt reports whether an entry last used at last has expired at nowS.
+func (t *Table) expiredAt(last, nowS uint32) bool {
+	return int64(nowS)-int64(last) > t.expire
 }
 
 // put replaces entry i (if i >= 0) with e, drops expired entries and, while

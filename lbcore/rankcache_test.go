@@ -127,3 +127,65 @@ func TestRankCacheAllocatesNothing(t *testing.T) {
 		t.Errorf("a decision at 1000 services with the rank cache allocated %.1f times, want 0", n)
 	}
 }
+
+// BenchmarkRankCache is one URLHASH decision at 10^4 services: a miss (a
+// key not in the cache: the pass over the pool) and a hit. Compare the two
+// with each other and with a decision at 10 services (no cache).
+func BenchmarkRankCache(b *testing.B) {
+	targets := make([]Request, 1<<16)
+	for i := range targets {
+		targets[i].Target = fmt.Sprintf("/catalog/items/%d", i)
+	}
+	for _, c := range []struct {
+		name      string
+		services  int
+		distinct  int
+		upstreams int
+	}{
+		{"10 services", 10, 16, 1},
+		{"hit, 10000 services", 10000, 16, 1},
+		{"miss, 10000 services", 10000, len(targets), 1},
+		{"miss, 10000 services, upstreamCount 3", 10000, len(targets), 3},
+	} {
+		bal := NewBalancer(mustConfig(b, pool("URLHASH", c.services, fmt.Sprintf(`"upstreamCount":%d`, c.upstreams))), 1)
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var d Decision
+			i := 0
+			for b.Loop() {
+				bal.DecideInto(&d, &targets[i%c.distinct], time.Time{})
+				i++
+			}
+		})
+	}
+}
+
+// TestRankCacheBigPool: from rankCacheBigPool services the cache has more
+// slots; decisions still equal the full ranking's, with services going DOWN
+// and UP.
+func TestRankCacheBigPool(t *testing.T) {
+	const n = rankCacheBigPool
+	c := mustConfig(t, weightedPool(n, []int{1}, `"upstreamCount":2,`))
+	cached, full := NewBalancer(c, 3), NewBalancer(c, 3)
+	if cached.cache == nil || cached.cache.mask != rankCacheBigSlots-1 {
+		t.Fatalf("rank cache at %d services: %+v, want %d slots", n, cached.cache, rankCacheBigSlots)
+	}
+	full.cache, full.unitPass = nil, false
+	rng := rand.New(rand.NewPCG(7, 8))
+	target := zipfTargets(rng, 100_000)
+	for r := range 40_000 {
+		if r%100 == 0 {
+			i := rng.IntN(n)
+			down := !cached.down[i]
+			cached.SetDown(i, down)
+			full.SetDown(i, down)
+		}
+		req := Request{Target: target()}
+		var dc, df Decision
+		cached.DecideInto(&dc, &req, time.Time{})
+		full.DecideInto(&df, &req, time.Time{})
+		if dc.Reason != df.Reason || dc.ranked != df.ranked || dc.Len() != df.Len() {
+			t.Fatalf("request %d %s: cached %v %v, full ranking %v %v", r, req.Target, dc.Reason, dc.ranked[:dc.n], df.Reason, df.ranked[:df.n])
+		}
+	}
+}

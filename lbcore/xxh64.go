@@ -59,3 +59,35 @@ func xxhAvalanche(h uint64) uint64 {
 // hashlb_inlinehash asks for them (xxh64_inline_test.go tests decide's
 // block so, natively).
 const inlineHash = runtime.GOARCH == "wasm" || inlineHashTag
+
+// xxhShort is XXH64 of a key shorter than 32 bytes from the pieces,
+// unrolled as in decide: the persistence table's fingerprint in the Wasm
+// build, where xxhash's loops cost a jump through the function's dispatch
+// per lane.
+func xxhShort(key string) uint64 {
+	h := xxhStart(len(key))
+	if len(key) >= 8 {
+		h = xxhLane8(h, key)
+		if len(key) >= 16 {
+			h = xxhLane8(h, key[8:])
+			if len(key) >= 24 {
+				h = xxhLane8(h, key[16:])
+			}
+		}
+	}
+	t := key[len(key)&^7:]
+	if len(t) >= 4 {
+		h = xxhLane4(h, t)
+		t = t[4:]
+	}
+	if len(t) >= 1 {
+		h = xxhLane1(h, t[0])
+		if len(t) >= 2 {
+			h = xxhLane1(h, t[1])
+			if len(t) >= 3 {
+				h = xxhLane1(h, t[2])
+			}
+		}
+	}
+	return xxhAvalanche(h)
+}

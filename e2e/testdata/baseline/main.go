@@ -17,7 +17,9 @@
 // increment_metric and record_metric; get_property; get and set_shared_data;
 // log) or "clock_time_get", WASI's clock read with key the clock id.
 // value is the header value or metric offset written, size the length of a
-// shared-data value. An unknown phase, function or metric refuses the
+// shared-data value (for get_shared_data, of the value hashlb's read found:
+// the baseline stores one that long under the key when it starts, so its
+// read finds a value and the host copies it, as for hashlb). An unknown phase, function or metric refuses the
 // configuration.
 package main
 
@@ -177,6 +179,13 @@ func op(c call, counters map[string]proxywasm.MetricCounter, gauges map[string]p
 		path := []byte(strings.ReplaceAll(c.Key, ".", "\x00"))
 		return func() { getProperty(ptr(path), size(path), unsafe.Pointer(&retPtr), &retSize) }, nil
 	case "proxy_get_shared_data":
+		if c.Size > 0 {
+			// hashlb's read found a value of that size (its bucket): the
+			// baseline's finds one as long, stored now, outside any stream,
+			// so the host copies as much for it.
+			data := make([]byte, c.Size)
+			setSharedData(ptr(key), size(key), ptr(data), size(data), 0)
+		}
 		var cas uint32
 		return func() { getSharedData(ptr(key), size(key), unsafe.Pointer(&retPtr), &retSize, &cas) }, nil
 	case "proxy_set_shared_data":
