@@ -10,6 +10,9 @@ import (
 	"github.com/hashlb/hashlb/hostsim"
 )
 
+// maxHeartbeatBytes bounds what one heartbeat allocates in the guest.
+const maxHeartbeatBytes = 256
+
 // TestGuestAllocationsFleet: with persistence.fleet (configs/fleet.json,
 // embedded etcd) a local hit allocates nothing; what a worker allocates in
 // a steady state of hits is its heartbeat's (FleetHeartbeatEvery: one
@@ -58,6 +61,12 @@ func TestGuestAllocationsFleet(t *testing.T) {
 		m.heapAlloc, m.nextGC, float64(m.nextGC-min(m.heapAlloc, m.nextGC))/perSecond/3600)
 	if lowBeats == 0 || highBeats == 0 {
 		t.Fatalf("no heartbeat in 60 ticks (%d, %d): the worker never asked etcd", lowBeats, highBeats)
+	}
+	// The heartbeat goes without the SDK's callout bookkeeping, its body,
+	// call record and output buffers reused: 144 bytes measured (1,648
+	// through DispatchHttpCall).
+	if perBeat := highB / uint64(highBeats); perBeat > maxHeartbeatBytes {
+		t.Errorf("a heartbeat allocated %d bytes, want at most %d", perBeat, maxHeartbeatBytes)
 	}
 	// 180 more hits per tick cost nothing: the two runs differ by at most
 	// what one heartbeat more or less allocates.

@@ -34,6 +34,21 @@ type fleet struct {
 
 	m    fleetMetrics
 	seen lbcore.FleetCounts // what the metrics have been given
+
+	// The root context's calls (lease grants, syncs, probes, the
+	// heartbeat) go without the SDK's DispatchHttpCall, as active probes do
+	// (callout.go): headers serialised into hdrBuf, a record from free.
+	authority string
+	hdrs      [][2]string
+	hdrBuf    []byte
+	free      []*rootCallout
+}
+
+// rootCallout is a root-context fleet call in flight; records are reused.
+type rootCallout struct {
+	f       *fleet
+	id      uint32 // the lbcore.FleetCall's
+	callout calloutLayout
 }
 
 type fleetMetrics struct {
@@ -54,7 +69,8 @@ func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, roo
 	user, _ := syscall.Getenv(envEtcdUser)
 	password, _ := syscall.Getenv(envEtcdPassword)
 	f := &fleet{p: p, cfg: c.Fleet, waiters: map[uint32][]*httpContext{}, callers: map[uint32]*httpContext{},
-		c: lbcore.NewFleetClient(c, lbcore.FleetPrefix(c.Fleet, rootID), bal, user, password, time.Now())}
+		c:         lbcore.NewFleetClient(c, lbcore.FleetPrefix(c.Fleet, rootID), bal, user, password, time.Now()),
+		authority: c.Fleet.CallAuthority()}
 	def := func(n string) proxywasm.MetricCounter {
 		return proxywasm.DefineCounterMetric("hashlb.persistence_fleet_" + n)
 	}
@@ -140,6 +156,7 @@ func (f *fleet) flush(now time.Time) {
 	for {
 		out := f.c.Take()
 		if out.Empty() {
+			f.c.Recycle(out)
 			break
 		}
 		for _, l := range out.Logs {
@@ -160,19 +177,26 @@ func (f *fleet) flush(now time.Time) {
 		for _, s := range out.Settled {
 			f.settled(s, now)
 		}
+		f.c.Recycle(out)
 	}
 	f.count()
 }
 
 // dispatch sends call c to etcd's gateway on the fleet's cluster.
 func (f *fleet) dispatch(c lbcore.FleetCall) error {
-	headers := [][2]string{{":method", "POST"}, {":path", c.Path}, {":authority", f.cfg.CallAuthority()},
-		{":scheme", "http"}, {"content-type", "application/json"}}
+	f.hdrs = append(f.hdrs[:0], [2]string{":method", "POST"}, [2]string{":path", c.Path},
+		[2]string{":authority", f.authority}, [2]string{":scheme", "http"}, [2]string{"content-type", "application/json"})
 	if c.Token != "" {
-		headers = append(headers, [2]string{"authorization", c.Token})
+		f.hdrs = append(f.hdrs, [2]string{"authorization", c.Token})
+	}
+	timeout := uint32(c.Timeout / time.Millisecond)
+	if c.Op == 0 {
+		if table := sdkCallouts(); table != nil {
+			return f.dispatchRoot(table, c, timeout)
+		}
 	}
 	id := c.ID
-	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, headers, c.Body, nil, uint32(c.Timeout/time.Millisecond),
+	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.hdrs, c.Body, nil, timeout,
 		func(numHeaders, bodySize, _ int) {
 			defer func() {
 				if r := recover(); r != nil {
@@ -189,6 +213,59 @@ func (f *fleet) dispatch(c lbcore.FleetCall) error {
 			f.flush(now)
 		})
 	return err
+}
+
+// dispatchRoot sends root call c with a reused record in the SDK's table.
+func (f *fleet) dispatchRoot(table map[uint32]*calloutLayout, c lbcore.FleetCall, timeout uint32) error {
+	var rc *rootCallout
+	if n := len(f.free); n > 0 {
+		rc, f.free = f.free[n-1], f.free[:n-1]
+	} else {
+		rc = &rootCallout{f: f}
+		rc.callout.callback = rc.answered
+	}
+	rc.id = c.ID
+	f.hdrBuf = appendPairs(f.hdrBuf[:0], f.hdrs)
+	callout, err := httpCall(f.cfg.Cluster, f.hdrBuf, c.Body, timeout)
+	if err != nil {
+		f.free = append(f.free, rc)
+		return err
+	}
+	registerCallout(table, callout, &rc.callout)
+	return nil
+}
+
+// answered takes the answer to a root call (no headers: it failed or timed
+// out). The status and body are read into the arena, which the client does
+// not keep (lbcore copies what it keeps of an answer).
+func (rc *rootCallout) answered(numHeaders, bodySize, _ int) {
+	f := rc.f
+	defer func() {
+		if r := recover(); r != nil {
+			f.p.m.recovered("fleet answer", r)
+		}
+	}()
+	id := rc.id
+	f.free = append(f.free, rc) // the SDK dropped it from its table
+	now := time.Now()
+	if numHeaders == 0 {
+		f.c.NoAnswer(now, id)
+	} else {
+		func() {
+			arenaStart()
+			defer arenaStop()
+			status := 0
+			if v, err := getCallResponseHeader(":status"); err == nil {
+				status, _ = parseStatus(v)
+			}
+			var body []byte
+			if bodySize > 0 && bodySize <= lbcore.MaxEtcdAnswerBytes {
+				body, _ = getCallResponseBody(bodySize)
+			}
+			f.c.Answer(now, id, status, body, bodySize)
+		}()
+	}
+	f.flush(now)
 }
 
 // callAnswer reads the running callout's status and body; a body over

@@ -104,7 +104,7 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 		}
 		return
 	}
-	id, err := httpCall(hc.Cluster, pr.headers, timeout)
+	id, err := httpCall(hc.Cluster, pr.headers, nil, timeout)
 	if err != nil {
 		// The cluster is missing or the call was refused: a failed probe.
 		h.observe(i, func(r *lbcore.ServiceHealth) bool { return hc.Probe(r, false) })

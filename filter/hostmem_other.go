@@ -64,11 +64,11 @@ func sdkProxyHTTPCall(upstreamData *byte, upstreamSize int32, headerData *byte, 
 
 var calloutID uint32
 
-// httpCall is proxy_http_call with headers already serialised.
-func httpCall(cluster string, headers []byte, timeoutMs uint32) (uint32, error) {
+// httpCall is proxy_http_call with headers already serialised, and body.
+func httpCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
 	calloutID = 0
 	st := sdkProxyHTTPCall(unsafe.StringData(cluster), int32(len(cluster)), unsafe.SliceData(headers), int32(len(headers)),
-		nil, 0, unsafe.SliceData(noTrailers), int32(len(noTrailers)), timeoutMs, &calloutID)
+		unsafe.SliceData(body), int32(len(body)), unsafe.SliceData(noTrailers), int32(len(noTrailers)), timeoutMs, &calloutID)
 	return calloutID, statusError(st)
 }
 

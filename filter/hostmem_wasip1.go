@@ -252,12 +252,12 @@ func proxyHTTPCall(upstreamData unsafe.Pointer, upstreamSize uint32, headerData 
 var calloutID uint32
 
 // httpCall is proxy_http_call to cluster with headers already serialised
-// (appendPairs), no body and no trailers; it returns the callout id. The
+// (appendPairs), body, and no trailers; it returns the callout id. The
 // caller registers the answer's callback (callout.go).
-func httpCall(cluster string, headers []byte, timeoutMs uint32) (uint32, error) {
+func httpCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
 	calloutID = 0
 	st := proxyHTTPCall(unsafe.Pointer(unsafe.StringData(cluster)), uint32(len(cluster)),
-		unsafe.Pointer(unsafe.SliceData(headers)), uint32(len(headers)), nil, 0,
+		unsafe.Pointer(unsafe.SliceData(headers)), uint32(len(headers)), unsafe.Pointer(unsafe.SliceData(body)), uint32(len(body)),
 		unsafe.Pointer(unsafe.SliceData(noTrailers)), uint32(len(noTrailers)), timeoutMs, unsafe.Pointer(&calloutID))
 	return calloutID, statusError(st)
 }

@@ -263,10 +263,13 @@ func EtcdAnswerError(body []byte) error {
 	if err := CheckEtcdAnswer(body, len(body)); err != nil {
 		return err
 	}
-	if !gjson.ValidBytes(body) {
+	// Read in place (ParseBytes copies the body): every string kept from
+	// it below is a copy.
+	js := bytesString(body)
+	if !gjson.Valid(js) {
 		return errors.New("etcd: answer is not JSON")
 	}
-	r := gjson.ParseBytes(body)
+	r := gjson.Parse(js)
 	msg := r.Get("message").String()
 	if msg == "" {
 		msg = r.Get("error").String()

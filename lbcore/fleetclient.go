@@ -78,6 +78,11 @@ type FleetClient struct {
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
 
+	aliveLease int64     // the lease aliveBody asks after
+	aliveBody  []byte    // the heartbeat's body
+	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
+	spare      FleetOut  // buffers given back (Recycle)
+
 	stopped bool         // handed over to a new configuration's client (HandOver)
 	succ    *FleetClient // that client, when compatible: what c still queues goes to it
 
@@ -244,9 +249,16 @@ func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, pas
 // Take returns what the client asks for since the last Take, and forgets it.
 func (c *FleetClient) Take() FleetOut {
 	o := c.out
-	c.out = FleetOut{}
+	s := c.spare
+	c.out = FleetOut{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0]}
+	c.spare = FleetOut{}
 	return o
 }
+
+// Recycle gives back what Take returned, once the caller is done with it:
+// the next Take but one writes into its buffers, so that a worker's steady
+// work (the heartbeat) allocates nothing.
+func (c *FleetClient) Recycle(o FleetOut) { c.spare = o }
 
 // Pending reports whether the client asks for something (Take).
 func (c *FleetClient) Pending() bool { return !c.out.Empty() }
@@ -384,7 +396,10 @@ func (c *FleetClient) Tick(now time.Time) {
 	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+len(c.queue) == 0 {
 		c.probe = true
 		if l := c.leaseFor(slot); l != 0 {
-			c.rootCall(callAlive, "/v3/lease/timetolive", EtcdLeaseTimeToLive(l), now).lease = l
+			if c.aliveLease != l { // the body is made once per lease
+				c.aliveLease, c.aliveBody = l, EtcdLeaseTimeToLive(l)
+			}
+			c.rootCall(callAlive, "/v3/lease/timetolive", c.aliveBody, now).lease = l
 		} else {
 			c.rootCall(callProbe, "/v3/kv/range", EtcdRange(c.prefix), now)
 		}

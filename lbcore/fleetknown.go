@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -74,16 +75,16 @@ func (c *FleetClient) Known() int { return len(c.ring) }
 // cluster_id that changed, or a revision far below the highest seen, is an
 // etcd without the fleet's data.
 func (c *FleetClient) sawHeader(now time.Time, body []byte) {
-	h := gjson.GetBytes(body, "header")
+	h := gjson.Get(bytesString(body), "header") // in place: id is copied when kept
 	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
 	if id != "" && c.clusterID != "" && id != c.clusterID {
 		old := c.clusterID
-		c.clusterID, c.maxRev = id, rev
+		c.clusterID, c.maxRev = strings.Clone(id), rev
 		c.dataLost(now, "its cluster_id changed from "+old+" to "+id)
 		return
 	}
-	if id != "" {
-		c.clusterID = id
+	if id != "" && c.clusterID == "" {
+		c.clusterID = strings.Clone(id)
 	}
 	if rev <= 0 {
 		return
@@ -107,7 +108,7 @@ func ParseEtcdTimeToLive(body []byte) (known bool, err error) {
 	if err := EtcdAnswerError(body); err != nil {
 		return false, err
 	}
-	ttl := gjson.GetBytes(body, "TTL")
+	ttl := gjson.Get(bytesString(body), "TTL")
 	if !ttl.Exists() {
 		return false, fleetError("etcd: lease timetolive answer without TTL")
 	}

@@ -49,7 +49,14 @@ func (c *FleetClient) opCall(o *fleetOp, kind callKind, path string, body []byte
 
 func (c *FleetClient) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, now time.Time, lease int64) uint32 {
 	id := c.newID()
-	c.calls[id] = &fleetCall{kind: kind, op: o, lease: lease, sent: now, timeout: timeout}
+	var cl *fleetCall
+	if kind == callAlive {
+		cl = &c.aliveCall // at most one in flight (c.probe): made once
+	} else {
+		cl = new(fleetCall)
+	}
+	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: now, timeout: timeout}
+	c.calls[id] = cl
 	var op uint32
 	if o != nil {
 		op = o.id
