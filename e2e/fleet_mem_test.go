@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -74,5 +77,106 @@ func TestGuestAllocationsFleet(t *testing.T) {
 	if highB > lowB+2*perBeat || highGC != 0 || lowGC != 0 {
 		t.Errorf("10,800 more hits allocated %d bytes more (%d against %d; %d bytes per heartbeat) and %d GC cycles: want hits to allocate nothing",
 			int64(highB)-int64(lowB), highB, lowB, perBeat, highGC+lowGC)
+	}
+}
+
+// TestGuestAllocationsFleetNewKeys: with persistence.fleet a client that
+// sends a new key on every request makes every request a fleet transaction
+// (a create, or over the create budget a read), and still the guest
+// allocates nothing: the transaction, its calls, their answers, the
+// requests that join it and one whose stream ends while it waits. Ticks
+// between the rounds send the syncs the answers leave (refreshes, the
+// heartbeat). configs/fleet.json as shipped (100 creates per second: most
+// keys are read), and with a budget that creates every key (the ring of
+// known keys filling).
+func TestGuestAllocationsFleetNewKeys(t *testing.T) {
+	wasm := memstatsModule(t)
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	shipped, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", "fleet.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name    string
+		creates int // persistence.fleet.createsPerSecond; 0: as shipped
+	}{
+		{"fleet.json", 0},
+		{"every key created", 100000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := shipped
+			if tt.creates != 0 {
+				var m map[string]any
+				if err := json.Unmarshal(shipped, &m); err != nil {
+					t.Fatal(err)
+				}
+				m["persistence"].(map[string]any)["fleet"].(map[string]any)["createsPerSecond"] = tt.creates
+				cfg, _ = json.Marshal(m)
+			}
+			counted, count := countingProxy(t, etcdAddr)
+			h := costHostWith(t, wasm, hostsim.Config{PluginConfig: cfg, Clusters: map[string]string{"etcd": counted}}, nil)
+			headers := slices.Clone(costRequest.headers)
+			idAt := slices.IndexFunc(headers, func(kv [2]string) bool { return kv[0] == "x-client-id" })
+			n := 0
+			open := func(id int) *hostsim.Stream {
+				headers[idAt][1] = tt.name + "-" + strconv.Itoa(id)
+				s := h.Stream(0)
+				if res := s.RequestHeaders(headers, costRequest.props); res.Err != nil || res.LocalReply != nil {
+					t.Fatalf("RequestHeaders = err %v, local reply %+v, want routed", res.Err, res.LocalReply)
+				}
+				return s
+			}
+			finish := func(s *hostsim.Stream) {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				res := s.Wait(ctx)
+				cancel()
+				if _, ok := res.Header("x-envoy-original-dst-host"); res.Action != hostsim.ActionContinue || !ok {
+					t.Fatalf("a request waiting for etcd: %+v, want it resumed with an upstream", res)
+				}
+				if res := s.ResponseHeaders([][2]string{{":status", "200"}}); res.Err != nil {
+					t.Fatalf("ResponseHeaders: %v", res.Err)
+				}
+				s.Finish()
+			}
+			// A round: a new key and a second request for it (which joins
+			// its transaction), another new key, and a third whose stream
+			// is reset while it waits.
+			round := func() {
+				n += 3
+				a, again, b, gone := open(n), open(n), open(n+1), open(n+2)
+				gone.Finish()
+				finish(a)
+				finish(again)
+				finish(b)
+			}
+			run := func(ticks int) (bytes, gcs uint64, requests int) {
+				before, n0 := lastMemStats(t, h, "tick-end"), n
+				for range ticks {
+					for range 50 {
+						round()
+					}
+					tick(h)
+				}
+				time.Sleep(50 * time.Millisecond) // the last tick's calls are answered
+				tick(h)
+				after := lastMemStats(t, h, "tick-end")
+				return after.totalAlloc - before.totalAlloc, after.numGC - before.numGC, n - n0
+			}
+			tick(h)
+			run(3) // warm-up: the lease, records and buffers made once
+			txn0, range0 := count("/v3/kv/txn"), count("/v3/kv/range")
+			bytes, gcs, requests := run(8)
+			txns, ranges := count("/v3/kv/txn")-txn0, count("/v3/kv/range")-range0
+			m := lastMemStats(t, h, "tick-end")
+			t.Logf("%d new keys over 8 ticks: %d etcd transactions and %d reads; %d bytes, %d GC cycles in the guest (heap %d bytes, next GC at %d)",
+				requests, txns, ranges, bytes, gcs, m.heapAlloc, m.nextGC)
+			if txns+ranges < int64(requests*2/3) {
+				t.Fatalf("%d etcd calls for %d new keys: the keys did not go to etcd", txns+ranges, requests)
+			}
+			if bytes != 0 || gcs != 0 {
+				t.Errorf("%d requests with new keys allocated %d bytes (%.1f B per request) and ran %d GC cycles in the guest, want 0",
+					requests, bytes, float64(bytes)/float64(requests), gcs)
+			}
+		})
 	}
 }

@@ -45,9 +45,15 @@ func sdkCallouts() map[uint32]*calloutLayout {
 }
 
 // registerCallout puts c in the table for the answer to callout id, as the
-// SDK's RegisterHttpCallout does with a new record.
+// SDK's RegisterHttpCallout does with a new record: for the running context.
 func registerCallout(table map[uint32]*calloutLayout, id uint32, c *calloutLayout) {
-	c.callerContextID = sdkState.activeContextID
+	registerCalloutFor(table, id, c, sdkState.activeContextID)
+}
+
+// registerCalloutFor is registerCallout for context caller: the SDK calls c
+// back only while that context lives, with it effective.
+func registerCalloutFor(table map[uint32]*calloutLayout, id uint32, c *calloutLayout, caller uint32) {
+	c.callerContextID = caller
 	table[id] = c
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"strconv"
 	"syscall"
 	"time"
 
@@ -15,17 +14,20 @@ import (
 // calls with proxy_http_call on persistence.fleet.cluster, hands it the
 // answers, and applies what it settles to the waiting requests.
 //
-// A callout the SDK dispatches from a stream is answered to that stream
-// (the SDK calls back only while it lives), so a transaction's calls are
-// sent from the request that started it, and requests for the same key
-// that arrive meanwhile wait on it. The client's own work (leases, syncs,
-// probes) comes out of the tick and its answers, from the root context.
+// Every call belongs to the root context, whichever context sends it: the
+// host makes a call on the root context of the one that calls
+// proxy_http_call and answers it there (docs/envoy-host.md, "HTTP
+// callouts"), so a transaction's answer comes even after the request that
+// started it ended, and settles the requests for the same key that wait on
+// it. The calls go without the SDK's DispatchHttpCall, which allocates on
+// every call, as active probes do (callout.go): headers serialised into
+// hdrBuf, a record from free registered in the SDK's table for the root
+// context, the answer read into the arena. A transaction allocates nothing.
 type fleet struct {
 	p       *pluginContext
 	cfg     *lbcore.Fleet
 	c       *lbcore.FleetClient
-	waiters map[uint32][]*httpContext // by transaction
-	callers map[uint32]*httpContext   // the stream a transaction's calls answer to
+	waiters map[uint32]waitList // by transaction
 
 	// asking is the request inside Miss: a transaction settled before it
 	// could pause is decided at once (askSvc).
@@ -35,17 +37,19 @@ type fleet struct {
 	m    fleetMetrics
 	seen lbcore.FleetCounts // what the metrics have been given
 
-	// The root context's calls (lease grants, syncs, probes, the
-	// heartbeat) go without the SDK's DispatchHttpCall, as active probes do
-	// (callout.go): headers serialised into hdrBuf, a record from free.
 	authority string
 	hdrs      [][2]string
 	hdrBuf    []byte
-	free      []*rootCallout
+	free      []*fleetCallout
+	resuming  []*httpContext // settled's list, reused
 }
 
-// rootCallout is a root-context fleet call in flight; records are reused.
-type rootCallout struct {
+// waitList is the requests waiting on one transaction, linked through
+// httpContext.nextWaiter, in arrival order.
+type waitList struct{ first, last *httpContext }
+
+// fleetCallout is a fleet call in flight; records are reused.
+type fleetCallout struct {
 	f       *fleet
 	id      uint32 // the lbcore.FleetCall's
 	callout calloutLayout
@@ -68,7 +72,7 @@ const (
 func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, rootID string) *fleet {
 	user, _ := syscall.Getenv(envEtcdUser)
 	password, _ := syscall.Getenv(envEtcdPassword)
-	f := &fleet{p: p, cfg: c.Fleet, waiters: map[uint32][]*httpContext{}, callers: map[uint32]*httpContext{},
+	f := &fleet{p: p, cfg: c.Fleet, waiters: map[uint32]waitList{},
 		c:         lbcore.NewFleetClient(c, lbcore.FleetPrefix(c.Fleet, rootID), bal, user, password, time.Now()),
 		authority: c.Fleet.CallAuthority()}
 	def := func(n string) proxywasm.MetricCounter {
@@ -110,10 +114,14 @@ func (f *fleet) join(h *httpContext, op uint32, wait bool, proposal int, now tim
 		}
 		return proposal, false
 	}
-	if f.waiters[op] == nil {
-		f.callers[op] = h
+	l := f.waiters[op]
+	if l.last == nil {
+		l.first = h
+	} else {
+		l.last.nextWaiter = h
 	}
-	f.waiters[op] = append(f.waiters[op], h)
+	l.last, h.nextWaiter = h, nil
+	f.waiters[op] = l
 	h.wait = op
 	f.asking, f.askSvc = h, proposal
 	f.flush(now)
@@ -130,23 +138,36 @@ func (f *fleet) tick(now time.Time) {
 	f.flush(now)
 }
 
-// forget drops h from the transaction it waits on: its stream ended. If the
-// transaction's calls answer to h, the SDK will deliver no answer, so the
-// client settles it now (the others are decided with their proposal).
+// forget drops h from the transaction it waits on: its stream ended. The
+// transaction goes on (its answer comes to the root context) and settles
+// the other requests.
 func (f *fleet) forget(h *httpContext) {
 	op := h.wait
 	h.wait = 0
-	ws := f.waiters[op]
-	for k, w := range ws {
-		if w == h {
-			f.waiters[op] = append(ws[:k], ws[k+1:]...)
-			break
-		}
+	l, ok := f.waiters[op]
+	if !ok {
+		return
 	}
-	if f.callers[op] == h {
-		now := time.Now()
-		f.c.Abandon(now, op)
-		f.flush(now)
+	var prev *httpContext
+	for w := l.first; w != nil; prev, w = w, w.nextWaiter {
+		if w != h {
+			continue
+		}
+		if prev == nil {
+			l.first = w.nextWaiter
+		} else {
+			prev.nextWaiter = w.nextWaiter
+		}
+		if l.last == w {
+			l.last = prev
+		}
+		break
+	}
+	h.nextWaiter = nil
+	if l.first == nil {
+		delete(f.waiters, op)
+	} else {
+		f.waiters[op] = l
 	}
 }
 
@@ -167,7 +188,7 @@ func (f *fleet) flush(now time.Time) {
 			}
 		}
 		for _, r := range out.Remember {
-			f.p.bal.Remember(r.Key, now, r.Service)
+			f.p.bal.RememberHash(r.Hash, now, r.Service)
 		}
 		for _, c := range out.Calls {
 			if f.dispatch(c) != nil {
@@ -182,71 +203,48 @@ func (f *fleet) flush(now time.Time) {
 	f.count()
 }
 
-// dispatch sends call c to etcd's gateway on the fleet's cluster.
+// dispatch sends call c to etcd's gateway on the fleet's cluster, its
+// answer to come to the root context.
 func (f *fleet) dispatch(c lbcore.FleetCall) error {
+	table := sdkCallouts()
+	if table == nil { // never: the SDK runs the filter's callbacks for a registered plugin
+		return types.ErrorStatusNotFound
+	}
 	f.hdrs = append(f.hdrs[:0], [2]string{":method", "POST"}, [2]string{":path", c.Path},
 		[2]string{":authority", f.authority}, [2]string{":scheme", "http"}, [2]string{"content-type", "application/json"})
 	if c.Token != "" {
 		f.hdrs = append(f.hdrs, [2]string{"authorization", c.Token})
 	}
-	timeout := uint32(c.Timeout / time.Millisecond)
-	if c.Op == 0 {
-		if table := sdkCallouts(); table != nil {
-			return f.dispatchRoot(table, c, timeout)
-		}
-	}
-	id := c.ID
-	_, err := proxywasm.DispatchHttpCall(f.cfg.Cluster, f.hdrs, c.Body, nil, timeout,
-		func(numHeaders, bodySize, _ int) {
-			defer func() {
-				if r := recover(); r != nil {
-					f.p.m.recovered("fleet answer", r)
-				}
-			}()
-			now := time.Now()
-			if numHeaders == 0 {
-				f.c.NoAnswer(now, id)
-			} else {
-				status, body := callAnswer(bodySize)
-				f.c.Answer(now, id, status, body, bodySize)
-			}
-			f.flush(now)
-		})
-	return err
-}
-
-// dispatchRoot sends root call c with a reused record in the SDK's table.
-func (f *fleet) dispatchRoot(table map[uint32]*calloutLayout, c lbcore.FleetCall, timeout uint32) error {
-	var rc *rootCallout
+	var fc *fleetCallout
 	if n := len(f.free); n > 0 {
-		rc, f.free = f.free[n-1], f.free[:n-1]
+		fc, f.free = f.free[n-1], f.free[:n-1]
 	} else {
-		rc = &rootCallout{f: f}
-		rc.callout.callback = rc.answered
+		fc = &fleetCallout{f: f}
+		fc.callout.callback = fc.answered
 	}
-	rc.id = c.ID
+	fc.id = c.ID
 	f.hdrBuf = appendPairs(f.hdrBuf[:0], f.hdrs)
-	callout, err := httpCall(f.cfg.Cluster, f.hdrBuf, c.Body, timeout)
+	callout, err := httpCall(f.cfg.Cluster, f.hdrBuf, c.Body, uint32(c.Timeout/time.Millisecond))
 	if err != nil {
-		f.free = append(f.free, rc)
+		f.free = append(f.free, fc)
 		return err
 	}
-	registerCallout(table, callout, &rc.callout)
+	registerCalloutFor(table, callout, &fc.callout, f.p.id)
 	return nil
 }
 
-// answered takes the answer to a root call (no headers: it failed or timed
-// out). The status and body are read into the arena, which the client does
-// not keep (lbcore copies what it keeps of an answer).
-func (rc *rootCallout) answered(numHeaders, bodySize, _ int) {
-	f := rc.f
+// answered takes the answer to a fleet call (no headers: it failed or
+// timed out). The status and body are read into the arena, which the
+// client does not keep (lbcore copies what it keeps of an answer).
+func (fc *fleetCallout) answered(numHeaders, bodySize, _ int) {
+	f := fc.f
 	defer func() {
 		if r := recover(); r != nil {
 			f.p.m.recovered("fleet answer", r)
 		}
 	}()
-	id := rc.id
-	f.free = append(f.free, rc) // the SDK dropped it from its table
+	id := fc.id
+	f.free = append(f.free, fc) // the SDK dropped it from its table
 	now := time.Now()
 	if numHeaders == 0 {
 		f.c.NoAnswer(now, id)
@@ -268,28 +266,21 @@ func (rc *rootCallout) answered(numHeaders, bodySize, _ int) {
 	f.flush(now)
 }
 
-// callAnswer reads the running callout's status and body; a body over
-// lbcore.MaxEtcdAnswerBytes is not read (the client refuses it).
-func callAnswer(bodySize int) (status int, body []byte) {
-	if hs, err := proxywasm.GetHttpCallResponseHeaders(); err == nil {
-		for _, kv := range hs {
-			if kv[0] == ":status" {
-				status, _ = strconv.Atoi(kv[1])
-			}
-		}
-	}
-	if bodySize > 0 && bodySize <= lbcore.MaxEtcdAnswerBytes {
-		body, _ = proxywasm.GetHttpCallResponseBody(0, bodySize)
-	}
-	return status, body
-}
-
 // settled decides every request waiting on s.Op with s.Service.
 func (f *fleet) settled(s lbcore.FleetSettled, now time.Time) {
-	ws := f.waiters[s.Op]
+	l := f.waiters[s.Op]
 	delete(f.waiters, s.Op)
-	delete(f.callers, s.Op)
 	f.m.latency.Record(uint64(s.Waited / time.Millisecond))
+	// The list is copied out first: a request resumed may end, and its
+	// context be reused, before the next one is resumed.
+	ws := f.resuming[:0]
+	f.resuming = nil
+	for h := l.first; h != nil; {
+		next := h.nextWaiter
+		h.nextWaiter = nil
+		ws = append(ws, h)
+		h = next
+	}
 	for _, h := range ws {
 		if h.wait != s.Op {
 			continue
@@ -301,6 +292,8 @@ func (f *fleet) settled(s lbcore.FleetSettled, now time.Time) {
 		}
 		h.resume(s.Service, now)
 	}
+	clear(ws)
+	f.resuming = ws[:0]
 }
 
 // count gives the client's new counts to the metrics.

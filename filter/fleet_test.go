@@ -3,10 +3,13 @@
 package main
 
 import (
+	"cmp"
 	"encoding/base64"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -22,11 +25,22 @@ func (h *host) fleetOpen(id string) (uint32, types.Action) {
 	return ctx, act
 }
 
+// callouts are the fleet calls pending for stream ctx: the emulators list a
+// call under the context that was active when it was made, the stream or,
+// for the calls an answer leads to, the root context (a host makes every
+// call on the root context).
+func (h *host) callouts(ctx uint32) []proxytest.HttpCalloutAttribute {
+	calls := slices.Clone(h.GetCalloutAttributesFromContext(ctx))
+	calls = append(calls, h.GetCalloutAttributesFromContext(proxytest.PluginContextID)...)
+	slices.SortFunc(calls, func(a, b proxytest.HttpCalloutAttribute) int { return cmp.Compare(a.CalloutID, b.CalloutID) })
+	return calls
+}
+
 // answer answers the oldest callout of context ctx with status and body,
 // and returns its :path; status 0 delivers a failed call (no headers).
 func (h *host) answer(ctx uint32, status string, body string) string {
 	h.t.Helper()
-	calls := h.GetCalloutAttributesFromContext(ctx)
+	calls := h.callouts(ctx)
 	if len(calls) == 0 {
 		h.t.Fatalf("context %d has no callout to answer", ctx)
 	}
@@ -37,7 +51,7 @@ func (h *host) answer(ctx uint32, status string, body string) string {
 	path := ""
 	for _, kv := range c.Headers {
 		if kv[0] == ":path" {
-			path = kv[1]
+			path = strings.Clone(kv[1]) // the wasm runner's views of the module's buffers, which the answer's calls reuse
 		}
 	}
 	if status == "" {
@@ -65,7 +79,7 @@ func TestFleetRequestPath(t *testing.T) {
 		// Another proxy stored service c first: the answer is the range of the
 		// failure branch. (Stamped in 2100: alive whatever the runner's clock says.)
 		val := base64.StdEncoding.EncodeToString([]byte("4102444800 10.0.0.3:8080"))
-		calls := h.GetCalloutAttributesFromContext(ctx)
+		calls := h.callouts(ctx)
 		if len(calls) != 1 || !strings.Contains(string(calls[0].Body), `"create_revision":"0"`) || !strings.Contains(string(calls[0].Body), `"lease":"77"`) {
 			t.Fatalf("second call %+v, want the create-or-read transaction on lease 77", calls)
 		}
@@ -85,8 +99,8 @@ func TestFleetRequestPath(t *testing.T) {
 
 		// A local hit: no wait, no call.
 		ctx, act = h.fleetOpen("ada")
-		if act != types.ActionContinue || len(h.GetCalloutAttributesFromContext(ctx)) != 0 {
-			t.Fatalf("the same key again: action %v with %d callouts, want a local hit", act, len(h.GetCalloutAttributesFromContext(ctx)))
+		if act != types.ActionContinue || len(h.callouts(ctx)) != 0 {
+			t.Fatalf("the same key again: action %v with %d callouts, want a local hit", act, len(h.callouts(ctx)))
 		}
 		if got := get(h.GetCurrentRequestHeaders(ctx), "x-hashlb-service"); len(got) != 1 || got[0] != "c" {
 			t.Errorf("local hit: service %v, want c", got)
@@ -107,8 +121,8 @@ func TestFleetRequestPath(t *testing.T) {
 			h.CompleteHttpContext(ctx)
 		}
 		ctx, act = h.fleetOpen("b4")
-		if act != types.ActionContinue || len(h.GetCalloutAttributesFromContext(ctx)) != 0 {
-			t.Errorf("after 3 failures: action %v with %d callouts, want decided locally without asking (backoff)", act, len(h.GetCalloutAttributesFromContext(ctx)))
+		if act != types.ActionContinue || len(h.callouts(ctx)) != 0 {
+			t.Errorf("after 3 failures: action %v with %d callouts, want decided locally without asking (backoff)", act, len(h.callouts(ctx)))
 		}
 		h.CompleteHttpContext(ctx)
 		if n := h.counter("hashlb.persistence_fleet_skipped"); n != 1 {
@@ -140,7 +154,7 @@ func TestFleetReplacesStaleEntry(t *testing.T) {
 				h.answer(ctx, "200", `{"ID":"77","TTL":"700000"}`)
 				val := base64.StdEncoding.EncodeToString([]byte(tt.record))
 				h.answer(ctx, "200", `{"header":{"revision":"9"},"responses":[{"response_range":{"kvs":[{"mod_revision":"5","value":"`+val+`"}]}}]}`)
-				calls := h.GetCalloutAttributesFromContext(ctx)
+				calls := h.callouts(ctx)
 				if len(calls) != 1 || !strings.Contains(string(calls[0].Body), `"target":"MOD","result":"EQUAL","mod_revision":"5"`) {
 					t.Fatalf("after a %s entry: calls %+v, want one replace comparing mod_revision 5", tt.name, calls)
 				}

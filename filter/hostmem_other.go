@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"strings"
 	"unsafe"
 
@@ -65,7 +66,10 @@ func sdkProxyHTTPCall(upstreamData *byte, upstreamSize int32, headerData *byte, 
 var calloutID uint32
 
 // httpCall is proxy_http_call with headers already serialised, and body.
+// The SDK's emulator keeps views of the headers it is given, where a host
+// copies them: they are copied here, since the callers reuse their buffers.
 func httpCall(cluster string, headers, body []byte, timeoutMs uint32) (uint32, error) {
+	headers = bytes.Clone(headers)
 	calloutID = 0
 	st := sdkProxyHTTPCall(unsafe.StringData(cluster), int32(len(cluster)), unsafe.SliceData(headers), int32(len(headers)),
 		unsafe.SliceData(body), int32(len(body)), unsafe.SliceData(noTrailers), int32(len(noTrailers)), timeoutMs, &calloutID)

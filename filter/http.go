@@ -20,11 +20,13 @@ type httpContext struct {
 	id     uint32 // the stream's context id
 	chosen int    // index of the chosen service, -1 for none
 	wait   uint32 // the fleet transaction the request waits for, 0 when none
-	method lbcore.Method
-	reason lbcore.Reason
-	local  bool // we sent a local reply
-	ended  bool // OnHttpStreamDone ran: h is in the plugin's free list
-	dec    lbcore.Decision
+	// nextWaiter is the next request waiting on the same transaction (fleet.waiters).
+	nextWaiter *httpContext
+	method     lbcore.Method
+	reason     lbcore.Reason
+	local      bool // we sent a local reply
+	ended      bool // OnHttpStreamDone ran: h is in the plugin's free list
+	dec        lbcore.Decision
 	// upstream and debug are the buffers of upstreamValue and decisionText,
 	// kept when the context is reused: a value the host was given stays
 	// unchanged until the stream ends (pluginContext.value).

@@ -98,7 +98,7 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		forced := b.services[force].ID
 		selectable = func(id uint64) bool { return id == forced }
 	}
-	svc, ok := b.table.resolveInto(&d.Persist, &fr, key, now, selectable,
+	svc, ok := b.table.resolveInto(&d.Persist, &fr, PersistKeyHash(key), now, selectable,
 		func() (uint64, bool) {
 			if mode == persistForce {
 				return b.services[force].ID, true
@@ -168,11 +168,17 @@ func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) Decision {
 // Remember stores service i for persistence key key in the local table,
 // replacing what it holds: the fleet moved the key.
 func (b *Balancer) Remember(key []byte, now time.Time, i int) {
+	b.RememberHash(PersistKeyHash(key), now, i)
+}
+
+// RememberHash is Remember for the key whose PersistKeyHash is h.
+func (b *Balancer) RememberHash(h uint64, now time.Time, i int) {
 	if b.table == nil || i < 0 || i >= len(b.services) {
 		return
 	}
 	id := b.services[i].ID
-	b.table.Resolve(key, now, func(s uint64) bool { return s == id }, func() (uint64, bool) { return id, true })
+	var out Outcome
+	b.table.resolveInto(&out, nil, h, now, func(s uint64) bool { return s == id }, func() (uint64, bool) { return id, true })
 }
 
 // AskKey is the persistence key of the last decision (valid until the next

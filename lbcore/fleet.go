@@ -48,14 +48,18 @@ func FleetSlot(expire time.Duration) time.Duration { return max(expire/8, time.S
 
 // FleetKey is the etcd key of persistence key key under prefix.
 func FleetKey(prefix string, key []byte) string {
-	h, _ := fingerprint(key)
-	var b [16]byte
+	return string(appendFleetKey(nil, prefix, PersistKeyHash(key)))
+}
+
+// appendFleetKey appends the etcd key under prefix of the persistence key
+// whose PersistKeyHash is h.
+func appendFleetKey(dst []byte, prefix string, h uint64) []byte {
 	const hexDigits = "0123456789abcdef"
-	for i := 15; i >= 0; i-- {
-		b[i] = hexDigits[h&15]
-		h >>= 4
+	dst = append(dst, prefix...)
+	for shift := 60; shift >= 0; shift -= 4 {
+		dst = append(dst, hexDigits[(h>>shift)&15])
 	}
-	return prefix + string(b[:])
+	return dst
 }
 
 // FleetRecord is the value of a fleet entry.
@@ -67,17 +71,37 @@ type FleetRecord struct {
 }
 
 // String encodes the record as stored in etcd.
-func (r FleetRecord) String() string { return strconv.FormatInt(r.Stamp, 10) + " " + r.Service }
+func (r FleetRecord) String() string { return string(appendRecord(nil, r.Stamp, r.Service)) }
+
+func appendRecord(dst []byte, stamp int64, service string) []byte {
+	return append(append(strconv.AppendInt(dst, stamp, 10), ' '), service...)
+}
 
 // ParseFleetRecord decodes a stored record; ok is false for any other shape
 // (which the caller treats as an entry to replace).
 func ParseFleetRecord(v string) (r FleetRecord, ok bool) {
 	stamp, svc, found := strings.Cut(v, " ")
-	n, err := strconv.ParseInt(stamp, 10, 64)
-	if !found || err != nil || svc == "" {
+	n, ok := parseStamp(stamp)
+	if !found || !ok || svc == "" {
 		return FleetRecord{}, false
 	}
 	return FleetRecord{Stamp: n, Service: svc}, true
+}
+
+// parseStamp reads a non-negative decimal of at most 18 digits (strconv's
+// errors allocate, and a record is read on every answer).
+func parseStamp(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, true
 }
 
 // Alive reports whether the record still holds at now for entries that
@@ -119,63 +143,69 @@ type EtcdKV struct {
 // EtcdCreateOrGet is the body of a /v3/kv/txn that creates key with value
 // (attached to lease, if not 0) if it does not exist, and else reads it.
 func EtcdCreateOrGet(key, value string, lease int64) []byte {
-	k := b64(key)
-	b := make([]byte, 0, 256+2*len(k)+len(value))
-	b = append(b, `{"compare":[{"key":"`...)
-	b = append(b, k...)
-	b = append(b, `","target":"CREATE","result":"EQUAL","create_revision":"0"}],"success":[`...)
-	b = appendPut(b, k, value, lease)
-	b = append(b, `],"failure":[{"request_range":{"key":"`...)
-	b = append(b, k...)
-	return append(b, `"}}]}`...)
+	return appendTxn(nil, []byte(key), 0, []byte(value), lease)
 }
 
 // EtcdReplace is the body of a /v3/kv/txn that overwrites key with value if
 // its mod_revision is still modRevision, and else reads it: every proxy that
 // finds the same stale entry moves the key to one new service.
 func EtcdReplace(key string, modRevision int64, value string, lease int64) []byte {
-	k := b64(key)
-	b := make([]byte, 0, 256+2*len(k)+len(value))
+	return appendTxn(nil, []byte(key), modRevision, []byte(value), lease)
+}
+
+// appendTxn appends the body of EtcdReplace for modRevision, or of
+// EtcdCreateOrGet when it is 0.
+func appendTxn(b, key []byte, modRevision int64, value []byte, lease int64) []byte {
 	b = append(b, `{"compare":[{"key":"`...)
-	b = append(b, k...)
-	b = append(b, `","target":"MOD","result":"EQUAL","mod_revision":"`...)
-	b = strconv.AppendInt(b, modRevision, 10)
-	b = append(b, `"}],"success":[`...)
-	b = appendPut(b, k, value, lease)
-	b = append(b, `],"failure":[{"request_range":{"key":"`...)
-	b = append(b, k...)
-	return append(b, `"}}]}`...)
-}
-
-// EtcdRange is the body of a /v3/kv/range reading key.
-func EtcdRange(key string) []byte { return []byte(`{"key":"` + b64(key) + `"}`) }
-
-// EtcdLeaseGrant is the body of a /v3/lease/grant for a lease of ttl seconds.
-func EtcdLeaseGrant(ttl int64) []byte {
-	return []byte(`{"TTL":"` + strconv.FormatInt(ttl, 10) + `","ID":"0"}`)
-}
-
-func appendPut(b []byte, k, value string, lease int64) []byte {
+	b = base64.StdEncoding.AppendEncode(b, key)
+	if modRevision == 0 {
+		b = append(b, `","target":"CREATE","result":"EQUAL","create_revision":"0"}],"success":[`...)
+	} else {
+		b = append(b, `","target":"MOD","result":"EQUAL","mod_revision":"`...)
+		b = strconv.AppendInt(b, modRevision, 10)
+		b = append(b, `"}],"success":[`...)
+	}
 	b = append(b, `{"request_put":{"key":"`...)
-	b = append(b, k...)
+	b = base64.StdEncoding.AppendEncode(b, key)
 	b = append(b, `","value":"`...)
-	b = append(b, b64(value)...)
+	b = base64.StdEncoding.AppendEncode(b, value)
 	b = append(b, '"')
 	if lease != 0 {
 		b = append(b, `,"lease":"`...)
 		b = strconv.AppendInt(b, lease, 10)
 		b = append(b, '"')
 	}
-	return append(b, "}}"...)
+	b = append(b, `}}],"failure":[{"request_range":{"key":"`...)
+	b = base64.StdEncoding.AppendEncode(b, key)
+	return append(b, `"}}]}`...)
 }
 
-func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+// EtcdRange is the body of a /v3/kv/range reading key.
+func EtcdRange(key string) []byte { return appendRange(nil, []byte(key)) }
+
+func appendRange(b, key []byte) []byte {
+	b = append(b, `{"key":"`...)
+	b = base64.StdEncoding.AppendEncode(b, key)
+	return append(b, `"}`...)
+}
+
+// EtcdLeaseGrant is the body of a /v3/lease/grant for a lease of ttl seconds.
+func EtcdLeaseGrant(ttl int64) []byte { return appendLeaseGrant(nil, ttl) }
+
+func appendLeaseGrant(b []byte, ttl int64) []byte {
+	b = append(b, `{"TTL":"`...)
+	b = strconv.AppendInt(b, ttl, 10)
+	return append(b, `","ID":"0"}`...)
+}
 
 // EtcdAuthenticate is the body of a /v3/auth/authenticate for user and
 // password; its answer's token goes into the Authorization header of every
 // later call.
-func EtcdAuthenticate(user, password string) []byte {
-	b := append([]byte(`{"name":`), appendJSONQuoted(nil, user)...)
+func EtcdAuthenticate(user, password string) []byte { return appendAuthenticate(nil, user, password) }
+
+func appendAuthenticate(b []byte, user, password string) []byte {
+	b = append(b, `{"name":`...)
+	b = appendJSONQuoted(b, user)
 	b = append(b, `,"password":`...)
 	b = appendJSONQuoted(b, password)
 	return append(b, '}')
@@ -295,46 +325,76 @@ func EtcdAnswerError(body []byte) error {
 // kv is the key's current value, found false when it has none (it expired
 // between the compare and the read, or never existed).
 func ParseEtcdTxn(body []byte) (succeeded bool, kv EtcdKV, found bool, err error) {
+	return parseEtcdTxn(body, nil)
+}
+
+// parseEtcdTxn is ParseEtcdTxn reading body in place, with kv.Value decoded
+// into *scratch (when not nil; valid until its next use), so that the client
+// reads an answer without allocating.
+func parseEtcdTxn(body []byte, scratch *[]byte) (succeeded bool, kv EtcdKV, found bool, err error) {
 	if err := EtcdAnswerError(body); err != nil {
 		return false, EtcdKV{}, false, err
 	}
-	r := gjson.ParseBytes(body)
+	r := gjson.Parse(bytesString(body))
 	if r.Get("succeeded").Bool() {
 		rev := r.Get("header.revision").Int()
 		if rev == 0 {
-			return false, EtcdKV{}, false, errors.New("etcd: txn answer without header.revision")
+			return false, EtcdKV{}, false, errTxnNoRevision
 		}
 		return true, EtcdKV{ModRevision: rev}, true, nil
 	}
 	rr := pick(r.Get("responses.0"), "response_range", "responseRange")
 	if !rr.Exists() {
-		return false, EtcdKV{}, false, errors.New("etcd: txn answer without its range")
+		return false, EtcdKV{}, false, errTxnNoRange
 	}
-	kv, found, err = parseKVs(rr)
+	kv, found, err = parseKVs(rr, scratch)
 	return false, kv, found, err
 }
 
 // ParseEtcdRange reads a /v3/kv/range answer.
 func ParseEtcdRange(body []byte) (kv EtcdKV, found bool, err error) {
+	return parseEtcdRange(body, nil)
+}
+
+// parseEtcdRange is ParseEtcdRange as parseEtcdTxn reads.
+func parseEtcdRange(body []byte, scratch *[]byte) (kv EtcdKV, found bool, err error) {
 	if err := EtcdAnswerError(body); err != nil {
 		return EtcdKV{}, false, err
 	}
-	return parseKVs(gjson.ParseBytes(body))
+	return parseKVs(gjson.Parse(bytesString(body)), scratch)
 }
 
-func parseKVs(r gjson.Result) (EtcdKV, bool, error) {
+// Errors of answers that are JSON but not what etcd sends.
+var (
+	errTxnNoRevision = errors.New("etcd: txn answer without header.revision")
+	errTxnNoRange    = errors.New("etcd: txn answer without its range")
+	errNotBase64     = errors.New("etcd: value is not base64")
+	errNoModRevision = errors.New("etcd: kv without mod_revision")
+	errNoLeaseID     = errors.New("etcd: lease grant answer without ID")
+)
+
+// parseKVs reads the first kv of r; its value is decoded into *scratch, or
+// into new memory when scratch is nil.
+func parseKVs(r gjson.Result, scratch *[]byte) (EtcdKV, bool, error) {
 	first := r.Get("kvs.0")
 	if !first.Exists() {
 		return EtcdKV{}, false, nil
 	}
-	v, err := base64.StdEncoding.DecodeString(first.Get("value").String())
-	if err != nil {
-		return EtcdKV{}, false, errors.New("etcd: value is not base64")
+	var buf []byte
+	if scratch != nil {
+		buf = (*scratch)[:0]
 	}
-	kv := EtcdKV{Value: string(v), ModRevision: pick(first, "mod_revision", "modRevision").Int(),
+	v, err := base64.StdEncoding.AppendDecode(buf, stringBytes(first.Get("value").Str))
+	if err != nil {
+		return EtcdKV{}, false, errNotBase64
+	}
+	if scratch != nil {
+		*scratch = v
+	}
+	kv := EtcdKV{Value: bytesString(v), ModRevision: pick(first, "mod_revision", "modRevision").Int(),
 		Lease: first.Get("lease").Int()}
 	if kv.ModRevision == 0 {
-		return EtcdKV{}, false, errors.New("etcd: kv without mod_revision")
+		return EtcdKV{}, false, errNoModRevision
 	}
 	return kv, true, nil
 }
@@ -344,9 +404,9 @@ func ParseEtcdLease(body []byte) (id int64, err error) {
 	if err := EtcdAnswerError(body); err != nil {
 		return 0, err
 	}
-	id = gjson.GetBytes(body, "ID").Int()
+	id = gjson.Get(bytesString(body), "ID").Int()
 	if id == 0 {
-		return 0, errors.New("etcd: lease grant answer without ID")
+		return 0, errNoLeaseID
 	}
 	return id, nil
 }

@@ -50,9 +50,18 @@ type FleetClient struct {
 	password string
 
 	lastID uint32
-	ops    map[string]*fleetOp // by etcd key
+	ops    map[uint64]*fleetOp // by PersistKeyHash
 	byID   map[uint32]*fleetOp
 	calls  map[uint32]*fleetCall
+
+	// Records and buffers reused, so that a transaction allocates nothing
+	// in a steady state: settled transactions, answered calls, the etcd
+	// key, a record's value and an answer's decoded value being written.
+	freeOps   []*fleetOp
+	freeCalls []*fleetCall
+	keyBuf    []byte
+	valueBuf  []byte
+	decodeBuf []byte
 
 	token                    string
 	leases                   [2]struct{ slot, id int64 } // at index slot%2: this slot's and the next
@@ -63,17 +72,17 @@ type FleetClient struct {
 	probeAt   time.Time
 	recovered int64 // Unix second after the last recovery: hits used before it sync their key
 
-	queue   []fleetJob
-	queued  map[string]bool
+	queue   jobQueue
+	queued  map[uint64]bool
 	syncing int
 
 	tokens   float64 // the create budget
 	budgetAt time.Time
 
-	lastOK    time.Time      // etcd's last answer
-	maxRev    int64          // the highest header.revision etcd answered with
-	clusterID string         // header.cluster_id of its answers
-	known     map[string]int // etcd key → its index in ring (fleetknown.go)
+	lastOK    time.Time // etcd's last answer
+	maxRev    int64     // the highest header.revision etcd answered with
+	clusterID string    // header.cluster_id of its answers
+	known     []int32   // the ring's index by key: 1 + its index in ring, 0 for none (fleetknown.go)
 	ring      []fleetKnown
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
@@ -125,10 +134,11 @@ type FleetSettled struct {
 	Waited  time.Duration
 }
 
-// FleetRemember is a correction of the local table: Key's entry becomes
-// Service, the fleet's.
+// FleetRemember is a correction of the local table: the entry of the key
+// whose PersistKeyHash is Hash becomes Service, the fleet's
+// (Balancer.RememberHash).
 type FleetRemember struct {
-	Key     []byte
+	Hash    uint64
 	Service int
 }
 
@@ -144,6 +154,8 @@ type FleetOut struct {
 	Settled  []FleetSettled
 	Remember []FleetRemember
 	Logs     []FleetLog
+
+	bodies []byte // the calls' bodies
 }
 
 // Empty reports whether o asks for nothing.
@@ -198,8 +210,7 @@ const (
 // fleetOp is one transaction: the requests of one worker waiting for one key.
 type fleetOp struct {
 	id              uint32
-	key             string // etcd key
-	local           []byte // persistence key
+	h               uint64 // the key's PersistKeyHash
 	proposal        int
 	start, deadline time.Time
 	readOnly        bool  // over the create budget: read, never create
@@ -213,8 +224,7 @@ type fleetOp struct {
 // fleetJob is one key to sync from the tick: reconcile a local decision, or
 // refresh a stamp.
 type fleetJob struct {
-	key      string
-	local    []byte
+	h        uint64 // the key's PersistKeyHash
 	svc      int
 	stamp    int64 // the Unix second of the use or decision it records
 	rev      int64 // replace at this mod_revision; 0: create-if-absent
@@ -241,8 +251,8 @@ type fleetCall struct {
 func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, password string, now time.Time) *FleetClient {
 	return &FleetClient{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
 		slotSecs: int64(FleetSlot(p.Expire) / time.Second), user: user, password: password,
-		ops: map[string]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
-		queued: map[string]bool{}, logged: map[error]bool{}, known: map[string]int{},
+		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
+		queued: map[uint64]bool{}, logged: map[error]bool{},
 		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
 }
 
@@ -250,14 +260,15 @@ func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, pas
 func (c *FleetClient) Take() FleetOut {
 	o := c.out
 	s := c.spare
-	c.out = FleetOut{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0]}
+	c.out = FleetOut{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0],
+		bodies: s.bodies[:0]}
 	c.spare = FleetOut{}
 	return o
 }
 
-// Recycle gives back what Take returned, once the caller is done with it:
-// the next Take but one writes into its buffers, so that a worker's steady
-// work (the heartbeat) allocates nothing.
+// Recycle gives back what Take returned, once the caller is done with it
+// (the calls' bodies included): the next Take but one writes into its
+// buffers, so that a worker's steady work allocates nothing.
 func (c *FleetClient) Recycle(o FleetOut) { c.spare = o }
 
 // Pending reports whether the client asks for something (Take).
@@ -270,14 +281,14 @@ func (c *FleetClient) Counts() FleetCounts { return c.counts }
 func (c *FleetClient) Down() bool { return c.down }
 
 // Queued is how many keys wait to be synced.
-func (c *FleetClient) Queued() int { return len(c.queue) }
+func (c *FleetClient) Queued() int { return c.queue.n }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
 // proposal now (etcd is down); else the request waits for op's
 // FleetSettled.
 func (c *FleetClient) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
-	k := FleetKey(c.prefix, key)
+	k := PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
@@ -287,10 +298,10 @@ func (c *FleetClient) Miss(now time.Time, key []byte, proposal int) (op uint32, 
 		if !create {
 			c.counts.Throttled++
 		}
-		c.enqueue(fleetJob{key: k, local: key, svc: proposal, stamp: now.Unix(), readOnly: !create})
+		c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), readOnly: !create})
 		return 0, false
 	}
-	return c.start(now, k, key, proposal, !create), true
+	return c.start(now, k, proposal, !create), true
 }
 
 // Hit reports a local hit of key on service svc, whose previous use was
@@ -305,21 +316,22 @@ func (c *FleetClient) Hit(now time.Time, key []byte, svc int, prevUse int64) (op
 	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
 		return 0, false
 	}
-	k := FleetKey(c.prefix, key)
+	k := PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
 	create := c.spend(now)
 	if stale && create {
-		return c.start(now, k, key, svc, false), true
+		return c.start(now, k, svc, false), true
 	}
-	c.enqueue(fleetJob{key: k, local: key, svc: svc, stamp: now.Unix(), readOnly: !create})
+	c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix(), readOnly: !create})
 	return 0, false
 }
 
-// start sends the first call of a new transaction for etcd key k.
-func (c *FleetClient) start(now time.Time, k string, key []byte, proposal int, readOnly bool) uint32 {
-	o := &fleetOp{id: c.newID(), key: k, local: slices.Clone(key), proposal: proposal, start: now,
+// start sends the first call of a new transaction for the key of hash k.
+func (c *FleetClient) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
+	o := c.newOp()
+	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: now,
 		deadline: now.Add(c.cfg.Timeout), readOnly: readOnly}
 	c.ops[k], c.byID[o.id] = o, o
 	c.next(o, now)
@@ -353,6 +365,7 @@ func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, 
 		c.sawHeader(now, body)
 	}
 	c.handle(cl, now, body, err)
+	c.freeCall(cl)
 }
 
 // NoAnswer reports that call id ended without an answer: its timeout
@@ -361,6 +374,7 @@ func (c *FleetClient) NoAnswer(now time.Time, id uint32) {
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
 		c.handle(cl, now, nil, errNoAnswer)
+		c.freeCall(cl)
 	}
 }
 
@@ -385,15 +399,15 @@ func (c *FleetClient) Tick(now time.Time) {
 		if !c.probe && !now.Before(c.probeAt) {
 			c.probe = true
 			if c.user != "" && c.token == "" {
-				c.rootCall(callProbe, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now)
+				c.rootCall(callProbe, "/v3/auth/authenticate", c.authBody(), now)
 			} else {
-				c.rootCall(callProbe, "/v3/kv/range", EtcdRange(c.prefix), now)
+				c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
 			}
 		}
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+len(c.queue) == 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+c.queue.n == 0 {
 		c.probe = true
 		if l := c.leaseFor(slot); l != 0 {
 			if c.aliveLease != l { // the body is made once per lease
@@ -401,7 +415,7 @@ func (c *FleetClient) Tick(now time.Time) {
 			}
 			c.rootCall(callAlive, "/v3/lease/timetolive", c.aliveBody, now).lease = l
 		} else {
-			c.rootCall(callProbe, "/v3/kv/range", EtcdRange(c.prefix), now)
+			c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
 		}
 	}
 	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
@@ -487,3 +501,135 @@ func (c *FleetClient) logOnce(err error, warn bool, msg string) {
 }
 
 func (c *FleetClient) cluster() string { return strconv.Quote(c.cfg.Cluster) }
+
+// Records are reused: an op once settled, a call once answered (or given
+// up), is no longer reachable from c.ops, c.byID or c.calls.
+
+func (c *FleetClient) newOp() *fleetOp {
+	if n := len(c.freeOps); n > 0 {
+		o := c.freeOps[n-1]
+		c.freeOps = c.freeOps[:n-1]
+		return o
+	}
+	return new(fleetOp)
+}
+
+func (c *FleetClient) freeOp(o *fleetOp) { c.freeOps = append(c.freeOps, o) }
+
+func (c *FleetClient) newCall() *fleetCall {
+	if n := len(c.freeCalls); n > 0 {
+		cl := c.freeCalls[n-1]
+		c.freeCalls = c.freeCalls[:n-1]
+		return cl
+	}
+	return new(fleetCall)
+}
+
+func (c *FleetClient) freeCall(cl *fleetCall) {
+	if cl != &c.aliveCall {
+		*cl = fleetCall{}
+		c.freeCalls = append(c.freeCalls, cl)
+	}
+}
+
+// The calls' bodies are written into the output's buffer (FleetOut.bodies),
+// which the caller gives back with Recycle once it sent them.
+
+// body returns what was appended to the bodies since len start.
+func (c *FleetClient) body(start int) []byte {
+	return c.out.bodies[start:len(c.out.bodies):len(c.out.bodies)]
+}
+
+// fleetKey is the etcd key of the key of hash h, in a buffer reused.
+func (c *FleetClient) fleetKey(h uint64) []byte {
+	c.keyBuf = appendFleetKey(c.keyBuf[:0], c.prefix, h)
+	return c.keyBuf
+}
+
+// txnBody is the body of a create-if-absent (rev 0) or replace (at
+// mod_revision rev) of the key of hash h with a record of stamp and service
+// svc.
+func (c *FleetClient) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
+	c.valueBuf = appendRecord(c.valueBuf[:0], stamp, c.svcs.FleetService(svc))
+	start := len(c.out.bodies)
+	c.out.bodies = appendTxn(c.out.bodies, c.fleetKey(h), rev, c.valueBuf, lease)
+	return c.body(start)
+}
+
+// prefixKey is the table's prefix, in the key's buffer.
+func (c *FleetClient) prefixKey() []byte {
+	c.keyBuf = append(c.keyBuf[:0], c.prefix...)
+	return c.keyBuf
+}
+
+// rangeBody is the body of a read of etcd key k.
+func (c *FleetClient) rangeBody(k []byte) []byte {
+	start := len(c.out.bodies)
+	c.out.bodies = appendRange(c.out.bodies, k)
+	return c.body(start)
+}
+
+func (c *FleetClient) grantBody(ttl int64) []byte {
+	start := len(c.out.bodies)
+	c.out.bodies = appendLeaseGrant(c.out.bodies, ttl)
+	return c.body(start)
+}
+
+func (c *FleetClient) authBody() []byte {
+	start := len(c.out.bodies)
+	c.out.bodies = appendAuthenticate(c.out.bodies, c.user, c.password)
+	return c.body(start)
+}
+
+// jobQueue is the sync queue: a ring of jobs that grows (doubling, up to
+// FleetQueueMax) and never shrinks, so that keys going through it allocate
+// nothing once it is as large as the worker's backlog has been.
+type jobQueue struct {
+	jobs    []fleetJob
+	head, n int
+}
+
+func (q *jobQueue) grow() {
+	size := max(2*len(q.jobs), 64)
+	if limit := FleetQueueMax + FleetSyncAtOnce; size > limit { // requeued syncs may pass FleetQueueMax
+		size = max(limit, q.n+1)
+	}
+	jobs := make([]fleetJob, size)
+	for i := range q.n {
+		jobs[i] = q.jobs[(q.head+i)%len(q.jobs)]
+	}
+	q.jobs, q.head = jobs, 0
+}
+
+func (q *jobQueue) push(j fleetJob) {
+	if q.n == len(q.jobs) {
+		q.grow()
+	}
+	q.jobs[(q.head+q.n)%len(q.jobs)] = j
+	q.n++
+}
+
+func (q *jobQueue) pushFront(j fleetJob) {
+	if q.n == len(q.jobs) {
+		q.grow()
+	}
+	q.head = (q.head + len(q.jobs) - 1) % len(q.jobs)
+	q.jobs[q.head] = j
+	q.n++
+}
+
+func (q *jobQueue) pop() fleetJob {
+	j := q.jobs[q.head]
+	q.head = (q.head + 1) % len(q.jobs)
+	q.n--
+	return j
+}
+
+// all is the queue's jobs, in order.
+func (q *jobQueue) all() []fleetJob {
+	out := make([]fleetJob, q.n)
+	for i := range out {
+		out[i] = q.jobs[(q.head+i)%len(q.jobs)]
+	}
+	return out
+}

@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -152,7 +153,7 @@ func (r *rig) wantEtcd(k, svc string) {
 func (r *rig) wantRemember(k string, svc int) {
 	r.t.Helper()
 	for _, m := range r.remember {
-		if string(m.Key) == k && m.Service == svc {
+		if m.Hash == PersistKeyHash([]byte(k)) && m.Service == svc {
 			return
 		}
 	}
@@ -584,17 +585,76 @@ func TestFleetDataLossSignals(t *testing.T) {
 // last, and forgets the oldest.
 func TestFleetKnownBounded(t *testing.T) {
 	r := newRig(t, 100, "", "")
+	h := func(k string) uint64 { return PersistKeyHash([]byte(k)) }
 	for i := range FleetKnownMax + 10 {
-		r.c.know(r.key("k"+itoa(i)), []byte("k"+itoa(i)), 0, r.now.Unix())
+		r.c.know(h("k"+itoa(i)), 0, r.now.Unix())
 	}
 	if n := r.c.Known(); n != FleetKnownMax {
 		t.Errorf("Known() = %d, want %d", n, FleetKnownMax)
 	}
-	if _, ok := r.c.known[r.key("k9")]; ok {
+	if r.c.knows(h("k9")) {
 		t.Error("k9, among the oldest, is still known")
 	}
-	if _, ok := r.c.known[r.key("k10")]; !ok {
+	if !r.c.knows(h("k10")) {
 		t.Error("k10 is forgotten; want only the 10 oldest gone")
+	}
+}
+
+// TestFleetKnownIndex: the ring's index finds exactly the keys a map
+// would hold, through a churn that wraps the ring several times, with
+// hashes chosen to collide in the index's low bits (long probe runs,
+// wrapping at its end) and refreshed keys.
+func TestFleetKnownIndex(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	rng := rand.New(rand.NewPCG(1, 2))
+	mask := uint64(2*FleetKnownMax - 1)
+	var order []uint64 // keys in the order they were first recorded, as the ring forgets them
+	want := map[uint64]int{}
+	for i := range 5 * FleetKnownMax {
+		var h uint64
+		switch {
+		case i%7 == 0 && len(order) > 0: // a refresh of a known key
+			h = order[len(order)-1-rng.IntN(min(len(order), FleetKnownMax))]
+		case i%3 == 0: // home slots near the index's end and start
+			h = rng.Uint64()&^mask | (mask - uint64(rng.IntN(8)))
+		case i%3 == 1:
+			h = rng.Uint64()&^mask | uint64(rng.IntN(8))
+		default:
+			h = rng.Uint64()
+		}
+		svc := rng.IntN(5)
+		if _, ok := want[h]; !ok {
+			if len(want) == FleetKnownMax {
+				oldest := order[len(order)-FleetKnownMax]
+				delete(want, oldest)
+			}
+			order = append(order, h)
+		}
+		want[h] = svc
+		r.c.know(h, svc, r.now.Unix())
+	}
+	if len(r.c.ring) != len(want) {
+		t.Fatalf("the ring holds %d keys, want %d", len(r.c.ring), len(want))
+	}
+	for h, svc := range want {
+		s, found := r.c.knownSlot(h)
+		if !found || int(r.c.ring[r.c.known[s]-1].svc) != svc {
+			t.Fatalf("key %#x: found %v, want it on service %d", h, found, svc)
+		}
+	}
+	for _, e := range r.c.ring {
+		if _, ok := want[e.h]; !ok {
+			t.Fatalf("the ring holds %#x, which was forgotten", e.h)
+		}
+	}
+	n := 0
+	for _, e := range r.c.known {
+		if e != 0 {
+			n++
+		}
+	}
+	if n != len(want) {
+		t.Errorf("the index has %d entries, want %d", n, len(want))
 	}
 }
 

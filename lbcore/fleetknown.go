@@ -33,39 +33,87 @@ const (
 	fleetResyncEvery = 5 * time.Second
 )
 
-// fleetKnown is a key the worker placed or followed: its service, last used
-// at Unix second used.
+// fleetKnown is a key the worker placed or followed (of PersistKeyHash h):
+// its service, last used at Unix second used.
 type fleetKnown struct {
-	key   string
-	local []byte
-	svc   int
-	used  int64
+	h    uint64
+	used uint32
+	svc  int32
 }
 
-// know records that etcd key k (persistence key local, which the caller no
-// longer changes) holds service svc, used at Unix second used. Past
-// FleetKnownMax keys the oldest recorded is forgotten.
-func (c *FleetClient) know(k string, local []byte, svc int, used int64) {
+// know records that the key of hash h holds service svc, used at Unix
+// second used. Past FleetKnownMax keys the oldest recorded is forgotten.
+//
+// The ring and its index are made whole at the first key (16 bytes per
+// key and 8 per index slot: 384 KiB), so that recording a key allocates
+// nothing however many come.
+func (c *FleetClient) know(h uint64, svc int, used int64) {
 	if c.stopped {
 		if i, ok := c.remap(svc); ok {
-			c.succ.know(k, local, i, used)
+			c.succ.know(h, i, used)
 		}
 		return
 	}
-	if i, ok := c.known[k]; ok {
-		c.ring[i].svc, c.ring[i].used = svc, used
+	if c.known == nil {
+		c.ring = make([]fleetKnown, 0, FleetKnownMax)
+		c.known = make([]int32, 2*FleetKnownMax)
+	}
+	e := fleetKnown{h: h, used: uint32(used), svc: int32(svc)}
+	s, found := c.knownSlot(h)
+	if found {
+		c.ring[c.known[s]-1] = e
 		return
 	}
-	e := fleetKnown{key: k, local: local, svc: svc, used: used}
 	if len(c.ring) < FleetKnownMax {
-		c.known[k] = len(c.ring)
 		c.ring = append(c.ring, e)
+		c.known[s] = int32(len(c.ring))
 		return
 	}
-	delete(c.known, c.ring[c.ringAt].key)
+	old, _ := c.knownSlot(c.ring[c.ringAt].h)
+	c.unindex(old)
 	c.ring[c.ringAt] = e
-	c.known[k] = c.ringAt
+	s, _ = c.knownSlot(h) // the removal may have moved the free slot
+	c.known[s] = int32(c.ringAt + 1)
 	c.ringAt = (c.ringAt + 1) % FleetKnownMax
+}
+
+// knownSlot finds h in the ring's index (open addressing, linear probing,
+// at most half full): its slot, or the free slot where it would go.
+func (c *FleetClient) knownSlot(h uint64) (slot int, found bool) {
+	mask := len(c.known) - 1
+	for s := int(h) & mask; ; s = (s + 1) & mask {
+		switch e := c.known[s]; {
+		case e == 0:
+			return s, false
+		case c.ring[e-1].h == h:
+			return s, true
+		}
+	}
+}
+
+// unindex empties slot s of the index, moving back the entries after it
+// that their probe would no longer reach.
+func (c *FleetClient) unindex(s int) {
+	mask := len(c.known) - 1
+	c.known[s] = 0
+	for j := (s + 1) & mask; c.known[j] != 0; j = (j + 1) & mask {
+		home := int(c.ring[c.known[j]-1].h) & mask
+		// The entry at j stays when its home lies cyclically in (s, j].
+		if (s < j && s < home && home <= j) || (j < s && (s < home || home <= j)) {
+			continue
+		}
+		c.known[s], c.known[j] = c.known[j], 0
+		s = j
+	}
+}
+
+// knows reports whether the key of hash h is recorded.
+func (c *FleetClient) knows(h uint64) bool {
+	if c.known == nil {
+		return false
+	}
+	_, found := c.knownSlot(h)
+	return found
 }
 
 // Known is how many keys the worker would place again after a data loss.
@@ -127,10 +175,10 @@ func (c *FleetClient) dataLost(now time.Time, why string) {
 	c.resyncAt = now
 	n := 0
 	for _, e := range c.ring {
-		if !c.alive(e.used, now) || !c.svcs.Selectable(e.svc) {
+		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
 			continue
 		}
-		c.enqueue(fleetJob{key: e.key, local: e.local, svc: e.svc, stamp: e.used, resync: true})
+		c.enqueue(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
 		n++
 	}
 	c.counts.Resynced += uint64(n)
@@ -155,7 +203,7 @@ func (c *FleetClient) alive(used int64, now time.Time) bool {
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
 func (c *FleetClient) HandOver(n *FleetClient) {
-	queue, ring := c.queue, c.ring
+	queue, ring := c.queue.all(), c.ring
 	c.Stop()
 	if c.cfg.Cluster != n.cfg.Cluster || c.prefix != n.prefix || c.expire != n.expire ||
 		c.user != n.user || c.password != n.password {
@@ -166,7 +214,7 @@ func (c *FleetClient) HandOver(n *FleetClient) {
 		c.enqueue(j)
 	}
 	for _, e := range ring {
-		c.know(e.key, e.local, e.svc, e.used)
+		c.know(e.h, int(e.svc), int64(e.used))
 	}
 	n.token, n.leases = c.token, c.leases
 	n.fails, n.down, n.probeAt, n.recovered = c.fails, c.down, c.probeAt, c.recovered
@@ -178,7 +226,7 @@ func (c *FleetClient) HandOver(n *FleetClient) {
 // Stop ends c's own work, as HandOver does, when the new configuration
 // has no fleet level.
 func (c *FleetClient) Stop() {
-	c.stopped, c.queue, c.queued, c.ring, c.known = true, nil, map[string]bool{}, nil, map[string]int{}
+	c.stopped, c.queue, c.queued, c.ring, c.known = true, jobQueue{}, map[uint64]bool{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.

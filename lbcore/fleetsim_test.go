@@ -39,6 +39,7 @@ func (f simFault) String() string {
 type simProxy struct {
 	c       *FleetClient
 	local   map[string]int    // key -> service
+	byHash  map[uint64]string // PersistKeyHash -> key
 	used    map[string]int64  // key -> last use
 	opKey   map[uint32]string // transaction -> key
 	waiting map[uint32][]time.Time
@@ -182,7 +183,7 @@ func (s *fleetSim) flush(p int) {
 			return
 		}
 		for _, r := range out.Remember {
-			px.local[string(r.Key)] = r.Service
+			px.local[px.byHash[r.Hash]] = r.Service
 		}
 		for _, c := range out.Calls {
 			s.call(p, c)
@@ -208,6 +209,7 @@ func (s *fleetSim) flush(p int) {
 func (s *fleetSim) request(p int, key string) {
 	s.requests++
 	px := s.proxies[p]
+	px.byHash[PersistKeyHash([]byte(key))] = key
 	now := s.now.Unix()
 	var op uint32
 	var wait bool
@@ -293,7 +295,7 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 	p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
 	for range proxies {
 		s.proxies = append(s.proxies, &simProxy{c: NewFleetClient(p, "/sim/", s.svcs, "", "", s.now),
-			local: map[string]int{}, used: map[string]int64{}, opKey: map[uint32]string{}, waiting: map[uint32][]time.Time{}})
+			local: map[string]int{}, byHash: map[uint64]string{}, used: map[string]int64{}, opKey: map[uint32]string{}, waiting: map[uint32][]time.Time{}})
 	}
 	start := s.now
 	end := start.Add(warm + time.Duration(len(faults))*(faultLen+gap) + after)

@@ -13,24 +13,20 @@ func (c *FleetClient) next(o *fleetOp, now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
 	case c.needAuth():
-		c.opCall(o, callAuth, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now, 0)
+		c.opCall(o, callAuth, "/v3/auth/authenticate", c.authBody(), now, 0)
 	case o.readOnly:
-		c.opCall(o, callRange, "/v3/kv/range", EtcdRange(o.key), now, 0)
+		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(o.h)), now, 0)
 	case c.leaseFor(slot) == 0:
 		ttl := FleetLeaseTTL(slot, now.Unix(), c.expire)
-		if cl := c.opCall(o, callGrant, "/v3/lease/grant", EtcdLeaseGrant(ttl), now, 0); cl != nil {
+		if cl := c.opCall(o, callGrant, "/v3/lease/grant", c.grantBody(ttl), now, 0); cl != nil {
 			cl.slot = slot
 		}
 	default:
 		lease := c.leaseFor(slot)
-		value := FleetRecord{Stamp: now.Unix(), Service: c.svcs.FleetService(o.proposal)}.String()
-		body := EtcdCreateOrGet(o.key, value, lease)
-		if o.rev != 0 {
-			body = EtcdReplace(o.key, o.rev, value, lease)
-		} else {
+		if o.rev == 0 {
 			o.creates++
 		}
-		c.opCall(o, callTxn, "/v3/kv/txn", body, now, lease)
+		c.opCall(o, callTxn, "/v3/kv/txn", c.txnBody(o.h, o.rev, now.Unix(), o.proposal, lease), now, lease)
 	}
 }
 
@@ -53,7 +49,7 @@ func (c *FleetClient) send(kind callKind, o *fleetOp, path string, body []byte, 
 	if kind == callAlive {
 		cl = &c.aliveCall // at most one in flight (c.probe): made once
 	} else {
-		cl = new(fleetCall)
+		cl = c.newCall()
 	}
 	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: now, timeout: timeout}
 	c.calls[id] = cl
@@ -219,7 +215,7 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 		var kv EtcdKV
 		var found bool
 		if err == nil {
-			kv, found, err = ParseEtcdRange(body)
+			kv, found, err = parseEtcdRange(body, &c.decodeBuf)
 		}
 		if err != nil {
 			c.retryOrFail(o, now, err)
@@ -236,7 +232,7 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 	}
 	put, kv, found := false, EtcdKV{}, false
 	if err == nil {
-		put, kv, found, err = ParseEtcdTxn(body)
+		put, kv, found, err = parseEtcdTxn(body, &c.decodeBuf)
 	}
 	if err != nil {
 		if err == ErrEtcdLeaseNotFound {
@@ -305,10 +301,10 @@ func (c *FleetClient) live(kv EtcdKV, found bool, now time.Time) (int, bool) {
 // is refreshed from the tick.
 func (c *FleetClient) fleetHit(o *fleetOp, i int, kv EtcdKV, now time.Time) {
 	c.counts.Hit++
-	c.settle(o, i, true, now)
 	if rec, _ := ParseFleetRecord(kv.Value); c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
-		c.enqueue(fleetJob{key: o.key, local: o.local, svc: i, stamp: now.Unix()})
+		c.enqueue(fleetJob{h: o.h, svc: i, stamp: now.Unix()})
 	}
+	c.settle(o, i, true, now)
 }
 
 // failOp settles o locally after a failed call, counting it: a call
@@ -325,22 +321,27 @@ func (c *FleetClient) failOp(o *fleetOp, now time.Time, err error) {
 // may have been applied, or etcd may answer later. Over the create budget
 // the key is only read later (followed if another proxy placed it).
 func (c *FleetClient) settleLocal(o *fleetOp, now time.Time) {
-	c.settle(o, o.proposal, false, now)
 	if o.readOnly {
 		c.counts.Throttled++
 	}
-	c.enqueue(fleetJob{key: o.key, local: o.local, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly})
+	c.enqueue(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly})
+	c.settle(o, o.proposal, false, now)
 }
 
+// settle ends o, which is then reused: it is o's last use.
 func (c *FleetClient) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 	if fleet || !o.readOnly { // over the budget, a key etcd does not hold stays local
-		c.know(o.key, o.local, svc, now.Unix())
+		c.know(o.h, svc, now.Unix())
 	}
-	delete(c.ops, o.key)
+	delete(c.ops, o.h)
 	delete(c.byID, o.id)
 	if o.call != 0 {
-		delete(c.calls, o.call)
-		o.call = 0
+		if cl := c.calls[o.call]; cl != nil {
+			delete(c.calls, o.call) // its answer, if one comes, is for nobody
+			c.freeCall(cl)
+		}
 	}
 	c.out.Settled = append(c.out.Settled, FleetSettled{Op: o.id, Service: svc, Fleet: fleet, Waited: now.Sub(o.start)})
+	*o = fleetOp{}
+	c.freeOp(o)
 }

@@ -14,16 +14,15 @@ func (c *FleetClient) enqueue(j fleetJob) {
 		}
 		return
 	}
-	if c.queued[j.key] {
+	if c.queued[j.h] {
 		return
 	}
-	if len(c.queue) >= FleetQueueMax {
+	if c.queue.n >= FleetQueueMax {
 		c.counts.QueueFull++
 		return
 	}
-	c.queued[j.key] = true
-	j.local = append([]byte(nil), j.local...)
-	c.queue = append(c.queue, j)
+	c.queued[j.h] = true
+	c.queue.push(j)
 }
 
 // pump sends queued syncs while etcd is up, authenticated and this slot has
@@ -36,7 +35,7 @@ func (c *FleetClient) pump(now time.Time) {
 	case c.needAuth():
 		if !c.authing {
 			c.authing = true
-			c.rootCall(callAuth, "/v3/auth/authenticate", EtcdAuthenticate(c.user, c.password), now)
+			c.rootCall(callAuth, "/v3/auth/authenticate", c.authBody(), now)
 		}
 		return
 	case c.leaseFor(slot) == 0:
@@ -45,20 +44,16 @@ func (c *FleetClient) pump(now time.Time) {
 		}
 		return
 	}
-	for len(c.queue) > 0 && c.syncing < FleetSyncAtOnce {
-		j := c.queue[0]
-		c.queue = c.queue[1:]
-		if len(c.queue) == 0 {
-			c.queue = nil // let the backing array go
-		}
-		delete(c.queued, j.key)
+	for c.queue.n > 0 && c.syncing < FleetSyncAtOnce {
+		j := c.queue.pop()
+		delete(c.queued, j.h)
 		c.sendSync(j, now)
 	}
 }
 
 func (c *FleetClient) grant(slot int64, now time.Time) {
 	c.granting = true
-	c.rootCall(callGrant, "/v3/lease/grant", EtcdLeaseGrant(FleetLeaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
+	c.rootCall(callGrant, "/v3/lease/grant", c.grantBody(FleetLeaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
 }
 
 // sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
@@ -66,16 +61,11 @@ func (c *FleetClient) grant(slot int64, now time.Time) {
 func (c *FleetClient) sendSync(j fleetJob, now time.Time) {
 	c.syncing++
 	if j.readOnly && j.rev == 0 {
-		c.rootCall(callRange, "/v3/kv/range", EtcdRange(j.key), now).job = j
+		c.rootCall(callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(j.h)), now).job = j
 		return
 	}
 	lease := c.leaseFor(c.slotOf(now.Unix()))
-	value := FleetRecord{Stamp: j.stamp, Service: c.svcs.FleetService(j.svc)}.String()
-	body := EtcdCreateOrGet(j.key, value, lease)
-	if j.rev != 0 {
-		body = EtcdReplace(j.key, j.rev, value, lease)
-	}
-	cl := c.rootCall(callTxn, "/v3/kv/txn", body, now)
+	cl := c.rootCall(callTxn, "/v3/kv/txn", c.txnBody(j.h, j.rev, j.stamp, j.svc, lease), now)
 	cl.job, cl.lease = j, lease
 }
 
@@ -86,9 +76,9 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 	j := cl.job
 	put, kv, found := false, EtcdKV{}, false
 	if err == nil && cl.kind == callRange {
-		kv, found, err = ParseEtcdRange(body)
+		kv, found, err = parseEtcdRange(body, &c.decodeBuf)
 	} else if err == nil {
-		put, kv, found, err = ParseEtcdTxn(body)
+		put, kv, found, err = parseEtcdTxn(body, &c.decodeBuf)
 	}
 	if err != nil {
 		if err == ErrEtcdLeaseNotFound {
@@ -116,17 +106,17 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 	switch {
 	case put && j.rev != 0:
 		c.counts.Refreshed++
-		c.know(j.key, j.local, j.svc, j.stamp)
+		c.know(j.h, j.svc, j.stamp)
 	case put:
 		c.counts.Reconciled++
-		c.know(j.key, j.local, j.svc, j.stamp)
+		c.know(j.h, j.svc, j.stamp)
 		if j.resync { // the local entry may have moved since it was known: etcd holds j.svc now
-			c.out.Remember = append(c.out.Remember, FleetRemember{Key: j.local, Service: j.svc})
+			c.out.Remember = append(c.out.Remember, FleetRemember{Hash: j.h, Service: j.svc})
 		}
 	case ok && i != j.svc:
 		c.counts.Followed++
-		c.know(j.key, j.local, i, now.Unix())
-		c.out.Remember = append(c.out.Remember, FleetRemember{Key: j.local, Service: i})
+		c.know(j.h, i, now.Unix())
+		c.out.Remember = append(c.out.Remember, FleetRemember{Hash: j.h, Service: i})
 	case ok:
 		if rec, _ := ParseFleetRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
 			j.rev = kv.ModRevision // the same service, stamped in an older slot: refresh it
@@ -149,9 +139,9 @@ func (c *FleetClient) requeue(j fleetJob) {
 		c.enqueue(j)
 		return
 	}
-	if c.queued[j.key] {
+	if c.queued[j.h] {
 		return
 	}
-	c.queued[j.key] = true
-	c.queue = append([]fleetJob{j}, c.queue...)
+	c.queued[j.h] = true
+	c.queue.pushFront(j)
 }

@@ -132,12 +132,20 @@ const hotBit = 1 << 63
 // fingerprint stored in that bucket: h without its top bit, never 0 (which
 // marks an empty slot).
 func fingerprint(key []byte) (h, fp uint64) {
+	h = PersistKeyHash(key)
+	return h, fpOf(h)
+}
+
+// fpOf is the fingerprint stored for a key of hash h.
+func fpOf(h uint64) uint64 { return max(h&^hotBit, 1) }
+
+// PersistKeyHash is the hash of persistence key key that tables and the
+// fleet level know it by: it picks the key's bucket, and names its etcd key.
+func PersistKeyHash(key []byte) uint64 {
 	if inlineHash && len(key) < 32 {
-		h = xxhShort(unsafe.String(unsafe.SliceData(key), len(key)))
-	} else {
-		h = xxhash.Sum64(key)
+		return xxhShort(unsafe.String(unsafe.SliceData(key), len(key)))
 	}
-	return h, max(h&^hotBit, 1)
+	return xxhash.Sum64(key)
 }
 
 // NewTable returns the table namespace/p/* in s holding at most tableSize
@@ -188,16 +196,16 @@ func (t *Table) Capacity() int { return int(t.nBuckets) * t.ways }
 // way). Resolve never blocks.
 func (t *Table) Resolve(key []byte, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool, out Outcome) {
-	svc, ok = t.resolveInto(&out, nil, key, now, selectable, choose)
+	svc, ok = t.resolveInto(&out, nil, PersistKeyHash(key), now, selectable, choose)
 	return svc, ok, out
 }
 
 // resolveInto is Resolve adding what it did to *out, which the caller has
 // zeroed: a decision fills its own Outcome (returning the 48 bytes is a bulk
 // copy in Wasm; RATIONALE.md, "Cost per request").
-func (t *Table) resolveInto(out *Outcome, fr *firstRead, key []byte, now time.Time, selectable func(svc uint64) bool,
+func (t *Table) resolveInto(out *Outcome, fr *firstRead, h uint64, now time.Time, selectable func(svc uint64) bool,
 	choose func() (svc uint64, ok bool)) (svc uint64, ok bool) {
-	h, fp := fingerprint(key)
+	fp := fpOf(h)
 	bkey := t.bucketKey(h)
 	nowS := unixSeconds(now)
 	var chosen uint64
