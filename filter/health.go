@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"strconv"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -20,6 +21,8 @@ type health struct {
 	nextRound time.Time
 	// probes[i] is service i's probe, made once (callout.go).
 	probes []probe
+	// line is applied's log line, reused.
+	line []byte
 }
 
 // probe is one service's health request, serialised for proxy_http_call,
@@ -35,7 +38,7 @@ type probe struct {
 const tickPeriod = time.Second
 
 func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *health {
-	h := &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me)}
+	h := &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me), line: make([]byte, 0, 256)}
 	if hc := cfg.HealthCheck; hc != nil {
 		h.probes = make([]probe, len(cfg.Services))
 		for i := range cfg.Services {
@@ -167,32 +170,46 @@ func (h *health) observe(i int, f func(*lbcore.ServiceHealth) bool) {
 }
 
 // applied sets this worker's view of service i from a change it wrote, and
-// logs (at info) and counts the transition, which only the writer sees.
+// logs (at info) and counts the transition, which only the writer sees. A
+// backend that flaps decides how often this runs, so it allocates nothing:
+// the line is built in h.line.
 func (h *health) applied(i int, c *lbcore.Change, now time.Time) {
 	h.setDown(i, !c.After.Selectable(now))
 	svc := &h.p.cfg.Services[i]
+	b := append(h.line[:0], "hashlb: service "...)
+	b = append(append(append(append(b, svc.Name...), " ("...), svc.Address...), ") "...)
 	switch c.Transition(now) {
 	case lbcore.WentDown:
 		h.p.m.healthTransition(i, true, false)
-		proxywasm.LogInfof("hashlb: service %s (%s) is DOWN: %d failed health checks", svc.Name, svc.Address, h.p.cfg.HealthCheck.UnhealthyThreshold)
+		b = append(b, "is DOWN: "...)
+		b = strconv.AppendInt(b, int64(h.p.cfg.HealthCheck.UnhealthyThreshold), 10)
+		b = append(b, " failed health checks"...)
 	case lbcore.Ejected:
 		h.p.m.healthTransition(i, false, true)
-		proxywasm.LogInfof("hashlb: service %s (%s) ejected for %s after %d failed responses", svc.Name, svc.Address,
-			lbcore.FormatDuration(h.p.cfg.PassiveHealth.EjectionTime), h.p.cfg.PassiveHealth.ConsecutiveFailures)
+		b = append(b, "ejected for "...)
+		b = lbcore.AppendDuration(b, h.p.cfg.PassiveHealth.EjectionTime)
+		b = append(b, " after "...)
+		b = strconv.AppendInt(b, int64(h.p.cfg.PassiveHealth.ConsecutiveFailures), 10)
+		b = append(b, " failed responses"...)
 	case lbcore.CameBack:
 		h.p.m.healthTransition(i, false, false)
-		why := "ejection ended"
+		b = append(b, "is UP: "...)
 		if c.Before.Down {
-			why = "passed its health checks"
+			b = append(b, "passed its health checks"...)
+		} else {
+			b = append(b, "ejection ended"...)
 		}
-		proxywasm.LogInfof("hashlb: service %s (%s) is UP: %s", svc.Name, svc.Address, why)
 	case lbcore.PassedStillEjected:
 		left := time.UnixMilli(c.After.EjectedUntil).Sub(now).Round(time.Second)
-		proxywasm.LogInfof("hashlb: service %s (%s) passed its health checks; not selectable yet: still ejected for %s",
-			svc.Name, svc.Address, lbcore.FormatDuration(left))
+		b = append(b, "passed its health checks; not selectable yet: still ejected for "...)
+		b = lbcore.AppendDuration(b, left)
 	case lbcore.EjectionEndedStillDown:
-		proxywasm.LogInfof("hashlb: service %s (%s) ejection ended; not selectable yet: it is DOWN by active health checks", svc.Name, svc.Address)
+		b = append(b, "ejection ended; not selectable yet: it is DOWN by active health checks"...)
+	default:
+		return
 	}
+	h.line = b
+	logInfoBytes(b)
 }
 
 // setDown applies a verdict to this worker's Balancer.

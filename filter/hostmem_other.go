@@ -92,3 +92,7 @@ func getCallResponseHeader(name string) (string, error) {
 
 // getCallResponseBody is the first max bytes of an http call's answer body.
 func getCallResponseBody(max int) ([]byte, error) { return proxywasm.GetHttpCallResponseBody(0, max) }
+
+// logInfoBytes logs a copy of b at info: the SDK's native test host keeps
+// the string it is given.
+func logInfoBytes(b []byte) { proxywasm.LogInfo(string(b)) }

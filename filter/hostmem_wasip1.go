@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"unsafe"
 
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -284,3 +285,9 @@ func getCallResponseBody(max int) ([]byte, error) {
 	}
 	return unsafe.Slice(p, n), nil
 }
+
+// logInfoBytes logs b at info without copying it: the host is done with the
+// message when the call returns (cpp-host's exports.cc log passes a view of
+// the module's memory to Envoy's Context::log, which formats it at once with
+// ENVOY_LOG), so b may be reused.
+func logInfoBytes(b []byte) { proxywasm.LogInfo(unsafe.String(unsafe.SliceData(b), len(b))) }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -196,6 +197,36 @@ func TestDurations(t *testing.T) {
 		if _, err := ParseDuration(s); err == nil {
 			t.Errorf("ParseDuration(%q) succeeded, want an error", s)
 		}
+	}
+}
+
+// TestAppendDuration: the append form writes what FormatDuration writes
+// after what dst holds, and into a buffer with room it allocates nothing
+// (the module's health log lines: filter/health.go).
+func TestAppendDuration(t *testing.T) {
+	tests := []struct {
+		name string
+		d    time.Duration
+		want string
+	}{
+		{"days", 7 * 24 * time.Hour, "7d"},
+		{"seconds", 90 * time.Second, "90s"},
+		{"milliseconds", 1500 * time.Millisecond, "1500ms"},
+		{"zero", 0, "0ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			buf := make([]byte, 0, 64)
+			if got := string(AppendDuration(append(buf, "for "...), tt.d)); got != "for "+tt.want {
+				t.Errorf("AppendDuration(%q, %v) = %q, want %q", "for ", tt.d, got, "for "+tt.want)
+			}
+			if got := FormatDuration(tt.d); got != tt.want {
+				t.Errorf("FormatDuration(%v) = %q, want %q", tt.d, got, tt.want)
+			}
+			if n := testing.AllocsPerRun(10, func() { buf = AppendDuration(buf[:0], tt.d) }); n != 0 {
+				t.Errorf("AppendDuration(buf with room, %v) made %v allocations, want 0", tt.d, n)
+			}
+		})
 	}
 }
 

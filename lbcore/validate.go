@@ -469,15 +469,21 @@ func ParseDuration(s string) (time.Duration, error) {
 
 // FormatDuration writes d in the largest unit that divides it: 7d, 10m, 500ms.
 func FormatDuration(d time.Duration) string {
-	for _, u := range []struct {
+	var buf [24]byte
+	return string(AppendDuration(buf[:0], d))
+}
+
+// AppendDuration appends d as FormatDuration writes it to dst.
+func AppendDuration(dst []byte, d time.Duration) []byte {
+	for _, u := range [...]struct {
 		unit time.Duration
 		name string
 	}{{24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
 		if d >= u.unit && d%u.unit == 0 {
-			return strconv.FormatInt(int64(d/u.unit), 10) + u.name
+			return append(strconv.AppendInt(dst, int64(d/u.unit), 10), u.name...)
 		}
 	}
-	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	return append(strconv.AppendInt(dst, d.Milliseconds(), 10), "ms"...)
 }
 
 // statuses parses "200-399,404" with codes in [100, 599].
