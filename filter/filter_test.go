@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
+	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
@@ -284,5 +285,32 @@ func TestHeaderNamed(t *testing.T) {
 		if got := headerNamed(names, line); got != want {
 			t.Errorf("headerNamed(%q, %q) = %v, want %v", names, line, got, want)
 		}
+	}
+}
+
+// TestSteerFailureLoggedOnce: a host that refuses the upstream header or
+// filter state refuses it on every request; each refusal is counted in
+// hashlb.internal_error, and only the first is logged, with the host's
+// error and what was being set.
+func TestSteerFailureLoggedOnce(t *testing.T) {
+	h := startHost(t, &vmContext{}, `{"lbMethod":"URLHASH",`+services+`}`)
+	p, ok := sdkState.pluginContexts[proxytest.PluginContextID].context.(*pluginContext)
+	if !ok {
+		t.Fatal("no hashlb plugin context")
+	}
+	for range 3 {
+		p.steerFailed("filter state ", lbcore.OriginalDstFilterState, types.ErrorStatusNotFound, " (Envoy 1.28 or later is needed)")
+	}
+	var lines []string
+	for _, l := range h.GetErrorLogs() {
+		if strings.Contains(l, "hashlb: setting filter state") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], lbcore.OriginalDstFilterState+": "+types.ErrorStatusNotFound.Error()) {
+		t.Errorf("error logs %q, want one line naming the filter state and the host's error", lines)
+	}
+	if n := h.counter("hashlb.internal_error"); n != 3 {
+		t.Errorf("hashlb.internal_error = %d, want 3 (every refusal counted)", n)
 	}
 }

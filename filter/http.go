@@ -139,19 +139,16 @@ func (h *httpContext) route(i int, upstream string) types.Action {
 		// upstreamVia filterState: Envoy's ORIGINAL_DST cluster reads the
 		// filter state first; no header the client could see (steer.go).
 		if err := setUpstream(upstream, spanFilterChain); err != nil {
-			p.m.internalError.Increment(1)
-			proxywasm.LogErrorf("hashlb: setting filter state %s: %v (Envoy 1.28 or later is needed)", lbcore.OriginalDstFilterState, err)
+			p.steerFailed("filter state ", lbcore.OriginalDstFilterState, err, " (Envoy 1.28 or later is needed)")
 			return h.reply503()
 		}
 	} else if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.UpstreamHeader, upstream); err != nil {
-		p.m.internalError.Increment(1)
-		proxywasm.LogErrorf("hashlb: setting %s: %v", p.cfg.UpstreamHeader, err)
+		p.steerFailed("", p.cfg.UpstreamHeader, err, "")
 		return h.reply503()
 	}
 	if p.cfg.ServiceHeader != "" {
 		if err := proxywasm.ReplaceHttpRequestHeader(p.cfg.ServiceHeader, p.cfg.Services[i].Name); err != nil {
-			p.m.internalError.Increment(1)
-			proxywasm.LogErrorf("hashlb: setting %s: %v", p.cfg.ServiceHeader, err)
+			p.steerFailed("", p.cfg.ServiceHeader, err, "")
 			return h.reply503()
 		}
 	}
@@ -356,4 +353,18 @@ func requestHeader(name string) string {
 func property(path string) string {
 	v, _ := getProperty(path)
 	return v
+}
+
+// steerFailed counts a request or connection the host would not steer
+// (setting the kind name, failed with err) in hashlb.internal_error, and
+// logs the first of this configuration: a host that refuses once refuses
+// every request, and a line per request would flood its log (and make
+// garbage on each).
+func (p *pluginContext) steerFailed(kind, name string, err error, hint string) {
+	p.m.internalError.Increment(1)
+	if p.steerLogged {
+		return
+	}
+	p.steerLogged = true
+	proxywasm.LogErrorf("hashlb: setting %s%s: %v%s; such requests are refused and counted in hashlb.internal_error (logged once per worker and configuration)", kind, name, err, hint)
 }

@@ -55,8 +55,10 @@ type pluginContext struct {
 	// showed it (kind.go); kindLogged: a wrong kind was logged.
 	host       hostKind
 	kindLogged bool
-	wrongHTTP  wrongKindHTTP
-	wrongTCP   wrongKindTCP
+	// steerLogged: a refused header or filter state was logged (steerFailed).
+	steerLogged bool
+	wrongHTTP   wrongKindHTTP
+	wrongTCP    wrongKindTCP
 	// callIDLate: the header i is read only for a request without a
 	// call-id (lbcore.Config.CompactCallIDOnlyAsFallback).
 	callIDLate bool

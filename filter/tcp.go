@@ -85,8 +85,7 @@ func (c *tcpContext) OnNewConnection() (action types.Action) {
 func (c *tcpContext) route(i int) types.Action {
 	p := c.p
 	if err := setUpstream(p.cfg.Services[i].Address, spanDownstreamConnection); err != nil {
-		p.m.internalError.Increment(1)
-		proxywasm.LogErrorf("hashlb: setting filter state %s: %v (Envoy 1.28 or later is needed)", lbcore.OriginalDstFilterState, err)
+		p.steerFailed("filter state ", lbcore.OriginalDstFilterState, err, " (Envoy 1.28 or later is needed)")
 		return c.refuse()
 	}
 	c.chosen = i
