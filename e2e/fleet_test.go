@@ -608,7 +608,8 @@ func TestFleetEtcd34(t *testing.T) {
 
 // TestFleetSharedTransaction: requests for one new key on one worker share
 // one transaction, and a request reset while it waits is neither resumed nor
-// leaked (the others still get the fleet's answer or a local one).
+// leaked: the others still get the fleet's answer, also when the one reset
+// started the transaction.
 func TestFleetSharedTransaction(t *testing.T) {
 	etcdAddr, _ := startEtcd(t, t.TempDir())
 	var delay atomic.Int64
@@ -665,10 +666,12 @@ func TestFleetSharedTransaction(t *testing.T) {
 		}
 	}
 
-	// Reset the request the callout answers to: the SDK delivers an answer
-	// only to a live context, so the others are decided locally at once
-	// instead of waiting for nothing.
+	// Reset the request that started the transaction: its answer still
+	// comes (the host answers every call on the root context, where the
+	// filter registers it), so the others get the fleet's service, and
+	// etcd holds the key.
 	streams = streams[:0]
+	before = count("/v3/kv/txn")
 	for range 3 {
 		s := h.Stream(0)
 		if res := s.RequestHeaders(persistReq{id: "orphan"}.headers(), persistReq{}.props()); res.Action != hostsim.ActionPause {
@@ -679,16 +682,33 @@ func TestFleetSharedTransaction(t *testing.T) {
 	if err := streams[0].Finish(); err != nil {
 		t.Fatal(err)
 	}
+	served := map[string]bool{}
 	for i, s := range streams[1:] {
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond) // settled already: no wait
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		res := s.Wait(ctx)
 		cancel()
 		if res.Err != nil || res.Action != hostsim.ActionContinue {
-			t.Fatalf("orphaned stream %d: Wait = %+v, want it resumed when the caller was reset", i+1, res)
+			t.Fatalf("stream %d after the first was reset: Wait = %+v, want it resumed with etcd's answer", i+1, res)
 		}
+		svc, _ := res.Header("x-hashlb-service")
+		served[svc] = true
 		if _, err := finishStream(s); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := count("/v3/kv/txn") - before; n != 1 {
+		t.Errorf("3 requests for one new key, the first reset, sent %d transactions, want 1", n)
+	}
+	v, ok := etcdGet(t, etcdAddr, lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte("orphan")))
+	rec, _ := lbcore.ParseFleetRecord(v)
+	var want string
+	for _, d := range fourServices() {
+		if served[d.Name] {
+			want = d.Address
+		}
+	}
+	if len(served) != 1 || !ok || rec.Service != want {
+		t.Errorf("after the first request's reset: the others went to %v, etcd holds %q (found %v), want one service, the one etcd holds", served, v, ok)
 	}
 	h.Advance(time.Second)
 	for _, s := range fourServices() {

@@ -113,9 +113,9 @@ type FleetServices interface {
 
 // FleetCall is one call to etcd's JSON gateway to send now: POST Path with
 // Body, at most Timeout; Token, when not "", goes in the Authorization
-// header. Op is the transaction it belongs to, sent from that request's
-// stream; 0 is the worker's own work, sent from the root context. Its
-// answer goes to FleetClient.Answer, or its absence to NoAnswer, with ID.
+// header. Op is the transaction it belongs to, 0 for the worker's own work.
+// Its answer goes to FleetClient.Answer, or its absence to NoAnswer, with
+// ID.
 type FleetCall struct {
 	ID      uint32
 	Op      uint32
@@ -338,8 +338,8 @@ func (c *FleetClient) start(now time.Time, k uint64, proposal int, readOnly bool
 	return o.id
 }
 
-// Abandon settles transaction op locally: the request its calls answer to
-// is gone, so no answer will come. Its key is reconciled later.
+// Abandon settles transaction op locally, for a caller whose host will
+// deliver no answer to it. Its key is reconciled later.
 func (c *FleetClient) Abandon(now time.Time, op uint32) {
 	if o := c.byID[op]; o != nil {
 		c.settleLocal(o, now)
