@@ -13,15 +13,12 @@ import (
 	"github.com/hashlb/hashlb/hostsim"
 )
 
-// maxHeartbeatBytes bounds what one heartbeat allocates in the guest.
-const maxHeartbeatBytes = 256
-
 // TestGuestAllocationsFleet: with persistence.fleet (configs/fleet.json,
-// embedded etcd) a local hit allocates nothing; what a worker allocates in
-// a steady state of hits is its heartbeat's (FleetHeartbeatEvery: one
-// etcd read every 3 s while nothing else asks etcd), the same whatever the
-// request rate. The test build with tag hashlb_memstats measures two runs
-// of 60 ticks, with 20 and 200 hits per tick.
+// embedded etcd) a worker serving local hits allocates nothing, its
+// heartbeat included (FleetHeartbeatEvery: one etcd read every 3 s while
+// nothing else asks etcd). The test build with tag hashlb_memstats
+// measures two runs of 60 ticks, with 20 and 1,700 hits per tick (10^5 in
+// all).
 func TestGuestAllocationsFleet(t *testing.T) {
 	wasm := memstatsModule(t)
 	etcdAddr, _ := startEtcd(t, t.TempDir())
@@ -56,27 +53,16 @@ func TestGuestAllocationsFleet(t *testing.T) {
 	}
 	run(20) // warm-up
 	lowB, lowM, lowGC, lowBeats := run(20)
-	highB, highM, highGC, highBeats := run(200)
+	highB, highM, highGC, highBeats := run(1700)
 	m := lastMemStats(t, h, "tick-end")
-	perSecond := float64(highB) / 60
-	t.Logf("60 ticks with 20 hits each: %d bytes in %d allocations, %d GC cycles, %d heartbeats; with 200 hits each: %d bytes in %d allocations, %d GC cycles, %d heartbeats (%.0f bytes per heartbeat); heap %d bytes, next GC at %d: one GC cycle every %.1f h at this rate",
-		lowB, lowM, lowGC, lowBeats, highB, highM, highGC, highBeats, float64(highB)/float64(max(highBeats, 1)),
-		m.heapAlloc, m.nextGC, float64(m.nextGC-min(m.heapAlloc, m.nextGC))/perSecond/3600)
+	t.Logf("60 ticks with 20 hits each: %d bytes in %d allocations, %d GC cycles, %d heartbeats; with 1,700 hits each: %d bytes in %d allocations, %d GC cycles, %d heartbeats; heap %d bytes, next GC at %d",
+		lowB, lowM, lowGC, lowBeats, highB, highM, highGC, highBeats, m.heapAlloc, m.nextGC)
 	if lowBeats == 0 || highBeats == 0 {
 		t.Fatalf("no heartbeat in 60 ticks (%d, %d): the worker never asked etcd", lowBeats, highBeats)
 	}
-	// The heartbeat goes without the SDK's callout bookkeeping, its body,
-	// call record and output buffers reused: 144 bytes measured (1,648
-	// through DispatchHttpCall).
-	if perBeat := highB / uint64(highBeats); perBeat > maxHeartbeatBytes {
-		t.Errorf("a heartbeat allocated %d bytes, want at most %d", perBeat, maxHeartbeatBytes)
-	}
-	// 180 more hits per tick cost nothing: the two runs differ by at most
-	// what one heartbeat more or less allocates.
-	perBeat := lowB / uint64(lowBeats)
-	if highB > lowB+2*perBeat || highGC != 0 || lowGC != 0 {
-		t.Errorf("10,800 more hits allocated %d bytes more (%d against %d; %d bytes per heartbeat) and %d GC cycles: want hits to allocate nothing",
-			int64(highB)-int64(lowB), highB, lowB, perBeat, highGC+lowGC)
+	if lowB+highB != 0 || lowGC+highGC != 0 {
+		t.Errorf("103,200 hits and %d heartbeats allocated %d and %d bytes and ran %d GC cycles in the guest, want 0",
+			lowBeats+highBeats, lowB, highB, lowGC+highGC)
 	}
 }
 
