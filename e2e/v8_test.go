@@ -185,7 +185,7 @@ type v8Job struct {
 	Repeat   int    `json:"repeat"`
 	Strings  string `json:"strings"`
 	BudgetMs int    `json:"budgetMs"`
-	// RecheckUs: a request over it runs again, up to 3 times, and counts its least (hashlbv8.mjs).
+	// RecheckUs: a request over it runs again, 3 times at once and up to 7 more 25 ms apart, and counts its least (hashlbv8.mjs).
 	RecheckUs int             `json:"recheckUs,omitempty"`
 	Phases    json.RawMessage `json:"phases,omitempty"`
 	// EtcdClusters are the clusters whose calls the script's MiniEtcd answers

@@ -505,25 +505,21 @@ func (c *FleetClient) cluster() string { return strconv.Quote(c.cfg.Cluster) }
 // Records are reused: an op once settled, a call once answered (or given
 // up), is no longer reachable from c.ops, c.byID or c.calls.
 
-func (c *FleetClient) newOp() *fleetOp {
-	if n := len(c.freeOps); n > 0 {
-		o := c.freeOps[n-1]
-		c.freeOps = c.freeOps[:n-1]
-		return o
+// takeFree returns a record from free, or a new one.
+func takeFree[T any](free *[]*T) *T {
+	if n := len(*free); n > 0 {
+		r := (*free)[n-1]
+		*free = (*free)[:n-1]
+		return r
 	}
-	return new(fleetOp)
+	return new(T)
 }
+
+func (c *FleetClient) newOp() *fleetOp { return takeFree(&c.freeOps) }
 
 func (c *FleetClient) freeOp(o *fleetOp) { c.freeOps = append(c.freeOps, o) }
 
-func (c *FleetClient) newCall() *fleetCall {
-	if n := len(c.freeCalls); n > 0 {
-		cl := c.freeCalls[n-1]
-		c.freeCalls = c.freeCalls[:n-1]
-		return cl
-	}
-	return new(fleetCall)
-}
+func (c *FleetClient) newCall() *fleetCall { return takeFree(&c.freeCalls) }
 
 func (c *FleetClient) freeCall(cl *fleetCall) {
 	if cl != &c.aliveCall {
