@@ -44,9 +44,9 @@ type fleetKnown struct {
 // know records that the key of hash h holds service svc, used at Unix
 // second used. Past FleetKnownMax keys the oldest recorded is forgotten.
 //
-// The ring and its index are made whole at the first key (16 bytes per
-// key and 8 per index slot: 384 KiB), so that recording a key allocates
-// nothing however many come.
+// The ring and its index are made whole at the first key (per key, 16
+// bytes in the ring and two 4-byte index slots: 384 KiB), so that
+// recording a key allocates nothing however many come.
 func (c *FleetClient) know(h uint64, svc int, used int64) {
 	if c.stopped {
 		if i, ok := c.remap(svc); ok {
