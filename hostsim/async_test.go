@@ -394,3 +394,36 @@ func TestConcurrentPausedStreams(t *testing.T) {
 		t.Errorf("PendingCallouts() = %d after every stream resumed, want 0", n)
 	}
 }
+
+// TestCalloutLate: Host.CalloutLate stays 0 while callouts are answered
+// within their timeout, and reports how far past its timeout one that
+// timed out reached the module, which is never less than 0 and, on any
+// machine a test runs on, well under the wait itself.
+func TestCalloutLate(t *testing.T) {
+	fast := newStore(t, nil, func(string) string { return "soon" })
+	slow := newStore(t, make(chan struct{}), func(string) string { return "late" }) // never answers
+	h := newHost(t, "async", Config{Clusters: map[string]string{"fast": fast.addr(), "slow": slow.addr()}})
+	call := func(cluster string, timeoutMS int) {
+		t.Helper()
+		s := h.Stream(0)
+		defer s.Finish()
+		if res := s.RequestHeaders(asyncReq("/k", cluster, timeoutMS), nil); res.Action != ActionPause {
+			t.Fatalf("RequestHeaders = %+v, want Pause", res)
+		}
+		if got := s.Wait(waitCtx(t)); got.Action != ActionContinue {
+			t.Fatalf("Wait = %+v, want Continue", got)
+		}
+	}
+	for range 3 {
+		call("fast", 5000)
+	}
+	if late := h.CalloutLate(); late != 0 {
+		t.Fatalf("CalloutLate() = %v after callouts answered in time, want 0", late)
+	}
+	start := time.Now()
+	call("slow", 100)
+	waited := time.Since(start)
+	if late := h.CalloutLate(); late <= 0 || late > waited-100*time.Millisecond {
+		t.Errorf("CalloutLate() = %v after a 100 ms callout that timed out (the stream waited %v), want above 0 and at most the wait past 100 ms", late, waited)
+	}
+}
