@@ -101,7 +101,7 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 		if err == nil && c.user != "" && c.token == "" {
 			err = c.authenticated(body)
 		} else if err == nil {
-			_, _, err = ParseEtcdRange(body)
+			_, _, err = parseEtcdRange(body, &c.decodeBuf)
 		}
 		if err == ErrEtcdAuthToken { // etcd answers; only the token is gone
 			c.token, err = "", nil
