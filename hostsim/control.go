@@ -90,15 +90,16 @@ func hostContinueStream(v *vm, p []uint64) uint64 { return v.continueStream(p[0]
 // continueDecoding until the guest call returns; hostsim resolves the
 // stream's Wait then, see vm.settle). Downstream/upstream (2, 3) are TCP
 // streams hostsim does not run. On a root context (no stream, e.g. after a
-// failed proxy_set_effective_context) hostsim answers NotFound; Envoy answers
-// Ok and does nothing (context.cc: no decoder callbacks).
+// failed proxy_set_effective_context) it answers Ok and does nothing, as
+// Envoy does (context.cc: no decoder callbacks; measured in Envoy 1.36.4
+// and 1.40.0 by e2e/envoy's TestHostFactsAsEnvoyAnswers).
 func (v *vm) continueStream(typ uint64) uint64 {
 	s := v.streams[v.context()]
 	switch {
 	case typ > 3:
 		return statusBadArgument
 	case s == nil:
-		return statusNotFound
+		return statusOK
 	case s.conn != nil:
 		// A connection: downstream resumes reading (Ok, deferred in Envoy),
 		// upstream is Unimplemented; request and response have no callbacks
@@ -120,14 +121,15 @@ func (v *vm) continueStream(typ uint64) uint64 {
 }
 
 // hostCloseStream implements proxy_close_stream(stream_type): the stream is
-// reset; later header operations on it fail.
+// reset; later header operations on it fail. On a root context: Ok, nothing
+// done, as in Envoy (see continueStream).
 func hostCloseStream(v *vm, p []uint64) uint64 {
 	s := v.streams[v.context()]
 	switch {
 	case p[0] > 3:
 		return statusBadArgument
 	case s == nil:
-		return statusNotFound
+		return statusOK
 	case s.conn != nil:
 		// A connection: Envoy closes the downstream (2) or upstream (3)
 		// connection after the callback returns, flushing what was written

@@ -3,11 +3,14 @@ package hostsim
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -35,8 +38,39 @@ type CallResponse struct {
 }
 
 // HTTPHandler answers callouts. An error is delivered as Envoy delivers a
-// failed callout: proxy_on_http_call_response with no headers and no body.
+// callout whose upstream refused the connection: a 503 that Envoy makes
+// itself (see failedCallout).
 type HTTPHandler func(req *CallRequest) (*CallResponse, error)
+
+// failedCallout is what Envoy hands proxy_on_http_call_response when a
+// callout gets no answer from its upstream: not a failure without headers,
+// but a response of Envoy's own router (the async client's local reply),
+// with three headers (:status, content-length, content-type text/plain)
+// and a text body. Measured in Envoy 1.36.4 and 1.40.0 by e2e/envoy's
+// TestHostFactsAsEnvoyAnswers (docs/envoy-host.md#http-callouts):
+//   - the module's timeout passed: 504 "upstream request timeout";
+//   - connection refused: 503 "upstream connect error or disconnect/reset
+//     before headers. reset reason: remote connection failure", to which
+//     1.36 (profile envoy-1.33) adds ", transport failure reason: delayed
+//     connect error: Connection refused";
+//   - the connection closed before a response: 503 "upstream connect error
+//     or disconnect/reset before headers. reset reason: connection
+//     termination".
+func (h *Host) failedCallout(err error) *CallResponse {
+	status, body := "503", "upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		status, body = "504", "upstream request timeout"
+	case errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, new(net.Error)):
+		// A handler's own error stands for a refused connection.
+		body = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+		if h.prof.name == ProfileEnvoy133 {
+			body += ", transport failure reason: delayed connect error: Connection refused"
+		}
+	}
+	return &CallResponse{Headers: [][2]string{{":status", status}, {"content-length", strconv.Itoa(len(body))},
+		{"content-type", "text/plain"}}, Body: []byte(body)}
+}
 
 // callout is a dispatched call awaiting its answer.
 type callout struct {
@@ -52,7 +86,11 @@ var httpCallFuncs = []hostFunc{
 
 // hostHTTPCall implements proxy_http_call(upstream, headers, body, trailers,
 // timeout_ms, token_ptr) (cpp-host exports.cc http_call; Envoy
-// Context::httpCall): BadArgument without :path, :method or :authority. The
+// Context::httpCall): BadArgument without :path, :method or :authority, with
+// a timeout of 2^31 ms or more (Envoy reads it as a signed int), or, when
+// the host has Config.Clusters and no Config.HTTPCall, for a cluster not
+// among them (Envoy's answer to an unknown cluster; measured in 1.36.4 and
+// 1.40.0, TestHostFactsAsEnvoyAnswers). The
 // call belongs to the calling context's root context. A call to a cluster of
 // Config.Clusters is sent at once on its own goroutine and answered whenever
 // its response, failure or timeout comes, as Envoy's async client does (see
@@ -75,6 +113,12 @@ func hostHTTPCall(v *vm, p []uint64) uint64 {
 		if _, ok := lookup(headers, k); !ok {
 			return statusBadArgument
 		}
+	}
+	if int32(uint32(p[8])) < 0 {
+		return statusBadArgument
+	}
+	if _, known := v.h.cfg.Clusters[string(cluster)]; !known && v.h.cfg.Clusters != nil && v.h.cfg.HTTPCall == nil {
+		return statusBadArgument
 	}
 	r := v.rootOf(v.context())
 	if r == nil {
@@ -112,7 +156,10 @@ func (v *vm) deliverCallouts() {
 		resp, err := handler(c.req)
 		if err != nil || resp == nil {
 			v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d failed: %v", c.token, err))
-			resp = &CallResponse{}
+			if err == nil {
+				err = errors.New("no response")
+			}
+			resp = v.h.failedCallout(err)
 		}
 		v.deliver(c, resp)
 	}
@@ -170,7 +217,7 @@ func (h *Host) runCallout(v *vm, c *callout, addr string) {
 	}
 	if err != nil {
 		v.h.logs.add(v.id, LogDebug, fmt.Sprintf("hostsim: callout %d to cluster %s (%s) failed: %v", c.token, c.req.Cluster, addr, err))
-		resp = &CallResponse{}
+		resp = h.failedCallout(err)
 	}
 	if c.req.Timeout > 0 {
 		h.noteLate(time.Since(c.sent) - c.req.Timeout)

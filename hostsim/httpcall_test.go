@@ -18,7 +18,9 @@ func TestHTTPCallGoHandler(t *testing.T) {
 		}
 		return &CallResponse{Headers: [][2]string{{":status", "204"}}, Body: []byte("pong")}, nil
 	}})
-	for i, want := range []string{"callout 1 status 204 body pong", "callout 2 status  body "} {
+	// A handler's error is answered as Envoy answers a refused connection.
+	refused := "callout 2 status 503 body upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: Connection refused"
+	for i, want := range []string{"callout 1 status 204 body pong", refused} {
 		res := h.Stream(0).RequestHeaders(req("/call"), nil)
 		if v, _ := res.Header("x-call"); v != fmt.Sprintf("0:%d", i+1) {
 			t.Fatalf("http_call = %q, want ok with token %d", v, i+1)

@@ -353,6 +353,10 @@ func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, 
 	if cl == nil {
 		return
 	}
+	if envoyReply(status, body) {
+		c.NoAnswer(now, id)
+		return
+	}
 	delete(c.calls, id)
 	err := CheckEtcdAnswer(body, size)
 	if err == nil && status != 200 {
@@ -423,6 +427,28 @@ func (c *FleetClient) Tick(now time.Time) {
 		c.grant(slot+1, now)
 	}
 	c.pump(now)
+}
+
+// envoyReply reports whether an answer is Envoy's own, not etcd's: a call
+// that etcd never answered (connection refused or reset, the call's
+// timeout) reaches the module as a response of Envoy's router, 503 or 504
+// with a text/plain body ("upstream connect error or disconnect/reset
+// before headers. …", "upstream request timeout"), measured in Envoy 1.36.4
+// and 1.40.0 (docs/envoy-host.md#http-callouts). etcd's JSON gateway
+// answers JSON, errors included. Such an answer is no answer (errNoAnswer),
+// as a host that delivers a failed call without headers reports it.
+func envoyReply(status int, body []byte) bool {
+	if status < 500 {
+		return false
+	}
+	for _, b := range body {
+		switch b {
+		case ' ', '\t', '\r', '\n':
+			continue
+		}
+		return b != '{'
+	}
+	return true
 }
 
 type statusError int

@@ -280,6 +280,66 @@ func TestFleetClientFaults(t *testing.T) {
 				r.wantEtcd(k, "a")
 			}
 		}},
+		{"etcd down as Envoy reports it (its own 503 and 504, not etcd's JSON): no answer, the keys outlive the outage", 0, func(t *testing.T, r *rig) {
+			// What Envoy's async client answers a callout to a dead etcd
+			// (measured in Envoy 1.36.4 and 1.40.0, docs/envoy-host.md#http-callouts).
+			refused := "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+			for _, k := range []string{"f1", "f2", "f3"} {
+				r.miss(k, 0)
+				for len(r.pending) > 0 {
+					r.answerWith(503, refused)
+				}
+			}
+			if !r.c.Down() {
+				t.Fatalf("after 3 misses answered by Envoy's 503 etcd is not down; logs %q", r.logs)
+			}
+			for range 3 * fleetMaxTries { // a long outage: probes answered by Envoy alone
+				r.tick(FleetProbeEvery + time.Millisecond)
+				for len(r.pending) > 0 {
+					r.answerWith(504, "upstream request timeout")
+				}
+			}
+			if !r.c.Down() {
+				t.Fatal("etcd up after probes that only Envoy answered")
+			}
+			r.tick(FleetProbeEvery + time.Millisecond)
+			r.drain()
+			for _, k := range []string{"f1", "f2", "f3"} {
+				r.wantEtcd(k, "a")
+			}
+			if n := r.c.Counts().Timeout; n != 0 {
+				// Envoy's 503s came before any deadline: failures, not timeouts.
+				t.Logf("Timeout = %d", n)
+			}
+		}},
+		{"etcd dead behind Envoy (its own 503s): no answer, logged as such; the key reaches etcd when it is back", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.answer() // lease
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(false) // the create times out: decided locally, queued
+			r.wantSettled(op, 1, false)
+			// etcd is gone: every call is answered by Envoy itself until it
+			// is marked down, and its probes after that.
+			for i := 0; i < 6; i++ {
+				r.tick(FleetProbeEvery + time.Millisecond)
+				for len(r.pending) > 0 {
+					r.answerWith(503, "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure")
+				}
+			}
+			if !r.c.Down() {
+				t.Fatalf("etcd not down after calls only Envoy answered; logs %q", r.logs)
+			}
+			// The operator reads that etcd did not answer, not that it
+			// answered something else than JSON.
+			if logs := strings.Join(r.logs, "\n"); !strings.Contains(logs, string(errNoAnswer)) || strings.Contains(logs, "not JSON") {
+				t.Errorf("logs %q, want etcd's failures logged as %q", r.logs, errNoAnswer)
+			}
+			r.tick(FleetProbeEvery + time.Millisecond)
+			r.drain() // etcd is back
+			r.tick(time.Second)
+			r.drain()
+			r.wantEtcd("ada", "b")
+		}},
 		{"a refresh that loses follows the winner", 0, func(t *testing.T, r *rig) {
 			op := r.miss("ada", 0)
 			r.drain()

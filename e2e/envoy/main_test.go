@@ -10,6 +10,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	envoyrun.RemoveModule()
+	envoyrun.RemoveModules()
 	os.Exit(code)
 }
 

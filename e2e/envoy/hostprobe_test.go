@@ -1,0 +1,274 @@
+package envoy
+
+// The host facts of docs/envoy-host.md asked of real Envoy and of hostsim
+// by one module (testdata/hostprobe), answer for answer. Envoy 1.36 runs
+// proxy-wasm-cpp-host c4d7bb0, hostsim's envoy-1.33 profile; Envoy 1.40 a
+// host with the full WASI set, hostsim's envoy-1.39 profile. Where the two
+// disagree, Envoy is right: hostsim is fixed, and the fact is in the doc.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/envoyrun"
+)
+
+const probeBootstrap = `
+admin:
+  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+static_resources:
+  listeners:
+  - name: probe
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: probe
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: "/"}, route: {cluster: backend}}]
+          http_filters:
+          - name: envoy.filters.http.wasm
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+              config:
+                name: hostprobe
+                root_id: probe_root
+                vm_config:
+                  vm_id: probe_vm
+                  runtime: envoy.wasm.runtime.v8
+                  code: {local: {filename: MODULE}}
+                configuration:
+                  "@type": type.googleapis.com/google.protobuf.StringValue
+                  value: probe_dead probe_silent probe_reset
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: backend
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: backend
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: BACKEND}}}}]}]
+  - name: probe_dead
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: probe_dead
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: DEAD}}}}]}]
+  - name: probe_silent
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: probe_silent
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: SILENT}}}}]}]
+  - name: probe_reset
+    connect_timeout: 1s
+    type: STATIC
+    load_assignment:
+      cluster_name: probe_reset
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: RESET}}}}]}]
+`
+
+// probeLine matches a probe's line in Envoy's log ("wasm log ROOT VM: probe
+// NAME = RESULT" for a stream, "wasm log NAME: …" for the root) and in
+// hostsim's (the message alone).
+var probeLine = regexp.MustCompile(`(?:^|: )probe ([^=]+?) = (.*)$`)
+
+// probeAnswers collects the "probe NAME = RESULT" lines of a log: every VM
+// that logs one answer must log the same.
+func probeAnswers(t *testing.T, host string, lines []string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, l := range lines {
+		m := probeLine.FindStringSubmatch(strings.TrimRight(l, "\r\n"))
+		if m == nil {
+			continue
+		}
+		if prev, ok := out[m[1]]; ok && prev != m[2] {
+			t.Errorf("%s: %s answered %q and %q on two VMs", host, m[1], prev, m[2])
+		}
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+// deadPort returns a loopback port nothing listens on.
+func deadPort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	return port
+}
+
+// silentPort returns a loopback port that accepts connections and never
+// answers on them.
+func silentPort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// resetPort returns a loopback port that reads a request and closes the
+// connection without an answer.
+func resetPort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 4096)
+				c.Read(buf)
+				c.Close()
+			}()
+		}
+	}()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// probeRequest sends the request whose headers the probe reads: two copies
+// of X-Probe.
+func probeRequest(t *testing.T, url string) {
+	req, _ := http.NewRequest("GET", url+"/probe/path?q=1", nil)
+	req.Header.Add("X-Probe", "one")
+	req.Header.Add("X-Probe", "two")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("probe request: %d", resp.StatusCode)
+	}
+}
+
+func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
+	mod, err := envoyrun.BuildModule("./e2e/envoy/testdata/hostprobe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := envoyrun.StartBackend(t, "b1")
+	yaml := strings.NewReplacer("MODULE", mod, "BACKEND", fmt.Sprint(b.Port()), "DEAD", fmt.Sprint(deadPort(t)), "SILENT", fmt.Sprint(silentPort(t)), "RESET", fmt.Sprint(resetPort(t))).Replace(probeBootstrap)
+	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: []byte(yaml), Dir: t.TempDir(), Concurrency: 2})
+	probeRequest(t, "http://"+e.MustListener(t, "probe"))
+	for _, l := range []string{"probe http_call(refused host).response", "probe http_call(silent host, 300 ms).response", "probe http_call(resetting host).response"} {
+		if err := e.WaitLog(l, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.WaitLog("probe stream.copies of x-probe after replace", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the response phase's line, if any
+	return probeAnswers(t, "envoy "+bin.Version, strings.Split(e.Log(), "\n"))
+}
+
+func hostsimProbe(t *testing.T, profile string) map[string]string {
+	mod, err := envoyrun.BuildModule("./e2e/envoy/testdata/hostprobe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wasm, err := os.ReadFile(mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := hostsim.New(ctx, wasm, hostsim.Config{Workers: 1, Profile: profile, PluginConfig: []byte("probe_dead probe_silent probe_reset"),
+		PluginName: "hostprobe", RootID: "probe_root", VMID: "probe_vm", LogLevel: hostsim.LogInfo,
+		Clusters: map[string]string{"probe_dead": fmt.Sprintf("127.0.0.1:%d", deadPort(t)),
+			"probe_silent": fmt.Sprintf("127.0.0.1:%d", silentPort(t)),
+			"probe_reset":  fmt.Sprintf("127.0.0.1:%d", resetPort(t))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close(ctx)
+	s := h.Stream(0)
+	res := s.RequestHeaders([][2]string{{":method", "GET"}, {":path", "/probe/path?q=1"}, {":authority", "x"}, {":scheme", "http"},
+		{"x-probe", "one"}, {"x-probe", "two"}}, map[string][]byte{"source.address": hostsim.PropString("127.0.0.1:40000"),
+		"request.path": hostsim.PropString("/probe/path?q=1")})
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	s.ResponseHeaders([][2]string{{":status", "200"}})
+	s.Finish()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.PendingCallouts() > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var lines []string
+	for _, l := range h.Logs() {
+		lines = append(lines, l.Message)
+	}
+	return probeAnswers(t, "hostsim "+profile, lines)
+}
+
+func TestHostFactsAsEnvoyAnswers(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		profile := hostsim.ProfileEnvoy133
+		if bin.AtLeast(1, 39) {
+			profile = hostsim.ProfileEnvoy139
+		}
+		got := envoyProbe(t, bin)
+		sim := hostsimProbe(t, profile)
+		names := slices.Sorted(func(yield func(string) bool) {
+			seen := map[string]bool{}
+			for _, m := range []map[string]string{got, sim} {
+				for k := range m {
+					if !seen[k] && !yield(k) {
+						return
+					}
+					seen[k] = true
+				}
+			}
+		})
+		var table strings.Builder
+		for _, n := range names {
+			mark := ""
+			if got[n] != sim[n] {
+				mark = "   <-- differs"
+				t.Errorf("%s: envoy %s answers %q, hostsim %s %q", n, bin.Version, got[n], profile, sim[n])
+			}
+			fmt.Fprintf(&table, "%-60s envoy %-40q hostsim %q%s\n", n, got[n], sim[n], mark)
+		}
+		t.Logf("host facts, envoy %s vs hostsim %s:\n%s", bin.Version, profile, table.String())
+		if len(got) < 30 {
+			t.Errorf("envoy %s answered only %d probes", bin.Version, len(got))
+		}
+	})
+}
