@@ -233,8 +233,9 @@ func (f *fleet) dispatch(c lbcore.FleetCall) error {
 	return nil
 }
 
-// answered takes the answer to a fleet call (no headers: it failed or
-// timed out). The status and body are read into the arena, which the
+// answered takes the answer to a fleet call (no headers: the host reset
+// it; Envoy answers a refused, reset or timed-out call with a 503 or 504 of
+// its own, which lbcore tells from etcd's JSON, docs/envoy-host.md#http-callouts). The status and body are read into the arena, which the
 // client does not keep (lbcore copies what it keeps of an answer).
 func (fc *fleetCallout) answered(numHeaders, bodySize, _ int) {
 	f := fc.f

@@ -116,9 +116,11 @@ func (h *health) probe(i int, hc *lbcore.HealthCheck) {
 	registerCallout(table, id, &pr.callout)
 }
 
-// answered takes the answer to a probe (proxy_on_http_call_response; no
-// headers when the call failed or timed out): lbcore decides whether it
-// passes. Its reads go to the arena: nothing read is kept.
+// answered takes the answer to a probe (proxy_on_http_call_response: in
+// Envoy a refused, reset or timed-out probe is a 503 or 504 of Envoy's own,
+// docs/envoy-host.md#http-callouts; no headers when the host reset the
+// call): lbcore decides whether it passes. Its reads go to the arena:
+// nothing read is kept.
 func (pr *probe) answered(numHeaders, bodySize, _ int) {
 	h := pr.h
 	defer func() {
