@@ -272,3 +272,36 @@ func TestHostFactsAsEnvoyAnswers(t *testing.T) {
 		}
 	})
 }
+
+// TestRestrictedCallbackAtStart loads hostsim's pollinit module, which
+// calls poll_oneoff from a package initialiser (so during _initialize), in
+// real Envoy: V8's restricted callbacks refuse it in 1.36 (cpp-host
+// c4d7bb0's start list) and allow it from the host with the full WASI set
+// on (1.40), as hostsim's two profiles say (docs/envoy-host.md#restricted-callbacks).
+func TestRestrictedCallbackAtStart(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		mod, err := envoyrun.BuildModule("./hostsim/testdata/pollinit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		yaml := strings.NewReplacer("MODULE", mod, "BACKEND", "1", "DEAD", "2", "SILENT", "3", "RESET", "4").Replace(probeBootstrap)
+		out, err := envoyrun.ValidateLog(bin, t.TempDir(), []byte(yaml), "info")
+		wasm, _ := os.ReadFile(mod)
+		_, simErr := hostsim.New(context.Background(), wasm, hostsim.Config{Profile: map[bool]string{false: hostsim.ProfileEnvoy133, true: hostsim.ProfileEnvoy139}[bin.AtLeast(1, 39)]})
+		if bin.AtLeast(1, 39) {
+			if err != nil || !strings.Contains(out, "poll_oneoff 0 nevents 0") {
+				t.Errorf("envoy %s: err %v, want the module loaded and poll_oneoff answered 0 with no events:\n%s", bin.Version, err, out)
+			}
+			if simErr != nil {
+				t.Errorf("hostsim refuses what Envoy %s loads: %v", bin.Version, simErr)
+			}
+			return
+		}
+		if err == nil || !strings.Contains(out, "_initialize failed: Uncaught Error: restricted_callback") {
+			t.Errorf("envoy %s: err %v, want _initialize to trap with restricted_callback:\n%s", bin.Version, err, out)
+		}
+		if simErr == nil || !strings.Contains(simErr.Error(), "restricted") {
+			t.Errorf("hostsim loads what Envoy %s refuses (err %v)", bin.Version, simErr)
+		}
+	})
+}

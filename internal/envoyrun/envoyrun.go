@@ -156,17 +156,24 @@ type Envoy struct {
 // Validate runs envoy --mode validate on a bootstrap in dir and returns
 // Envoy's output on failure.
 func Validate(bin Binary, dir string, bootstrap []byte) error {
-	cfg := filepath.Join(dir, "validate.yaml")
-	if err := os.WriteFile(cfg, bootstrap, 0o644); err != nil {
-		return err
-	}
-	cmd := exec.Command(bin.Path, "--mode", "validate", "-c", cfg, "--disable-hot-restart", "-l", "warning")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err := ValidateLog(bin, dir, bootstrap, "warning")
 	if err != nil {
 		return fmt.Errorf("envoy %s --mode validate: %v\n%s", bin.Version, err, out)
 	}
 	return nil
+}
+
+// ValidateLog runs envoy --mode validate at log level level and returns its
+// whole output, with the error of a failed validation.
+func ValidateLog(bin Binary, dir string, bootstrap []byte, level string) (string, error) {
+	cfg := filepath.Join(dir, "validate.yaml")
+	if err := os.WriteFile(cfg, bootstrap, 0o644); err != nil {
+		return "", err
+	}
+	cmd := exec.Command(bin.Path, "--mode", "validate", "-c", cfg, "--disable-hot-restart", "-l", level)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 var seq struct {
