@@ -153,6 +153,8 @@ func profileDiffs(runs []*peerRun) string {
 		{"**hashlb 10⁴ − maglev 10⁴**", []string{pHashlbN}, []string{pMaglevN}},
 		{"10⁴ services: hashlb 10⁴ − hashlb", []string{pHashlbN}, []string{pHashlb}},
 		{"10⁴ endpoints: maglev 10⁴ − maglev", []string{pMaglevN}, []string{pMaglev}},
+		{"Envoy's steering by header at 10⁴: override_host 10⁴ − override_host", []string{pOverrideN}, []string{pOverride}},
+		{"hashlb's own at 10⁴: hashlb 10⁴ − no-op − (override_host 10⁴ − limit)", []string{pHashlbN, pLimit}, []string{pNoop, pOverrideN}},
 	}
 	var sb strings.Builder
 	sb.WriteString("Differences, µs of Envoy CPU per request (from the two tables above):\n\n")

@@ -35,7 +35,7 @@ var (
 	peerRounds   = flag.Int("peers.rounds", 3, "BenchmarkEnvoyPeers: interleaved rounds; each figure is the median over them")
 	peerDur      = flag.Duration("peers.duration", 2*time.Second, "BenchmarkEnvoyPeers: length of each closed-loop and each open-loop run, per peer per round")
 	peerConns    = flag.Int("peers.conns", 16, "BenchmarkEnvoyPeers: connections of the closed-loop runs (and at most as many in the open-loop ones)")
-	peerRate     = flag.Float64("peers.rate", 0.5, "BenchmarkEnvoyPeers: the open-loop rate, as a fraction of the limit's req/s in the warm-up")
+	peerRate     = flag.Float64("peers.rate", 0.3, "BenchmarkEnvoyPeers: the open-loop rate, as a fraction of the limit's req/s in the warm-up")
 	peerWorkers  = flag.Int("peers.concurrency", 2, "BenchmarkEnvoyPeers: Envoy's --concurrency (worker threads)")
 	peerVersions = flag.String("peers.versions", "", "BenchmarkEnvoyPeers: comma-separated Envoy versions to measure (default: every one found)")
 	peerProfile  = flag.Bool("peers.profile", true, "BenchmarkEnvoyPeers: after the rounds, sample each peer's Envoy with perf (cpu-clock) to say where its CPU goes")
@@ -55,23 +55,24 @@ type peerRun struct {
 	rss  float64  // MB after the warm-up
 	// per round
 	rps, cpuUs, p50, p99 []float64
-	errors, missed       int64
+	errors, missed, due  int64
 	upstreamCx           int64              // upstream connections opened during the rounds
 	prof                 map[string]float64 // share of samples per category
 }
 
 // The peers' keys; the table's rows in this order.
 const (
-	pLimit    = "limit"
-	pNoop     = "noop"
-	pOverride = "override_host"
-	pRing     = "ring_hash"
-	pMaglev   = "maglev"
-	pHashlb   = "hashlb"
-	pPersist  = "hashlb+persistence"
-	pMaglevN  = "maglev-10k"
-	pHashlbN  = "hashlb-10k"
-	warmUpDur = time.Second
+	pLimit     = "limit"
+	pNoop      = "noop"
+	pOverride  = "override_host"
+	pRing      = "ring_hash"
+	pMaglev    = "maglev"
+	pHashlb    = "hashlb"
+	pPersist   = "hashlb+persistence"
+	pMaglevN   = "maglev-10k"
+	pOverrideN = "override_host-10k"
+	pHashlbN   = "hashlb-10k"
+	warmUpDur  = time.Second
 )
 
 func BenchmarkEnvoyPeers(b *testing.B) {
@@ -96,12 +97,16 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 		{key: pHashlb, name: "hashlb URLHASH + override_host", kind: kindHashlb, endpoints: three, plugin: hashlbPlugin(three, false)},
 		{key: pPersist, name: "hashlb URLHASH + persistence (x-client-id, hits)", kind: kindHashlb, endpoints: three, plugin: hashlbPlugin(three, true)},
 		{key: pMaglevN, name: "maglev on :path, 10⁴ endpoints", kind: kindMaglev, endpoints: many},
+		{key: pOverrideN, name: "override_host, header from the client, no Wasm, 10⁴ endpoints", kind: kindOverride, endpoints: many},
 		{key: pHashlbN, name: "hashlb URLHASH, 10⁴ services", kind: kindHashlb, endpoints: many, plugin: hashlbPlugin(many, false)},
 	}
 	targets := benchTargets(4096)
 	reqs := benchRequests(targets, nil)
-	// The override_host row's client sends the header hashlb would write.
-	overrideReqs := benchRequests(targets, rankedHeader(b, hashlbPlugin(three, false)))
+	// The override_host rows' client sends the header hashlb would write.
+	overrideReqs := map[int][][]byte{
+		3:            benchRequests(targets, rankedHeader(b, hashlbPlugin(three, false))),
+		manyServices: benchRequests(targets, rankedHeader(b, hashlbPlugin(many, false))),
+	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d request paths (Zipf s = 1.1 over 10⁵), %d client ids\n\n",
 		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), clientIDs)
@@ -120,7 +125,7 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 
 // benchVersion measures every peer in one Envoy version and returns its
 // table.
-func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets []string, reqs, overrideReqs [][]byte) string {
+func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets []string, reqs [][]byte, overrideReqs map[int][][]byte) string {
 	ctx := context.Background()
 	start := time.Now()
 	stage := func(format string, a ...any) {
@@ -139,7 +144,7 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 		r := &peerRun{benchPeer: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
 		if p.kind == kindOverride {
-			r.req = overrideReqs
+			r.req = overrideReqs[len(p.endpoints)]
 		}
 		checkPeer(b, r, targets)
 		runs[i], byKey[p.key] = r, r
@@ -190,6 +195,7 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 			res := loadgen.Open(ctx, r.addr, r.req, rate, *peerConns, *peerDur)
 			r.errors += res.Errors
 			r.missed += res.Missed
+			r.due += res.Requests + res.Errors + res.Missed
 			if res.Errors > 0 {
 				b.Fatalf("%s: %d of %d open-loop requests failed: %v", r.name, res.Errors, res.Requests+res.Errors, res.FirstErr)
 			}
@@ -319,9 +325,14 @@ func peerTable(bin envoyrun.Binary, runs []*peerRun, by map[string]*peerRun, rat
 	}
 	for _, r := range runs {
 		goal, verdict := peerGoal(r, by)
+		// Requests still unsent at the end of a run: the peer did not keep
+		// up with the rate (saturated, or starved of CPU by the machine).
 		missed := ""
 		if r.missed > 0 {
 			missed = fmt.Sprintf(" (%d not sent in time)", r.missed)
+			if float64(r.missed) > 0.01*float64(r.due) {
+				missed = fmt.Sprintf(" (**saturated**: %.0f %% not sent in time)", 100*float64(r.missed)/float64(r.due))
+			}
 		}
 		fmt.Fprintf(&sb, "| %s | %.0f | %s | %s | %.0f | %.0f%s | %s | %s | %.1f | %s | %.0f | %d | %s | %s |\n",
 			r.name, peerMedian(r.rps), rr(r.rps, ring.rps), rr(r.rps, limit.rps),
