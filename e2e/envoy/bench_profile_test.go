@@ -75,7 +75,7 @@ func profilePeers(b *testing.B, runs []*peerRun) string {
 		// perf samples for a fixed time that spans the load generator's run
 		// with a margin either side (attaching to every thread takes a
 		// moment on a busy machine); the idle margins add few samples.
-		window := *peerDur + 1500*time.Millisecond
+		window := *peerDur + time.Second
 		cmd := exec.Command(perf, "record", "-e", "cpu-clock", "-F", "1999", "-q", "-o", file, "-p", strconv.Itoa(r.e.Pid()),
 			"--", "sleep", strconv.FormatFloat(window.Seconds(), 'f', 3, 64))
 		var stderr bytes.Buffer
@@ -83,7 +83,7 @@ func profilePeers(b *testing.B, runs []*peerRun) string {
 		if err := cmd.Start(); err != nil {
 			return fmt.Sprintf("No profile: perf record: %v.\n\n", err)
 		}
-		time.Sleep(750 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond)
 		res := loadgen.Closed(context.Background(), r.addr, r.req, *peerConns, *peerDur)
 		if err := cmd.Wait(); err != nil {
 			return fmt.Sprintf("No profile: perf record: %v: %s\n\n", err, stderr.String())

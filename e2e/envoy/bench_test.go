@@ -33,7 +33,7 @@ import (
 
 var (
 	peerRounds   = flag.Int("peers.rounds", 3, "BenchmarkEnvoyPeers: interleaved rounds; each figure is the median over them")
-	peerDur      = flag.Duration("peers.duration", 2*time.Second, "BenchmarkEnvoyPeers: length of each closed-loop and each open-loop run, per peer per round")
+	peerDur      = flag.Duration("peers.duration", 1500*time.Millisecond, "BenchmarkEnvoyPeers: length of each closed-loop and each open-loop run, per peer per round")
 	peerConns    = flag.Int("peers.conns", 16, "BenchmarkEnvoyPeers: connections of the closed-loop runs (and at most as many in the open-loop ones)")
 	peerRate     = flag.Float64("peers.rate", 0.3, "BenchmarkEnvoyPeers: the open-loop rate, as a fraction of the limit's req/s in the warm-up")
 	peerWorkers  = flag.Int("peers.concurrency", 2, "BenchmarkEnvoyPeers: Envoy's --concurrency (worker threads)")
@@ -77,6 +77,9 @@ const (
 
 func BenchmarkEnvoyPeers(b *testing.B) {
 	bins := envoyrun.Binaries(b)
+	if *peerRounds < 1 {
+		b.Fatalf("-peers.rounds %d: at least one round", *peerRounds)
+	}
 	if *peerVersions != "" {
 		want := strings.Split(*peerVersions, ",")
 		bins = slices.DeleteFunc(bins, func(x envoyrun.Binary) bool { return !slices.Contains(want, x.Version) })
@@ -225,11 +228,12 @@ func mustAnswer(b *testing.B, r *peerRun, res loadgen.Result) {
 	}
 }
 
-// checkPeer sends a few of the benchmark's requests through the peer:
-// each must be answered 200, and in hashlb's rows by the service lbcore
-// ranks first, in the override_host row by the first address of the
-// client's header (the backends name themselves in X-Backend: b1…b3, or
-// the address for the 10⁴ pool).
+// checkPeer sends the benchmark's requests for 8 distinct paths through
+// the peer: each must be answered 200; in hashlb's rows by the service
+// lbcore ranks first, in the override_host rows by the first address of
+// the client's header, in ring_hash's and maglev's by the same backend
+// twice; and, but for round robin, not all by one backend (the backends
+// name themselves in X-Backend: b1…b3, or the address for the 10⁴ pool).
 func checkPeer(b *testing.B, r *peerRun, targets []string) {
 	b.Helper()
 	var want func(target string) string
@@ -244,32 +248,54 @@ func checkPeer(b *testing.B, r *peerRun, targets []string) {
 		rank := rankedHeader(b, hashlbPlugin(r.endpoints, false))
 		want = func(t string) string { first, _, _ := strings.Cut(rank(t)[1], ","); return first }
 	}
-	for i, t := range targets[:8] {
+	get := func(i int) string {
 		c, err := net.Dial("tcp", r.addr)
 		if err != nil {
 			b.Fatal(err)
 		}
+		defer c.Close()
 		c.Write(r.req[i])
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		if err != nil {
-			b.Fatalf("%s: GET %s: %v", r.name, t, err)
+			b.Fatalf("%s: GET %s: %v", r.name, targets[i], err)
 		}
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		c.Close()
 		if resp.StatusCode != 200 {
-			b.Fatalf("%s: GET %s: status %d\n%s", r.name, t, resp.StatusCode, r.e.LogTail(20))
-		}
-		if want == nil {
-			continue
+			b.Fatalf("%s: GET %s: status %d\n%s", r.name, targets[i], resp.StatusCode, r.e.LogTail(20))
 		}
 		got := resp.Header.Get("X-Backend")
 		if len(r.endpoints) == 3 && len(got) == 2 {
 			got = r.endpoints[got[1]-'1'] // "b2" → its address
 		}
-		if w := want(t); got != w {
-			b.Fatalf("%s: GET %s went to %s, want %s", r.name, t, got, w)
+		return got
+	}
+	seen, paths := map[string]bool{}, map[string]bool{}
+	for i, t := range targets {
+		if len(paths) == 8 {
+			break
 		}
+		if paths[t] {
+			continue
+		}
+		paths[t] = true
+		got := get(i)
+		seen[got] = true
+		switch {
+		case want != nil:
+			if w := want(t); got != w {
+				b.Fatalf("%s: GET %s went to %s, want %s", r.name, t, got, w)
+			}
+		case r.kind == kindRingHash || r.kind == kindMaglev:
+			// Hashing on :path: the same path, on another connection (maybe
+			// another worker), reaches the same backend.
+			if again := get(i); again != got {
+				b.Fatalf("%s: GET %s went to %s, then to %s: the hash policy does not hash the path", r.name, t, got, again)
+			}
+		}
+	}
+	if r.kind != kindRoundRobin && r.kind != kindNoop && len(seen) < 2 {
+		b.Fatalf("%s: 8 distinct paths all went to %v", r.name, seen)
 	}
 }
 
