@@ -111,8 +111,12 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 		manyServices: benchRequests(targets, rankedHeader(b, hashlbPlugin(many, false))),
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d request paths (Zipf s = 1.1 over 10⁵), %d client ids\n\n",
-		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), clientIDs)
+	distinct := map[string]bool{}
+	for _, t := range targets {
+		distinct[t] = true
+	}
+	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (%d distinct paths, Zipf s = 1.1 over 10⁵), %d client ids\n\n",
+		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), len(distinct), clientIDs)
 	b.ResetTimer()
 	for _, bin := range bins {
 		out.WriteString(benchVersion(b, bin, peers, targets, reqs, overrideReqs))
