@@ -28,41 +28,41 @@ import (
 type peerKind int
 
 const (
-	kindRoundRobin peerKind = iota // lb_policy ROUND_ROBIN
-	kindRingHash                   // lb_policy RING_HASH, hash_policy on :path
-	kindMaglev                     // lb_policy MAGLEV, hash_policy on :path
-	kindHashlb                     // hashlb (Wasm) + override_host
-	kindNoop                       // the no-op Wasm module + ROUND_ROBIN
-	kindOverride                   // override_host on a header the client sends, no Wasm
+	peerRoundRobin peerKind = iota // lb_policy ROUND_ROBIN
+	peerRingHash                   // lb_policy RING_HASH, hash_policy on :path
+	peerMaglev                     // lb_policy MAGLEV, hash_policy on :path
+	peerHashlb                     // hashlb (Wasm) + override_host
+	peerNoop                       // the no-op Wasm module + ROUND_ROBIN
+	peerOverride                   // override_host on a header the client sends, no Wasm
 )
 
-// benchPeer is one row of the table.
-type benchPeer struct {
+// peerSpec is one row of the table.
+type peerSpec struct {
 	key, name string
 	kind      peerKind
 	// endpoints are the cluster's addresses ("127.0.0.1:PORT"), in order;
 	// hashlb's services are the same, named s0…
 	endpoints []string
-	// plugin is hashlb's configuration (kindHashlb).
+	// plugin is hashlb's configuration (peerHashlb).
 	plugin []byte
 }
 
 // bootstrap renders the peer's Envoy configuration (admin and listener on
 // port 0; the module at dist/hashlb.wasm or dist/noop.wasm of the work dir).
-func (p benchPeer) bootstrap() []byte {
+func (p peerSpec) bootstrap() []byte {
 	var hashPolicy, lb, filter string
 	switch p.kind {
-	case kindRoundRobin, kindNoop:
+	case peerRoundRobin, peerNoop:
 		lb = "    lb_policy: ROUND_ROBIN\n"
-	case kindRingHash, kindMaglev:
+	case peerRingHash, peerMaglev:
 		// The hash of the :path pseudo-header: what a user of Envoy's own
 		// consistent hashing writes for URL affinity (URLHASH's input).
 		hashPolicy = "                  hash_policy:\n                  - header: { header_name: \":path\" }\n"
 		lb = "    lb_policy: RING_HASH\n"
-		if p.kind == kindMaglev {
+		if p.kind == peerMaglev {
 			lb = "    lb_policy: MAGLEV\n"
 		}
-	case kindHashlb, kindOverride:
+	case peerHashlb, peerOverride:
 		// As envoy.yaml: override_host on hashlb's header, round robin
 		// when it names no endpoint.
 		lb = `    load_balancing_policy:
@@ -81,9 +81,9 @@ func (p benchPeer) bootstrap() []byte {
                     "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
 `
 	}
-	if p.kind == kindHashlb || p.kind == kindNoop {
+	if p.kind == peerHashlb || p.kind == peerNoop {
 		module, value := "dist/hashlb.wasm", p.plugin
-		if p.kind == kindNoop {
+		if p.kind == peerNoop {
 			module, value = "dist/noop.wasm", []byte("{}")
 		}
 		quoted, _ := json.Marshal(string(value))
@@ -158,10 +158,10 @@ static_resources:
 `)
 }
 
-// hashlbPlugin is envoy.yaml's plugin configuration over the endpoints
+// peerPlugin is envoy.yaml's plugin configuration over the endpoints
 // (services s0, s1, …), with envoy.yaml's persistence on x-client-id when
 // persist is set.
-func hashlbPlugin(endpoints []string, persist bool) []byte {
+func peerPlugin(endpoints []string, persist bool) []byte {
 	var b strings.Builder
 	b.WriteString(`{"lbMethod": "URLHASH", "upstreamHeader": "x-envoy-original-dst-host", "upstreamCount": 3,`)
 	if persist {
@@ -178,9 +178,9 @@ func hashlbPlugin(endpoints []string, persist bool) []byte {
 	return []byte(b.String())
 }
 
-// manyEndpoints are n loopback addresses on one port (127.1.0.1:P,
+// peerEndpoints are n loopback addresses on one port (127.1.0.1:P,
 // 127.1.0.2:P, …), all answered by one StartFastBackendAny.
-func manyEndpoints(n, port int) []string {
+func peerEndpoints(n, port int) []string {
 	out := make([]string, n)
 	for i := range out {
 		out[i] = fmt.Sprintf("127.1.%d.%d:%d", i/250, i%250+1, port)
@@ -188,10 +188,10 @@ func manyEndpoints(n, port int) []string {
 	return out
 }
 
-// benchTargets are the request paths, the same for every peer: Zipf
+// peerTargets are the request paths, the same for every peer: Zipf
 // (s = 1.1) over 10⁵ keys, as e2e's scale benchmark draws them, so a few
 // paths are frequent and many rare.
-func benchTargets(count int) []string {
+func peerTargets(count int) []string {
 	rng := rand.New(rand.NewPCG(11, 12))
 	z := rand.NewZipf(rng, 1.1, 1, 100_000-1)
 	out := make([]string, count)
@@ -201,18 +201,18 @@ func benchTargets(count int) []string {
 	return out
 }
 
-// clientIDs is how many distinct x-client-id values the requests carry:
+// peerClientIDs is how many distinct x-client-id values the requests carry:
 // few, so the persistence row's lookups are hits after the first of each.
-const clientIDs = 64
+const peerClientIDs = 64
 
-// benchRequests renders the requests every peer is sent: the targets,
-// with a browser's usual headers and one of clientIDs client ids, and the
+// peerRequests renders the requests every peer is sent: the targets,
+// with a browser's usual headers and one of peerClientIDs client ids, and the
 // extra header of each when extra is not nil.
-func benchRequests(targets []string, extra func(target string) [2]string) [][]byte {
+func peerRequests(targets []string, extra func(target string) [2]string) [][]byte {
 	out := make([][]byte, len(targets))
 	for i, t := range targets {
 		h := [][2]string{{"User-Agent", "hashlb-bench/1"}, {"Accept", "application/json"},
-			{"X-Client-Id", fmt.Sprintf("client-%d", i%clientIDs)}}
+			{"X-Client-Id", fmt.Sprintf("client-%d", i%peerClientIDs)}}
 		if extra != nil {
 			h = append(h, extra(t))
 		}
@@ -221,11 +221,11 @@ func benchRequests(targets []string, extra func(target string) [2]string) [][]by
 	return out
 }
 
-// rankedHeader returns, for a target, the x-envoy-original-dst-host header
+// peerRankedHeader returns, for a target, the x-envoy-original-dst-host header
 // hashlb writes for it under plugin (its upstreamCount addresses, best
 // first, as lbcore ranks them): what the override_host row's client sends
 // itself, so that Envoy's part of steering is measured without Wasm.
-func rankedHeader(b testing.TB, plugin []byte) func(target string) [2]string {
+func peerRankedHeader(b testing.TB, plugin []byte) func(target string) [2]string {
 	cfg, err := lbcore.ParseConfig(plugin)
 	if err != nil {
 		b.Fatalf("plugin configuration: %v", err)
@@ -241,9 +241,9 @@ func rankedHeader(b testing.TB, plugin []byte) func(target string) [2]string {
 	}
 }
 
-// noopModule builds e2e/testdata/noop (the SDK's default contexts, no host
+// peerNoopModule builds e2e/testdata/noop (the SDK's default contexts, no host
 // call) for wasip1 into dir and returns its path.
-func noopModule(b testing.TB, dir string) string {
+func peerNoopModule(b testing.TB, dir string) string {
 	b.Helper()
 	root, err := envoyrun.RepoRoot()
 	if err != nil {

@@ -30,11 +30,11 @@ import (
 // separates a Wasm filter's fixed cost (V8 entry, contexts, the ABI's
 // callbacks) from hashlb's own.
 
-// perfCategories are the columns of the profile table, in order.
-var perfCategories = []string{"kernel", "envoy", "jit", "libc", "other"}
+// peerPerfCategories are the columns of the profile table, in order.
+var peerPerfCategories = []string{"kernel", "envoy", "jit", "libc", "other"}
 
-// perfCategory classifies one dso of perf report.
-func perfCategory(dso string) string {
+// peerPerfCategory classifies one dso of perf report.
+func peerPerfCategory(dso string) string {
 	switch {
 	case strings.HasPrefix(dso, "[kernel") || strings.HasPrefix(dso, "[vdso]"):
 		return "kernel"
@@ -49,8 +49,8 @@ func perfCategory(dso string) string {
 	return "other"
 }
 
-// perfWorks reports whether perf can sample a process here.
-func perfWorks() (string, error) {
+// peerPerfWorks reports whether perf can sample a process here.
+func peerPerfWorks() (string, error) {
 	perf, err := exec.LookPath("perf")
 	if err != nil {
 		return "", err
@@ -62,10 +62,10 @@ func perfWorks() (string, error) {
 	return perf, nil
 }
 
-// profilePeers samples every peer and returns the profile's table (or a
+// peerProfiles samples every peer and returns the profile's table (or a
 // line saying why there is none).
-func profilePeers(b *testing.B, runs []*peerRun) string {
-	perf, err := perfWorks()
+func peerProfiles(b *testing.B, runs []*peerRun) string {
+	perf, err := peerPerfWorks()
 	if err != nil {
 		return fmt.Sprintf("No profile: %v.\n\n", err)
 	}
@@ -88,7 +88,7 @@ func profilePeers(b *testing.B, runs []*peerRun) string {
 		if err := cmd.Wait(); err != nil {
 			return fmt.Sprintf("No profile: perf record: %v: %s\n\n", err, stderr.String())
 		}
-		mustAnswer(b, r, res)
+		peerAnswered(b, r, res)
 		out, err := exec.Command(perf, "report", "-i", file, "--stdio", "--sort", "dso", "-q", "--percent-limit", "0").CombinedOutput()
 		if err != nil {
 			return fmt.Sprintf("No profile: perf report: %v: %s\n\n", err, out)
@@ -104,7 +104,7 @@ func profilePeers(b *testing.B, runs []*peerRun) string {
 			if err != nil {
 				continue
 			}
-			r.prof[perfCategory(strings.Join(f[1:], " "))] += pct / 100
+			r.prof[peerPerfCategory(strings.Join(f[1:], " "))] += pct / 100
 		}
 		os.Remove(file)
 	}
@@ -114,19 +114,19 @@ func profilePeers(b *testing.B, runs []*peerRun) string {
 	for _, r := range runs {
 		cpu := peerMedian(r.cpuUs)
 		fmt.Fprintf(&sb, "| %s |", r.name)
-		for _, c := range perfCategories {
+		for _, c := range peerPerfCategories {
 			fmt.Fprintf(&sb, " %.1f (%.0f %%) |", r.prof[c]*cpu, r.prof[c]*100)
 		}
 		sb.WriteString("\n")
 	}
 	sb.WriteString("\n")
-	sb.WriteString(profileDiffs(runs))
+	sb.WriteString(peerProfileDiffs(runs))
 	return sb.String()
 }
 
-// profileDiffs is the table of differences between peers, category by
+// peerProfileDiffs is the table of differences between peers, category by
 // category (µs per request): where a row's extra CPU goes.
-func profileDiffs(runs []*peerRun) string {
+func peerProfileDiffs(runs []*peerRun) string {
 	by := map[string]*peerRun{}
 	for _, r := range runs {
 		by[r.key] = r
@@ -161,7 +161,7 @@ func profileDiffs(runs []*peerRun) string {
 	sb.WriteString("| difference | total | kernel | Envoy binary | V8-generated code | libc | other |\n|---|---|---|---|---|---|---|\n")
 	for _, d := range diffs {
 		fmt.Fprintf(&sb, "| %s |", d.what)
-		for _, c := range append([]string{"total"}, perfCategories...) {
+		for _, c := range append([]string{"total"}, peerPerfCategories...) {
 			v := 0.0
 			for _, k := range d.plus {
 				v += cat(k, c)

@@ -42,13 +42,13 @@ var (
 	peerOut      = flag.String("peers.out", "", "BenchmarkEnvoyPeers: also write the tables (Markdown) to this file")
 )
 
-// manyServices is the size of the large pool (hashlb's 10⁴ services, and
+// peerManyServices is the size of the large pool (hashlb's 10⁴ services, and
 // Maglev's 10⁴ endpoints beside it).
-const manyServices = 10000
+const peerManyServices = 10000
 
 // peerRun is one peer's Envoy during the benchmark and what was measured.
 type peerRun struct {
-	benchPeer
+	peerSpec
 	e    *envoyrun.Envoy
 	addr string
 	req  [][]byte // the requests it is sent
@@ -72,7 +72,7 @@ const (
 	pMaglevN   = "maglev-10k"
 	pOverrideN = "override_host-10k"
 	pHashlbN   = "hashlb-10k"
-	warmUpDur  = time.Second
+	peerWarmUp = time.Second
 )
 
 func BenchmarkEnvoyPeers(b *testing.B) {
@@ -90,25 +90,25 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 	bs := []*envoyrun.FastBackend{envoyrun.StartFastBackend(b, "b1"), envoyrun.StartFastBackend(b, "b2"), envoyrun.StartFastBackend(b, "b3")}
 	three := []string{bs[0].Addr, bs[1].Addr, bs[2].Addr}
 	anyB := envoyrun.StartFastBackendAny(b, 0)
-	many := manyEndpoints(manyServices, anyB.Port())
-	peers := []benchPeer{
-		{key: pLimit, name: "limit: round_robin, no Wasm", kind: kindRoundRobin, endpoints: three},
-		{key: pNoop, name: "no-op Wasm module + round_robin", kind: kindNoop, endpoints: three},
-		{key: pOverride, name: "override_host, header from the client, no Wasm", kind: kindOverride, endpoints: three},
-		{key: pRing, name: "ring_hash on :path", kind: kindRingHash, endpoints: three},
-		{key: pMaglev, name: "maglev on :path", kind: kindMaglev, endpoints: three},
-		{key: pHashlb, name: "hashlb URLHASH + override_host", kind: kindHashlb, endpoints: three, plugin: hashlbPlugin(three, false)},
-		{key: pPersist, name: "hashlb URLHASH + persistence (x-client-id, hits)", kind: kindHashlb, endpoints: three, plugin: hashlbPlugin(three, true)},
-		{key: pMaglevN, name: "maglev on :path, 10⁴ endpoints", kind: kindMaglev, endpoints: many},
-		{key: pOverrideN, name: "override_host, header from the client, no Wasm, 10⁴ endpoints", kind: kindOverride, endpoints: many},
-		{key: pHashlbN, name: "hashlb URLHASH, 10⁴ services", kind: kindHashlb, endpoints: many, plugin: hashlbPlugin(many, false)},
+	many := peerEndpoints(peerManyServices, anyB.Port())
+	peers := []peerSpec{
+		{key: pLimit, name: "limit: round_robin, no Wasm", kind: peerRoundRobin, endpoints: three},
+		{key: pNoop, name: "no-op Wasm module + round_robin", kind: peerNoop, endpoints: three},
+		{key: pOverride, name: "override_host, header from the client, no Wasm", kind: peerOverride, endpoints: three},
+		{key: pRing, name: "ring_hash on :path", kind: peerRingHash, endpoints: three},
+		{key: pMaglev, name: "maglev on :path", kind: peerMaglev, endpoints: three},
+		{key: pHashlb, name: "hashlb URLHASH + override_host", kind: peerHashlb, endpoints: three, plugin: peerPlugin(three, false)},
+		{key: pPersist, name: "hashlb URLHASH + persistence (x-client-id, hits)", kind: peerHashlb, endpoints: three, plugin: peerPlugin(three, true)},
+		{key: pMaglevN, name: "maglev on :path, 10⁴ endpoints", kind: peerMaglev, endpoints: many},
+		{key: pOverrideN, name: "override_host, header from the client, no Wasm, 10⁴ endpoints", kind: peerOverride, endpoints: many},
+		{key: pHashlbN, name: "hashlb URLHASH, 10⁴ services", kind: peerHashlb, endpoints: many, plugin: peerPlugin(many, false)},
 	}
-	targets := benchTargets(4096)
-	reqs := benchRequests(targets, nil)
+	targets := peerTargets(4096)
+	reqs := peerRequests(targets, nil)
 	// The override_host rows' client sends the header hashlb would write.
 	overrideReqs := map[int][][]byte{
-		3:            benchRequests(targets, rankedHeader(b, hashlbPlugin(three, false))),
-		manyServices: benchRequests(targets, rankedHeader(b, hashlbPlugin(many, false))),
+		3:                peerRequests(targets, peerRankedHeader(b, peerPlugin(three, false))),
+		peerManyServices: peerRequests(targets, peerRankedHeader(b, peerPlugin(many, false))),
 	}
 	var out strings.Builder
 	distinct := map[string]bool{}
@@ -116,10 +116,10 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 		distinct[t] = true
 	}
 	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (%d distinct paths, Zipf s = 1.1 over 10⁵), %d client ids\n\n",
-		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), len(distinct), clientIDs)
+		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), len(distinct), peerClientIDs)
 	b.ResetTimer()
 	for _, bin := range bins {
-		out.WriteString(benchVersion(b, bin, peers, targets, reqs, overrideReqs))
+		out.WriteString(peerVersion(b, bin, peers, targets, reqs, overrideReqs))
 	}
 	b.StopTimer()
 	fmt.Printf("\n%s", out.String())
@@ -130,9 +130,9 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 	}
 }
 
-// benchVersion measures every peer in one Envoy version and returns its
+// peerVersion measures every peer in one Envoy version and returns its
 // table.
-func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets []string, reqs [][]byte, overrideReqs map[int][][]byte) string {
+func peerVersion(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []string, reqs [][]byte, overrideReqs map[int][][]byte) string {
 	ctx := context.Background()
 	start := time.Now()
 	stage := func(format string, a ...any) {
@@ -143,17 +143,17 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 	stage("starting %d Envoys", len(peers))
 	for i, p := range peers {
 		dir := envoyrun.WorkDir(b)
-		if p.kind == kindNoop {
-			if err := os.Symlink(noopModule(b, b.TempDir()), dir+"/dist/noop.wasm"); err != nil {
+		if p.kind == peerNoop {
+			if err := os.Symlink(peerNoopModule(b, b.TempDir()), dir+"/dist/noop.wasm"); err != nil {
 				b.Fatal(err)
 			}
 		}
 		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
-		r := &peerRun{benchPeer: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
-		if p.kind == kindOverride {
+		r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
+		if p.kind == peerOverride {
 			r.req = overrideReqs[len(p.endpoints)]
 		}
-		checkPeer(b, r, targets)
+		peerCheck(b, r, targets)
 		runs[i], byKey[p.key] = r, r
 	}
 	defer func() {
@@ -167,12 +167,12 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 	stage("warm-up")
 	var rate float64
 	for _, r := range runs {
-		res := loadgen.Closed(ctx, r.addr, r.req, *peerConns, warmUpDur)
-		mustAnswer(b, r, res)
+		res := loadgen.Closed(ctx, r.addr, r.req, *peerConns, peerWarmUp)
+		peerAnswered(b, r, res)
 		if r.key == pLimit {
 			rate = *peerRate * res.RPS()
 		}
-		r.rss = rssMB(r.e.Pid())
+		r.rss = peerRSS(r.e.Pid())
 	}
 	cx0 := map[*peerRun]int64{}
 	for _, r := range runs {
@@ -193,7 +193,7 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 			if err != nil {
 				b.Fatal(err)
 			}
-			mustAnswer(b, r, res)
+			peerAnswered(b, r, res)
 			r.rps = append(r.rps, res.RPS())
 			r.cpuUs = append(r.cpuUs, float64((cpu1-cpu0).Microseconds())/float64(res.Requests))
 		}
@@ -216,40 +216,40 @@ func benchVersion(b *testing.B, bin envoyrun.Binary, peers []benchPeer, targets 
 	var profNote string
 	if *peerProfile {
 		stage("profiles")
-		profNote = profilePeers(b, runs)
+		profNote = peerProfiles(b, runs)
 	}
 	return peerTable(bin, runs, byKey, rate) + profNote
 }
 
 func peerUs(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-// mustAnswer fails the benchmark when a run had any error: a figure of a
+// peerAnswered fails the benchmark when a run had any error: a figure of a
 // proxy that refuses requests would be a figure of its error path.
-func mustAnswer(b *testing.B, r *peerRun, res loadgen.Result) {
+func peerAnswered(b *testing.B, r *peerRun, res loadgen.Result) {
 	b.Helper()
 	if res.Errors > 0 || res.Requests == 0 {
 		b.Fatalf("%s: %d of %d requests failed: %v\n%s", r.name, res.Errors, res.Requests+res.Errors, res.FirstErr, r.e.LogTail(20))
 	}
 }
 
-// checkPeer sends the benchmark's requests for 8 distinct paths through
+// peerCheck sends the benchmark's requests for 8 distinct paths through
 // the peer: each must be answered 200; in hashlb's rows by the service
 // lbcore ranks first, in the override_host rows by the first address of
 // the client's header, in ring_hash's and maglev's by the same backend
 // twice; and, but for round robin, not all by one backend (the backends
 // name themselves in X-Backend: b1…b3, or the address for the 10⁴ pool).
-func checkPeer(b *testing.B, r *peerRun, targets []string) {
+func peerCheck(b *testing.B, r *peerRun, targets []string) {
 	b.Helper()
 	var want func(target string) string
 	switch r.kind {
-	case kindHashlb:
+	case peerHashlb:
 		cfg := pluginConfigs(b, r.bootstrap())[0]
 		want = func(t string) string {
 			d := lbcore.NewBalancer(cfg, 0).Decide(&lbcore.Request{Target: t, Authority: "shop.example.com", Method: "GET"}, time.Now())
 			return cfg.Services[d.At(0)].Address
 		}
-	case kindOverride:
-		rank := rankedHeader(b, hashlbPlugin(r.endpoints, false))
+	case peerOverride:
+		rank := peerRankedHeader(b, peerPlugin(r.endpoints, false))
 		want = func(t string) string { first, _, _ := strings.Cut(rank(t)[1], ","); return first }
 	}
 	get := func(i int) string {
@@ -290,7 +290,7 @@ func checkPeer(b *testing.B, r *peerRun, targets []string) {
 			if w := want(t); got != w {
 				b.Fatalf("%s: GET %s went to %s, want %s", r.name, t, got, w)
 			}
-		case r.kind == kindRingHash || r.kind == kindMaglev:
+		case r.kind == peerRingHash || r.kind == peerMaglev:
 			// Hashing on :path: the same path, on another connection (maybe
 			// another worker), reaches the same backend.
 			if again := get(i); again != got {
@@ -298,13 +298,13 @@ func checkPeer(b *testing.B, r *peerRun, targets []string) {
 			}
 		}
 	}
-	if r.kind != kindRoundRobin && r.kind != kindNoop && len(seen) < 2 {
+	if r.kind != peerRoundRobin && r.kind != peerNoop && len(seen) < 2 {
 		b.Fatalf("%s: 8 distinct paths all went to %v", r.name, seen)
 	}
 }
 
-// rssMB is a process's resident set (VmRSS) in MB, 0 when unreadable.
-func rssMB(pid int) float64 {
+// peerRSS is a process's resident set (VmRSS) in MB, 0 when unreadable.
+func peerRSS(pid int) float64 {
 	s, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
