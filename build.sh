@@ -7,7 +7,8 @@
 #          for e2e/envoy (HASHLB_ENVOY=/path/to/envoy tests that one instead)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
-#   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing);
+#   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing),
+#          then hashlb against Envoy's own load balancers in real Envoy (installs Envoy as test does, and perf);
 #          bench REGEX: the Go benchmarks matching REGEX, with -benchmem
 #   oci    pack dist/hashlb.wasm as an OCI image layout in dist/oci (Istio's WasmPlugin format)
 #   controller  build dist/hashlb-controller (its own Go module, cmd/hashlb-controller) and run it
@@ -165,6 +166,16 @@ bench)
 	echo "bench: building, then every ratio, round by round (about 7 minutes)"
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 60m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
+	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), and the cost of
+	# a reconfiguration there: every BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version).
+	envoy_bins
+	if ! command -v perf >/dev/null; then
+		echo "bench: installing perf (Debian's linux-perf) for the Envoy profile" >&2
+		apt_install linux-perf || echo "bench: no perf: the Envoy table comes without its profile" >&2
+	fi
+	echo "bench: hashlb against Envoy's round_robin, ring_hash and maglev, in real Envoy"
+	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 60m -peers.out="$PWD/dist/envoy-peers.md"
+	echo "Envoy peer table also written to dist/envoy-peers.md"
 	;;
 oci)
 	wasm
