@@ -101,6 +101,10 @@ type listenerSpec struct {
 	// (INVITE) before any filter runs. The shipped bootstraps leave it
 	// unset.
 	customMethods bool
+	// useRemoteAddress sets the connection manager's use_remote_address:
+	// the downstream address is then the connection's peer (appended to
+	// x-forwarded-for), not the last x-forwarded-for entry.
+	useRemoteAddress bool
 }
 
 func (l listenerSpec) build(t testing.TB) obj {
@@ -126,6 +130,9 @@ func (l listenerSpec) build(t testing.TB) obj {
 			"routes": []any{obj{"match": obj{"prefix": "/"}, "route": route}},
 		}}},
 		"http_filters": []any{wasm, obj{"name": "envoy.filters.http.router", "typed_config": obj{"@type": routerType}}},
+	}
+	if l.useRemoteAddress {
+		hcm["use_remote_address"] = true
 	}
 	if l.customMethods {
 		hcm["http_protocol_options"] = obj{"allow_custom_methods": true}

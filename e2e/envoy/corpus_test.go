@@ -177,7 +177,10 @@ type corpusListener struct {
 // bootstraps: their HTTP connection manager (no allow_custom_methods)
 // answers a SIP-style INVITE over HTTP/1.1 with 400 before hashlb runs; and
 // an ORIGINAL_DST cluster given a list of addresses (upstreamCount 2) does
-// not route it.
+// not route it. And one the emulators do not model: under a connection
+// manager without use_remote_address (the shipped bootstraps), Envoy gives
+// the filter the client's last x-forwarded-for address, port 0, as
+// source.address; with use_remote_address, the connection's peer.
 func TestCorpusThroughEnvoy(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
@@ -210,11 +213,16 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			}
 		}
 		urlhash := corpus.Configs[0].Complete(services) // URLHASH, upstreamCount 2
+		srcPort := corpus.Configs[5].Complete(services) // SRCIPSRCPORTHASH
 		specs = append(specs,
 			listenerSpec{name: "shipped_methods", addrs: addrs[:1], rootID: "shipped_methods", config: urlhash,
 				cluster: clusterOf[overrideHost], retries: true},
 			listenerSpec{name: "original_dst_list", addrs: addrs[:1], rootID: "original_dst_list", config: urlhash,
-				cluster: clusterOf[originalDst]})
+				cluster: clusterOf[originalDst]},
+			listenerSpec{name: "xff_default", addrs: addrs[:1], rootID: "xff_default", config: srcPort,
+				cluster: clusterOf[overrideHost]},
+			listenerSpec{name: "xff_remote", addrs: addrs[:1], rootID: "xff_remote", config: srcPort,
+				cluster: clusterOf[overrideHost], useRemoteAddress: true})
 		yaml := bootstrap{listeners: specs, clusters: []obj{
 			overrideHost.cluster(t, clusterOf[overrideHost], endpoints(bs)),
 			originalDst.cluster(t, clusterOf[originalDst], nil),
@@ -240,6 +248,32 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			w.method = "GET"
 			if a, err := send(w); err != nil || a.status != 200 || a.backend == "" {
 				t.Errorf("GET on the same listener: %+v, %v; want 200 from a backend", a, err)
+			}
+		})
+
+		t.Run("source.address and x-forwarded-for", func(t *testing.T) {
+			c, err := lbcore.ParseConfig(srcPort)
+			if err != nil || c.LBMethod != lbcore.MethodSrcIPSrcPortHash {
+				t.Fatalf("corpus config 5 is not SRCIPSRCPORTHASH: %v", err)
+			}
+			for _, l := range []struct {
+				name string
+				xff  bool // source.address is the x-forwarded-for address, port 0
+			}{{"xff_default", true}, {"xff_remote", false}} {
+				w := wire{srcIP: "127.0.0.1", dst: e.MustListener(t, l.name), method: "GET", target: "/", host: "example.com",
+					headers: [][2]string{{"x-forwarded-for", "192.0.2.7"}}}
+				a, err := send(w)
+				if err != nil {
+					t.Fatal(err)
+				}
+				src, reason := a.src, lbcore.ReasonHash
+				if l.xff {
+					src, reason = "192.0.2.7:0", lbcore.ReasonBackup
+				}
+				want := corpus.Oracle(lbcore.NewBalancer(c, 0), corpus.Request{Headers: [][2]string{{":path", "/"}, {":authority", "example.com"}}, Source: src, Dest: w.dst})
+				if err := checkAnswer(c, want, false, a, byAddr); err != nil || want.Reason != reason {
+					t.Errorf("%s: SRCIPSRCPORTHASH from %s with x-forwarded-for 192.0.2.7: %v (lbcore's reason for source %s: %s, want %s)", l.name, a.src, err, src, want.Reason, reason)
+				}
 			}
 		})
 
