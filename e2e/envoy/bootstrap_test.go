@@ -138,7 +138,10 @@ func (l listenerSpec) build(t testing.TB) obj {
 		hcm["http_protocol_options"] = obj{"allow_custom_methods": true}
 	}
 	ln := obj{
-		"name":          l.name,
+		"name": l.name,
+		// Its stats are listener.<name>.*, per worker
+		// listener.<name>.worker_<n>.*, whatever port the kernel chose.
+		"stat_prefix":   l.name,
 		"address":       sockAddr(t, l.addrs[0]),
 		"filter_chains": []any{obj{"filters": []any{obj{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}}}},
 	}
@@ -216,6 +219,10 @@ func (b bootstrap) yaml(t testing.TB) []byte {
 		"admin":            obj{"address": sockAddr(t, "127.0.0.1:0")},
 		"static_resources": obj{"listeners": ls, "clusters": cs},
 	}
+	// A file subscription (ECDS, LDS) needs the node's id and cluster:
+	// without them Envoy refuses the bootstrap ("node 'id' and 'cluster' are
+	// required").
+	doc["node"] = obj{"id": "hashlb-test", "cluster": "hashlb-test"}
 	if b.ldsPath != "" {
 		doc["dynamic_resources"] = obj{"lds_config": obj{"resource_api_version": "V3", "path_config_source": obj{"path": b.ldsPath}}}
 	}
