@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
@@ -315,4 +316,18 @@ func endpoints(bs []*envoyrun.Backend) []string {
 		out = append(out, b.Addr)
 	}
 	return out
+}
+
+// envoyReady is how long these tests wait for an Envoy to be ready: V8
+// compiles the 5 MB module first, which takes tens of seconds on a loaded
+// two-core machine.
+const envoyReady = 3 * time.Minute
+
+// startEnvoy is envoyrun.Start with envoyReady.
+func startEnvoy(t testing.TB, bin envoyrun.Binary, o envoyrun.Options) *envoyrun.Envoy {
+	t.Helper()
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = envoyReady
+	}
+	return envoyrun.Start(t, bin, o)
 }

@@ -227,7 +227,7 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			overrideHost.cluster(t, clusterOf[overrideHost], endpoints(bs)),
 			originalDst.cluster(t, clusterOf[originalDst], nil),
 		}}.yaml(t)
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)})
+		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)})
 		reqs := corpus.Requests(corpusPerConfig)
 		for _, cl := range cls {
 			t.Run(cl.mode.String()+"/"+cl.cc.Name, func(t *testing.T) {

@@ -327,6 +327,16 @@ var threadRE = regexp.MustCompile(`^\[[^]]+\]\[([0-9]+)\]`)
 
 const persistWorkers = 4
 
+// vmStats is Envoy's count of V8 VMs created so far and alive now.
+func vmStats(t testing.TB, e *envoyrun.Envoy) [2]int64 {
+	t.Helper()
+	s, err := e.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [2]int64{s["wasm.envoy.wasm.runtime.v8.created"], s["wasm.envoy.wasm.runtime.v8.active"]}
+}
+
 // TestPersistenceAcrossECDS: the Wasm filter comes from an ECDS file, as
 // configs/envoy-ecds.yaml loads it, replaced the way hashlb-controller
 // -ecds-dir writes it. Keys placed by any worker are served by every other;
@@ -345,7 +355,7 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 				cluster: "hashlb_upstream", retries: true}},
 			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
+		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		o := &persistOracle{}
 		o.configure(t, persistConfig(bs, false, ""))
 		r := &persistRun{k: &keyClient{e: e, addr: e.MustListener(t, "hashlb_listener"), listener: "hashlb_listener", o: o}, keys: keys(40)}
@@ -353,11 +363,13 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 
 		four, three := "hashlb: URLHASH over 4 services", "hashlb: URLHASH over 3 services"
 		before := strings.Count(e.Log(), four)
+		vms := vmStats(t, e)
 		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, true, "")))
 		o.configure(t, persistConfig(bs, true, ""))
 		n, threads := waitConfigured(t, e, four, before, persistWorkers)
 		t.Logf("ECDS update: hashlb's on_configure ran %d times on %d threads (%d workers), ecds reloads %d", n, threads, persistWorkers,
 			e.Stat(t, "extension_config_discovery.http_filter.hashlb.config_reload"))
+		t.Logf("V8 VMs (created, active) before the update %v, after %v", vms, vmStats(t, e))
 		r.serveAll(t, "ecds", true)
 
 		gone := r.owner[r.keys[0]]
@@ -397,7 +409,7 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		}
 		writeAtomic(t, lds, ldsFile(t, "1", listener(persistConfig(bs, false, ""))))
 		yaml := bootstrap{clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
+		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		deadline := time.Now().Add(20 * time.Second)
 		for {
 			if _, err := e.Listener("hashlb_listener"); err == nil {
@@ -414,12 +426,14 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 
 		four, three := "hashlb: URLHASH over 4 services", "hashlb: URLHASH over 3 services"
 		before := strings.Count(e.Log(), four)
+		vms := vmStats(t, e)
 		writeAtomic(t, lds, ldsFile(t, "2", listener(persistConfig(bs, true, ""))))
 		o.configure(t, persistConfig(bs, true, ""))
 		n, threads := waitConfigured(t, e, four, before, persistWorkers)
 		t.Logf("LDS update: hashlb's on_configure ran %d times on %d threads (%d workers); lds update_success %d, listener_in_place_updated %d",
 			n, threads, persistWorkers, e.Stat(t, "listener_manager.lds.update_success"), e.Stat(t, "listener_manager.listener_in_place_updated"))
 		r.k.counts = nil // a new listener may count afresh
+		t.Logf("V8 VMs (created, active) before the update %v, after %v", vms, vmStats(t, e))
 		r.serveAll(t, "lds", true)
 
 		gone := r.owner[r.keys[0]]
