@@ -175,7 +175,8 @@ type corpusListener struct {
 //
 // Beside the corpus, two facts of Envoy a user meets with the shipped
 // bootstraps: their HTTP connection manager (no allow_custom_methods)
-// answers a SIP-style INVITE over HTTP/1.1 with 400 before hashlb runs; and
+// answers a SIP-style INVITE over HTTP/1.1 with 400 before hashlb runs (and
+// an HTTP/1.1 request without Host); and
 // an ORIGINAL_DST cluster given a list of addresses (upstreamCount 2) does
 // not route it. And one the emulators do not model: under a connection
 // manager without use_remote_address (the shipped bootstraps), Envoy gives
@@ -235,7 +236,7 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			})
 		}
 
-		t.Run("INVITE without allow_custom_methods", func(t *testing.T) {
+		t.Run("INVITE without allow_custom_methods, and no Host", func(t *testing.T) {
 			w := wire{srcIP: "127.0.0.1", dst: e.MustListener(t, "shipped_methods"), method: "INVITE", target: "/call", host: "sip.example.com",
 				headers: [][2]string{{"call-id", "a84b4c76e66710@pc33.example.com"}}}
 			a, err := send(w)
@@ -248,6 +249,11 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			w.method = "GET"
 			if a, err := send(w); err != nil || a.status != 200 || a.backend == "" {
 				t.Errorf("GET on the same listener: %+v, %v; want 200 from a backend", a, err)
+			}
+			// And an HTTP/1.1 request without Host, which toWire never sends.
+			w.host = ""
+			if a, err := send(w); err != nil || a.status != 400 || a.backend != "" {
+				t.Errorf("GET without Host: %+v, %v; want Envoy's own 400", a, err)
 			}
 		})
 

@@ -327,6 +327,24 @@ var threadRE = regexp.MustCompile(`^\[[^]]+\]\[([0-9]+)\]`)
 
 const persistWorkers = 4
 
+// configureCalls is how many times Envoy calls on_configure for a new
+// plugin configuration (measured in both versions): once in the
+// configuration canary (a VM cloned on the main thread for the check, then
+// dropped), once in the main thread's VM and once in each worker's. Waiting
+// for all of them means every worker runs the new configuration.
+const configureCalls = persistWorkers + 2
+
+// checkVMsReused checks that a new configuration made one VM only, the
+// canary's, and left as many alive: every thread runs the new plugin in the
+// VM it had, so the VM's memory (and hashlb's state in it) lives on.
+func checkVMsReused(t testing.TB, before, after [2]int64) {
+	t.Helper()
+	t.Logf("V8 VMs (created, active): before the update %v, after %v", before, after)
+	if after[0] != before[0]+1 || after[1] != before[1] {
+		t.Errorf("V8 VMs (created, active) went from %v to %v: want one more created (the canary) and as many alive", before, after)
+	}
+}
+
 // vmStats is Envoy's count of V8 VMs created so far and alive now.
 func vmStats(t testing.TB, e *envoyrun.Envoy) [2]int64 {
 	t.Helper()
@@ -366,17 +384,20 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 		vms := vmStats(t, e)
 		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, true, "")))
 		o.configure(t, persistConfig(bs, true, ""))
-		n, threads := waitConfigured(t, e, four, before, persistWorkers)
+		n, threads := waitConfigured(t, e, four, before, configureCalls)
+		if threads != persistWorkers+1 {
+			t.Errorf("on_configure ran on %d threads, want the main thread and %d workers", threads, persistWorkers)
+		}
 		t.Logf("ECDS update: hashlb's on_configure ran %d times on %d threads (%d workers), ecds reloads %d", n, threads, persistWorkers,
 			e.Stat(t, "extension_config_discovery.http_filter.hashlb.config_reload"))
-		t.Logf("V8 VMs (created, active) before the update %v, after %v", vms, vmStats(t, e))
+		checkVMsReused(t, vms, vmStats(t, e))
 		r.serveAll(t, "ecds", true)
 
 		gone := r.owner[r.keys[0]]
 		before = strings.Count(e.Log(), three)
 		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, true, gone)))
 		o.configure(t, persistConfig(bs, true, gone))
-		waitConfigured(t, e, three, before, persistWorkers)
+		waitConfigured(t, e, three, before, configureCalls)
 		r.afterRemoval(t, gone)
 	})
 }
@@ -429,18 +450,21 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		vms := vmStats(t, e)
 		writeAtomic(t, lds, ldsFile(t, "2", listener(persistConfig(bs, true, ""))))
 		o.configure(t, persistConfig(bs, true, ""))
-		n, threads := waitConfigured(t, e, four, before, persistWorkers)
+		n, threads := waitConfigured(t, e, four, before, configureCalls)
+		if threads != persistWorkers+1 {
+			t.Errorf("on_configure ran on %d threads, want the main thread and %d workers", threads, persistWorkers)
+		}
 		t.Logf("LDS update: hashlb's on_configure ran %d times on %d threads (%d workers); lds update_success %d, listener_in_place_updated %d",
 			n, threads, persistWorkers, e.Stat(t, "listener_manager.lds.update_success"), e.Stat(t, "listener_manager.listener_in_place_updated"))
 		r.k.counts = nil // a new listener may count afresh
-		t.Logf("V8 VMs (created, active) before the update %v, after %v", vms, vmStats(t, e))
+		checkVMsReused(t, vms, vmStats(t, e))
 		r.serveAll(t, "lds", true)
 
 		gone := r.owner[r.keys[0]]
 		before = strings.Count(e.Log(), three)
 		writeAtomic(t, lds, ldsFile(t, "3", listener(persistConfig(bs, true, gone))))
 		o.configure(t, persistConfig(bs, true, gone))
-		waitConfigured(t, e, three, before, persistWorkers)
+		waitConfigured(t, e, three, before, configureCalls)
 		r.k.counts = nil
 		r.afterRemoval(t, gone)
 	})
