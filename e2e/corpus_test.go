@@ -6,7 +6,8 @@ package e2e
 // write. lbcore is the oracle: a hash decision must be exactly lbcore's, and
 // the same on every host; a decision that depends on per-worker state or a
 // random seed (round robin, least connection, backups) must name configured,
-// enabled services.
+// enabled services. The corpus itself is internal/corpus; e2e/envoy sends it
+// through real Envoy (TestCorpusThroughEnvoy).
 
 import (
 	"context"
