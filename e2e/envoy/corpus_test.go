@@ -181,7 +181,9 @@ type corpusListener struct {
 // not route it. And one the emulators do not model: under a connection
 // manager without use_remote_address (the shipped bootstraps), Envoy gives
 // the filter the client's last x-forwarded-for address, port 0, as
-// source.address; with use_remote_address, the connection's peer.
+// source.address; with use_remote_address, the connection's peer, and Envoy
+// appends a hop to x-forwarded-for before hashlb reads it, so that
+// trustedForwardedHops 1 reads Envoy's hop.
 func TestCorpusThroughEnvoy(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
@@ -215,6 +217,7 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 		}
 		urlhash := corpus.Configs[0].Complete(services) // URLHASH, upstreamCount 2
 		srcPort := corpus.Configs[5].Complete(services) // SRCIPSRCPORTHASH
+		srcHops := corpus.Configs[3].Complete(services) // SOURCEIPHASH, trustedForwardedHops 1
 		specs = append(specs,
 			listenerSpec{name: "shipped_methods", addrs: addrs[:1], rootID: "shipped_methods", config: urlhash,
 				cluster: clusterOf[overrideHost], retries: true},
@@ -223,6 +226,8 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 			listenerSpec{name: "xff_default", addrs: addrs[:1], rootID: "xff_default", config: srcPort,
 				cluster: clusterOf[overrideHost]},
 			listenerSpec{name: "xff_remote", addrs: addrs[:1], rootID: "xff_remote", config: srcPort,
+				cluster: clusterOf[overrideHost], useRemoteAddress: true},
+			listenerSpec{name: "xff_remote_hops", addrs: addrs[:1], rootID: "xff_remote_hops", config: srcHops,
 				cluster: clusterOf[overrideHost], useRemoteAddress: true})
 		yaml := bootstrap{listeners: specs, clusters: []obj{
 			overrideHost.cluster(t, clusterOf[overrideHost], endpoints(bs)),
@@ -281,6 +286,54 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 					t.Errorf("%s: SRCIPSRCPORTHASH from %s with x-forwarded-for 192.0.2.7: %v (lbcore's reason for source %s: %s, want %s)", l.name, a.src, err, src, want.Reason, reason)
 				}
 			}
+		})
+
+		t.Run("use_remote_address appends to x-forwarded-for", func(t *testing.T) {
+			// With use_remote_address Envoy appends a hop to the client's
+			// x-forwarded-for before any filter runs (for a loopback peer,
+			// the host's own address, not the loopback peer's, and without a
+			// space: ConnectionManagerUtility::mutateRequestHeaders), so
+			// trustedForwardedHops 1 reads Envoy's hop, not the client's.
+			c, err := lbcore.ParseConfig(srcHops)
+			if err != nil || c.LBMethod != lbcore.MethodSourceIPHash {
+				t.Fatalf("corpus config 3 is not SOURCEIPHASH: %v", err)
+			}
+			dst := e.MustListener(t, "xff_remote_hops")
+			get := func(client string) (answer, []string) {
+				a, err := send(wire{srcIP: "127.0.0.1", dst: dst, method: "GET", target: "/", host: "example.com",
+					headers: [][2]string{{"x-forwarded-for", client}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return a, a.echo.Header["X-Forwarded-For"]
+			}
+			decide := func(xff, src string) *lbcore.Decision {
+				d := corpus.Oracle(lbcore.NewBalancer(c, 0), corpus.Request{Headers: [][2]string{{":path", "/"}, {":authority", "example.com"}, {"x-forwarded-for", xff}}, Source: src, Dest: dst})
+				return &d
+			}
+			a, xff := get("198.51.0.7")
+			t.Logf("x-forwarded-for as the filter and the upstream see it: %q", xff)
+			parts := strings.Split(strings.Join(xff, ","), ",")
+			if len(xff) != 1 || len(parts) != 2 || parts[0] != "198.51.0.7" {
+				t.Fatalf("x-forwarded-for %q: want the client's 198.51.0.7 and Envoy's hop after it", xff)
+			}
+			hop := strings.TrimSpace(parts[1])
+			// A client whose own address lbcore would send elsewhere than
+			// Envoy's hop, so that the answer tells which one was read.
+			for n := 1; n < 64; n++ {
+				client := fmt.Sprintf("198.51.%d.7", n)
+				if decide(client, a.src).At(0) != decide(hop, a.src).At(0) {
+					a, xff = get(client)
+					if err := checkAnswer(c, *decide(strings.Join(xff, ","), a.src), false, a, byAddr); err != nil {
+						t.Errorf("SOURCEIPHASH (trustedForwardedHops 1) behind use_remote_address: %v", err)
+					}
+					if a.backend == c.Services[decide(client, a.src).At(0)].Name {
+						t.Errorf("trustedForwardedHops 1 read the client's %s behind use_remote_address, not Envoy's hop %s", client, hop)
+					}
+					return
+				}
+			}
+			t.Fatal("no client address hashes apart from Envoy's hop")
 		})
 
 		t.Run("ORIGINAL_DST with upstreamCount 2", func(t *testing.T) {
