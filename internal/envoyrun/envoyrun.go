@@ -140,6 +140,10 @@ type Options struct {
 	LogLevel string
 	// Args are more command-line arguments.
 	Args []string
+	// ReadyTimeout is how long Launch waits for /ready (default 60 s). V8
+	// compiles the module before the first listener is ready: about 17 s
+	// per Envoy on a 2-core machine at load average 20.
+	ReadyTimeout time.Duration
 }
 
 // Envoy is one running Envoy process.
@@ -182,7 +186,7 @@ var seq struct {
 }
 
 // Launch starts Envoy and waits until its admin API answers /ready with
-// LIVE. An Envoy that exits first, or is not ready within 60 s, is an error
+// LIVE. An Envoy that exits first, or is not ready within o.ReadyTimeout, is an error
 // carrying the tail of its log.
 func Launch(bin Binary, o Options) (*Envoy, error) {
 	if o.Dir == "" {
@@ -217,7 +221,10 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 		return nil, err
 	}
 	go func() { e.exitErr = e.cmd.Wait(); close(e.done) }()
-	deadline := time.Now().Add(60 * time.Second)
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 60 * time.Second
+	}
+	deadline := time.Now().Add(o.ReadyTimeout)
 	for {
 		select {
 		case <-e.done:
@@ -232,7 +239,7 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 		}
 		if time.Now().After(deadline) {
 			e.Kill()
-			return nil, fmt.Errorf("envoy %s not ready after 60s\n%s", bin.Version, e.LogTail(40))
+			return nil, fmt.Errorf("envoy %s not ready after %v\n%s", bin.Version, o.ReadyTimeout, e.LogTail(40))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

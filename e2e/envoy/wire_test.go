@@ -1,0 +1,138 @@
+package envoy
+
+// Sending corpus requests to Envoy over real HTTP/1.1: one fresh TCP
+// connection per request, from a chosen loopback source address, the
+// request written byte for byte (so that an absolute-form target, a missing
+// Host, duplicate headers and custom methods reach Envoy as the corpus has
+// them), the answer read with net/http.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/envoyrun"
+)
+
+// wire is one request as sent: from srcIP to listener address dst.
+type wire struct {
+	srcIP, dst string
+	method     string
+	target     string
+	host       string // Host header; "" sends none
+	headers    [][2]string
+}
+
+// bytes is the HTTP/1.1 request.
+func (w wire) bytes() []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\n", w.method, w.target)
+	if w.host != "" {
+		fmt.Fprintf(&b, "Host: %s\r\n", w.host)
+	}
+	for _, kv := range w.headers {
+		fmt.Fprintf(&b, "%s: %s\r\n", kv[0], kv[1])
+	}
+	b.WriteString("\r\n")
+	return []byte(b.String())
+}
+
+// seen is the request as the filter sees it in Envoy, for the oracle: the
+// headers sent, :authority from Host, :path the target as sent, each
+// absolute-form target split as Envoy's HTTP/1 codec does
+// (corpus.AsEnvoyDecodes), and the connection's real addresses: src, the
+// client's address and port Envoy accepted (the dialer's local address),
+// and dst, the listener's.
+func (w wire) seen(peer string) corpus.Request {
+	hs := [][2]string{{":method", w.method}, {":scheme", "http"}}
+	if w.host != "" {
+		hs = append(hs, [2]string{":authority", w.host})
+	}
+	hs = append(hs, [2]string{":path", w.target})
+	hs = append(hs, w.headers...)
+	return corpus.AsEnvoyDecodes([]corpus.Request{{Headers: hs, Source: envoySource(hs, peer), Dest: w.dst}})[0]
+}
+
+// envoySource is the source.address Envoy gives a filter for a request
+// with headers hs from peer, under an HTTP connection manager without
+// use_remote_address (envoy.yaml's, and every bootstrap here): Envoy takes
+// the downstream address from the last x-forwarded-for entry when it is an
+// IP address, with port 0, and keeps the peer's only otherwise
+// (ConnectionManagerUtility::mutateRequestHeaders, "If we are not using
+// remote address, attempt to pull a valid IPv4 or IPv6 address out of XFF",
+// source/common/http/conn_manager_utility.cc in envoyproxy/envoy, and
+// Utility::getLastAddressFromXFF with xff_num_trusted_hops 0).
+func envoySource(hs [][2]string, peer string) string {
+	xff := corpus.HeaderValues(hs, "x-forwarded-for")
+	if len(xff) == 0 {
+		return peer
+	}
+	last := strings.TrimSpace(xff[len(xff)-1][strings.LastIndexByte(xff[len(xff)-1], ',')+1:])
+	ip := net.ParseIP(last)
+	if ip == nil {
+		return peer
+	}
+	return net.JoinHostPort(ip.String(), "0")
+}
+
+// answer is what the client got back.
+type answer struct {
+	status  int
+	backend string // X-Backend: the echo backend that answered ("" for Envoy's own reply)
+	debug   string // x-hashlb-decision
+	body    string
+	echo    envoyrun.Echo // what the backend received (when backend != "")
+	src     string        // the connection's client address as Envoy saw it
+}
+
+// outcome is the answer in the corpus's terms: the upstream and service
+// headers as the upstream received them.
+func (a answer) outcome() corpus.Outcome {
+	if a.backend == "" {
+		return corpus.Outcome{Status: a.status, Body: a.body, Debug: a.debug}
+	}
+	return corpus.Outcome{
+		Upstream: a.echo.Header[http.CanonicalHeaderKey("x-envoy-original-dst-host")],
+		Service:  a.echo.Header[http.CanonicalHeaderKey("x-hashlb-service")],
+		Debug:    a.debug,
+	}
+}
+
+// send sends w on a new connection and reads the answer.
+func send(w wire) (answer, error) {
+	var a answer
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(w.srcIP)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", w.dst)
+	if err != nil {
+		return a, err
+	}
+	defer c.Close()
+	a.src = c.LocalAddr().String()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(w.bytes()); err != nil {
+		return a, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: w.method})
+	if err != nil {
+		return a, fmt.Errorf("reading the answer: %w", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return a, fmt.Errorf("reading the body: %w", err)
+	}
+	a.status, a.body = resp.StatusCode, string(body)
+	a.backend, a.debug = resp.Header.Get("X-Backend"), resp.Header.Get("x-hashlb-decision")
+	if a.backend != "" {
+		if err := json.Unmarshal(body, &a.echo); err != nil {
+			return a, fmt.Errorf("backend %s: %v: %s", a.backend, err, body)
+		}
+	}
+	return a, nil
+}
