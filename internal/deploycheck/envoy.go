@@ -221,6 +221,7 @@ func (c *envoyCheck) hcm(hcm *yaml.Node, path string) {
 		if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
 			c.fleetCluster(p, at, fl.Fleet.Cluster)
 		}
+		c.clientAddress(p, hcm, path)
 		originalDst := false
 		for v, vh := range items(get(get(hcm, "route_config"), "virtual_hosts")) {
 			for r, rt := range items(get(vh, "routes")) {
@@ -346,6 +347,21 @@ func (c *envoyCheck) failOpen(p plugin, at located, originalDst bool, why string
 		return
 	}
 	c.add(p, at, true, "fail_open: a failed hashlb would be skipped and requests balanced by the cluster's fallback instead; set fail_open: false")
+}
+
+// clientAddress warns when a configuration reads the client's address
+// (source.address: an IP method, ${client.ip} or ${client.port}) behind an
+// http_connection_manager that takes it from x-forwarded-for: without
+// use_remote_address: true (and with no xff_num_trusted_hops), Envoy gives
+// the filter the last address of the client's own x-forwarded-for as
+// source.address (measured in Envoy 1.36.4 and 1.40.0, e2e/envoy's
+// TestCorpusThroughEnvoy; conn_manager_utility.cc mutateRequestHeaders), so
+// a client would choose its own key.
+func (c *envoyCheck) clientAddress(p plugin, hcm *yaml.Node, path string) {
+	if !p.cfg.Inputs().Source || str(get(hcm, "use_remote_address")) == "true" || str(get(hcm, "xff_num_trusted_hops")) != "" {
+		return
+	}
+	c.add(p, located{hcm, path}, true, "use_remote_address is not true: Envoy then hands hashlb the last x-forwarded-for address as the client's (source.address), which the client can write, and with it every key hashlb makes of the client address: set use_remote_address: true on an edge proxy (or xff_num_trusted_hops for the proxies in front of it)")
 }
 
 // healthCluster checks that healthCheck.cluster exists.
