@@ -168,7 +168,7 @@ envoy)
 		fi
 	done
 	wasm
-	go run ./tools/envoydemo -o dist/envoy-demo.yaml
+	go run -trimpath ./tools/envoydemo -o dist/envoy-demo.yaml
 	go build -trimpath -o dist/hashlb-proxy ./hostsim/cmd/hashlb-proxy
 	backends="" envoy_pid=""
 	# stop_demo ends both processes and waits for them, so no port stays taken after the script.
