@@ -232,8 +232,12 @@ func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
 	demo := demoBootstrap(t)
 	fixed := pluginConfigs(t, demo)[0]
 	for _, c := range lines {
-		if got := oracle(fixed, c.request(t))[0]; got != c.service {
-			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README says %s", c.line, got, c.service)
+		got := oracle(fixed, c.request(t))[0]
+		if got != c.service {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's body says %s", c.line, got, c.service)
+		}
+		if m := regexp.MustCompile(`service=([^;]*)`).FindStringSubmatch(c.decision); m != nil && m[1] != got {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's X-Hashlb-Decision says %s", c.line, got, m[1])
 		}
 	}
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
