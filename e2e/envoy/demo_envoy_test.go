@@ -1,0 +1,600 @@
+package envoy
+
+// The demo through real Envoy (./build.sh envoy): the README's quick-start
+// curl lines must answer through Envoy as they do through hashlb-proxy.
+// TestEnvoyDemoAnswersAsTheReadme runs the bootstrap the script runs
+// (envoyrun.DemoBootstrap) on free ports with lbcore as the oracle;
+// TestEnvoyDemoScript runs the script itself on the README's own ports, in a
+// private network namespace so that nothing else on the machine can hold
+// them, and stops it as Ctrl-C does.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// readmeCurl is one curl line of the README's quick start and what the
+// README says the demo answers.
+type readmeCurl struct {
+	line     string      // the command, as shown
+	url      string      // http://127.0.0.1:10000/…
+	header   http.Header // its -H headers
+	service  string      // the backend the answer names ("b3")
+	body     string      // "backend b3 (127.0.0.1:18083)"
+	decision string      // the X-Hashlb-Decision value shown, or ""
+}
+
+var (
+	readmeBody     = regexp.MustCompile(`backend (b[0-9]+) \(127\.0\.0\.1:[0-9]+\)`)
+	readmeDecision = regexp.MustCompile(`(?i)X-Hashlb-Decision: *(.*?) *$`)
+)
+
+// readmeCurls returns the README's quick-start curl lines: those of the sh
+// block after "prints a line to try", each with the comments that follow it
+// on its line and on comment-only lines below it.
+func readmeCurls(t testing.TB) []readmeCurl {
+	t.Helper()
+	readme := string(envoyrun.ReadRepoFile(t, "README.md"))
+	_, after, ok := strings.Cut(readme, "prints a line to try")
+	if !ok {
+		t.Fatal(`README.md: no "prints a line to try" before the quick start's curl lines`)
+	}
+	_, block, _ := strings.Cut(after, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	var out []readmeCurl
+	var comments []string
+	flush := func() {
+		if len(out) == 0 {
+			return
+		}
+		c := &out[len(out)-1]
+		text := strings.Join(comments, "\n")
+		if m := readmeBody.FindStringSubmatch(text); m != nil {
+			c.service, c.body = m[1], m[0]
+		}
+		for _, cm := range comments {
+			if m := readmeDecision.FindStringSubmatch(cm); m != nil {
+				c.decision = m[1]
+			}
+		}
+		comments = nil
+	}
+	for _, line := range strings.Split(block, "\n") {
+		cmd, comment, _ := strings.Cut(line, "#")
+		cmd = strings.TrimSpace(cmd)
+		if cmd != "" {
+			flush()
+			args := shellWords(cmd)
+			if args[0] != "curl" {
+				t.Fatalf("README.md quick start: %q is not a curl line", cmd)
+			}
+			c := readmeCurl{line: cmd, header: http.Header{}}
+			for i := 1; i < len(args); i++ {
+				switch a := args[i]; {
+				case a == "-H" && i+1 < len(args):
+					k, v, _ := strings.Cut(args[i+1], ":")
+					c.header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+					i++
+				case strings.HasPrefix(a, "http://"):
+					c.url = a
+				case a == "-s" || a == "-si" || a == "-i" || a == "-v":
+				default:
+					t.Fatalf("README.md quick start: %q: argument %q this test does not know", cmd, a)
+				}
+			}
+			out = append(out, c)
+		}
+		if strings.TrimSpace(comment) != "" {
+			comments = append(comments, comment)
+		}
+	}
+	flush()
+	if len(out) != 3 {
+		t.Fatalf("README.md quick start: %d curl lines, want the three the demo answers", len(out))
+	}
+	decisions := 0
+	for _, c := range out {
+		if c.url == "" || c.body == "" {
+			t.Fatalf("README.md quick start: %q: want a URL and a comment saying which backend answers", c.line)
+		}
+		if c.decision != "" {
+			decisions++
+		}
+	}
+	if decisions == 0 {
+		t.Fatal("README.md quick start: no line shows X-Hashlb-Decision")
+	}
+	return out
+}
+
+// shellWords splits a command line at spaces outside single quotes.
+func shellWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quoted, word := false, false
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			quoted, word = !quoted, true
+		case r == ' ' && !quoted:
+			if word {
+				out = append(out, cur.String())
+				cur.Reset()
+				word = false
+			}
+		default:
+			cur.WriteRune(r)
+			word = true
+		}
+	}
+	if word {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// request is the lbcore request a curl line makes (the filter strips the
+// forged upstream header, so it plays no part).
+func (c readmeCurl) request(t testing.TB) lbcore.Request {
+	t.Helper()
+	u := strings.TrimPrefix(c.url, "http://")
+	host, path, _ := strings.Cut(u, "/")
+	return lbcore.Request{Target: "/" + path, Authority: host, Method: "GET"}
+}
+
+// answer is what a client sees for one request.
+type answer struct {
+	status   int
+	body     string
+	decision string
+	header   http.Header
+}
+
+// send makes c's request, its host and port replaced by listener.
+func (c readmeCurl) send(t testing.TB, listener string) answer {
+	t.Helper()
+	u := c.url
+	if listener != "" {
+		_, path, _ := strings.Cut(strings.TrimPrefix(u, "http://"), "/")
+		u = "http://" + listener + "/" + path
+	}
+	req, err := http.NewRequest("GET", u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range c.header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", c.line, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), decision: resp.Header.Get("X-Hashlb-Decision"), header: resp.Header}
+}
+
+// check compares a with what the README says, for the backend name and
+// address the answer must carry.
+func (c readmeCurl) check(t testing.TB, a answer, service, addr string) {
+	t.Helper()
+	wantBody := fmt.Sprintf("backend %s (%s)\n", service, addr)
+	if a.status != 200 || a.body != wantBody {
+		t.Errorf("%s: %d %q, want 200 %q", c.line, a.status, a.body, wantBody)
+	}
+	if c.decision != "" {
+		want := regexp.MustCompile(`service=[^;]*`).ReplaceAllString(c.decision, "service="+service)
+		if a.decision != want {
+			t.Errorf("%s: X-Hashlb-Decision %q, want %q", c.line, a.decision, want)
+		}
+	}
+}
+
+func demoBootstrap(t testing.TB) []byte {
+	t.Helper()
+	b, err := envoyrun.DemoBootstrap(envoyrun.ReadRepoFile(t, "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestEnvoyDemoAnswersAsTheReadme: the bootstrap ./build.sh envoy runs, in
+// front of the demo's own backends (hashlb-proxy -backends-only), answers the
+// README's three curl lines as the README says: 200, "backend NAME (ADDR)"
+// from the service lbcore ranks first, x-hashlb-decision where the README
+// shows it, the forged x-envoy-original-dst-host ignored. The ports are free
+// ones, so the names come from lbcore; with the README's ports lbcore must
+// name the README's backends.
+func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
+	lines := readmeCurls(t)
+	demo := demoBootstrap(t)
+	fixed := pluginConfigs(t, demo)[0]
+	for _, c := range lines {
+		got := oracle(fixed, c.request(t))[0]
+		if got != c.service {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's body says %s", c.line, got, c.service)
+		}
+		if m := regexp.MustCompile(`service=([^;]*)`).FindStringSubmatch(c.decision); m != nil && m[1] != got {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's X-Hashlb-Decision says %s", c.line, got, m[1])
+		}
+	}
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		ports := freePorts(t, 3)
+		sub := map[int]int{18081: ports[0], 18082: ports[1], 18083: ports[2]}
+		startDemoBackends(t, envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/demo.json"), sub))
+		sub[9901], sub[10000] = 0, 0
+		yaml := envoyrun.Ports(t, demo, sub)
+		dir := envoyrun.WorkDir(t)
+		cfg := pluginConfigs(t, yaml)[0]
+		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
+		listener := e.MustListener(t, "hashlb_listener")
+		for _, c := range lines {
+			r := c.request(t)
+			name := oracle(cfg, r)[0]
+			var addr string
+			for _, s := range cfg.Services {
+				if s.Name == name {
+					addr = s.Address
+				}
+			}
+			a := c.send(t, listener)
+			c.check(t, a, name, addr)
+			// Facts for docs/envoy-host.md: what Envoy adds to the answer.
+			if a.header.Get("Server") != "envoy" || a.header.Get("X-Envoy-Upstream-Service-Time") == "" {
+				t.Errorf("%s: server %q, x-envoy-upstream-service-time %q: want Envoy's own answer headers", c.line, a.header.Get("Server"), a.header.Get("X-Envoy-Upstream-Service-Time"))
+			}
+		}
+	})
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var out []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return out
+}
+
+var (
+	proxyOnce sync.Once
+	proxyBin  string
+	proxyErr  error
+)
+
+// hashlbProxy builds hostsim/cmd/hashlb-proxy once per process.
+func hashlbProxy(t testing.TB) string {
+	t.Helper()
+	proxyOnce.Do(func() {
+		root, err := envoyrun.RepoRoot()
+		if err != nil {
+			proxyErr = err
+			return
+		}
+		mod, err := envoyrun.ModulePath()
+		if err != nil {
+			proxyErr = err
+			return
+		}
+		proxyBin = filepath.Join(filepath.Dir(mod), "hashlb-proxy")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", proxyBin, "./hostsim/cmd/hashlb-proxy")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			proxyErr = fmt.Errorf("building hashlb-proxy: %v\n%s", err, out)
+		}
+	})
+	if proxyErr != nil {
+		t.Fatal(proxyErr)
+	}
+	return proxyBin
+}
+
+// startDemoBackends runs hashlb-proxy -backends-only (and args) on the plugin
+// configuration config, as docs/deploy.md tells a user to, and waits until it
+// says its backends are up. They stop when the test ends.
+func startDemoBackends(t testing.TB, config []byte, args ...string) {
+	t.Helper()
+	mod, err := envoyrun.ModulePath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(hashlbProxy(t), append([]string{"-backends-only", "-wasm", mod, "-config", cfgFile}, args...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	})
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "demo backends of") {
+				ready <- true
+			}
+		}
+		close(ready)
+	}()
+	select {
+	case ok := <-ready:
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("hashlb-proxy -backends-only exited before its backends were up: %s", stderr.String())
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("hashlb-proxy -backends-only: backends not up within 2 minutes")
+	}
+}
+
+// The fixed-port run: the test binary runs itself again in a new user and
+// network namespace, where 127.0.0.1:10000, :9901 and :18081-18083 are free
+// whatever runs on the machine; demoNetns names the copy of the repository
+// to run the script in.
+const demoNetns = "HASHLB_TEST_DEMO_NETNS"
+
+// demoPorts are the ports the README's demo uses.
+var demoPorts = []int{9901, 10000, 18081, 18082, 18083}
+
+// TestEnvoyDemoScript runs ./build.sh envoy itself (in a copy of the
+// repository, so that its build does not rewrite dist/ under other tests) on
+// the README's ports, sends the README's three curl lines to
+// 127.0.0.1:10000 and compares the answers with the README's text exactly;
+// then it sends SIGINT to the script's process group, as Ctrl-C in a
+// terminal does, and wants the script to stop Envoy and the backends: it
+// says so, exits, no process of its group remains and no demo port
+// accepts connections. Where no namespace can be made (user namespaces
+// disabled), it runs on the host's ports if they are free; under CI they
+// must be.
+func TestEnvoyDemoScript(t *testing.T) {
+	if repo := os.Getenv(demoNetns); repo != "" {
+		// Inside the namespace: HASHLB_ENVOY_BINS names the Envoys.
+		if err := loopbackUp(); err != nil {
+			t.Fatalf("bringing lo up in the test's network namespace: %v", err)
+		}
+		eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) { runDemoScript(t, bin.Path, repo) })
+		return
+	}
+	readmeCurls(t) // the README is readable before anything is built
+	bins := envoyrun.Binaries(t)
+	// One copy for every version, run one after the other: the second
+	// run's builds find dist/ up to date.
+	repo := copyRepo(t)
+	var paths []string
+	for _, b := range bins {
+		paths = append(paths, b.Path)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEnvoyDemoScript$", "-test.count=1", "-test.v", "-test.timeout=8m")
+	cmd.Env = append(os.Environ(), demoNetns+"="+repo, "HASHLB_ENVOY=", "HASHLB_ENVOY_BINS="+strings.Join(paths, " "))
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}},
+		Pdeathsig:   syscall.SIGKILL,
+	}
+	out, err := cmd.CombinedOutput()
+	var errno syscall.Errno
+	if err != nil && errors.As(err, &errno) && (errno == syscall.EPERM || errno == syscall.EINVAL || errno == syscall.ENOSPC || errno == syscall.EUSERS || errno == syscall.ENOSYS) {
+		// No namespace here: the host's ports, when nothing holds them.
+		if busy := busyPorts(); len(busy) > 0 {
+			msg := fmt.Sprintf("the demo's ports %v are in use on this machine and no network namespace can be made (%v): the fixed-port run of ./build.sh envoy is not done", busy, err)
+			if os.Getenv("CI") == "true" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		t.Logf("no private network namespace (%v): running on the host's ports, which are free", err)
+		eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) { runDemoScript(t, bin.Path, repo) })
+		return
+	}
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestEnvoyDemoScript") {
+		t.Fatalf("./build.sh envoy in a network namespace: %v\n%s", err, out)
+	}
+	t.Logf("in a private network namespace:\n%s", out)
+}
+
+// runDemoScript is the fixed-port run itself.
+func runDemoScript(t *testing.T, bin, repo string) {
+	lines := readmeCurls(t)
+	if busy := busyPorts(); len(busy) > 0 {
+		t.Fatalf("the demo's ports %v are in use", busy)
+	}
+	start := time.Now()
+	cmd := exec.Command("./build.sh", "envoy")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "HASHLB_ENVOY="+bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	pgid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	var mu sync.Mutex
+	var output strings.Builder
+	tryLine := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			output.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if s, ok := strings.CutPrefix(sc.Text(), "try: "); ok {
+				tryLine <- s
+			}
+		}
+	}()
+	out := func() string { mu.Lock(); defer mu.Unlock(); return output.String() }
+	var try string
+	select {
+	case try = <-tryLine:
+	case err := <-exited:
+		t.Fatalf("./build.sh envoy exited (%v) before it printed a line to try:\n%s", err, out())
+	case <-time.After(4 * time.Minute):
+		t.Fatalf("./build.sh envoy printed no line to try within 4 minutes:\n%s", out())
+	}
+	t.Logf("./build.sh envoy ready after %v", time.Since(start).Round(100*time.Millisecond))
+	if try != lines[0].line {
+		t.Errorf("./build.sh envoy says to try %q, the README's first line is %q", try, lines[0].line)
+	}
+	for _, c := range lines {
+		a := c.send(t, "")
+		if a.status != 200 || a.body != c.body+"\n" {
+			t.Errorf("%s: %d %q, the README says %q", c.line, a.status, a.body, c.body)
+		}
+		if c.decision != "" && a.decision != c.decision {
+			t.Errorf("%s: X-Hashlb-Decision %q, the README says %q", c.line, a.decision, c.decision)
+		}
+	}
+	// Ctrl-C: the terminal sends SIGINT to the foreground process group.
+	stopAt := time.Now()
+	syscall.Kill(-pgid, syscall.SIGINT)
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("after Ctrl-C ./build.sh envoy exited with %v, want status 130", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("./build.sh envoy still runs 20 s after Ctrl-C:\n%s", out())
+	}
+	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
+	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {
+		t.Errorf("after the script exited its process group still has processes (kill -0: %v)", err)
+	}
+	if busy := busyPorts(); len(busy) > 0 {
+		t.Errorf("after Ctrl-C the demo's ports %v still accept connections", busy)
+	}
+	if !strings.Contains(out(), "envoy: demo stopped") {
+		t.Errorf("./build.sh envoy did not say it stopped the demo:\n%s", out())
+	}
+	if t.Failed() {
+		t.Logf("./build.sh envoy printed:\n%s", out())
+	}
+}
+
+// busyPorts returns the demo ports something accepts connections on.
+func busyPorts() []int {
+	var out []int
+	for _, p := range demoPorts {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(p), time.Second)
+		if err == nil {
+			c.Close()
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// copyRepo copies the repository's files (not .git, not dist) into a
+// temporary directory.
+func copyRepo(t testing.TB) string {
+	t.Helper()
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.IsDir() {
+			if d.Name() == ".git" || rel == "dist" {
+				return filepath.SkipDir
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// loopbackUp sets the IFF_UP flag of lo (a new network namespace starts
+// with it down), as "ip link set lo up" does.
+func loopbackUp() error {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	var ifr struct {
+		name  [syscall.IFNAMSIZ]byte
+		flags uint16
+		_     [22]byte
+	}
+	copy(ifr.name[:], "lo")
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCGIFFLAGS, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+		return e
+	}
+	ifr.flags |= syscall.IFF_UP
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, uintptr(fd), syscall.SIOCSIFFLAGS, uintptr(unsafe.Pointer(&ifr))); e != 0 {
+		return e
+	}
+	return nil
+}
