@@ -161,8 +161,8 @@ func (c readmeCurl) request(t testing.TB) lbcore.Request {
 	return lbcore.Request{Target: "/" + path, Authority: host, Method: "GET"}
 }
 
-// answer is what a client sees for one request.
-type answer struct {
+// curlAnswer is what a client sees for one request.
+type curlAnswer struct {
 	status   int
 	body     string
 	decision string
@@ -170,7 +170,7 @@ type answer struct {
 }
 
 // send makes c's request, its host and port replaced by listener.
-func (c readmeCurl) send(t testing.TB, listener string) answer {
+func (c readmeCurl) send(t testing.TB, listener string) curlAnswer {
 	t.Helper()
 	u := c.url
 	if listener != "" {
@@ -192,12 +192,12 @@ func (c readmeCurl) send(t testing.TB, listener string) answer {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: string(b), decision: resp.Header.Get("X-Hashlb-Decision"), header: resp.Header}
+	return curlAnswer{status: resp.StatusCode, body: string(b), decision: resp.Header.Get("X-Hashlb-Decision"), header: resp.Header}
 }
 
 // check compares a with what the README says, for the backend name and
 // address the answer must carry.
-func (c readmeCurl) check(t testing.TB, a answer, service, addr string) {
+func (c readmeCurl) check(t testing.TB, a curlAnswer, service, addr string) {
 	t.Helper()
 	wantBody := fmt.Sprintf("backend %s (%s)\n", service, addr)
 	if a.status != 200 || a.body != wantBody {
