@@ -72,6 +72,7 @@ type pluginContext struct {
 // (every problem, one line each, at error level) and refused, so Envoy
 // rejects the filter and nothing half-configured serves traffic.
 func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
+	began := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			proxywasm.LogErrorf("hashlb: plugin start failed: %v", r)
@@ -83,7 +84,13 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("hashlb: reading plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	return p.start(data)
+	status = p.start(data)
+	if status == types.OnPluginStartStatusOK {
+		// What a reconfiguration costs this worker, on the host's clock
+		// (docs/performance.md#reconfiguration reads it from Envoy's log).
+		proxywasm.LogInfof("hashlb: configured %d services in %.1f ms", len(p.cfg.Services), float64(time.Since(began).Microseconds())/1000)
+	}
+	return status
 }
 
 // start configures the plugin context from data. When a previous
