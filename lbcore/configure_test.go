@@ -1,7 +1,10 @@
 package lbcore
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -60,5 +63,67 @@ func TestFastServicesDeclines(t *testing.T) {
 		if _, ok := fastServices(gjson.Parse(raw)); ok {
 			t.Errorf("the fast decoder accepted %.80s", raw)
 		}
+	}
+}
+
+// TestRoundRobinStartClosedForm: a new Balancer's round robin starts where
+// seed mod Σweight picks one by one would have left it (rrAdvance's closed
+// form for equal weights, the loop otherwise), so the picks that follow are
+// the same.
+func TestRoundRobinStartClosedForm(t *testing.T) {
+	pools := map[string][]Service{}
+	for _, n := range []int{1, 3, 64, 1000} {
+		var s []Service
+		for i := 0; i < n; i++ {
+			s = append(s, Service{Name: fmt.Sprint(i), Weight: 1, Enabled: true, ID: uint64(i) + 1})
+		}
+		pools[fmt.Sprintf("equal-%d", n)] = s
+	}
+	some := slices.Clone(pools["equal-64"])
+	for i := range some {
+		some[i].Enabled = i%5 != 0
+		some[i].Weight = 7
+	}
+	pools["equal-some-disabled"] = some
+	mixed := slices.Clone(pools["equal-64"])
+	for i := range mixed {
+		mixed[i].Weight = 1 + i%3
+	}
+	pools["mixed-weights"] = mixed
+	for name, svcs := range pools {
+		c := &Config{Services: svcs, LBMethod: MethodRoundRobin, BackupLBMethod: MethodLeastConnection, UpstreamCount: 1}
+		for _, seed := range []uint64{0, 1, 2, 99, 12345, 1 << 40} {
+			b := NewBalancer(c, seed)
+			// The same start, one pick at a time.
+			want := NewBalancer(c, seed)
+			clear(want.rr)
+			total := 0
+			for _, s := range svcs {
+				total += s.Weight
+			}
+			for k := want.seq % uint64(min(total, 1024)); k > 0; k-- {
+				want.rrPick()
+			}
+			if !slices.Equal(b.rr, want.rr) {
+				t.Fatalf("%s seed %d: round robin starts at %v, one pick at a time %v", name, seed, b.rr[:min(8, len(b.rr))], want.rr[:min(8, len(want.rr))])
+			}
+		}
+	}
+}
+
+// TestBalancerCarry: Carry from a Balancer's identity index is CarryOver.
+func TestBalancerCarry(t *testing.T) {
+	prev, err := ParseConfig(podPoolConfig(100, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ParseConfig([]byte(strings.Replace(string(podPoolConfig(100, 5)), `{"name":"web-00007","hashId":"web-00007","address":"10.1.0.7:8080"},`, "", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := NewBalancer(prev, 1).Carry(next.Services)
+	want := CarryOver(prev.Services, next.Services)
+	if !reflect.DeepEqual(got, want) || len(want.Removed) != 1 || want.Removed[0] != 7 {
+		t.Errorf("Balancer.Carry = %+v, CarryOver = %+v (want service 7 removed)", got.Removed, want.Removed)
 	}
 }
