@@ -79,9 +79,9 @@ func reconfigPlugin(n, moved, port int) string {
 	return b.String()
 }
 
-// ecdsFile is the ECDS DiscoveryResponse hashlb-controller writes
+// reconfigECDS is the ECDS DiscoveryResponse hashlb-controller writes
 // (cmd/hashlb-controller/controller/ecds.go) for plugin configuration cfg.
-func ecdsFile(t testing.TB, version int, cfg string) []byte {
+func reconfigECDS(t testing.TB, version int, cfg string) []byte {
 	doc := map[string]any{
 		"version_info": strconv.Itoa(version),
 		"type_url":     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
@@ -109,9 +109,9 @@ func ecdsFile(t testing.TB, version int, cfg string) []byte {
 	return b
 }
 
-// writeECDS replaces the ECDS file as the controller does: a temporary file
+// reconfigWriteECDS replaces the ECDS file as the controller does: a temporary file
 // in the same directory renamed over it.
-func writeECDS(t testing.TB, path string, data []byte) {
+func reconfigWriteECDS(t testing.TB, path string, data []byte) {
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -166,21 +166,21 @@ static_resources:
       http_header_name: x-envoy-original-dst-host
 `
 
-// configuredLine is the filter's log line after a configure; Envoy's log
+// reconfigLine is the filter's log line after a configure; Envoy's log
 // line starts with its time and thread id.
-var configuredLine = regexp.MustCompile(`^\[([0-9-]+ [0-9:.]+)\]\[(\d+)\].*hashlb: configured (\d+) services in ([0-9.]+) ms`)
+var reconfigLine = regexp.MustCompile(`^\[([0-9-]+ [0-9:.]+)\]\[(\d+)\].*hashlb: configured (\d+) services in ([0-9.]+) ms`)
 
-type configured struct {
+type reconfigured struct {
 	at     time.Time
 	thread string
 	ms     float64
 }
 
-// configureLog returns every configure line of log with 10^4 services.
-func configureLog(log string) []configured {
-	var out []configured
+// reconfigLog returns every configure line of log with 10^4 services.
+func reconfigLog(log string) []reconfigured {
+	var out []reconfigured
 	for _, l := range strings.Split(log, "\n") {
-		m := configuredLine.FindStringSubmatch(l)
+		m := reconfigLine.FindStringSubmatch(l)
 		if m == nil || m[3] != strconv.Itoa(reconfigServices) {
 			continue
 		}
@@ -189,25 +189,25 @@ func configureLog(log string) []configured {
 			continue
 		}
 		ms, _ := strconv.ParseFloat(m[4], 64)
-		out = append(out, configured{at, m[2], ms})
+		out = append(out, reconfigured{at, m[2], ms})
 	}
 	return out
 }
 
 // sample is one request of the load: when it was due and how long it took
 // from then (an open loop: a late send counts against the proxy).
-type sample struct {
+type reconfigSample struct {
 	due time.Time
 	d   time.Duration
 	err error
 }
 
-// fixedRate sends GETs to url at rate per second until stop is closed, each
+// reconfigLoad sends GETs to url at rate per second until stop is closed, each
 // due at its own time, and returns every sample.
-func fixedRate(url string, rate int, stop <-chan struct{}) []sample {
+func reconfigLoad(url string, rate int, stop <-chan struct{}) []reconfigSample {
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	var mu sync.Mutex
-	var out []sample
+	var out []reconfigSample
 	var wg sync.WaitGroup
 	every := time.Second / time.Duration(rate)
 	start := time.Now()
@@ -230,7 +230,7 @@ func fixedRate(url string, rate int, stop <-chan struct{}) []sample {
 					err = fmt.Errorf("status %d", resp.StatusCode)
 				}
 			}
-			s := sample{due: due, d: time.Since(due), err: err}
+			s := reconfigSample{due: due, d: time.Since(due), err: err}
 			mu.Lock()
 			out = append(out, s)
 			mu.Unlock()
@@ -238,9 +238,9 @@ func fixedRate(url string, rate int, stop <-chan struct{}) []sample {
 	}
 }
 
-// threadCPU is the CPU time thread tid of process pid has run
+// reconfigThreadCPU is the CPU time thread tid of process pid has run
 // (/proc/PID/task/TID/schedstat, first field, in nanoseconds).
-func threadCPU(pid int, tid string) (time.Duration, error) {
+func reconfigThreadCPU(pid int, tid string) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/schedstat", pid, tid))
 	if err != nil {
 		return 0, err
@@ -253,7 +253,7 @@ func threadCPU(pid int, tid string) (time.Duration, error) {
 	return time.Duration(ns), err
 }
 
-func quantile(d []time.Duration, q float64) time.Duration {
+func reconfigQuantile(d []time.Duration, q float64) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
@@ -261,7 +261,7 @@ func quantile(d []time.Duration, q float64) time.Duration {
 	return d[min(len(d)-1, int(q*float64(len(d))))]
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func reconfigMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func BenchmarkEnvoyReconfigure(b *testing.B) {
 	for _, bin := range envoyrun.Binaries(b) {
@@ -290,7 +290,7 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 		b.Fatal(err)
 	}
 	ecds := filepath.Join(dir, "ecds", "hashlb.json")
-	writeECDS(b, ecds, ecdsFile(b, 0, reconfigPlugin(reconfigServices, -1, port)))
+	reconfigWriteECDS(b, ecds, reconfigECDS(b, 0, reconfigPlugin(reconfigServices, -1, port)))
 	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: []byte(reconfigBootstrap), Dir: dir, Concurrency: reconfigWorkers})
 	// Envoy's main thread is the one that logs its start ([main]); the
 	// others are the workers. Envoy's log names threads by their Linux id.
@@ -301,10 +301,10 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	// waitConfigured waits until the log holds, past its first had configure
 	// lines, one from every worker, and returns them all. (The main thread
 	// configures too, in its own VMs: not a worker's cost.)
-	waitConfigured := func(had int) []configured {
+	waitConfigured := func(had int) []reconfigured {
 		deadline := time.Now().Add(90 * time.Second)
 		for {
-			all := configureLog(e.Log())
+			all := reconfigLog(e.Log())
 			threads := map[string]bool{}
 			for _, c := range all[min(had, len(all)):] {
 				if c.thread != mainThread {
@@ -331,7 +331,7 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	workersCPU := func() []time.Duration {
 		out := make([]time.Duration, len(workers))
 		for i, tid := range workers {
-			d, err := threadCPU(e.Pid(), tid)
+			d, err := reconfigThreadCPU(e.Pid(), tid)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -345,9 +345,9 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	}
 
 	stop := make(chan struct{})
-	var load []sample
+	var load []reconfigSample
 	done := make(chan struct{})
-	go func() { load = fixedRate(url, reconfigRate, stop); close(done) }()
+	go func() { load = reconfigLoad(url, reconfigRate, stop); close(done) }()
 	cpu0, t0 := workersCPU(), time.Now()
 	time.Sleep(reconfigSteady)
 	steadyEnd := time.Now()
@@ -360,11 +360,11 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	var changeCPU []float64 // per worker per change, ms
 	type window struct{ from, to time.Time }
 	var windows []window
-	var applied []configured
-	had := len(configureLog(e.Log()))
+	var applied []reconfigured
+	had := len(reconfigLog(e.Log()))
 	for v := 1; v <= reconfigChanges; v++ {
 		cpuFrom, from := workersCPU(), time.Now()
-		writeECDS(b, ecds, ecdsFile(b, v, reconfigPlugin(reconfigServices, v, port)))
+		reconfigWriteECDS(b, ecds, reconfigECDS(b, v, reconfigPlugin(reconfigServices, v, port)))
 		got := waitConfigured(had)
 		cpuTo, until := workersCPU(), time.Now()
 		for i := range workers {
@@ -440,11 +440,11 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	if len(mainMS) > 0 {
 		b.ReportMetric(mainMS[len(mainMS)/2], "main-configure-ms-p50")
 	}
-	sp50, sp99 := quantile(steady, 0.5), quantile(steady, 0.99)
-	dp50, dp99 := quantile(during, 0.5), quantile(during, 0.99)
-	b.ReportMetric(ms(sp50), "steady-p50-ms")
-	b.ReportMetric(ms(sp99), "steady-p99-ms")
-	b.ReportMetric(ms(dp50), "during-p50-ms")
-	b.ReportMetric(ms(dp99), "during-p99-ms")
+	sp50, sp99 := reconfigQuantile(steady, 0.5), reconfigQuantile(steady, 0.99)
+	dp50, dp99 := reconfigQuantile(during, 0.5), reconfigQuantile(during, 0.99)
+	b.ReportMetric(reconfigMS(sp50), "steady-p50-ms")
+	b.ReportMetric(reconfigMS(sp99), "steady-p99-ms")
+	b.ReportMetric(reconfigMS(dp50), "during-p50-ms")
+	b.ReportMetric(reconfigMS(dp99), "during-p99-ms")
 	b.ReportMetric(float64(dp99)/float64(sp99), "p99-during/steady")
 }
