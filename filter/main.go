@@ -57,6 +57,8 @@ type vmContext struct {
 	// the last is current, the others are draining (a newer configuration
 	// replaced them).
 	live map[string][]*pluginContext
+	// metrics are the ids of the metrics this VM defined (metrics.go).
+	metrics metricIDs
 }
 
 // started records p as the current plugin context of root and returns the

@@ -35,27 +35,111 @@ type metrics struct {
 
 var persistNames = [...]string{"hit", "miss", "expired", "rechosen", "evicted", "empty_key", "cas_retry", "cas_giveup"}
 
-func defineMetrics(c *lbcore.Config) *metrics {
-	m := &metrics{
-		internalError: proxywasm.DefineCounterMetric("hashlb.internal_error"),
-		capped:        proxywasm.DefineCounterMetric("hashlb.input_capped"),
+// metricIDs are the host's ids of the plugin-wide metrics this VM defined,
+// by name, so that a new configuration of the same VM reuses them instead of
+// defining them again; a service's metrics are taken over from the
+// configuration it replaces (defineMetrics). Envoy gives every
+// proxy_define_metric call a new id for the same stat (Context::defineMetric
+// in envoy source/extensions/common/wasm/context.cc takes the next id and
+// looks the stat up by name in the plugin's scope, the Wasm's for every
+// context of the VM), so a reused id counts into the same stat as a new one
+// would; with 10^4 services a configuration names 2–5 metrics per service,
+// and defining them all again was a third of a reconfiguration's time in
+// Envoy (docs/performance.md#reconfiguration). The ids are the VM's: this
+// lives in the vmContext, never across VMs.
+type metricIDs struct {
+	named map[string]uint32
+}
+
+func (ids *metricIDs) counter(name string) proxywasm.MetricCounter {
+	if ids == nil {
+		return proxywasm.DefineCounterMetric(name)
 	}
-	for _, s := range c.Services {
-		m.requests = append(m.requests, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".requests"))
-		m.active = append(m.active, proxywasm.DefineGaugeMetric("hashlb.service."+s.Name+".active"))
-		if c.HealthCheck != nil || c.PassiveHealth != nil {
-			m.healthDown = append(m.healthDown, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".health_down"))
-			m.healthUp = append(m.healthUp, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".health_up"))
-			m.ejected = append(m.ejected, proxywasm.DefineCounterMetric("hashlb.service."+s.Name+".ejected"))
+	if id, ok := ids.named[name]; ok {
+		return proxywasm.MetricCounter(id)
+	}
+	m := proxywasm.DefineCounterMetric(name)
+	if ids.named == nil {
+		ids.named = map[string]uint32{}
+	}
+	ids.named[name] = uint32(m)
+	return m
+}
+
+// prevMetrics is what defineMetrics may take over: the metrics of the
+// configuration replaced, its services, and where each new service was in
+// it (lbcore.Carry).
+type prevMetrics struct {
+	m        *metrics
+	services []lbcore.Service
+	from     []int
+}
+
+// of returns the position in the previous configuration of new service i
+// with the same name, or -1.
+func (pm *prevMetrics) of(c *lbcore.Config, i int) int {
+	if pm == nil || pm.m == nil || i >= len(pm.from) {
+		return -1
+	}
+	j := pm.from[i]
+	if j < 0 || j >= len(pm.services) || j >= len(pm.m.requests) || pm.services[j].Name != c.Services[i].Name {
+		return -1
+	}
+	return j
+}
+
+// defineMetrics returns configuration c's metrics: a service named as in
+// the previous configuration keeps its metrics' ids (prev, nil for none),
+// the others are defined; ids keeps the plugin-wide ones (nil: define
+// every one).
+func defineMetrics(c *lbcore.Config, ids *metricIDs, prev *prevMetrics) *metrics {
+	m := &metrics{
+		internalError: ids.counter("hashlb.internal_error"),
+		capped:        ids.counter("hashlb.input_capped"),
+	}
+	health := c.HealthCheck != nil || c.PassiveHealth != nil
+	n := len(c.Services)
+	m.requests = make([]proxywasm.MetricCounter, n)
+	m.active = make([]proxywasm.MetricGauge, n)
+	if health {
+		m.healthDown = make([]proxywasm.MetricCounter, n)
+		m.healthUp = make([]proxywasm.MetricCounter, n)
+		m.ejected = make([]proxywasm.MetricCounter, n)
+	}
+	var name []byte // "hashlb.service.<name>.": one buffer for every name
+	define := func(i int, metric string, gauge bool) uint32 {
+		name = append(append(append(name[:0], "hashlb.service."...), c.Services[i].Name...), metric...)
+		if gauge {
+			return uint32(proxywasm.DefineGaugeMetric(string(name)))
+		}
+		return uint32(proxywasm.DefineCounterMetric(string(name)))
+	}
+	for i := range c.Services {
+		j := prev.of(c, i)
+		if j >= 0 {
+			m.requests[i], m.active[i] = prev.m.requests[j], prev.m.active[j]
+		} else {
+			m.requests[i] = proxywasm.MetricCounter(define(i, ".requests", false))
+			m.active[i] = proxywasm.MetricGauge(define(i, ".active", true))
+		}
+		if !health {
+			continue
+		}
+		if j >= 0 && j < len(prev.m.healthDown) {
+			m.healthDown[i], m.healthUp[i], m.ejected[i] = prev.m.healthDown[j], prev.m.healthUp[j], prev.m.ejected[j]
+		} else {
+			m.healthDown[i] = proxywasm.MetricCounter(define(i, ".health_down", false))
+			m.healthUp[i] = proxywasm.MetricCounter(define(i, ".health_up", false))
+			m.ejected[i] = proxywasm.MetricCounter(define(i, ".ejected", false))
 		}
 	}
 	if c.Persistence != nil {
 		for i, n := range persistNames {
-			m.persist[i] = proxywasm.DefineCounterMetric("hashlb.persistence_" + n)
+			m.persist[i] = ids.counter("hashlb.persistence_" + n)
 		}
 	}
 	for _, r := range lbcore.Reasons() {
-		m.decisions = append(m.decisions, proxywasm.DefineCounterMetric("hashlb.decision."+r))
+		m.decisions = append(m.decisions, ids.counter("hashlb.decision."+r))
 	}
 	m.pend.requests = make([]uint64, len(c.Services))
 	m.pend.active = make([]int64, len(c.Services))

@@ -72,6 +72,7 @@ type pluginContext struct {
 // (every problem, one line each, at error level) and refused, so Envoy
 // rejects the filter and nothing half-configured serves traffic.
 func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
+	began := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			proxywasm.LogErrorf("hashlb: plugin start failed: %v", r)
@@ -83,7 +84,13 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 		proxywasm.LogErrorf("hashlb: reading plugin configuration: %v", err)
 		return types.OnPluginStartStatusFailed
 	}
-	return p.start(data)
+	status = p.start(data)
+	if status == types.OnPluginStartStatusOK {
+		// What a reconfiguration costs this worker, on the host's clock
+		// (docs/performance.md#reconfiguration reads it from Envoy's log).
+		proxywasm.LogInfof("hashlb: configured %d services in %.1f ms", len(p.cfg.Services), float64(time.Since(began).Microseconds())/1000)
+	}
+	return status
 }
 
 // start configures the plugin context from data. When a previous
@@ -96,7 +103,8 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 // round, at the first tick). The old context stops probing, and its fleet
 // client hands its work to the new one (lbcore.FleetClient.HandOver).
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
-	cfg, err := lbcore.ParseConfig(data)
+	// data is this call's own copy of the host's buffer, never changed.
+	cfg, err := lbcore.ParseConfigOwned(data)
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			proxywasm.LogErrorf("hashlb: config: %s", line)
@@ -106,11 +114,21 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// Everything is built before p.cfg is set: a plugin whose start failed
 	// half way must look unstarted to the request path (which then answers
 	// 503), never half configured.
-	m := defineMetrics(cfg)
+	root := pluginRootID()
+	prev := p.vm.current(root)
+	if prev != nil && prev.cfg == nil {
+		prev = nil
+	}
+	var carry lbcore.Carry
+	var pm *prevMetrics
+	if prev != nil {
+		carry = prev.bal.Carry(cfg.Services)
+		pm = &prevMetrics{m: prev.m, services: prev.cfg.Services, from: carry.From}
+	}
+	m := defineMetrics(cfg, &p.vm.metrics, pm)
 	bal := lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
 	// must not read each other's buckets.
-	root := pluginRootID()
 	ns := "hashlb/" + root
 	bal.EnablePersistence(sharedStore{}, ns)
 	var fl *fleet
@@ -132,10 +150,8 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	}
 	now := time.Now()
 	p.now = now
-	prev := p.vm.current(root)
 	var inherited []int64
-	if prev != nil && prev.cfg != nil {
-		carry := lbcore.CarryOver(prev.cfg.Services, cfg.Services)
+	if prev != nil {
 		if p.failing != nil && prev.failing != nil {
 			p.failing = lbcore.CarryValues(&carry, prev.failing)
 		}

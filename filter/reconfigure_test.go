@@ -143,3 +143,45 @@ func TestReconfigureSharedRootID(t *testing.T) {
 		t.Errorf("the remaining context probed %v, want all 4 services", got)
 	}
 }
+
+// TestReconfigureKeepsMetrics: a new configuration counts each service into
+// the stats named after it: a service kept under its name goes on counting
+// into the same stat (its ids are taken over, no new definitions), one
+// renamed (same identity) or added into its own new stat, with health
+// metrics when health checks are configured.
+func TestReconfigureKeepsMetrics(t *testing.T) {
+	vm := &vmContext{}
+	h := startHost(t, vm, `{"lbMethod":"URLHASH","services":[{"name":"a","address":"10.0.0.1:8080"},{"name":"b","address":"10.0.0.2:8080"}]}`)
+	if h.started != types.OnPluginStartStatusOK {
+		t.Fatalf("plugin refused: %v", h.GetErrorLogs())
+	}
+	old := vm.current("default")
+	old.active(0, 1)
+	old.active(1, 1)
+	old.m.flush()
+	next := vm.NewPluginContext(50).(*pluginContext)
+	config := `{"lbMethod":"URLHASH",` + reconfigHealth + `,"services":[{"name":"a","address":"10.0.0.1:8080"},
+		{"name":"b2","address":"10.0.0.2:8080"},{"name":"c","address":"10.0.0.3:8080"}]}`
+	if st := next.start([]byte(config)); st != types.OnPluginStartStatusOK {
+		t.Fatalf("new configuration refused: %v", h.GetErrorLogs())
+	}
+	if next.m.requests[0] != old.m.requests[0] || next.m.active[0] != old.m.active[0] {
+		t.Errorf("service a: metric ids %d/%d, want the old configuration's %d/%d", next.m.requests[0], next.m.active[0], old.m.requests[0], old.m.active[0])
+	}
+	for i := range next.cfg.Services {
+		next.active(i, 1)
+	}
+	next.m.flush()
+	for name, want := range map[string]uint64{"a": 2, "b": 1, "b2": 1, "c": 1} {
+		if got, err := h.GetCounterMetric("hashlb.service." + name + ".requests"); err != nil || got != want {
+			t.Errorf("hashlb.service.%s.requests = %d (%v), want %d", name, got, err, want)
+		}
+	}
+	for _, name := range []string{"a", "b2", "c"} {
+		for _, m := range []string{"health_down", "health_up", "ejected"} {
+			if _, err := h.GetCounterMetric("hashlb.service." + name + "." + m); err != nil {
+				t.Errorf("hashlb.service.%s.%s: %v, want it defined", name, m, err)
+			}
+		}
+	}
+}

@@ -184,11 +184,7 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 	// sequence, so that workers do not all send their first request to the
 	// first service: advance by seed mod Σweight picks (capped; a rotation of
 	// a longer cycle is as good).
-	var d Decision
-	for k := b.seq % uint64(min(total, 1024)); k > 0; k-- {
-		d.n = 0
-		b.roundRobin(&d)
-	}
+	b.rrAdvance(b.seq % uint64(min(total, 1024)))
 	return b
 }
 

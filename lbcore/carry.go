@@ -22,8 +22,16 @@ func CarryOver(prev, next []Service) Carry {
 	for i := range prev {
 		at[prev[i].ID] = i
 	}
+	return carry(at, len(prev), next)
+}
+
+// Carry is CarryOver from the configuration b was built from to next,
+// with the index of identities b already has: no map is built.
+func (b *Balancer) Carry(next []Service) Carry { return carry(b.ids, len(b.services), next) }
+
+func carry(at map[uint64]int, prev int, next []Service) Carry {
 	c := Carry{From: make([]int, len(next))}
-	kept := make([]bool, len(prev))
+	kept := make([]bool, prev)
 	for i := range next {
 		j, ok := at[next[i].ID]
 		if !ok {

@@ -3,18 +3,150 @@ package lbcore
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/tidwall/gjson"
 )
 
 // services parses the services array: names unique, addresses ip:port and
 // unique, identities (hashId or address) unique.
+//
+// A plugin configuration may hold up to 10^4 services and is parsed again
+// on every worker at every change, so the common case, a valid array, is
+// decoded by fastServices: no JSON path, string map or closure per service
+// (what the general decoder needs for its error texts), and the uniqueness
+// checks on one table of 64-bit hashes, which holds no pointers for the
+// garbage collector to scan. Anything it does not accept (a problem, or two
+// hashes that meet) is decoded again by servicesSlow, which says exactly
+// what is wrong; for a valid array both give the same services.
 func (d *decoder) services(path string, v gjson.Result) []Service {
 	if !v.IsArray() {
 		d.errorf("%s: %s is not an array", path, clip(v.Raw))
 		return nil
 	}
+	if out, ok := fastServices(v); ok {
+		return out
+	}
+	return d.servicesSlow(path, v)
+}
+
+// Tags that keep the three uniqueness checks of fastServices apart in one
+// table.
+const (
+	tagName uint64 = 0x6e616d65 << 32
+	tagAddr uint64 = 0x61646472 << 32
+	tagID   uint64 = 0x69640000 << 32
+)
+
+// fastServices decodes a services array with no problem; false when there
+// is one, or may be one (servicesSlow then decodes it).
+func fastServices(v gjson.Result) ([]Service, bool) {
+	lo, hi := fServices.intRange()
+	// Room for every service: each is an object, so it has a '{'.
+	out := make([]Service, 0, min(strings.Count(v.Raw, "{"), hi))
+	// Open addressing, at most half full; 0 is an empty slot. (What a
+	// reconfiguration allocates is what its garbage collection costs: in
+	// V8 that is a quarter of the time.)
+	size := 4
+	for size < 2*3*cap(out) {
+		size <<= 1
+	}
+	table := make([]uint64, size)
+	mask := uint64(size - 1)
+	seen := func(h uint64) bool {
+		h = mix(h) | 1
+		for i := h & mask; ; i = (i + 1) & mask {
+			switch table[i] {
+			case 0:
+				table[i] = h
+				return false
+			case h:
+				return true
+			}
+		}
+	}
+	ok := true
+	v.ForEach(func(_, item gjson.Result) bool {
+		if len(out) == cap(out) || len(out) >= hi {
+			ok = false
+			return false
+		}
+		var s Service
+		if s, ok = fastService(item); !ok {
+			return false
+		}
+		s.ID = serviceID(&s)
+		ok = !seen(xxhash.Sum64String(s.Name)^tagName) && !seen(xxhash.Sum64String(s.Address)^tagAddr) && !seen(s.ID^tagID)
+		out = append(out, s)
+		return ok
+	})
+	return out, ok && len(out) >= lo
+}
+
+// fastService decodes a service object whose fields are all known, each
+// once, with valid values, as servicesSlow would; for anything else it
+// returns false.
+func fastService(item gjson.Result) (Service, bool) {
+	s := Service{Weight: fServiceWeight.defaultInt(), Enabled: fServiceEnabled.defaultBool()}
+	if !item.IsObject() {
+		return s, false
+	}
+	const (
+		seenName = 1 << iota
+		seenAddr
+		seenWeight
+		seenEnabled
+		seenHashID
+	)
+	seen, ok := 0, true
+	item.ForEach(func(k, v gjson.Result) bool {
+		bit := 0
+		switch k.Str {
+		case "name":
+			bit = seenName
+			ok = v.Type == gjson.String && v.Str != "" && isToken(v.Str)
+			s.Name = v.Str
+		case "address":
+			bit = seenAddr
+			ok = v.Type == gjson.String
+			if ok {
+				s.Address = v.Str
+				s.Addr, ok = parseServiceAddr(s.Address)
+				ok = ok && !s.Addr.Addr().Is4In6()
+			}
+		case "weight":
+			bit = seenWeight
+			lo, hi := fServiceWeight.intRange()
+			_, hasOff := fServiceWeight.spec().Off.(int)
+			ok = v.Type == gjson.Number && !hasOff
+			if ok {
+				n, err := strconv.ParseInt(v.Raw, 10, 64)
+				ok = err == nil && n >= int64(lo) && n <= int64(hi)
+				s.Weight = int(n)
+			}
+		case "enabled":
+			bit = seenEnabled
+			ok = v.Type == gjson.True || v.Type == gjson.False
+			s.Enabled = v.Type == gjson.True
+		case "hashId":
+			bit = seenHashID
+			ok = v.Type == gjson.String && v.Str != ""
+			s.HashID = v.Str
+		default:
+			ok = false
+		}
+		ok = ok && seen&bit == 0
+		seen |= bit
+		return ok
+	})
+	return s, ok && seen&(seenName|seenAddr) == seenName|seenAddr
+}
+
+// servicesSlow is the general decoder of the services array v: every
+// problem, each once, in document order.
+func (d *decoder) servicesSlow(path string, v gjson.Result) []Service {
 	items := v.Array()
 	if !d.count(fServices, path, len(items), "services") && len(items) > 0 {
 		return nil // too many to check one by one
@@ -95,7 +227,12 @@ func (d *decoder) services(path string, v gjson.Result) []Service {
 // reports for the endpoint (and so one address has one hash).
 func parseServiceAddr(s string) (netip.AddrPort, bool) {
 	ap, err := netip.ParseAddrPort(s)
-	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" || ap.String() != s {
+	if err != nil || ap.Port() == 0 || ap.Addr().Zone() != "" {
+		return netip.AddrPort{}, false
+	}
+	// Canonical: it prints back as written (compared without allocating).
+	var buf [64]byte
+	if string(ap.AppendTo(buf[:0])) != s {
 		return netip.AddrPort{}, false
 	}
 	return ap, true
