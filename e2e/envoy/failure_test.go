@@ -1,8 +1,10 @@
 package envoy
 
 import (
+	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -233,6 +235,117 @@ func TestEnvoyFailurePolicy(t *testing.T) {
 				}
 				if fr.forgedObeyd != 0 && fr.after[200] == fr.forgedObeyd {
 					t.Errorf("%s: every served request went where the forged header said", c.name)
+				}
+			})
+		}
+	})
+}
+
+// TestEnvoyFailurePolicyTCP: the same for the network filter, with
+// configs/envoy-tcp.yaml's listener and wasm filter (its cluster made a
+// STATIC one to one echo backend, since the trap module sets no filter
+// state): a connection whose data holds TRAP fails its worker's VM. Under
+// the shipped FAIL_RELOAD later connections are closed during the back-off
+// and then served by a new VM; with fail_open: false alone a failed worker
+// closes every later connection for good.
+func TestEnvoyFailurePolicyTCP(t *testing.T) {
+	t.Parallel()
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		for _, c := range []struct{ name, policy string }{
+			{"shipped", ""},
+			{"fail_open-only", "\n            # failure_policy unset"},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				code, err := trapModule()
+				if err != nil {
+					t.Fatal(err)
+				}
+				mod := filepath.Join(t.TempDir(), "trap.wasm")
+				if err := os.WriteFile(mod, code, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				be := envoyrun.StartTCPBackend(t, "b1")
+				y := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-tcp.yaml"), map[int]int{9901: 0, 10001: 0})
+				y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod,
+					"type: ORIGINAL_DST\n    lb_policy: CLUSTER_PROVIDED",
+					fmt.Sprintf("type: STATIC\n    load_assignment: {cluster_name: hashlb_tcp_upstream, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}}]}]}", be.Port()))
+				if c.policy != "" {
+					y = envoyrun.Replace(t, y, "\n            failure_policy: FAIL_RELOAD", c.policy)
+				}
+				dir := envoyrun.WorkDir(t)
+				e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: y, Dir: dir})
+				addr := e.MustListener(t, "hashlb_tcp")
+				// conn sends msg and reports whether the backend's greeting and
+				// the echo came back.
+				conn := func(msg string) bool {
+					cn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+					if err != nil {
+						return false
+					}
+					defer cn.Close()
+					cn.SetDeadline(time.Now().Add(3 * time.Second))
+					rd := bufio.NewReader(cn)
+					if _, err := io.WriteString(cn, msg); err != nil {
+						return false
+					}
+					line, err := rd.ReadString('\n')
+					if err != nil || line != "b1\n" {
+						return false
+					}
+					back, err := rd.ReadString('\n')
+					return err == nil && back == msg
+				}
+				for i := range 4 {
+					if !conn(fmt.Sprintf("hello %d\n", i)) {
+						t.Fatalf("connection %d before any trap was not served", i)
+					}
+				}
+				trapped := 0
+				for range 16 {
+					if !conn("TRAP\n") {
+						trapped++
+					}
+				}
+				served, closed := 0, 0
+				var recoveredAt time.Duration
+				start := time.Now()
+				for time.Since(start) < 15*time.Second && served < 10 {
+					if conn("ping\n") {
+						served++
+						if served == 1 {
+							recoveredAt = time.Since(start)
+						}
+					} else {
+						closed++
+						if c.name == "fail_open-only" && closed >= 10 {
+							break
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				st, _ := e.Stats()
+				t.Logf("%s: %d of 16 TRAP connections cut; later: %d served (first after %v), %d closed; backend accepted %d; vm_reload_success %d, backoff %d",
+					c.name, trapped, served, recoveredAt.Round(10*time.Millisecond), closed, be.Conns(), st["wasm.hashlb.vm_reload_success"], st["wasm.hashlb.vm_reload_backoff"])
+				if m := failLineRE.FindString(e.Log()); m != "" {
+					t.Logf("%s: Envoy's log: %s", c.name, m)
+				}
+				if trapped == 0 {
+					t.Errorf("no TRAP connection was cut: the VM did not fail")
+				}
+				switch c.name {
+				case "shipped":
+					if st["wasm.hashlb.vm_reload_success"] == 0 {
+						t.Errorf("FAIL_RELOAD: wasm.hashlb.vm_reload_success = 0")
+					}
+					if served < 10 {
+						t.Errorf("FAIL_RELOAD: only %d later connections served in 15 s (%d closed)", served, closed)
+					}
+				default:
+					if closed == 0 {
+						t.Errorf("fail_open: false: no later connection closed (%d served)", served)
+					}
 				}
 			})
 		}
