@@ -148,95 +148,105 @@ const passivePlugin = `{
   "services": SERVICES
 }`
 
-// TestEnvoyPassiveEjection: with a route that does not retry 5xx, a backend
-// answering 503 is ejected after consecutiveFailures responses (metric
-// ejected, an info line), gets nothing for ejectionTime, every request
-// going where lbcore says with it out, then is selectable again (health_up,
-// "ejection ended") and served.
+// TestEnvoyPassiveEjection: envoy.yaml with one more route, /noretry/,
+// whose retry policy leaves out 5xx. There a backend answering 503 is
+// ejected after consecutiveFailures responses (metric ejected, an info
+// line), gets nothing for ejectionTime, every request going where lbcore
+// says with it out, then is selectable again (health_up, "ejection ended")
+// and served.
 //
-// With envoy.yaml's own retry policy (retry_on 5xx) the client never sees
-// the 503: the router retries on the 2nd ranked service and the Wasm filter,
-// above the router, sees only the final 200, so hashlb's passive check never
+// On envoy.yaml's own route (retry_on 5xx) the client never sees the 503:
+// the router retries on the 2nd ranked service and the Wasm filter, above
+// the router, sees only the final 200, so hashlb's passive check never
 // counts the failure (Envoy's outlier detection, which sees every attempt,
-// is what ejects then). The shipped subtest asserts exactly that.
+// is what can eject then). The first half asserts exactly that, with
+// another backend.
 func TestEnvoyPassiveEjection(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		t.Run("no-5xx-retry", func(t *testing.T) {
-			t.Parallel()
-			dr := newDataRequests()
-			r := startRig(t, bin, passivePlugin, dr.install, func(y []byte) []byte {
-				return envoyrun.Replace(t, y, "retry_on: connect-failure,refused-stream,reset,5xx", "retry_on: connect-failure,refused-stream,reset")
-			})
-			const victim = 2 // b3
-			vName, vAddr := r.bs[victim].Name, r.bs[victim].Addr
-			paths := r.pathsTo(vName, 6)
-			r.bs[victim].Fail(503)
-			for i, p := range paths[:3] {
-				if code, _, _ := r.get(t, p); code != 503 {
-					t.Fatalf("failure %d: GET %s: %d, want the backend's 503 (no retry on 5xx)", i+1, p, code)
-				}
-			}
-			ejectedAt := time.Now()
-			if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 1 {
-				t.Errorf("ejected = %d after 3 failed responses, want 1 (counted at once)", n)
-			}
-			if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), 2*time.Second); err != nil {
-				t.Error(err)
-			}
-			// The worker that saw the third failure ejects at once; the
-			// others on their next tick.
-			time.Sleep(1100 * time.Millisecond)
-			before := dr.n[victim].Load()
-			for _, p := range paths {
-				want := r.rank(p, vName)[0]
-				if code, got, _ := r.get(t, p); code != 200 || got != want {
-					t.Errorf("ejected: GET %s: %d from %q, want 200 from %s", p, code, got, want)
-				}
-			}
-			if n := dr.n[victim].Load() - before; n != 0 && time.Since(ejectedAt) < 2*time.Second {
-				t.Errorf("%s is ejected but received %d requests", vName, n)
-			}
-			r.bs[victim].Fail(0)
-			r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 5*time.Second)
-			t.Logf("%s selectable again %v after its ejection (ejectionTime 2s; ejections end on a tick)", vName, time.Since(ejectedAt).Round(10*time.Millisecond))
-			if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), 2*time.Second); err != nil {
-				t.Error(err)
-			}
-			time.Sleep(1100 * time.Millisecond)
-			for _, p := range paths {
-				if code, got, _ := r.get(t, p); code != 200 || got != vName {
-					t.Errorf("after the ejection: GET %s: %d from %q, want 200 from %s", p, code, got, vName)
-				}
-			}
+		dr := newDataRequests()
+		r := startRig(t, bin, passivePlugin, dr.install, func(y []byte) []byte {
+			return envoyrun.Replace(t, y, `              routes:
+              - match: { prefix: "/" }`, `              routes:
+              - match: { prefix: "/noretry/" }
+                route:
+                  cluster: hashlb_upstream
+                  retry_policy: { retry_on: "connect-failure,refused-stream,reset", num_retries: 2 }
+              - match: { prefix: "/" }`)
 		})
-		t.Run("shipped-retry", func(t *testing.T) {
-			t.Parallel()
-			dr := newDataRequests()
-			r := startRig(t, bin, passivePlugin, dr.install, nil)
-			const victim = 0 // b1
-			vName := r.bs[victim].Name
-			paths := r.pathsTo(vName, 4)
-			r.bs[victim].Fail(503)
-			// 4: below the cluster's consecutive_5xx (5), so Envoy's own
-			// outlier detection does not eject the host.
-			for _, p := range paths {
-				want := r.rank(p)[1]
-				if code, got, _ := r.get(t, p); code != 200 || got != want {
-					t.Errorf("GET %s: %d from %q, want 200 from %s (the retry on the 2nd ranked)", p, code, got, want)
-				}
+
+		// The shipped route: retried, never seen by the filter.
+		const first = 0 // b1
+		fName := r.bs[first].Name
+		paths := r.pathsTo(fName, 4)
+		r.bs[first].Fail(503)
+		// 4: below the cluster's consecutive_5xx (5), so Envoy's own
+		// outlier detection does not eject the host.
+		for _, p := range paths {
+			want := r.rank(p)[1]
+			if code, got, _ := r.get(t, p); code != 200 || got != want {
+				t.Errorf("GET %s: %d from %q, want 200 from %s (the retry on the 2nd ranked)", p, code, got, want)
 			}
-			if n := dr.n[victim].Load(); n != int64(len(paths)) {
-				t.Errorf("%s received %d requests, want %d (each first attempt)", vName, n, len(paths))
+		}
+		if n := dr.n[first].Load(); n != int64(len(paths)) {
+			t.Errorf("%s received %d requests, want %d (each first attempt)", fName, n, len(paths))
+		}
+		if n := r.e.Stat(t, "cluster.hashlb_upstream.upstream_rq_retry"); n != int64(len(paths)) {
+			t.Errorf("cluster.hashlb_upstream.upstream_rq_retry = %d, want %d", n, len(paths))
+		}
+		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+fName+".ejected"); n != 0 {
+			t.Errorf("ejected = %d: the filter saw a 503 the router retried", n)
+		}
+		r.bs[first].Fail(0)
+
+		// /noretry/: the filter sees each 503.
+		const victim = 2 // b3
+		vName, vAddr := r.bs[victim].Name, r.bs[victim].Addr
+		var nr []string
+		for i := 0; len(nr) < 6; i++ {
+			p := fmt.Sprintf("/noretry/%d", i)
+			if r.rank(p)[0] == vName {
+				nr = append(nr, p)
 			}
-			time.Sleep(1100 * time.Millisecond)
-			if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 0 {
-				t.Errorf("ejected = %d: the filter saw a 503 the router retried", n)
+		}
+		r.bs[victim].Fail(503)
+		for i, p := range nr[:3] {
+			if code, _, _ := r.get(t, p); code != 503 {
+				t.Fatalf("failure %d: GET %s: %d, want the backend's 503 (no retry on 5xx)", i+1, p, code)
 			}
-			if n := r.e.Stat(t, "cluster.hashlb_upstream.upstream_rq_retry"); n != int64(len(paths)) {
-				t.Errorf("cluster.hashlb_upstream.upstream_rq_retry = %d, want %d", n, len(paths))
+		}
+		ejectedAt := time.Now()
+		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 1 {
+			t.Errorf("ejected = %d after 3 failed responses, want 1 (counted at once)", n)
+		}
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		// The worker that saw the third failure ejects at once; the others
+		// on their next tick.
+		time.Sleep(1100 * time.Millisecond)
+		before := dr.n[victim].Load()
+		for _, p := range nr {
+			want := r.rank(p, vName)[0]
+			if code, got, _ := r.get(t, p); code != 200 || got != want {
+				t.Errorf("ejected: GET %s: %d from %q, want 200 from %s", p, code, got, want)
 			}
-		})
+		}
+		if n := dr.n[victim].Load() - before; n != 0 && time.Since(ejectedAt) < 2*time.Second {
+			t.Errorf("%s is ejected but received %d requests", vName, n)
+		}
+		r.bs[victim].Fail(0)
+		r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 5*time.Second)
+		t.Logf("%s selectable again %v after its ejection (ejectionTime 2s; ejections end on a tick)", vName, time.Since(ejectedAt).Round(10*time.Millisecond))
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		for _, p := range nr {
+			if code, got, _ := r.get(t, p); code != 200 || got != vName {
+				t.Errorf("after the ejection: GET %s: %d from %q, want 200 from %s", p, code, got, vName)
+			}
+		}
 	})
 }

@@ -24,6 +24,8 @@ type rig struct {
 	url string
 	bs  []*envoyrun.Backend
 	cfg *lbcore.Config
+	// yaml is the bootstrap Envoy runs.
+	yaml []byte
 	// c makes a new connection per request: Envoy balances connections
 	// over its workers, so requests reach all of them.
 	c *http.Client
@@ -69,7 +71,7 @@ func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs 
 	if err := envoyrun.Validate(bin, dir, yaml); err != nil {
 		t.Fatal(err)
 	}
-	r := &rig{bs: bs, cfg: pluginConfigs(t, yaml)[0]}
+	r := &rig{bs: bs, cfg: pluginConfigs(t, yaml)[0], yaml: yaml}
 	r.e = envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
 	r.url = "http://" + r.e.MustListener(t, "hashlb_listener")
 	r.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
