@@ -96,7 +96,7 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 	}, func(y []byte) []byte {
 		y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod)
 		if policy != "" {
-			y = envoyrun.Replace(t, y, "\n                failure_policy: FAIL_RELOAD", name)
+			y = envoyrun.Replace(t, y, "\n                failure_policy: FAIL_RELOAD", policy)
 		}
 		return y
 	})
@@ -169,7 +169,7 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 	}
 	sort.Strings(ws)
 	t.Logf("%s: x-trap requests %v; later requests %v; bypassed the module %d; forged header obeyed %d of 24; wasm stats %s",
-		policy, fr.trap, fr.after, fr.bypassed, fr.forgedObeyd, strings.Join(ws, " "))
+		name, fr.trap, fr.after, fr.bypassed, fr.forgedObeyd, strings.Join(ws, " "))
 	if m := failLineRE.FindString(fr.log); m != "" {
 		t.Logf("%s: Envoy's log: %s", name, m)
 	}
