@@ -35,7 +35,8 @@ const healthPlugin = `{
 // log), gets no request while it is DOWN, every request going where lbcore
 // says with it out, and comes back UP after healthyThreshold good probes.
 // One probe per service per interval, whichever of the 4 workers sends it
-// (the probe lease in shared data).
+// (the probe lease in shared data). A backend that stops listening goes
+// DOWN too.
 func TestEnvoyActiveHealth(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
@@ -116,9 +117,17 @@ func TestEnvoyActiveHealth(t *testing.T) {
 			t.Errorf("%s is UP again but received no request", vName)
 		}
 
+		// A dead host: the probes' connect fails (Envoy's async client
+		// answers the callout with its local 503, or no headers; either
+		// fails the probe) and it goes DOWN the same way.
+		dead := r.bs[2]
+		dead.Stop()
+		_, took = r.waitStat(t, "wasmcustom.hashlb.service."+dead.Name+".health_down", func(v int64) bool { return v == 1 }, 6*time.Second)
+		t.Logf("%s (stopped) DOWN %v after it stopped listening", dead.Name, took.Round(10*time.Millisecond))
+
 		// The lease: one probe per service per interval, not one per worker.
 		elapsed := time.Since(start)
-		for i, b := range r.bs {
+		for i, b := range r.bs[:2] { // b3 stopped answering
 			n := dr.probes[i].Load()
 			if max := int64(elapsed/time.Second) + 2; n > max {
 				t.Errorf("%s received %d probes in %v: more than one per interval (4 workers probing?)", b.Name, n, elapsed.Round(time.Millisecond))
