@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -144,16 +143,6 @@ func (r *rig) waitStat(t testing.TB, name string, ok func(int64) bool, d time.Du
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// echo decodes a backend's answer.
-func echo(t testing.TB, body string) envoyrun.Echo {
-	t.Helper()
-	var e envoyrun.Echo
-	if err := json.Unmarshal([]byte(body), &e); err != nil {
-		t.Fatalf("backend answer: %v: %q", err, body)
-	}
-	return e
 }
 
 // dataRequests counts, per backend, the requests that were not health
