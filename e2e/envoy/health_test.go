@@ -1,0 +1,261 @@
+package envoy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+)
+
+// healthPlugin is configs/health.json's active check with short intervals,
+// probing through envoy.yaml's override_host cluster.
+const healthPlugin = `{
+  "lbMethod": "URLHASH",
+  "upstreamHeader": "x-envoy-original-dst-host",
+  "upstreamCount": 3,
+  "healthCheck": {
+    "path": "/healthz",
+    "interval": "1s",
+    "timeout": "500ms",
+    "healthyThreshold": 2,
+    "unhealthyThreshold": 2,
+    "expectedStatuses": "200-399",
+    "cluster": "hashlb_upstream"
+  },
+  "services": SERVICES
+}`
+
+// TestEnvoyActiveHealth: hashlb's probes go out by dispatch_http_call on
+// envoy.yaml's cluster, steered by the upstream header to the service they
+// probe. A backend whose /healthz answers 503 goes DOWN after
+// unhealthyThreshold probes (metric health_down, an info line in Envoy's
+// log), gets no request while it is DOWN, every request going where lbcore
+// says with it out, and comes back UP after healthyThreshold good probes.
+// One probe per service per interval, whichever of the 4 workers sends it
+// (the probe lease in shared data). A backend that stops listening goes
+// DOWN too.
+func TestEnvoyActiveHealth(t *testing.T) {
+	t.Parallel()
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		dr := newDataRequests()
+		r := startRig(t, bin, healthPlugin, dr.install, nil)
+		start := time.Now()
+		const victim = 1 // b2
+		vName, vAddr := r.bs[victim].Name, r.bs[victim].Addr
+
+		// The probe as the backend received it.
+		var probe http.Header
+		select {
+		case probe = <-dr.probe[victim]:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s received no probe in 5 s", vName)
+		}
+		if probe.Get("Host") != vAddr || probe.Get("User-Agent") != "hashlb-health" {
+			t.Errorf("probe of %s: Host %q, User-Agent %q; want %s, hashlb-health", vName, probe.Get("Host"), probe.Get("User-Agent"), vAddr)
+		}
+		if probe.Get("X-Envoy-Original-Dst-Host") != vAddr {
+			t.Errorf("probe of %s: upstream header %q, want %s", vName, probe.Get("X-Envoy-Original-Dst-Host"), vAddr)
+		}
+		t.Logf("probe headers Envoy sent to %s: %v", vName, probe)
+
+		paths := make([]string, 24)
+		for i := range paths {
+			paths[i] = fmt.Sprintf("/h/%d", i)
+		}
+		check := func(phase string, down ...string) {
+			t.Helper()
+			for _, p := range paths {
+				want := r.rank(p, down...)[0]
+				code, got, _ := r.get(t, p)
+				if code != 200 || got != want {
+					t.Errorf("%s: GET %s: %d from %q, want 200 from %s (lbcore, down %v)", phase, p, code, got, want, down)
+				}
+			}
+		}
+		check("all UP")
+		if dr.n[victim].Load() == 0 {
+			t.Fatalf("no path of the corpus reaches %s: the test would prove nothing", vName)
+		}
+
+		// DOWN.
+		r.bs[victim].Fail(503)
+		_, took := r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_down", func(v int64) bool { return v == 1 }, 6*time.Second)
+		t.Logf("%s DOWN %v after its /healthz began to fail (unhealthyThreshold 2, interval 1s)", vName, took.Round(10*time.Millisecond))
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is DOWN: 2 failed health checks", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		if took < 900*time.Millisecond {
+			t.Errorf("%s DOWN after %v: sooner than 2 probes 1 s apart allow", vName, took)
+		}
+		// Every worker refreshes its view on its tick, once a second.
+		time.Sleep(1100 * time.Millisecond)
+		before := dr.n[victim].Load()
+		check("DOWN", vName)
+		check("DOWN (again)", vName)
+		if n := dr.n[victim].Load() - before; n != 0 {
+			t.Errorf("%s is DOWN but received %d requests", vName, n)
+		}
+		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".health_up"); n != 0 {
+			t.Errorf("health_up = %d while the backend still fails", n)
+		}
+
+		// UP.
+		r.bs[victim].Fail(0)
+		_, took = r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 6*time.Second)
+		t.Logf("%s UP %v after its /healthz healed (healthyThreshold 2)", vName, took.Round(10*time.Millisecond))
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: passed its health checks", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		before = dr.n[victim].Load()
+		check("UP again")
+		if dr.n[victim].Load() == before {
+			t.Errorf("%s is UP again but received no request", vName)
+		}
+
+		// A dead host: the probes' connect fails (Envoy's async client
+		// answers the callout with its local 503, or no headers; either
+		// fails the probe) and it goes DOWN the same way.
+		dead := r.bs[2]
+		dead.Stop()
+		_, took = r.waitStat(t, "wasmcustom.hashlb.service."+dead.Name+".health_down", func(v int64) bool { return v == 1 }, 6*time.Second)
+		t.Logf("%s (stopped) DOWN %v after it stopped listening", dead.Name, took.Round(10*time.Millisecond))
+
+		// The lease: one probe per service per interval, not one per worker.
+		elapsed := time.Since(start)
+		for i, b := range r.bs[:2] { // b3 stopped answering
+			n := dr.probes[i].Load()
+			if max := int64(elapsed/time.Second) + 2; n > max {
+				t.Errorf("%s received %d probes in %v: more than one per interval (4 workers probing?)", b.Name, n, elapsed.Round(time.Millisecond))
+			}
+			// A round is due at a worker's tick (once a second), so with an
+			// interval of 1 s rounds come every 1–2 s: 6 in 10 s measured.
+			if n < int64(elapsed/(2*time.Second))-1 {
+				t.Errorf("%s received %d probes in %v: fewer than one per two intervals", b.Name, n, elapsed.Round(time.Millisecond))
+			}
+			t.Logf("%s: %d probes in %v", b.Name, n, elapsed.Round(time.Millisecond))
+		}
+		if s := r.e.Log(); strings.Contains(s, "wasm trap") || strings.Contains(s, "failed: Uncaught") {
+			t.Errorf("VM failure in the log")
+		}
+	})
+}
+
+const passivePlugin = `{
+  "lbMethod": "URLHASH",
+  "upstreamHeader": "x-envoy-original-dst-host",
+  "upstreamCount": 3,
+  "passiveHealth": {
+    "consecutiveFailures": 3,
+    "ejectionTime": "2s",
+    "failureStatuses": "503"
+  },
+  "services": SERVICES
+}`
+
+// TestEnvoyPassiveEjection: envoy.yaml with one more route, /noretry/,
+// whose retry policy leaves out 5xx. There a backend answering 503 is
+// ejected after consecutiveFailures responses (metric ejected, an info
+// line), gets nothing for ejectionTime, every request going where lbcore
+// says with it out, then is selectable again (health_up, "ejection ended")
+// and served.
+//
+// On envoy.yaml's own route (retry_on 5xx) the client never sees the 503:
+// the router retries on the 2nd ranked service and the Wasm filter, above
+// the router, sees only the final 200, so hashlb's passive check never
+// counts the failure (Envoy's outlier detection, which sees every attempt,
+// is what can eject then). The first half asserts exactly that, with
+// another backend.
+func TestEnvoyPassiveEjection(t *testing.T) {
+	t.Parallel()
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		dr := newDataRequests()
+		r := startRig(t, bin, passivePlugin, dr.install, func(y []byte) []byte {
+			return envoyrun.Replace(t, y, `              routes:
+              - match: { prefix: "/" }`, `              routes:
+              - match: { prefix: "/noretry/" }
+                route:
+                  cluster: hashlb_upstream
+                  retry_policy: { retry_on: "connect-failure,refused-stream,reset", num_retries: 2 }
+              - match: { prefix: "/" }`)
+		})
+
+		// The shipped route: retried, never seen by the filter.
+		const first = 0 // b1
+		fName := r.bs[first].Name
+		paths := r.pathsTo(fName, 4)
+		r.bs[first].Fail(503)
+		// 4: below the cluster's consecutive_5xx (5), so Envoy's own
+		// outlier detection does not eject the host.
+		for _, p := range paths {
+			want := r.rank(p)[1]
+			if code, got, _ := r.get(t, p); code != 200 || got != want {
+				t.Errorf("GET %s: %d from %q, want 200 from %s (the retry on the 2nd ranked)", p, code, got, want)
+			}
+		}
+		if n := dr.n[first].Load(); n != int64(len(paths)) {
+			t.Errorf("%s received %d requests, want %d (each first attempt)", fName, n, len(paths))
+		}
+		if n := r.e.Stat(t, "cluster.hashlb_upstream.upstream_rq_retry"); n != int64(len(paths)) {
+			t.Errorf("cluster.hashlb_upstream.upstream_rq_retry = %d, want %d", n, len(paths))
+		}
+		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+fName+".ejected"); n != 0 {
+			t.Errorf("ejected = %d: the filter saw a 503 the router retried", n)
+		}
+		r.bs[first].Fail(0)
+
+		// /noretry/: the filter sees each 503.
+		const victim = 2 // b3
+		vName, vAddr := r.bs[victim].Name, r.bs[victim].Addr
+		var nr []string
+		for i := 0; len(nr) < 6; i++ {
+			p := fmt.Sprintf("/noretry/%d", i)
+			if r.rank(p)[0] == vName {
+				nr = append(nr, p)
+			}
+		}
+		r.bs[victim].Fail(503)
+		for i, p := range nr[:3] {
+			if code, _, _ := r.get(t, p); code != 503 {
+				t.Fatalf("failure %d: GET %s: %d, want the backend's 503 (no retry on 5xx)", i+1, p, code)
+			}
+		}
+		ejectedAt := time.Now()
+		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 1 {
+			t.Errorf("ejected = %d after 3 failed responses, want 1 (counted at once)", n)
+		}
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		// The worker that saw the third failure ejects at once; the others
+		// on their next tick.
+		time.Sleep(1100 * time.Millisecond)
+		before := dr.n[victim].Load()
+		for _, p := range nr {
+			want := r.rank(p, vName)[0]
+			if code, got, _ := r.get(t, p); code != 200 || got != want {
+				t.Errorf("ejected: GET %s: %d from %q, want 200 from %s", p, code, got, want)
+			}
+		}
+		if n := dr.n[victim].Load() - before; n != 0 && time.Since(ejectedAt) < 2*time.Second {
+			t.Errorf("%s is ejected but received %d requests", vName, n)
+		}
+		r.bs[victim].Fail(0)
+		r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 5*time.Second)
+		t.Logf("%s selectable again %v after its ejection (ejectionTime 2s; ejections end on a tick)", vName, time.Since(ejectedAt).Round(10*time.Millisecond))
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), 2*time.Second); err != nil {
+			t.Error(err)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		for _, p := range nr {
+			if code, got, _ := r.get(t, p); code != 200 || got != vName {
+				t.Errorf("after the ejection: GET %s: %d from %q, want 200 from %s", p, code, got, vName)
+			}
+		}
+	})
+}

@@ -1,0 +1,181 @@
+package envoy
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// rig is envoy.yaml started in front of three echo backends with its plugin
+// configuration replaced: the shipped listener, route, retry policy and
+// override_host cluster, with the configuration a test needs. The health,
+// retry and least-connection tests use it.
+type rig struct {
+	e   *envoyrun.Envoy
+	url string
+	bs  []*envoyrun.Backend
+	cfg *lbcore.Config
+	// yaml is the bootstrap Envoy runs.
+	yaml []byte
+	// c makes a new connection per request: Envoy balances connections
+	// over its workers, so requests reach all of them.
+	c *http.Client
+}
+
+var pluginValueRE = regexp.MustCompile(`(?s)(value: \|\n)(.*?)(\n +- name: envoy\.filters\.http\.router)`)
+
+// startRig starts Envoy with envoy.yaml whose hashlb configuration is
+// plugin (JSON in which SERVICES stands for the three backends' list), after
+// edit (nil: none) has changed the YAML; plugin "" keeps envoy.yaml's own. Backends' OnRequest hooks must be
+// set by prepare, before Envoy (and its probes) start.
+func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs []*envoyrun.Backend), edit func([]byte) []byte) *rig {
+	t.Helper()
+	bs := envoyrun.StartBackends(t, 3)
+	if prepare != nil {
+		prepare(bs)
+	}
+	var svcs []string
+	for _, b := range bs {
+		svcs = append(svcs, fmt.Sprintf(`{"name": %q, "address": %q}`, b.Name, b.Addr))
+	}
+	plugin = strings.Replace(plugin, "SERVICES", "["+strings.Join(svcs, ", ")+"]", 1)
+	yaml := envoyrun.ReadRepoFile(t, "envoy.yaml")
+	if plugin == "" {
+		// The shipped configuration: its addresses move with the ports.
+	} else if !pluginValueRE.Match(yaml) {
+		t.Fatal("envoy.yaml: no hashlb configuration value before the router")
+	}
+	yaml = pluginValueRE.ReplaceAllFunc(yaml, func(m []byte) []byte {
+		if plugin == "" {
+			return m
+		}
+		sm := pluginValueRE.FindSubmatch(m)
+		ind := strings.Repeat(" ", 20)
+		body := ind + strings.ReplaceAll(strings.TrimSpace(plugin), "\n", "\n"+ind)
+		return append(append(append([]byte{}, sm[1]...), body...), sm[3]...)
+	})
+	yaml = envoyrun.Ports(t, yaml, map[int]int{9901: 0, 10000: 0, 18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()})
+	if edit != nil {
+		yaml = edit(yaml)
+	}
+	dir := envoyrun.WorkDir(t)
+	if err := envoyrun.Validate(bin, dir, yaml); err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{bs: bs, cfg: pluginConfigs(t, yaml)[0], yaml: yaml}
+	r.e = envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
+	r.url = "http://" + r.e.MustListener(t, "hashlb_listener")
+	r.c = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	t.Cleanup(r.c.CloseIdleConnections)
+	return r
+}
+
+// get sends GET path and returns the status, the X-Backend that answered
+// and the body.
+func (r *rig) get(t testing.TB, path string) (int, string, string) {
+	t.Helper()
+	resp, err := r.c.Get(r.url + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Backend"), string(b)
+}
+
+// rank is lbcore's ranking of a GET of path (authority as Go's client
+// sends it), with the services of down taken out.
+func (r *rig) rank(path string, down ...string) []string {
+	bal := lbcore.NewBalancer(r.cfg, 0)
+	for _, d := range down {
+		bal.SetDown(r.index(d), true)
+	}
+	req := lbcore.Request{Target: path, Authority: strings.TrimPrefix(r.url, "http://"), Method: "GET"}
+	d := bal.Decide(&req, time.Unix(1767225600, 0))
+	var names []string
+	for i := range d.Len() {
+		names = append(names, r.cfg.Services[d.At(i)].Name)
+	}
+	return names
+}
+
+func (r *rig) index(name string) int {
+	for i, s := range r.cfg.Services {
+		if s.Name == name {
+			return i
+		}
+	}
+	panic("no service " + name)
+}
+
+// pathsTo returns n paths lbcore ranks first on service name (with none down).
+func (r *rig) pathsTo(name string, n int) []string {
+	var out []string
+	for i := 0; len(out) < n && i < 100000; i++ {
+		p := fmt.Sprintf("/p/%d", i)
+		if r.rank(p)[0] == name {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// waitStat polls /stats until name satisfies ok, up to d, and returns the
+// value and how long it took.
+func (r *rig) waitStat(t testing.TB, name string, ok func(int64) bool, d time.Duration) (int64, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	for {
+		v := r.e.Stat(t, name)
+		if ok(v) {
+			return v, time.Since(start)
+		}
+		if time.Since(start) > d {
+			t.Fatalf("stat %s = %d after %v: not as expected", name, v, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dataRequests counts, per backend, the requests that were not health
+// probes (path /healthz); install with prepare.
+type dataRequests struct {
+	n      [3]atomic.Int64
+	probes [3]atomic.Int64
+	// probe is the headers of the first probe each backend received.
+	probe [3]chan http.Header
+}
+
+func newDataRequests() *dataRequests {
+	d := &dataRequests{}
+	for i := range d.probe {
+		d.probe[i] = make(chan http.Header, 1)
+	}
+	return d
+}
+
+func (d *dataRequests) install(bs []*envoyrun.Backend) {
+	for i, b := range bs {
+		b.OnRequest = func(r *http.Request) {
+			if r.URL.Path == "/healthz" {
+				d.probes[i].Add(1)
+				h := r.Header.Clone()
+				h.Set("Host", r.Host)
+				select {
+				case d.probe[i] <- h:
+				default:
+				}
+				return
+			}
+			d.n[i].Add(1)
+		}
+	}
+}
