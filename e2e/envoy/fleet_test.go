@@ -93,6 +93,36 @@ func TestFleetEnvoysAgree(t *testing.T) {
 			t.Logf("%d requests decided locally after %d failed etcd calls: %v", len(moved), failed, moved)
 		}
 		hits := fleetMetric(t, es[1], "hit") + fleetMetric(t, es[2], "hit")
+		if hits < int64(len(recs))-failed {
+			t.Errorf("Envoys 1 and 2 answered %d requests for keys Envoy 0 placed, %d of them from etcd (persistence_fleet_hit) with %d failed calls", len(recs), hits, failed)
+		}
+		// The local level is shared by the 4 workers: the keys again
+		// through Envoy 1, on new connections (other workers than the
+		// first time, mostly), are local hits, and ask etcd nothing.
+		localBefore, fleetBefore := es[1].Stat(t, "wasmcustom.hashlb.persistence_hit"), fleetMetric(t, es[1], "hit")
+		jobs = jobs[:0]
+		for _, k := range keysA[:100] {
+			jobs = append(jobs, fleetJob{k, 1})
+		}
+		again, err := fleetSend(urls, jobs, 8, 9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range again {
+			if r.backend != placed[r.key] {
+				t.Errorf("%s again through Envoy 1: %s, placed on %s", r.key, r.backend, placed[r.key])
+			}
+		}
+		var localHits int64
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			// hashlb's counters reach Envoy's stats on the next tick (1 s).
+			if localHits = es[1].Stat(t, "wasmcustom.hashlb.persistence_hit") - localBefore; localHits >= 100 {
+				break
+			}
+		}
+		if d := fleetMetric(t, es[1], "hit") - fleetBefore; localHits != 100 || d != 0 {
+			t.Errorf("100 known keys again through Envoy 1's workers: %d local hits, %d etcd hits; want 100 and 0", localHits, d)
+		}
 		t.Logf("placement: %d keys on %v by Envoy 0 (etcd holds %d); Envoys 1 and 2: %d fleet hits, %d failed calls; workers that took connections: %v",
 			len(placed), fleetDistinct(placed), len(inEtcd), hits, failed, fleetWorkers(t, es))
 
@@ -253,11 +283,18 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 			slow = append(slow, ask(fmt.Sprintf("slow-%d", i)).took)
 		}
 		rec.hold.Store(0)
-		t.Logf("etcd 400 ms late: requests took %v; counters moved %v", fleetRound(slow), fleetDelta(t, e, before))
+		moved := fleetDelta(t, e, before)
+		t.Logf("etcd 400 ms late: requests took %v; counters moved %v", fleetRound(slow), moved)
 		for _, d := range slow {
 			if d > 2*time.Second {
 				t.Errorf("a request took %v with etcd 400 ms late and fleet.timeout 200ms", d)
 			}
+		}
+		// Envoy's own timeout (the call's, from fleet.timeout) ends each
+		// call, and the module counts each as failed.
+		if moved["upstream_rq_timeout"] < 6 || moved["persistence_fleet_error"]+moved["persistence_fleet_timeout"] < 6 {
+			t.Errorf("6 calls past the timeout: Envoy timed out %d, the module counted %d errors and %d timeouts",
+				moved["upstream_rq_timeout"], moved["persistence_fleet_error"], moved["persistence_fleet_timeout"])
 		}
 
 		// etcd's port refusing connections.
@@ -270,13 +307,30 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 		if err := e.WaitLog(fleetDownLine, 5*time.Second); err != nil {
 			t.Error(err)
 		}
-		t.Logf("etcd refusing: requests took %v; counters moved %v", fleetRound(dead), fleetDelta(t, e, before))
+		moved = fleetDelta(t, e, before)
+		t.Logf("etcd refusing: requests took %v; counters moved %v", fleetRound(dead), moved)
+		// A refused connection is answered at once (Envoy's own 503), not
+		// after the timeout: the requests do not wait.
+		if med := slices.Sorted(slices.Values(dead))[len(dead)/2]; med > 100*time.Millisecond || moved["upstream_cx_connect_fail"] == 0 {
+			t.Errorf("etcd refusing: median request %v, %d connect failures; want well under fleet.timeout, and Envoy's connect failures",
+				med, moved["upstream_cx_connect_fail"])
+		}
 		up := time.Now()
 		rec.up()
-		if err := e.WaitLog(fleetBackLine, 5*time.Second); err != nil {
-			t.Error(err)
+		// Each root context that found etcd down finds it back from its
+		// own tick (a probe every second).
+		var down, back map[string]bool
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			down, back = fleetThreads(e.Log(), fleetDownLine), fleetThreads(e.Log(), fleetBackLine)
+			if len(back) >= len(down) || time.Now().After(deadline) {
+				break
+			}
 		}
-		t.Logf("back %v after etcd listened again; log:\n%s", time.Since(up).Round(time.Millisecond), fleetLogLines(e.Log()))
+		if len(down) == 0 || len(back) < len(down) {
+			t.Errorf("threads that logged etcd down: %v; back within 5 s: %v", down, back)
+		}
+		t.Logf("%d threads back %v after etcd listened again (Envoy's main thread %s among those down: %v); log:\n%s",
+			len(back), time.Since(up).Round(time.Millisecond), fleetMainThread(e.Log()), down[fleetMainThread(e.Log())], fleetLogLines(e.Log()))
 		if d := os.Getenv("FLEET_DUMP"); d != "" {
 			os.WriteFile(d+"-"+bin.Version+".log", []byte(e.Log()), 0o644)
 			s, _, _ := e.Get("/stats")
@@ -383,6 +437,29 @@ func fleetLogLines(log string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// fleetThreads are the thread ids of an Envoy log's lines holding substr.
+func fleetThreads(log, substr string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range strings.Split(log, "\n") {
+		if m := fleetThreadRE.FindStringSubmatch(l); m != nil && strings.Contains(l, substr) {
+			out[m[1]] = true
+		}
+	}
+	return out
+}
+
+// fleetMainThread is the thread id of Envoy's main thread (its [main] lines).
+func fleetMainThread(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if m := fleetThreadRE.FindStringSubmatch(l); m != nil && strings.Contains(l, "][main]") {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+var fleetThreadRE = regexp.MustCompile(`^\[[^]]+\]\[([0-9]+)\]`)
 
 // fleetDistinct is the set of backends of placed.
 func fleetDistinct(placed map[string]string) []string {
