@@ -291,9 +291,10 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 			}
 		}
 		// Envoy's own timeout (the call's, from fleet.timeout) ends each
-		// call, and the module counts each as failed.
-		if moved["upstream_rq_timeout"] < 6 || moved["persistence_fleet_error"]+moved["persistence_fleet_timeout"] < 6 {
-			t.Errorf("6 calls past the timeout: Envoy timed out %d, the module counted %d errors and %d timeouts",
+		// call, and the module counts each as failed. (Not always 6: a
+		// worker whose calls failed 3 times decides at once.)
+		if moved["upstream_rq_timeout"] < 3 || moved["persistence_fleet_error"]+moved["persistence_fleet_timeout"] < moved["upstream_rq_timeout"] {
+			t.Errorf("6 requests, etcd past the timeout: Envoy timed out %d calls, the module counted %d errors and %d timeouts",
 				moved["upstream_rq_timeout"], moved["persistence_fleet_error"], moved["persistence_fleet_timeout"])
 		}
 
