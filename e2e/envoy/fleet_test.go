@@ -9,7 +9,6 @@ package envoy
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -333,11 +332,6 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 		}
 		t.Logf("%d threads back %v after etcd listened again (Envoy's main thread %s among those down: %v); log:\n%s",
 			len(back), time.Since(up).Round(time.Millisecond), fleetMainThread(e.Log()), down[fleetMainThread(e.Log())], fleetLogLines(e.Log()))
-		if d := os.Getenv("FLEET_DUMP"); d != "" {
-			os.WriteFile(d+"-"+bin.Version+".log", []byte(e.Log()), 0o644)
-			s, _, _ := e.Get("/stats")
-			os.WriteFile(d+"-"+bin.Version+".stats", []byte(s), 0o644)
-		}
 	})
 }
 
