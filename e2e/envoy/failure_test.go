@@ -283,7 +283,7 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 				return false
 			}
 			line, err := rd.ReadString('\n')
-			if err != nil || line != "b1\n" {
+			if err != nil || line != "backend b1\n" {
 				return false
 			}
 			back, err := rd.ReadString('\n')

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,11 +55,10 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 			}
 			want := cfg.Services[d.At(0)].Name
 			rd := bufio.NewReader(c)
-			line, err := rd.ReadString('\n')
+			name, err := envoyrun.ReadTCPBackendName(rd)
 			if err != nil {
-				t.Fatalf("connection %d from %s: %v (read %q)", i, c.LocalAddr(), err, line)
+				t.Fatalf("connection %d from %s: %v", i, c.LocalAddr(), err)
 			}
-			name := strings.TrimSpace(line)
 			got[name]++
 			if name != want {
 				t.Errorf("connection from %s: backend %s, want %s (lbcore)", c.LocalAddr(), name, want)

@@ -1,23 +1,26 @@
 package envoyrun
 
 import (
+	"bufio"
+	"fmt"
 	"io"
 	"net"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"testing"
 )
 
-// TCPBackend is a TCP upstream on loopback for the network-filter tests: on
-// each connection it writes its name and a newline, then echoes what it
-// reads until the peer closes. Conns counts the connections it accepted.
+// TCPBackend is a TCP upstream on loopback, as hashlb-proxy's TCP demo
+// backends: on each connection it writes one line, "backend NAME\n", then
+// echoes every byte it reads until the peer closes. A test learns from the
+// first line where Envoy connected it, and from the echo that the proxy
+// carries data both ways.
 type TCPBackend struct {
 	Name string
 	Addr string // 127.0.0.1:PORT
 
 	conns atomic.Int64
 	ln    net.Listener
-	wg    sync.WaitGroup
 }
 
 // StartTCPBackend starts a TCP backend on a free loopback port; it stops
@@ -29,39 +32,46 @@ func StartTCPBackend(t testing.TB, name string) *TCPBackend {
 		t.Fatal(err)
 	}
 	b := &TCPBackend{Name: name, Addr: ln.Addr().String(), ln: ln}
-	b.wg.Add(1)
-	go b.serve()
-	t.Cleanup(b.Stop)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns.Add(1)
+			go func() {
+				defer c.Close()
+				if _, err := fmt.Fprintf(c, "backend %s\n", b.Name); err != nil {
+					return
+				}
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
 	return b
 }
 
-func (b *TCPBackend) serve() {
-	defer b.wg.Done()
-	for {
-		c, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		b.conns.Add(1)
-		go func() {
-			defer c.Close()
-			if _, err := io.WriteString(c, b.Name+"\n"); err != nil {
-				return
-			}
-			io.Copy(c, c)
-		}()
-	}
+// Port is the backend's port.
+func (b *TCPBackend) Port() int {
+	_, p, _ := net.SplitHostPort(b.Addr)
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // Conns is how many connections it has accepted.
 func (b *TCPBackend) Conns() int64 { return b.conns.Load() }
 
-// Port is the backend's port.
-func (b *TCPBackend) Port() int { return b.ln.Addr().(*net.TCPAddr).Port }
-
-// Stop closes the listener (connections already accepted run on until
-// their peer closes).
-func (b *TCPBackend) Stop() {
-	b.ln.Close()
-	b.wg.Wait()
+// ReadTCPBackendName reads a TCPBackend's first line from r and returns the
+// name in it ("b1" from "backend b1\n").
+func ReadTCPBackendName(r *bufio.Reader) (string, error) {
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("reading the backend's line: %v (read %q)", err, line)
+	}
+	var name string
+	if _, err := fmt.Sscanf(line, "backend %s\n", &name); err != nil {
+		return "", fmt.Errorf("backend line %q: %v", line, err)
+	}
+	return name, nil
 }
