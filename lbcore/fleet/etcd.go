@@ -11,12 +11,12 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The calls go to etcd's JSON gateway (grpc-gateway over the v3 API, etcd
-// 3.4 and later): POST /v3/kv/txn, /v3/kv/range, /v3/lease/grant and
-// /v3/auth/authenticate (with etcd's auth on), keys and
-// values base64, int64 fields as JSON strings; answers use the proto field
-// names (create_revision) or, from some gateways, camelCase (createRevision):
-// both are read.
+// The codec of etcd's JSON gateway (grpc-gateway over the v3 API, etcd 3.4
+// and later), which the Client's calls go to: POST /v3/kv/txn, /v3/kv/range,
+// /v3/lease/grant, /v3/lease/timetolive and /v3/auth/authenticate (with
+// etcd's auth on), keys and values base64, int64 fields as JSON strings;
+// answers use the proto field names (create_revision) or, from some
+// gateways, camelCase (createRevision): both are read.
 
 // MaxAnswerBytes is the largest etcd answer the fleet level reads; a larger
 // one is a failed call, unread. The largest answer the protocol asks for (a
