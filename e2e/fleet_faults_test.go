@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
-	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // faultEnv is what a fault acts on.
@@ -200,9 +200,9 @@ func TestFleetReconfigureKeepsQueue(t *testing.T) {
 	etcdAddr, _ := startEtcd(t, t.TempDir())
 	fr := newFront(t, etcdAddr)
 	fr.set(frontRefuse, 0)
-	fleet := map[string]any{"cluster": "etcd", "timeout": faultTimeout.String()}
+	fleetCfg := map[string]any{"cluster": "etcd", "timeout": faultTimeout.String()}
 	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	h := fleetHosts(t, 1, 1, fleetConfig(t, fleet, fourServices(), nil), fr.addr, start, false)[0]
+	h := fleetHosts(t, 1, 1, fleetConfig(t, fleetCfg, fourServices(), nil), fr.addr, start, false)[0]
 	keys := keysN("q", 10)
 	served := map[string]string{}
 	for _, k := range keys {
@@ -213,7 +213,7 @@ func TestFleetReconfigureKeepsQueue(t *testing.T) {
 		served[k] = rep.service
 	}
 	svcs := append(fourServices(), svcDef{Name: "b5", Address: "10.0.0.15:8080"})
-	if err := h.Configure(fleetConfig(t, fleet, svcs, nil)); err != nil {
+	if err := h.Configure(fleetConfig(t, fleetCfg, svcs, nil)); err != nil {
 		t.Fatalf("Configure with b5: %v", err)
 	}
 	fr.set(frontPass, 0)
@@ -227,7 +227,7 @@ func TestFleetReconfigureKeepsQueue(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		rec, ok := lbcore.ParseFleetRecord(inEtcd[lbcore.FleetKey(prefix, []byte(k))])
+		rec, ok := fleet.ParseRecord(inEtcd[fleet.Key(prefix, []byte(k))])
 		want := "10.0.0.1" + strings.TrimPrefix(served[k], "b") + ":8080"
 		if !ok || rec.Service != want {
 			t.Errorf("etcd record of %s = %+v (%v) after etcd returned, want %s (served %s while etcd was down, before the new configuration)",

@@ -15,7 +15,7 @@ import (
 
 // TestGuestAllocationsFleet: with persistence.fleet (configs/fleet.json,
 // embedded etcd) a worker serving local hits allocates nothing, its
-// heartbeat included (FleetHeartbeatEvery: one etcd read every 3 s while
+// heartbeat included (fleet.HeartbeatEvery: one etcd read every 3 s while
 // nothing else asks etcd). The test build with tag hashlb_memstats
 // measures two runs of 60 ticks, with 20 and 1,700 hits per tick (10^5 in
 // all).

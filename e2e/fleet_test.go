@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
-	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // fleetConfig is LEASTCONNECTION with persistence on x-client-id over b1…b4,
@@ -298,9 +298,9 @@ func TestFleetAgreement(t *testing.T) {
 	db0 := etcdDBSize(t, etcdAddr)
 	// A generous timeout for a loaded CI machine; 10^4 keys in a few
 	// seconds is far over the default create budget, which is not tested here.
-	fleet := map[string]any{"cluster": "etcd", "timeout": "5s", "createsPerSecond": 100000}
+	fleetCfg := map[string]any{"cluster": "etcd", "timeout": "5s", "createsPerSecond": 100000}
 	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	hosts := fleetHosts(t, 3, 4, fleetConfig(t, fleet, fourServices(), nil), counted, start, false)
+	hosts := fleetHosts(t, 3, 4, fleetConfig(t, fleetCfg, fourServices(), nil), counted, start, false)
 	keys := keysN("k", fleetKeysPerRun)
 	const perKey = 3
 
@@ -324,8 +324,8 @@ func TestFleetAgreement(t *testing.T) {
 	// etcd holds what the proxies serve (after calls failed: once the
 	// fleet has reconciled).
 	record := func(k string) (string, bool, bool) {
-		v, ok := etcdGet(t, etcdAddr, lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte(k)))
-		rec, parsed := lbcore.ParseFleetRecord(v)
+		v, ok := etcdGet(t, etcdAddr, fleet.Key("/hashlb/"+persistRootID+"/", []byte(k)))
+		rec, parsed := fleet.ParseRecord(v)
 		return v, ok && parsed && rec.Service == "10.0.0.1"+strings.TrimPrefix(got[k][0], "b")+":8080", ok
 	}
 	for round := 0; faulty && round < 20; round++ {
@@ -367,7 +367,7 @@ func TestFleetAgreement(t *testing.T) {
 	off := false
 	svcs[1].Enabled = &off
 	for _, h := range hosts {
-		if err := h.Configure(fleetConfig(t, fleet, svcs, nil)); err != nil {
+		if err := h.Configure(fleetConfig(t, fleetCfg, svcs, nil)); err != nil {
 			t.Fatalf("Configure without b2: %v", err)
 		}
 	}
@@ -518,11 +518,11 @@ func TestFleetSlowEtcd(t *testing.T) {
 func TestFleetExpiry(t *testing.T) {
 	etcdAddr, _ := startEtcd(t, t.TempDir())
 	expire := 10 * time.Minute
-	slot := lbcore.FleetSlot(expire)
-	fleet := map[string]any{"cluster": "etcd", "timeout": "5s"}
-	cfg := fleetConfig(t, fleet, fourServices(), map[string]any{"expire": "10m"})
+	slot := fleet.Slot(expire)
+	fleetCfg := map[string]any{"cluster": "etcd", "timeout": "5s"}
+	cfg := fleetConfig(t, fleetCfg, fourServices(), map[string]any{"expire": "10m"})
 	t0 := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-	key := lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte("ada"))
+	key := fleet.Key("/hashlb/"+persistRootID+"/", []byte("ada"))
 	a := fleetHosts(t, 1, 1, cfg, etcdAddr, t0, false)[0]
 	first, err := fleetRoundTrip(a, 0, "ada")
 	if err != nil {
@@ -530,7 +530,7 @@ func TestFleetExpiry(t *testing.T) {
 	}
 	stamp := func() int64 {
 		v, _ := etcdGet(t, etcdAddr, key)
-		r, _ := lbcore.ParseFleetRecord(v)
+		r, _ := fleet.ParseRecord(v)
 		return r.Stamp
 	}
 	if got := stamp(); got != t0.Unix() {
@@ -699,8 +699,8 @@ func TestFleetSharedTransaction(t *testing.T) {
 	if n := count("/v3/kv/txn") - before; n != 1 {
 		t.Errorf("3 requests for one new key, the first reset, sent %d transactions, want 1", n)
 	}
-	v, ok := etcdGet(t, etcdAddr, lbcore.FleetKey("/hashlb/"+persistRootID+"/", []byte("orphan")))
-	rec, _ := lbcore.ParseFleetRecord(v)
+	v, ok := etcdGet(t, etcdAddr, fleet.Key("/hashlb/"+persistRootID+"/", []byte("orphan")))
+	rec, _ := fleet.ParseRecord(v)
 	var want string
 	for _, d := range fourServices() {
 		if served[d.Name] {

@@ -49,6 +49,7 @@ import (
 
 	"github.com/hashlb/hashlb/internal/hostile"
 	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // v8Flags are the flags proxy-wasm-cpp-host gives V8 (src/v8/v8.cc).
@@ -504,7 +505,7 @@ func checkV8Run(t *testing.T, r v8Run, lines []v8Line) {
 			// over the corpus gets the first three.
 			want := int64(len(v8HostileEtcdAnswers))
 			if r.warmup == 0 {
-				want = lbcore.FleetFailLimit
+				want = fleet.FailLimit
 			}
 			if n := l.Metrics["hashlb.persistence_fleet_error"]; r.hostileEtcd && n < want {
 				t.Errorf("phase %s against a hostile etcd: persistence_fleet_error = %d, want at least %d hostile answers counted as failed calls (metrics %v)",

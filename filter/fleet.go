@@ -5,12 +5,13 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// fleet wires persistence's fleet-wide level to the host: the protocol is
-// lbcore.FleetClient (a state machine, one per worker); this file sends its
+// fleetLevel wires persistence's fleet-wide level to the host: the protocol is
+// fleet.Client (a state machine, one per worker); this file sends its
 // calls with proxy_http_call on persistence.fleet.cluster, hands it the
 // answers, and applies what it settles to the waiting requests.
 //
@@ -23,10 +24,10 @@ import (
 // every call, as active probes do (callout.go): headers serialised into
 // hdrBuf, a record from free registered in the SDK's table for the root
 // context, the answer read into the arena. A transaction allocates nothing.
-type fleet struct {
+type fleetLevel struct {
 	p       *pluginContext
 	cfg     *lbcore.Fleet
-	c       *lbcore.FleetClient
+	c       *fleet.Client
 	waiters map[uint32]waitList // by transaction
 
 	// asking is the request inside Miss: a transaction settled before it
@@ -35,7 +36,7 @@ type fleet struct {
 	askSvc int
 
 	m    fleetMetrics
-	seen lbcore.FleetCounts // what the metrics have been given
+	seen fleet.Counts // what the metrics have been given
 
 	authority string
 	hdrs      [][2]string
@@ -50,8 +51,8 @@ type waitList struct{ first, last *httpContext }
 
 // fleetCallout is a fleet call in flight; records are reused.
 type fleetCallout struct {
-	f       *fleet
-	id      uint32 // the lbcore.FleetCall's
+	f       *fleetLevel
+	id      uint32 // the fleet.Call's
 	callout calloutLayout
 }
 
@@ -69,11 +70,11 @@ const (
 	envEtcdPassword = "HASHLB_ETCD_PASSWORD"
 )
 
-func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, rootID string) *fleet {
+func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, rootID string) *fleetLevel {
 	user, _ := syscall.Getenv(envEtcdUser)
 	password, _ := syscall.Getenv(envEtcdPassword)
-	f := &fleet{p: p, cfg: c.Fleet, waiters: map[uint32]waitList{},
-		c:         lbcore.NewFleetClient(c, lbcore.FleetPrefix(c.Fleet, rootID), bal, user, password, time.Now()),
+	f := &fleetLevel{p: p, cfg: c.Fleet, waiters: map[uint32]waitList{},
+		c:         fleet.NewClient(c, fleet.Prefix(c.Fleet, rootID), bal, user, password, time.Now()),
 		authority: c.Fleet.CallAuthority()}
 	def := func(n string) proxywasm.MetricCounter {
 		return proxywasm.DefineCounterMetric("hashlb.persistence_fleet_" + n)
@@ -90,7 +91,7 @@ func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, roo
 // made (Balancer.AskKey), proposing service proposal. It reports wait when
 // the request pauses; else it is decided now with service svc (the
 // proposal, or the fleet's if etcd settled at once).
-func (f *fleet) ask(h *httpContext, proposal int, now time.Time) (svc int, wait bool) {
+func (f *fleetLevel) ask(h *httpContext, proposal int, now time.Time) (svc int, wait bool) {
 	op, wait := f.c.Miss(now, f.p.bal.AskKey(), proposal)
 	if !wait {
 		f.flush(now) // its counts
@@ -101,13 +102,13 @@ func (f *fleet) ask(h *httpContext, proposal int, now time.Time) (svc int, wait 
 
 // hit reports a local hit on service svc. The client may make the request
 // wait for etcd (an entry used last before etcd recovered), as ask does.
-func (f *fleet) hit(h *httpContext, d *lbcore.Decision, now time.Time) (svc int, wait bool) {
+func (f *fleetLevel) hit(h *httpContext, d *lbcore.Decision, now time.Time) (svc int, wait bool) {
 	op, wait := f.c.Hit(now, f.p.bal.AskKey(), d.At(0), int64(d.Persist.PrevUse))
 	return f.join(h, op, wait, d.At(0), now)
 }
 
 // join makes h wait on transaction op, unless it settles at once.
-func (f *fleet) join(h *httpContext, op uint32, wait bool, proposal int, now time.Time) (svc int, _ bool) {
+func (f *fleetLevel) join(h *httpContext, op uint32, wait bool, proposal int, now time.Time) (svc int, _ bool) {
 	if !wait {
 		if f.c.Pending() { // a local hit usually asks for nothing: no work
 			f.flush(now)
@@ -133,7 +134,7 @@ func (f *fleet) join(h *httpContext, op uint32, wait bool, proposal int, now tim
 }
 
 // tick runs the client's own work, from the root context.
-func (f *fleet) tick(now time.Time) {
+func (f *fleetLevel) tick(now time.Time) {
 	f.c.Tick(now)
 	f.flush(now)
 }
@@ -141,7 +142,7 @@ func (f *fleet) tick(now time.Time) {
 // forget drops h from the transaction it waits on: its stream ended. The
 // transaction goes on (its answer comes to the root context) and settles
 // the other requests.
-func (f *fleet) forget(h *httpContext) {
+func (f *fleetLevel) forget(h *httpContext) {
 	op := h.wait
 	h.wait = 0
 	l, ok := f.waiters[op]
@@ -173,7 +174,7 @@ func (f *fleet) forget(h *httpContext) {
 
 // flush does what the client asks for until it asks for nothing more: a
 // call the host refuses is reported back as unanswered.
-func (f *fleet) flush(now time.Time) {
+func (f *fleetLevel) flush(now time.Time) {
 	for {
 		out := f.c.Take()
 		if out.Empty() {
@@ -205,7 +206,7 @@ func (f *fleet) flush(now time.Time) {
 
 // dispatch sends call c to etcd's gateway on the fleet's cluster, its
 // answer to come to the root context.
-func (f *fleet) dispatch(c lbcore.FleetCall) error {
+func (f *fleetLevel) dispatch(c fleet.Call) error {
 	table := sdkCallouts()
 	if table == nil { // never: the SDK runs the filter's callbacks for a registered plugin
 		return types.ErrorStatusNotFound
@@ -258,7 +259,7 @@ func (fc *fleetCallout) answered(numHeaders, bodySize, _ int) {
 				status, _ = parseStatus(v)
 			}
 			var body []byte
-			if bodySize > 0 && bodySize <= lbcore.MaxEtcdAnswerBytes {
+			if bodySize > 0 && bodySize <= fleet.MaxAnswerBytes {
 				body, _ = getCallResponseBody(bodySize)
 			}
 			f.c.Answer(now, id, status, body, bodySize)
@@ -268,7 +269,7 @@ func (fc *fleetCallout) answered(numHeaders, bodySize, _ int) {
 }
 
 // settled decides every request waiting on s.Op with s.Service.
-func (f *fleet) settled(s lbcore.FleetSettled, now time.Time) {
+func (f *fleetLevel) settled(s fleet.Settled, now time.Time) {
 	l := f.waiters[s.Op]
 	delete(f.waiters, s.Op)
 	f.m.latency.Record(uint64(s.Waited / time.Millisecond))
@@ -298,7 +299,7 @@ func (f *fleet) settled(s lbcore.FleetSettled, now time.Time) {
 }
 
 // count gives the client's new counts to the metrics.
-func (f *fleet) count() {
+func (f *fleetLevel) count() {
 	c := f.c.Counts()
 	s := &f.seen
 	add := func(m proxywasm.MetricCounter, now, before uint64) {

@@ -31,7 +31,7 @@ type pluginContext struct {
 	// health runs active and passive checks; nil when neither is configured.
 	health *health
 	// fleet is persistence's fleet-wide level; nil without persistence.fleet.
-	fleet *fleet
+	fleet *fleetLevel
 	// failing[i] is true while this worker knows service i has failed
 	// responses in a row (passive health).
 	failing []bool
@@ -101,7 +101,7 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 // end), passive failure streaks; services the new configuration adds
 // start Pending when health checks are configured (probed in the first
 // round, at the first tick). The old context stops probing, and its fleet
-// client hands its work to the new one (lbcore.FleetClient.HandOver).
+// client hands its work to the new one (fleet.Client.HandOver).
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// data is this call's own copy of the host's buffer, never changed.
 	cfg, err := lbcore.ParseConfigOwned(data)
@@ -131,7 +131,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// must not read each other's buckets.
 	ns := "hashlb/" + root
 	bal.EnablePersistence(sharedStore{}, ns)
-	var fl *fleet
+	var fl *fleetLevel
 	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
 		fl = newFleet(p, bal, cfg.Persistence, pluginRootID())
 	}

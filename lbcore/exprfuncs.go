@@ -298,7 +298,7 @@ func appendJWTClaim(dst []byte, start int, f *exprFunc, scratch *[]byte) (_ []by
 	}
 	// gjson recurses once per nesting level, in validation and in lookup: a
 	// 13 KiB header of nested arrays overflowed V8's stack and trapped.
-	if !jsonDepthOK(buf[:n], MaxJSONDepth) {
+	if !JSONDepthOK(buf[:n], MaxJSONDepth) {
 		return dst, true
 	}
 	if !gjson.ValidBytes(buf[:n]) {

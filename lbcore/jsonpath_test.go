@@ -47,7 +47,7 @@ func FuzzJSONPathMatchesGjson(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc, path string) {
 		parts := simplePath(path)
-		if parts == nil || !gjson.Valid(doc) || !jsonDepthOK([]byte(doc), MaxJSONDepth) {
+		if parts == nil || !gjson.Valid(doc) || !JSONDepthOK([]byte(doc), MaxJSONDepth) {
 			return
 		}
 		if i := skipJSONSpace(doc, 0); doc[i] != '{' {

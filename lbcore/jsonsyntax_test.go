@@ -52,7 +52,7 @@ func FuzzJSONSyntaxError(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if !jsonDepthOK(b, maxConfigDepth) {
+		if !JSONDepthOK(b, maxConfigDepth) {
 			return
 		}
 		got := jsonSyntaxError(b)

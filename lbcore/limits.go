@@ -21,7 +21,7 @@ const (
 	MaxJWTBytes = 16 << 10
 	// MaxJSONDepth is the deepest nesting of arrays and objects jwt() accepts
 	// in a payload; a deeper one gives "". gjson walks nesting recursively,
-	// so depth is checked first, without recursion (jsonDepthOK).
+	// so depth is checked first, without recursion (JSONDepthOK).
 	MaxJSONDepth = 32
 	// MaxReplaceInput is how much of its value replace() reads; the rest is
 	// cut off before replacing. Go's regexp is linear per match, but a match
@@ -33,12 +33,6 @@ const (
 	// the last one is kept as it is. With MaxReplaceInput it bounds one
 	// replace() to MaxReplacements scans of at most MaxReplaceInput bytes.
 	MaxReplacements = 32
-	// MaxEtcdAnswerBytes is the largest etcd answer the fleet level reads
-	// (persistence.fleet); a larger one is a failed call, unread. The
-	// largest answer the protocol asks for (a txn with one key's range) is
-	// under 1 KiB. Etcd answers get MaxJSONDepth too: every proxy of a fleet
-	// reads the same etcd, so one hostile answer must not kill them all.
-	MaxEtcdAnswerBytes = 64 << 10
 	// MaxReplaceSteps is how many backtracker steps (one per instruction and
 	// position visited, replace.go) all of one decision's replace() calls
 	// take together; when they run out the text not yet scanned is kept as
@@ -73,11 +67,11 @@ const (
 	MaxExprBytes = 4 << 10
 )
 
-// jsonDepthOK reports whether the arrays and objects of the JSON text b nest
+// JSONDepthOK reports whether the arrays and objects of the JSON text b nest
 // at most max deep. It does not validate: it counts brackets outside
 // strings, iteratively, so that a hostile payload is refused before any
 // recursive parser sees it.
-func jsonDepthOK(b []byte, max int) bool {
+func JSONDepthOK(b []byte, max int) bool {
 	depth, inString := 0, false
 	for i := 0; i < len(b); i++ {
 		c := b[i]

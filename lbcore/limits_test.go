@@ -87,8 +87,8 @@ func TestJSONDepthOK(t *testing.T) {
 		{strings.Repeat("[", 33), 32, false},
 	}
 	for _, tt := range tests {
-		if got := jsonDepthOK([]byte(tt.json), tt.max); got != tt.want {
-			t.Errorf("jsonDepthOK(%q, %d) = %v, want %v", tt.json, tt.max, got, tt.want)
+		if got := JSONDepthOK([]byte(tt.json), tt.max); got != tt.want {
+			t.Errorf("JSONDepthOK(%q, %d) = %v, want %v", tt.json, tt.max, got, tt.want)
 		}
 	}
 }

@@ -98,7 +98,7 @@ type Outcome struct {
 	GaveUp bool
 	// PrevUse is, on a hit, the entry's last use before this one (Unix
 	// seconds): a fleet level refreshes its stamp when this hit is the
-	// first of a new slot (lbcore.FleetSlotOf).
+	// first of a new slot (fleet.SlotOf).
 	PrevUse uint32
 }
 

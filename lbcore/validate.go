@@ -37,7 +37,7 @@ func ParseConfigOwned(data []byte) (*Config, error) {
 func parseConfig(data []byte, text string) (*Config, error) {
 	// gjson recurses once per nesting level; no configuration nests deeper
 	// than a few levels, so a deeper one is refused before it is walked.
-	if !jsonDepthOK(data, maxConfigDepth) {
+	if !JSONDepthOK(data, maxConfigDepth) {
 		return nil, fmt.Errorf("configuration: nested deeper than %d levels", maxConfigDepth)
 	}
 	if !gjson.ValidBytes(data) {

@@ -1,4 +1,4 @@
-package lbcore
+package fleet
 
 import (
 	"encoding/base64"
@@ -6,17 +6,19 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
-// allocEtcd answers a FleetClient's calls from fixed bodies, allocating
+// allocEtcd answers a Client's calls from fixed bodies, allocating
 // nothing itself: lease grants, creates that succeed or find the key held
 // by another proxy (this slot's stamp, or an older slot's, which the client
 // then refreshes), reads of throttled keys, and heartbeats.
 type allocEtcd struct {
-	c      *FleetClient
+	c      *Client
 	now    time.Time
 	n      int // calls answered
-	calls  []FleetCall
+	calls  []Call
 	grant  []byte
 	put    []byte
 	held   []byte // the key exists, stamped in this slot
@@ -26,7 +28,7 @@ type allocEtcd struct {
 	settle int // transactions settled
 }
 
-func newAllocEtcd(c *FleetClient, now time.Time) *allocEtcd {
+func newAllocEtcd(c *Client, now time.Time) *allocEtcd {
 	kv := func(stamp int64, svc string) []byte {
 		v := base64.StdEncoding.EncodeToString([]byte(fmt.Sprintf("%d %s", stamp, svc)))
 		return []byte(`{"header":{"cluster_id":"1","revision":"90"},"succeeded":false,"responses":[{"response_range":{"header":{"revision":"90"},"kvs":[{"key":"eA==","create_revision":"80","mod_revision":"80","version":"1","value":"` +
@@ -94,8 +96,8 @@ func TestFleetClientAllocatesNothing(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
-			p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: tt.creates}}
-			c := NewFleetClient(p, "/hashlb/root/", newFakeServices(3), "", "", now)
+			p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: tt.creates}}
+			c := NewClient(p, "/hashlb/root/", newFakeServices(3), "", "", now)
 			e := newAllocEtcd(c, now)
 			key := make([]byte, 0, 32)
 			i := 0
@@ -107,12 +109,12 @@ func TestFleetClientAllocatesNothing(t *testing.T) {
 					e.flush()
 				}
 				if i%64 == 0 {
-					e.now = e.now.Add(FleetHeartbeatEvery) // an idle moment: the heartbeat
+					e.now = e.now.Add(HeartbeatEvery) // an idle moment: the heartbeat
 					c.Tick(e.now)
 					e.flush()
 				}
 			}
-			for range 2*FleetKnownMax + 1000 { // the ring full and wrapping, the queue and pools at their largest
+			for range 2*KnownMax + 1000 { // the ring full and wrapping, the queue and pools at their largest
 				request()
 			}
 			settledBefore := e.settle

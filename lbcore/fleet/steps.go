@@ -1,15 +1,17 @@
-package lbcore
+package fleet
 
 import (
 	"strconv"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
-// The steps of FleetClient: what each answer leads to.
+// The steps of Client: what each answer leads to.
 
 // next sends transaction o's next call: authenticate, grant this slot's
 // lease, then the transaction itself (or a read over the create budget).
-func (c *FleetClient) next(o *fleetOp, now time.Time) {
+func (c *Client) next(o *fleetOp, now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
 	case c.needAuth():
@@ -17,7 +19,7 @@ func (c *FleetClient) next(o *fleetOp, now time.Time) {
 	case o.readOnly:
 		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(o.h)), now, 0)
 	case c.leaseFor(slot) == 0:
-		ttl := FleetLeaseTTL(slot, now.Unix(), c.expire)
+		ttl := leaseTTL(slot, now.Unix(), c.expire)
 		if cl := c.opCall(o, callGrant, "/v3/lease/grant", c.grantBody(ttl), now, 0); cl != nil {
 			cl.slot = slot
 		}
@@ -32,7 +34,7 @@ func (c *FleetClient) next(o *fleetOp, now time.Time) {
 
 // opCall sends one call of o with what remains of o's time; with too little
 // left, or too many calls sent, o is settled as timed out (nil).
-func (c *FleetClient) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
+func (c *Client) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
 	left := o.deadline.Sub(now)
 	if left < time.Millisecond || o.calls >= fleetMaxCalls {
 		c.failOp(o, now, errTimeout)
@@ -43,7 +45,7 @@ func (c *FleetClient) opCall(o *fleetOp, kind callKind, path string, body []byte
 	return c.calls[o.call]
 }
 
-func (c *FleetClient) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, now time.Time, lease int64) uint32 {
+func (c *Client) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, now time.Time, lease int64) uint32 {
 	id := c.newID()
 	var cl *fleetCall
 	if kind == callAlive {
@@ -61,16 +63,16 @@ func (c *FleetClient) send(kind callKind, o *fleetOp, path string, body []byte, 
 	if kind == callAuth || (kind == callProbe && c.user != "" && c.token == "") {
 		tok = ""
 	}
-	c.out.Calls = append(c.out.Calls, FleetCall{ID: id, Op: op, Path: path, Body: body, Timeout: timeout, Token: tok})
+	c.out.Calls = append(c.out.Calls, Call{ID: id, Op: op, Path: path, Body: body, Timeout: timeout, Token: tok})
 	return id
 }
 
-func (c *FleetClient) rootCall(kind callKind, path string, body []byte, now time.Time) *fleetCall {
+func (c *Client) rootCall(kind callKind, path string, body []byte, now time.Time) *fleetCall {
 	return c.calls[c.send(kind, nil, path, body, c.cfg.Timeout, now, 0)]
 }
 
 // handle reads the answer (or err) of call cl.
-func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err error) {
+func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 	if o := cl.op; o != nil {
 		if c.byID[o.id] != o || o.call == 0 {
 			return // settled meanwhile
@@ -90,7 +92,7 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 		c.granting = false
 		var id int64
 		if err == nil {
-			id, err = ParseEtcdLease(body)
+			id, err = parseLease(body)
 		}
 		if err == nil {
 			c.setLease(cl.slot, id)
@@ -101,9 +103,9 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 		if err == nil && c.user != "" && c.token == "" {
 			err = c.authenticated(body)
 		} else if err == nil {
-			_, _, err = parseEtcdRange(body, &c.decodeBuf)
+			_, _, err = parseRange(body, &c.decodeBuf)
 		}
-		if err == ErrEtcdAuthToken { // etcd answers; only the token is gone
+		if err == errAuthToken { // etcd answers; only the token is gone
 			c.token, err = "", nil
 		}
 		c.after(now, err)
@@ -111,9 +113,9 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 		c.probe = false
 		var known bool
 		if err == nil {
-			known, err = ParseEtcdTimeToLive(body)
+			known, err = parseTimeToLive(body)
 		}
-		if err == ErrEtcdAuthToken {
+		if err == errAuthToken {
 			c.token, err = "", nil
 		}
 		c.after(now, err)
@@ -129,8 +131,8 @@ func (c *FleetClient) handle(cl *fleetCall, now time.Time, body []byte, err erro
 	}
 }
 
-func (c *FleetClient) authenticated(body []byte) error {
-	tok, err := ParseEtcdAuth(body)
+func (c *Client) authenticated(body []byte) error {
+	tok, err := parseAuth(body)
 	if err == nil {
 		c.token = tok
 	}
@@ -139,27 +141,27 @@ func (c *FleetClient) authenticated(body []byte) error {
 
 // after counts a call's outcome: a success ends a run of failures (and a
 // down etcd), a failure adds to it.
-func (c *FleetClient) after(now time.Time, err error) {
+func (c *Client) after(now time.Time, err error) {
 	switch err {
 	case nil:
 		c.fails = 0
 		if c.down {
 			c.down = false
 			c.recovered = now.Unix() + 1
-			c.out.Logs = append(c.out.Logs, FleetLog{Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+			c.out.Logs = append(c.out.Logs, Log{Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
 				" answers again; new keys are decided fleet-wide, and keys decided locally meanwhile are reconciled"})
 		}
 		return
-	case ErrEtcdAuthToken:
+	case errAuthToken:
 		c.token = ""
-	case ErrEtcdAuthFailed:
+	case errAuthFailed:
 		c.counts.Auth++
 		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+
 			" refused the user "+quoteUser(c.user)+": wrong user or password (HASHLB_ETCD_USER, HASHLB_ETCD_PASSWORD); keys are decided locally")
-	case ErrEtcdPermission:
+	case errPermission:
 		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+": "+err.Error())
-	case ErrEtcdAnswerTooLarge, ErrEtcdAnswerTooDeep:
-		c.logOnce(ErrEtcdAnswerTooDeep, true, "hashlb: fleet: an answer of etcd on cluster "+c.cluster()+" was refused unread ("+
+	case errAnswerTooLarge, errAnswerTooDeep:
+		c.logOnce(errAnswerTooDeep, true, "hashlb: fleet: an answer of etcd on cluster "+c.cluster()+" was refused unread ("+
 			err.Error()+"); such answers are failed calls, and this is logged once")
 	}
 	if err == errTimeout {
@@ -169,14 +171,14 @@ func (c *FleetClient) after(now time.Time, err error) {
 	}
 	c.fails++
 	if c.down {
-		c.probeAt = now.Add(FleetProbeEvery)
+		c.probeAt = now.Add(ProbeEvery)
 		return
 	}
-	if c.fails >= FleetFailLimit {
-		c.down, c.probeAt = true, now.Add(FleetProbeEvery)
-		c.out.Logs = append(c.out.Logs, FleetLog{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+	if c.fails >= FailLimit {
+		c.down, c.probeAt = true, now.Add(ProbeEvery)
+		c.out.Logs = append(c.out.Logs, Log{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
 			" failed " + itoa(c.fails) + " times in a row (last: " + err.Error() +
-			"); new keys are decided locally until it answers again (asked every " + FormatDuration(FleetProbeEvery) + ")"})
+			"); new keys are decided locally until it answers again (asked every " + lbcore.FormatDuration(ProbeEvery) + ")"})
 	}
 }
 
@@ -185,7 +187,7 @@ func quoteUser(u string) string { return string(appendJSONQuoted(nil, u)) }
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // onOp reads an answer of transaction o.
-func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err error) {
+func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err error) {
 	switch cl.kind {
 	case callAuth:
 		if err == nil {
@@ -201,7 +203,7 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 	case callGrant:
 		var id int64
 		if err == nil {
-			id, err = ParseEtcdLease(body)
+			id, err = parseLease(body)
 		}
 		if err != nil {
 			c.retryOrFail(o, now, err)
@@ -212,10 +214,10 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 		c.next(o, now)
 		return
 	case callRange:
-		var kv EtcdKV
+		var kv etcdKV
 		var found bool
 		if err == nil {
-			kv, found, err = parseEtcdRange(body, &c.decodeBuf)
+			kv, found, err = parseRange(body, &c.decodeBuf)
 		}
 		if err != nil {
 			c.retryOrFail(o, now, err)
@@ -230,12 +232,12 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 		c.settle(o, o.proposal, false, now) // over budget: not created, not reconciled
 		return
 	}
-	put, kv, found := false, EtcdKV{}, false
+	put, kv, found := false, etcdKV{}, false
 	if err == nil {
-		put, kv, found, err = parseEtcdTxn(body, &c.decodeBuf)
+		put, kv, found, err = parseTxn(body, &c.decodeBuf)
 	}
 	if err != nil {
-		if err == ErrEtcdLeaseNotFound {
+		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
 		c.retryOrFail(o, now, err)
@@ -270,11 +272,11 @@ func (c *FleetClient) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte
 
 // retryOrFail retries o after an error that another call can cure (a lost
 // lease, a refused token), else settles it locally.
-func (c *FleetClient) retryOrFail(o *fleetOp, now time.Time, err error) {
+func (c *Client) retryOrFail(o *fleetOp, now time.Time, err error) {
 	switch {
-	case err == ErrEtcdLeaseNotFound:
+	case err == errLeaseNotFound:
 		c.next(o, now)
-	case err == ErrEtcdAuthToken && o.auths < 1:
+	case err == errAuthToken && o.auths < 1:
 		o.auths++
 		c.token = ""
 		c.next(o, now)
@@ -285,11 +287,11 @@ func (c *FleetClient) retryOrFail(o *fleetOp, now time.Time, err error) {
 
 // live returns the service of a found entry when it is alive and
 // selectable here.
-func (c *FleetClient) live(kv EtcdKV, found bool, now time.Time) (int, bool) {
+func (c *Client) live(kv etcdKV, found bool, now time.Time) (int, bool) {
 	if !found {
 		return 0, false
 	}
-	rec, ok := ParseFleetRecord(kv.Value)
+	rec, ok := ParseRecord(kv.Value)
 	if !ok || !rec.Alive(now, c.expire) {
 		return 0, false
 	}
@@ -299,9 +301,9 @@ func (c *FleetClient) live(kv EtcdKV, found bool, now time.Time) (int, bool) {
 
 // fleetHit settles o with the fleet's service i; a stamp of an older slot
 // is refreshed from the tick.
-func (c *FleetClient) fleetHit(o *fleetOp, i int, kv EtcdKV, now time.Time) {
+func (c *Client) fleetHit(o *fleetOp, i int, kv etcdKV, now time.Time) {
 	c.counts.Hit++
-	if rec, _ := ParseFleetRecord(kv.Value); c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
+	if rec, _ := ParseRecord(kv.Value); c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
 		c.enqueue(fleetJob{h: o.h, svc: i, stamp: now.Unix()})
 	}
 	c.settle(o, i, true, now)
@@ -309,7 +311,7 @@ func (c *FleetClient) fleetHit(o *fleetOp, i int, kv EtcdKV, now time.Time) {
 
 // failOp settles o locally after a failed call, counting it: a call
 // without an answer at o's deadline is a timeout.
-func (c *FleetClient) failOp(o *fleetOp, now time.Time, err error) {
+func (c *Client) failOp(o *fleetOp, now time.Time, err error) {
 	if err == errNoAnswer && !now.Before(o.deadline.Add(-time.Millisecond)) {
 		err = errTimeout
 	}
@@ -320,7 +322,7 @@ func (c *FleetClient) failOp(o *fleetOp, now time.Time, err error) {
 // settleLocal decides o with its proposal and queues its key: its create
 // may have been applied, or etcd may answer later. Over the create budget
 // the key is only read later (followed if another proxy placed it).
-func (c *FleetClient) settleLocal(o *fleetOp, now time.Time) {
+func (c *Client) settleLocal(o *fleetOp, now time.Time) {
 	if o.readOnly {
 		c.counts.Throttled++
 	}
@@ -329,7 +331,7 @@ func (c *FleetClient) settleLocal(o *fleetOp, now time.Time) {
 }
 
 // settle ends o, which is then reused: it is o's last use.
-func (c *FleetClient) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
+func (c *Client) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 	if fleet || !o.readOnly { // over the budget, a key etcd does not hold stays local
 		c.know(o.h, svc, now.Unix())
 	}
@@ -341,7 +343,7 @@ func (c *FleetClient) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 			c.freeCall(cl)
 		}
 	}
-	c.out.Settled = append(c.out.Settled, FleetSettled{Op: o.id, Service: svc, Fleet: fleet, Waited: now.Sub(o.start)})
+	c.out.Settled = append(c.out.Settled, Settled{Op: o.id, Service: svc, Fleet: fleet, Waited: now.Sub(o.start)})
 	*o = fleetOp{}
 	c.freeOp(o)
 }

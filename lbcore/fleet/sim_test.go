@@ -1,4 +1,4 @@
-package lbcore
+package fleet
 
 import (
 	"container/heap"
@@ -7,9 +7,11 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
-// The fleet protocol in a simulated fleet: simProxies (one FleetClient and
+// The fleet protocol in a simulated fleet: simProxies (one Client and
 // one local table each) under steady load over a fixed key set, and one
 // fakeEtcd behind a simulated network that, for a while, is killed (same
 // data or empty), frozen, slow, slower than the timeout (the call applied,
@@ -37,9 +39,9 @@ func (f simFault) String() string {
 }
 
 type simProxy struct {
-	c       *FleetClient
+	c       *Client
 	local   map[string]int    // key -> service
-	byHash  map[uint64]string // PersistKeyHash -> key
+	byHash  map[uint64]string // lbcore.PersistKeyHash -> key
 	used    map[string]int64  // key -> last use
 	opKey   map[uint32]string // transaction -> key
 	waiting map[uint32][]time.Time
@@ -132,7 +134,7 @@ func (s *fleetSim) at(t time.Time, run func()) {
 // call is proxy p's call c, sent now, through the network and etcd of the
 // moment: it is applied (or not) and answered (or not) as the fault says;
 // the host reports no answer at its timeout.
-func (s *fleetSim) call(p int, c FleetCall) {
+func (s *fleetSim) call(p int, c Call) {
 	sent := s.now
 	deadline := sent.Add(c.Timeout)
 	px := s.proxies[p]
@@ -209,7 +211,7 @@ func (s *fleetSim) flush(p int) {
 func (s *fleetSim) request(p int, key string) {
 	s.requests++
 	px := s.proxies[p]
-	px.byHash[PersistKeyHash([]byte(key))] = key
+	px.byHash[lbcore.PersistKeyHash([]byte(key))] = key
 	now := s.now.Unix()
 	var op uint32
 	var wait bool
@@ -254,7 +256,7 @@ func (s *fleetSim) split() (n int, example string) {
 				svcs[v] = true
 			}
 		}
-		if r, ok := ParseFleetRecord(s.etcd.kv[FleetKey("/sim/", []byte(k))].value); ok && r.Alive(s.now, 10*time.Minute) {
+		if r, ok := ParseRecord(s.etcd.kv[Key("/sim/", []byte(k))].value); ok && r.Alive(s.now, 10*time.Minute) {
 			i, _ := s.svcs.ServiceByKey(r.Service)
 			svcs[i] = true
 		}
@@ -292,9 +294,9 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 	)
 	s = &fleetSim{t: t, rng: rand.New(rand.NewPCG(seed, 19)), etcd: newFakeEtcd(), svcs: newFakeServices(4),
 		now: rigStart.Add(45 * time.Second)} // a slot boundary 30 s in
-	p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
+	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
 	for range proxies {
-		s.proxies = append(s.proxies, &simProxy{c: NewFleetClient(p, "/sim/", s.svcs, "", "", s.now),
+		s.proxies = append(s.proxies, &simProxy{c: NewClient(p, "/sim/", s.svcs, "", "", s.now),
 			local: map[string]int{}, byHash: map[uint64]string{}, used: map[string]int64{}, opKey: map[uint32]string{}, waiting: map[uint32][]time.Time{}})
 	}
 	start := s.now

@@ -1,4 +1,4 @@
-package lbcore
+package fleet
 
 import (
 	"strconv"
@@ -8,7 +8,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// The keys a FleetClient placed, and what it does when etcd loses them.
+// The keys a Client placed, and what it does when etcd loses them.
 //
 // etcd restarted on an empty data directory (or restored from an old
 // snapshot) answers again but no longer holds the keys the fleet agreed on.
@@ -16,24 +16,24 @@ import (
 // on another service than the one the other proxies hold locally; waiting
 // for each of their next hits (the recovery check of Hit) makes agreement
 // depend on traffic. So each worker keeps the keys it placed (the most
-// recent FleetKnownMax), and when it sees that etcd lost its data it queues
+// recent KnownMax), and when it sees that etcd lost its data it queues
 // every one still alive for reconciliation from the tick: create-if-absent
 // with the service it holds, following the fleet where another proxy was
 // first. Loss shows in three ways: an answer's header.revision far below the
 // highest one seen (etcd's revision only grows with its data; answers that
 // overtake each other differ by a few), a header.cluster_id that changed
 // (another cluster), and a lease it granted that it no longer knows: "lease
-// not found" on a put, or TTL -1 from the heartbeat (FleetHeartbeatEvery),
+// not found" on a put, or TTL -1 from the heartbeat (HeartbeatEvery),
 // which asks after the current slot's lease.
 
 const (
-	// FleetKnownMax bounds the keys a worker keeps for a resync.
-	FleetKnownMax = 16384
+	// KnownMax bounds the keys a worker keeps for a resync.
+	KnownMax = 16384
 	// fleetResyncEvery is the least time between two resyncs.
 	fleetResyncEvery = 5 * time.Second
 )
 
-// fleetKnown is a key the worker placed or followed (of PersistKeyHash h):
+// fleetKnown is a key the worker placed or followed (of lbcore.PersistKeyHash h):
 // its service, last used at Unix second used.
 type fleetKnown struct {
 	h    uint64
@@ -42,12 +42,12 @@ type fleetKnown struct {
 }
 
 // know records that the key of hash h holds service svc, used at Unix
-// second used. Past FleetKnownMax keys the oldest recorded is forgotten.
+// second used. Past KnownMax keys the oldest recorded is forgotten.
 //
 // The ring and its index are made whole at the first key (per key, 16
 // bytes in the ring and two 4-byte index slots: 384 KiB), so that
 // recording a key allocates nothing however many come.
-func (c *FleetClient) know(h uint64, svc int, used int64) {
+func (c *Client) know(h uint64, svc int, used int64) {
 	if c.stopped {
 		if i, ok := c.remap(svc); ok {
 			c.succ.know(h, i, used)
@@ -55,8 +55,8 @@ func (c *FleetClient) know(h uint64, svc int, used int64) {
 		return
 	}
 	if c.known == nil {
-		c.ring = make([]fleetKnown, 0, FleetKnownMax)
-		c.known = make([]int32, 2*FleetKnownMax)
+		c.ring = make([]fleetKnown, 0, KnownMax)
+		c.known = make([]int32, 2*KnownMax)
 	}
 	e := fleetKnown{h: h, used: uint32(used), svc: int32(svc)}
 	s, found := c.knownSlot(h)
@@ -64,7 +64,7 @@ func (c *FleetClient) know(h uint64, svc int, used int64) {
 		c.ring[c.known[s]-1] = e
 		return
 	}
-	if len(c.ring) < FleetKnownMax {
+	if len(c.ring) < KnownMax {
 		c.ring = append(c.ring, e)
 		c.known[s] = int32(len(c.ring))
 		return
@@ -74,12 +74,12 @@ func (c *FleetClient) know(h uint64, svc int, used int64) {
 	c.ring[c.ringAt] = e
 	s, _ = c.knownSlot(h) // the removal may have moved the free slot
 	c.known[s] = int32(c.ringAt + 1)
-	c.ringAt = (c.ringAt + 1) % FleetKnownMax
+	c.ringAt = (c.ringAt + 1) % KnownMax
 }
 
 // knownSlot finds h in the ring's index (open addressing, linear probing,
 // at most half full): its slot, or the free slot where it would go.
-func (c *FleetClient) knownSlot(h uint64) (slot int, found bool) {
+func (c *Client) knownSlot(h uint64) (slot int, found bool) {
 	mask := len(c.known) - 1
 	for s := int(h) & mask; ; s = (s + 1) & mask {
 		switch e := c.known[s]; {
@@ -93,7 +93,7 @@ func (c *FleetClient) knownSlot(h uint64) (slot int, found bool) {
 
 // unindex empties slot s of the index, moving back the entries after it
 // that their probe would no longer reach.
-func (c *FleetClient) unindex(s int) {
+func (c *Client) unindex(s int) {
 	mask := len(c.known) - 1
 	c.known[s] = 0
 	for j := (s + 1) & mask; c.known[j] != 0; j = (j + 1) & mask {
@@ -108,7 +108,7 @@ func (c *FleetClient) unindex(s int) {
 }
 
 // knows reports whether the key of hash h is recorded.
-func (c *FleetClient) knows(h uint64) bool {
+func (c *Client) knows(h uint64) bool {
 	if c.known == nil {
 		return false
 	}
@@ -117,12 +117,12 @@ func (c *FleetClient) knows(h uint64) bool {
 }
 
 // Known is how many keys the worker would place again after a data loss.
-func (c *FleetClient) Known() int { return len(c.ring) }
+func (c *Client) Known() int { return len(c.ring) }
 
 // sawHeader checks an answer's header against what etcd said before: a
 // cluster_id that changed, or a revision far below the highest seen, is an
 // etcd without the fleet's data.
-func (c *FleetClient) sawHeader(now time.Time, body []byte) {
+func (c *Client) sawHeader(now time.Time, body []byte) {
 	h := gjson.Get(bytesString(body), "header") // in place: id is copied when kept
 	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
 	if id != "" && c.clusterID != "" && id != c.clusterID {
@@ -145,28 +145,10 @@ func (c *FleetClient) sawHeader(now time.Time, body []byte) {
 	c.maxRev = max(c.maxRev, rev)
 }
 
-// EtcdLeaseTimeToLive is the body of a /v3/lease/timetolive for lease id.
-func EtcdLeaseTimeToLive(id int64) []byte {
-	return []byte(`{"ID":"` + strconv.FormatInt(id, 10) + `"}`)
-}
-
-// ParseEtcdTimeToLive reads a /v3/lease/timetolive answer: known is false
-// for a lease etcd does not have (TTL -1).
-func ParseEtcdTimeToLive(body []byte) (known bool, err error) {
-	if err := EtcdAnswerError(body); err != nil {
-		return false, err
-	}
-	ttl := gjson.Get(bytesString(body), "TTL")
-	if !ttl.Exists() {
-		return false, fleetError("etcd: lease timetolive answer without TTL")
-	}
-	return ttl.Int() >= 0, nil
-}
-
 // dataLost queues every known key that is still alive and selectable for
 // reconciliation, at most once every fleetResyncEvery: leases and keys are
 // gone, so hits of entries used before now ask etcd too (Hit).
-func (c *FleetClient) dataLost(now time.Time, why string) {
+func (c *Client) dataLost(now time.Time, why string) {
 	c.leases = [2]struct{ slot, id int64 }{}
 	c.recovered = now.Unix() + 1
 	if !c.resyncAt.IsZero() && now.Sub(c.resyncAt) < fleetResyncEvery {
@@ -182,13 +164,13 @@ func (c *FleetClient) dataLost(now time.Time, why string) {
 		n++
 	}
 	c.counts.Resynced += uint64(n)
-	c.out.Logs = append(c.out.Logs, FleetLog{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
+	c.out.Logs = append(c.out.Logs, Log{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
 		" lost its data (" + why + "); the " + itoa(n) + " keys this worker placed are placed again"})
 }
 
 // alive reports whether a key used at Unix second used has not expired.
-func (c *FleetClient) alive(used int64, now time.Time) bool {
-	return FleetRecord{Stamp: used}.Alive(now, c.expire)
+func (c *Client) alive(used int64, now time.Time) bool {
+	return Record{Stamp: used}.Alive(now, c.expire)
 }
 
 // HandOver gives n, the client of a new configuration of the same plugin,
@@ -202,7 +184,7 @@ func (c *FleetClient) alive(used int64, now time.Time) bool {
 // its transactions in flight still settle (their answers come to it), and
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
-func (c *FleetClient) HandOver(n *FleetClient) {
+func (c *Client) HandOver(n *Client) {
 	queue, ring := c.queue.all(), c.ring
 	c.Stop()
 	if c.cfg.Cluster != n.cfg.Cluster || c.prefix != n.prefix || c.expire != n.expire ||
@@ -225,12 +207,12 @@ func (c *FleetClient) HandOver(n *FleetClient) {
 
 // Stop ends c's own work, as HandOver does, when the new configuration
 // has no fleet level.
-func (c *FleetClient) Stop() {
+func (c *Client) Stop() {
 	c.stopped, c.queue, c.queued, c.ring, c.known = true, jobQueue{}, map[uint64]bool{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.
-func (c *FleetClient) remap(i int) (int, bool) {
+func (c *Client) remap(i int) (int, bool) {
 	if c.succ == nil {
 		return 0, false
 	}

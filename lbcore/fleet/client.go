@@ -1,12 +1,14 @@
-package lbcore
+package fleet
 
 import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
-// FleetClient is the fleet protocol of one worker as a deterministic state
+// Client is the fleet protocol of one worker as a deterministic state
 // machine (docs/persistence.md#fleet-wide-persistence-through-etcd): events
 // go in (a local miss, a local hit, an etcd answer, a call without one, a
 // tick, each with the clock), and what to do comes out (Take): the etcd
@@ -23,8 +25,8 @@ import (
 //     for reconciliation: once etcd answers, the tick sends create-if-absent
 //     with that decision; if the fleet holds another live service the local
 //     entry follows it (Remember), once.
-//   - After FleetFailLimit failed calls in a row etcd is down: misses are
-//     decided at once, and the tick probes etcd every FleetProbeEvery; the
+//   - After FailLimit failed calls in a row etcd is down: misses are
+//     decided at once, and the tick probes etcd every ProbeEvery; the
 //     first answer ends it. A hit of a key last used before that moment
 //     asks etcd as a miss does, proposing its entry (etcd may have lost the
 //     key, or another proxy placed it meanwhile).
@@ -32,7 +34,7 @@ import (
 //     same create-if-absent, then a replace on mod_revision; one that loses
 //     follows the winner.
 //   - "lease not found" on any put forgets that lease and grants a new one.
-//   - Creates are limited to Fleet.CreatesPerSecond per worker (misses and
+//   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (misses and
 //     syncs of hits alike; a token is taken when the call is sent and given
 //     back when the key turned out to exist): over it a key is only read,
 //     and followed when etcd holds it; one etcd does not hold is decided
@@ -40,9 +42,9 @@ import (
 //     most the budget per worker and second.
 //   - With credentials, every call carries the token of
 //     /v3/auth/authenticate; one etcd refuses is renewed once per call.
-type FleetClient struct {
-	cfg      *Fleet
-	svcs     FleetServices
+type Client struct {
+	cfg      *lbcore.Fleet
+	svcs     Services
 	prefix   string
 	expire   time.Duration
 	slotSecs int64
@@ -50,7 +52,7 @@ type FleetClient struct {
 	password string
 
 	lastID uint32
-	ops    map[uint64]*fleetOp // by PersistKeyHash
+	ops    map[uint64]*fleetOp // by lbcore.PersistKeyHash
 	byID   map[uint32]*fleetOp
 	calls  map[uint32]*fleetCall
 
@@ -82,7 +84,7 @@ type FleetClient struct {
 	lastOK    time.Time // etcd's last answer
 	maxRev    int64     // the highest header.revision etcd answered with
 	clusterID string    // header.cluster_id of its answers
-	known     []int32   // the ring's index by key: 1 + its index in ring, 0 for none (fleetknown.go)
+	known     []int32   // the ring's index by key: 1 + its index in ring, 0 for none (known.go)
 	ring      []fleetKnown
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
@@ -90,19 +92,19 @@ type FleetClient struct {
 	aliveLease int64     // the lease aliveBody asks after
 	aliveBody  []byte    // the heartbeat's body
 	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
-	spare      FleetOut  // buffers given back (Recycle)
+	spare      Out       // buffers given back (Recycle)
 
-	stopped bool         // handed over to a new configuration's client (HandOver)
-	succ    *FleetClient // that client, when compatible: what c still queues goes to it
+	stopped bool    // handed over to a new configuration's client (HandOver)
+	succ    *Client // that client, when compatible: what c still queues goes to it
 
 	logged map[error]bool // errors logged once
-	out    FleetOut
-	counts FleetCounts
+	out    Out
+	counts Counts
 }
 
-// FleetServices is what the fleet protocol needs to know of the services
-// (Balancer implements it).
-type FleetServices interface {
+// Services is what the fleet protocol needs to know of the services
+// (*lbcore.Balancer implements it).
+type Services interface {
 	// ServiceByKey returns the service whose identity in fleet records is key.
 	ServiceByKey(key string) (int, bool)
 	// FleetService is service i's identity in fleet records.
@@ -111,12 +113,14 @@ type FleetServices interface {
 	Selectable(i int) bool
 }
 
-// FleetCall is one call to etcd's JSON gateway to send now: POST Path with
+var _ Services = (*lbcore.Balancer)(nil)
+
+// Call is one call to etcd's JSON gateway to send now: POST Path with
 // Body, at most Timeout; Token, when not "", goes in the Authorization
 // header. Op is the transaction it belongs to, 0 for the worker's own work.
-// Its answer goes to FleetClient.Answer, or its absence to NoAnswer, with
+// Its answer goes to Client.Answer, or its absence to NoAnswer, with
 // ID.
-type FleetCall struct {
+type Call struct {
 	ID      uint32
 	Op      uint32
 	Path    string
@@ -125,47 +129,47 @@ type FleetCall struct {
 	Token   string
 }
 
-// FleetSettled ends transaction Op: its requests are decided with Service
+// Settled ends transaction Op: its requests are decided with Service
 // (the fleet's, or their proposal when Fleet is false) after Waited.
-type FleetSettled struct {
+type Settled struct {
 	Op      uint32
 	Service int
 	Fleet   bool
 	Waited  time.Duration
 }
 
-// FleetRemember is a correction of the local table: the entry of the key
-// whose PersistKeyHash is Hash becomes Service, the fleet's
-// (Balancer.RememberHash).
-type FleetRemember struct {
+// Remember is a correction of the local table: the entry of the key
+// whose lbcore.PersistKeyHash is Hash becomes Service, the fleet's
+// (lbcore.Balancer.RememberHash).
+type Remember struct {
 	Hash    uint64
 	Service int
 }
 
-// FleetLog is a line to log, at warning level when Warn, else info.
-type FleetLog struct {
+// Log is a line to log, at warning level when Warn, else info.
+type Log struct {
 	Warn bool
 	Msg  string
 }
 
-// FleetOut is what the client asks for, in order.
-type FleetOut struct {
-	Calls    []FleetCall
-	Settled  []FleetSettled
-	Remember []FleetRemember
-	Logs     []FleetLog
+// Out is what the client asks for, in order.
+type Out struct {
+	Calls    []Call
+	Settled  []Settled
+	Remember []Remember
+	Logs     []Log
 
 	bodies []byte // the calls' bodies
 }
 
 // Empty reports whether o asks for nothing.
-func (o *FleetOut) Empty() bool {
+func (o *Out) Empty() bool {
 	return len(o.Calls)+len(o.Settled)+len(o.Remember)+len(o.Logs) == 0
 }
 
-// FleetCounts are the client's counters since it started (the metrics
+// Counts are the client's counters since it started (the metrics
 // hashlb.persistence_fleet_*).
-type FleetCounts struct {
+type Counts struct {
 	Hit, Created, Replaced, Refreshed     uint64
 	Timeout, Error, Skipped, Throttled    uint64
 	Reconciled, Followed, QueueFull, Auth uint64
@@ -173,20 +177,20 @@ type FleetCounts struct {
 }
 
 const (
-	// FleetFailLimit failed calls in a row mark etcd down.
-	FleetFailLimit = 3
-	// FleetProbeEvery is how often the tick asks a down etcd.
-	FleetProbeEvery = time.Second
-	// FleetHeartbeatEvery is how often the tick of a worker that placed
+	// FailLimit failed calls in a row mark etcd down.
+	FailLimit = 3
+	// ProbeEvery is how often the tick asks a down etcd.
+	ProbeEvery = time.Second
+	// HeartbeatEvery is how often the tick of a worker that placed
 	// keys reads from an etcd that is up when nothing else asked it
-	// meanwhile: its answer shows a loss of etcd's data (fleetknown.go) even
+	// meanwhile: its answer shows a loss of etcd's data (known.go) even
 	// on a worker that only has hits.
-	FleetHeartbeatEvery = 3 * time.Second
-	// FleetQueueMax bounds the keys waiting to be synced (reconciled or
+	HeartbeatEvery = 3 * time.Second
+	// QueueMax bounds the keys waiting to be synced (reconciled or
 	// refreshed); more are dropped and counted (QueueFull).
-	FleetQueueMax = 16384
-	// FleetSyncAtOnce bounds the syncs in flight.
-	FleetSyncAtOnce = 32
+	QueueMax = 16384
+	// SyncAtOnce bounds the syncs in flight.
+	SyncAtOnce = 32
 
 	fleetMaxReplaces = 2
 	fleetMaxCalls    = 8 // per transaction
@@ -210,7 +214,7 @@ const (
 // fleetOp is one transaction: the requests of one worker waiting for one key.
 type fleetOp struct {
 	id              uint32
-	h               uint64 // the key's PersistKeyHash
+	h               uint64 // the key's lbcore.PersistKeyHash
 	proposal        int
 	start, deadline time.Time
 	readOnly        bool  // over the create budget: read, never create
@@ -224,7 +228,7 @@ type fleetOp struct {
 // fleetJob is one key to sync from the tick: reconcile a local decision, or
 // refresh a stamp.
 type fleetJob struct {
-	h        uint64 // the key's PersistKeyHash
+	h        uint64 // the key's lbcore.PersistKeyHash
 	svc      int
 	stamp    int64 // the Unix second of the use or decision it records
 	rev      int64 // replace at this mod_revision; 0: create-if-absent
@@ -245,50 +249,50 @@ type fleetCall struct {
 	timeout time.Duration
 }
 
-// NewFleetClient starts the protocol for table persistence p (p.Fleet set)
-// under prefix (FleetPrefix), at now; user and password, when user is not
+// NewClient starts the protocol for table persistence p (p.Fleet set)
+// under prefix (Prefix), at now; user and password, when user is not
 // "", authenticate to etcd.
-func NewFleetClient(p *Persistence, prefix string, svcs FleetServices, user, password string, now time.Time) *FleetClient {
-	return &FleetClient{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
-		slotSecs: int64(FleetSlot(p.Expire) / time.Second), user: user, password: password,
+func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, password string, now time.Time) *Client {
+	return &Client{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
+		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
 		queued: map[uint64]bool{}, logged: map[error]bool{},
 		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
 }
 
 // Take returns what the client asks for since the last Take, and forgets it.
-func (c *FleetClient) Take() FleetOut {
+func (c *Client) Take() Out {
 	o := c.out
 	s := c.spare
-	c.out = FleetOut{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0],
+	c.out = Out{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0],
 		bodies: s.bodies[:0]}
-	c.spare = FleetOut{}
+	c.spare = Out{}
 	return o
 }
 
 // Recycle gives back what Take returned, once the caller is done with it
 // (the calls' bodies included): the next Take but one writes into its
 // buffers, so that a worker's steady work allocates nothing.
-func (c *FleetClient) Recycle(o FleetOut) { c.spare = o }
+func (c *Client) Recycle(o Out) { c.spare = o }
 
 // Pending reports whether the client asks for something (Take).
-func (c *FleetClient) Pending() bool { return !c.out.Empty() }
+func (c *Client) Pending() bool { return !c.out.Empty() }
 
 // Counts are the client's counters.
-func (c *FleetClient) Counts() FleetCounts { return c.counts }
+func (c *Client) Counts() Counts { return c.counts }
 
 // Down reports whether etcd is considered down (misses do not ask it).
-func (c *FleetClient) Down() bool { return c.down }
+func (c *Client) Down() bool { return c.down }
 
 // Queued is how many keys wait to be synced.
-func (c *FleetClient) Queued() int { return c.queue.n }
+func (c *Client) Queued() int { return c.queue.n }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
 // proposal now (etcd is down); else the request waits for op's
-// FleetSettled.
-func (c *FleetClient) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
-	k := PersistKeyHash(key)
+// Settled.
+func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
+	k := lbcore.PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
@@ -311,12 +315,12 @@ func (c *FleetClient) Miss(now time.Time, key []byte, proposal int) (op uint32, 
 // proposing svc, when the create budget allows; else, and for the first
 // hit of a slot (which renews the fleet's stamp), the key is synced from
 // the tick and the request is served at once.
-func (c *FleetClient) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
+func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
 	stale := prevUse < c.recovered
 	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
 		return 0, false
 	}
-	k := PersistKeyHash(key)
+	k := lbcore.PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
@@ -329,7 +333,7 @@ func (c *FleetClient) Hit(now time.Time, key []byte, svc int, prevUse int64) (op
 }
 
 // start sends the first call of a new transaction for the key of hash k.
-func (c *FleetClient) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
+func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
 	o := c.newOp()
 	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: now,
 		deadline: now.Add(c.cfg.Timeout), readOnly: readOnly}
@@ -340,15 +344,15 @@ func (c *FleetClient) start(now time.Time, k uint64, proposal int, readOnly bool
 
 // Abandon settles transaction op locally, for a caller whose host will
 // deliver no answer to it. Its key is reconciled later.
-func (c *FleetClient) Abandon(now time.Time, op uint32) {
+func (c *Client) Abandon(now time.Time, op uint32) {
 	if o := c.byID[op]; o != nil {
 		c.settleLocal(o, now)
 	}
 }
 
 // Answer delivers the answer to call id: its status and body, size its
-// length (the body is not read when size is over MaxEtcdAnswerBytes).
-func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, size int) {
+// length (the body is not read when size is over MaxAnswerBytes).
+func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size int) {
 	cl := c.calls[id]
 	if cl == nil {
 		return
@@ -358,9 +362,9 @@ func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, 
 		return
 	}
 	delete(c.calls, id)
-	err := CheckEtcdAnswer(body, size)
+	err := checkAnswer(body, size)
 	if err == nil && status != 200 {
-		if err = EtcdAnswerError(body); err == nil {
+		if err = answerError(body); err == nil {
 			err = statusError(status)
 		}
 	}
@@ -374,7 +378,7 @@ func (c *FleetClient) Answer(now time.Time, id uint32, status int, body []byte, 
 
 // NoAnswer reports that call id ended without an answer: its timeout
 // passed, the connection failed, or it could not be sent.
-func (c *FleetClient) NoAnswer(now time.Time, id uint32) {
+func (c *Client) NoAnswer(now time.Time, id uint32) {
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
 		c.handle(cl, now, nil, errNoAnswer)
@@ -383,9 +387,9 @@ func (c *FleetClient) NoAnswer(now time.Time, id uint32) {
 }
 
 // Tick runs the worker's own work: it gives up calls the host forgot,
-// probes a down etcd (and an idle one, FleetHeartbeatEvery), authenticates,
+// probes a down etcd (and an idle one, HeartbeatEvery), authenticates,
 // grants leases ahead, and sends queued syncs.
-func (c *FleetClient) Tick(now time.Time) {
+func (c *Client) Tick(now time.Time) {
 	var lost []uint32
 	for id, cl := range c.calls {
 		if now.Sub(cl.sent) > cl.timeout+fleetLostCall {
@@ -411,11 +415,11 @@ func (c *FleetClient) Tick(now time.Time) {
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= FleetHeartbeatEvery && len(c.calls)+c.queue.n == 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= HeartbeatEvery && len(c.calls)+c.queue.n == 0 {
 		c.probe = true
 		if l := c.leaseFor(slot); l != 0 {
 			if c.aliveLease != l { // the body is made once per lease
-				c.aliveLease, c.aliveBody = l, EtcdLeaseTimeToLive(l)
+				c.aliveLease, c.aliveBody = l, timeToLiveRequest(l)
 			}
 			c.rootCall(callAlive, "/v3/lease/timetolive", c.aliveBody, now).lease = l
 		} else {
@@ -464,7 +468,7 @@ const (
 	errTimeout  = fleetError("timeout")
 )
 
-func (c *FleetClient) newID() uint32 {
+func (c *Client) newID() uint32 {
 	c.lastID++
 	if c.lastID == 0 {
 		c.lastID++
@@ -474,7 +478,7 @@ func (c *FleetClient) newID() uint32 {
 
 // spend takes one create from the budget: CreatesPerSecond, a burst of one
 // second's worth.
-func (c *FleetClient) spend(now time.Time) bool {
+func (c *Client) spend(now time.Time) bool {
 	rate := float64(c.cfg.CreatesPerSecond)
 	if dt := now.Sub(c.budgetAt); dt > 0 {
 		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
@@ -488,28 +492,28 @@ func (c *FleetClient) spend(now time.Time) bool {
 }
 
 // refund gives back a create that did not grow etcd (the key existed).
-func (c *FleetClient) refund() {
+func (c *Client) refund() {
 	c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
 }
 
-func (c *FleetClient) slotOf(t int64) int64 { return t / c.slotSecs }
+func (c *Client) slotOf(t int64) int64 { return t / c.slotSecs }
 
-func (c *FleetClient) needAuth() bool { return c.user != "" && c.token == "" }
+func (c *Client) needAuth() bool { return c.user != "" && c.token == "" }
 
 // leaseFor is the lease of slot, 0 when this worker has none.
-func (c *FleetClient) leaseFor(slot int64) int64 {
+func (c *Client) leaseFor(slot int64) int64 {
 	if l := c.leases[slot&1]; l.slot == slot {
 		return l.id
 	}
 	return 0
 }
 
-func (c *FleetClient) setLease(slot, id int64) { c.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
+func (c *Client) setLease(slot, id int64) { c.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
 
 // lostLease handles "lease not found" for lease id. Its TTL outlives every
-// slot it is used in (FleetLeaseTTL), so etcd lost it with its data, or an
+// slot it is used in (leaseTTL), so etcd lost it with its data, or an
 // operator revoked it: keys used before now may be gone from etcd too.
-func (c *FleetClient) lostLease(id int64, now time.Time) {
+func (c *Client) lostLease(id int64, now time.Time) {
 	c.recovered = now.Unix() + 1
 	for _, l := range c.leases {
 		if l.id == id && id != 0 {
@@ -519,14 +523,14 @@ func (c *FleetClient) lostLease(id int64, now time.Time) {
 	}
 }
 
-func (c *FleetClient) logOnce(err error, warn bool, msg string) {
+func (c *Client) logOnce(err error, warn bool, msg string) {
 	if !c.logged[err] {
 		c.logged[err] = true
-		c.out.Logs = append(c.out.Logs, FleetLog{Warn: warn, Msg: msg})
+		c.out.Logs = append(c.out.Logs, Log{Warn: warn, Msg: msg})
 	}
 }
 
-func (c *FleetClient) cluster() string { return strconv.Quote(c.cfg.Cluster) }
+func (c *Client) cluster() string { return strconv.Quote(c.cfg.Cluster) }
 
 // Records are reused: an op once settled, a call once answered (or given
 // up), is no longer reachable from c.ops, c.byID or c.calls.
@@ -541,37 +545,37 @@ func takeFree[T any](free *[]*T) *T {
 	return new(T)
 }
 
-func (c *FleetClient) newOp() *fleetOp { return takeFree(&c.freeOps) }
+func (c *Client) newOp() *fleetOp { return takeFree(&c.freeOps) }
 
-func (c *FleetClient) freeOp(o *fleetOp) { c.freeOps = append(c.freeOps, o) }
+func (c *Client) freeOp(o *fleetOp) { c.freeOps = append(c.freeOps, o) }
 
-func (c *FleetClient) newCall() *fleetCall { return takeFree(&c.freeCalls) }
+func (c *Client) newCall() *fleetCall { return takeFree(&c.freeCalls) }
 
-func (c *FleetClient) freeCall(cl *fleetCall) {
+func (c *Client) freeCall(cl *fleetCall) {
 	if cl != &c.aliveCall {
 		*cl = fleetCall{}
 		c.freeCalls = append(c.freeCalls, cl)
 	}
 }
 
-// The calls' bodies are written into the output's buffer (FleetOut.bodies),
+// The calls' bodies are written into the output's buffer (Out.bodies),
 // which the caller gives back with Recycle once it sent them.
 
 // body returns what was appended to the bodies since len start.
-func (c *FleetClient) body(start int) []byte {
+func (c *Client) body(start int) []byte {
 	return c.out.bodies[start:len(c.out.bodies):len(c.out.bodies)]
 }
 
 // fleetKey is the etcd key of the key of hash h, in a buffer reused.
-func (c *FleetClient) fleetKey(h uint64) []byte {
-	c.keyBuf = appendFleetKey(c.keyBuf[:0], c.prefix, h)
+func (c *Client) fleetKey(h uint64) []byte {
+	c.keyBuf = appendKey(c.keyBuf[:0], c.prefix, h)
 	return c.keyBuf
 }
 
 // txnBody is the body of a create-if-absent (rev 0) or replace (at
 // mod_revision rev) of the key of hash h with a record of stamp and service
 // svc.
-func (c *FleetClient) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
+func (c *Client) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
 	c.valueBuf = appendRecord(c.valueBuf[:0], stamp, c.svcs.FleetService(svc))
 	start := len(c.out.bodies)
 	c.out.bodies = appendTxn(c.out.bodies, c.fleetKey(h), rev, c.valueBuf, lease)
@@ -579,32 +583,32 @@ func (c *FleetClient) txnBody(h uint64, rev, stamp int64, svc int, lease int64) 
 }
 
 // prefixKey is the table's prefix, in the key's buffer.
-func (c *FleetClient) prefixKey() []byte {
+func (c *Client) prefixKey() []byte {
 	c.keyBuf = append(c.keyBuf[:0], c.prefix...)
 	return c.keyBuf
 }
 
 // rangeBody is the body of a read of etcd key k.
-func (c *FleetClient) rangeBody(k []byte) []byte {
+func (c *Client) rangeBody(k []byte) []byte {
 	start := len(c.out.bodies)
 	c.out.bodies = appendRange(c.out.bodies, k)
 	return c.body(start)
 }
 
-func (c *FleetClient) grantBody(ttl int64) []byte {
+func (c *Client) grantBody(ttl int64) []byte {
 	start := len(c.out.bodies)
 	c.out.bodies = appendLeaseGrant(c.out.bodies, ttl)
 	return c.body(start)
 }
 
-func (c *FleetClient) authBody() []byte {
+func (c *Client) authBody() []byte {
 	start := len(c.out.bodies)
 	c.out.bodies = appendAuthenticate(c.out.bodies, c.user, c.password)
 	return c.body(start)
 }
 
 // jobQueue is the sync queue: a ring of jobs that grows (doubling, up to
-// FleetQueueMax) and never shrinks, so that keys going through it allocate
+// QueueMax) and never shrinks, so that keys going through it allocate
 // nothing once it is as large as the worker's backlog has been.
 type jobQueue struct {
 	jobs    []fleetJob
@@ -613,7 +617,7 @@ type jobQueue struct {
 
 func (q *jobQueue) grow() {
 	size := max(2*len(q.jobs), 64)
-	if limit := FleetQueueMax + FleetSyncAtOnce; size > limit { // requeued syncs may pass FleetQueueMax
+	if limit := QueueMax + SyncAtOnce; size > limit { // requeued syncs may pass QueueMax
 		size = max(limit, q.n+1)
 	}
 	jobs := make([]fleetJob, size)

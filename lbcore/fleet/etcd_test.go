@@ -1,4 +1,4 @@
-package lbcore
+package fleet
 
 import (
 	"encoding/base64"
@@ -9,7 +9,7 @@ import (
 	"github.com/tidwall/gjson"
 )
 
-// fakeEtcd answers the calls FleetClient makes as etcd's JSON gateway does
+// fakeEtcd answers the calls Client makes as etcd's JSON gateway does
 // (3.4's encoding: snake_case, int64 as strings, zero values left out), for
 // the tests of the protocol without a host. Leases never expire; lose()
 // forgets everything, as an etcd restarted on an empty data directory.
@@ -42,7 +42,7 @@ func (e *fakeEtcd) errorAnswer(code int, msg string) (int, []byte) {
 }
 
 // handle answers one call: its status and body.
-func (e *fakeEtcd) handle(c FleetCall) (int, []byte) {
+func (e *fakeEtcd) handle(c Call) (int, []byte) {
 	e.calls++
 	r := gjson.ParseBytes(c.Body)
 	if !r.IsObject() {
@@ -145,7 +145,7 @@ func (e *fakeEtcd) rangeOf(key64 string) string {
 
 // service is the service named by key's record, "" when there is none.
 func (e *fakeEtcd) service(key string) string {
-	r, ok := ParseFleetRecord(e.kv[key].value)
+	r, ok := ParseRecord(e.kv[key].value)
 	if !ok {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package lbcore
+package fleet
 
 import (
 	"cmp"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // fakeServices are services a..z by name; off ones are not selectable.
@@ -33,25 +35,25 @@ func (s *fakeServices) ServiceByKey(k string) (int, bool) {
 func (s *fakeServices) FleetService(i int) string { return s.names[i] }
 func (s *fakeServices) Selectable(i int) bool     { return !s.off[i] }
 
-// rig drives one FleetClient against a fakeEtcd, collecting what it asks.
+// rig drives one Client against a fakeEtcd, collecting what it asks.
 type rig struct {
 	t        *testing.T
-	c        *FleetClient
+	c        *Client
 	e        *fakeEtcd
 	svcs     *fakeServices
 	now      time.Time
-	pending  []FleetCall
-	settled  map[uint32]FleetSettled
-	remember []FleetRemember
+	pending  []Call
+	settled  map[uint32]Settled
+	remember []Remember
 	logs     []string
 }
 
 var rigStart = time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 
 func newRig(t *testing.T, creates int, user, password string) *rig {
-	p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: creates}}
-	r := &rig{t: t, e: newFakeEtcd(), svcs: newFakeServices(3), now: rigStart, settled: map[uint32]FleetSettled{}}
-	r.c = NewFleetClient(p, "/t/", r.svcs, user, password, r.now)
+	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: creates}}
+	r := &rig{t: t, e: newFakeEtcd(), svcs: newFakeServices(3), now: rigStart, settled: map[uint32]Settled{}}
+	r.c = NewClient(p, "/t/", r.svcs, user, password, r.now)
 	return r
 }
 
@@ -79,7 +81,7 @@ func (r *rig) miss(key string, proposal int) uint32 {
 
 // answer lets etcd answer the oldest pending call; fail instead delivers
 // no answer; applied (with fail) applies it in etcd first.
-func (r *rig) next() FleetCall {
+func (r *rig) next() Call {
 	r.t.Helper()
 	if len(r.pending) == 0 {
 		r.t.Fatalf("no call pending; logs %q", r.logs)
@@ -127,12 +129,12 @@ func (r *rig) tick(d time.Duration) {
 	r.take()
 }
 
-func (r *rig) key(k string) string { return FleetKey("/t/", []byte(k)) }
+func (r *rig) key(k string) string { return Key("/t/", []byte(k)) }
 
 // put stores key's record as another proxy would have.
 func (r *rig) put(k, svc string, stamp time.Time) {
 	r.e.rev++
-	r.e.kv[r.key(k)] = fakeKV{value: FleetRecord{Stamp: stamp.Unix(), Service: svc}.String(), create: r.e.rev, mod: r.e.rev}
+	r.e.kv[r.key(k)] = fakeKV{value: Record{Stamp: stamp.Unix(), Service: svc}.String(), create: r.e.rev, mod: r.e.rev}
 }
 
 func (r *rig) wantSettled(op uint32, svc int, fleet bool) {
@@ -153,7 +155,7 @@ func (r *rig) wantEtcd(k, svc string) {
 func (r *rig) wantRemember(k string, svc int) {
 	r.t.Helper()
 	for _, m := range r.remember {
-		if m.Hash == PersistKeyHash([]byte(k)) && m.Service == svc {
+		if m.Hash == lbcore.PersistKeyHash([]byte(k)) && m.Service == svc {
 			return
 		}
 	}
@@ -265,7 +267,7 @@ func TestFleetClientFaults(t *testing.T) {
 			}
 			r.tick(500 * time.Millisecond)
 			if len(r.pending) != 0 {
-				t.Fatalf("probe sent before FleetProbeEvery: %+v", r.pending)
+				t.Fatalf("probe sent before ProbeEvery: %+v", r.pending)
 			}
 			r.tick(600 * time.Millisecond)
 			if p := r.answer(); p != "/v3/kv/range" {
@@ -294,7 +296,7 @@ func TestFleetClientFaults(t *testing.T) {
 				t.Fatalf("after 3 misses answered by Envoy's 503 etcd is not down; logs %q", r.logs)
 			}
 			for range 3 * fleetMaxTries { // a long outage: probes answered by Envoy alone
-				r.tick(FleetProbeEvery + time.Millisecond)
+				r.tick(ProbeEvery + time.Millisecond)
 				for len(r.pending) > 0 {
 					r.answerWith(504, "upstream request timeout")
 				}
@@ -302,7 +304,7 @@ func TestFleetClientFaults(t *testing.T) {
 			if !r.c.Down() {
 				t.Fatal("etcd up after probes that only Envoy answered")
 			}
-			r.tick(FleetProbeEvery + time.Millisecond)
+			r.tick(ProbeEvery + time.Millisecond)
 			r.drain()
 			for _, k := range []string{"f1", "f2", "f3"} {
 				r.wantEtcd(k, "a")
@@ -321,7 +323,7 @@ func TestFleetClientFaults(t *testing.T) {
 			// etcd is gone: every call is answered by Envoy itself until it
 			// is marked down, and its probes after that.
 			for i := 0; i < 6; i++ {
-				r.tick(FleetProbeEvery + time.Millisecond)
+				r.tick(ProbeEvery + time.Millisecond)
 				for len(r.pending) > 0 {
 					r.answerWith(503, "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure")
 				}
@@ -334,7 +336,7 @@ func TestFleetClientFaults(t *testing.T) {
 			if logs := strings.Join(r.logs, "\n"); !strings.Contains(logs, string(errNoAnswer)) || strings.Contains(logs, "not JSON") {
 				t.Errorf("logs %q, want etcd's failures logged as %q", r.logs, errNoAnswer)
 			}
-			r.tick(FleetProbeEvery + time.Millisecond)
+			r.tick(ProbeEvery + time.Millisecond)
 			r.drain() // etcd is back
 			r.tick(time.Second)
 			r.drain()
@@ -344,7 +346,7 @@ func TestFleetClientFaults(t *testing.T) {
 			op := r.miss("ada", 0)
 			r.drain()
 			r.wantSettled(op, 0, true)
-			r.now = r.now.Add(2 * FleetSlot(10*time.Minute))
+			r.now = r.now.Add(2 * Slot(10*time.Minute))
 			r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
 			r.tick(0)
 			if p := r.answer(); p != "/v3/lease/grant" {
@@ -366,7 +368,7 @@ func TestFleetClientFaults(t *testing.T) {
 		{"lease not found on a sync: granted again, and hits resync", 0, func(t *testing.T, r *rig) {
 			r.drainMiss("ada", 0)
 			r.e.lose()
-			r.now = r.now.Add(2 * FleetSlot(10*time.Minute))
+			r.now = r.now.Add(2 * Slot(10*time.Minute))
 			r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
 			r.tick(0)
 			r.drain()
@@ -447,12 +449,12 @@ func TestFleetClientFaults(t *testing.T) {
 		}},
 		{"queue full: counted", 0, func(t *testing.T, r *rig) {
 			r.downEtcd()
-			for i := range FleetQueueMax + 10 {
+			for i := range QueueMax + 10 {
 				r.now = r.now.Add(time.Second / 50) // within the create budget
 				r.miss("q"+itoa(i), 0)
 			}
 			if n := r.c.Counts().QueueFull; n == 0 {
-				t.Errorf("QueueFull = 0 after %d keys queued while down, want the overflow counted", FleetQueueMax+10)
+				t.Errorf("QueueFull = 0 after %d keys queued while down, want the overflow counted", QueueMax+10)
 			}
 		}},
 		{"recovery: the first hit of a key used before it asks etcd", 0, func(t *testing.T, r *rig) {
@@ -476,7 +478,7 @@ func TestFleetClientFaults(t *testing.T) {
 				r.drainMiss(k, i)
 			}
 			r.e.lose()
-			r.tick(FleetHeartbeatEvery)
+			r.tick(HeartbeatEvery)
 			if p := r.answer(); p != "/v3/lease/timetolive" {
 				t.Fatalf("the idle worker's tick sent %s, want the heartbeat /v3/lease/timetolive", p)
 			}
@@ -497,7 +499,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.e.lose()
 			r.put("ada", "c", r.now)
 			r.e.rev = 50 // the others wrote much meanwhile: the revision does not show the loss
-			r.tick(FleetHeartbeatEvery)
+			r.tick(HeartbeatEvery)
 			r.drain()
 			r.wantRemember("ada", 2)
 			r.wantEtcd("ada", "c")
@@ -506,13 +508,13 @@ func TestFleetClientFaults(t *testing.T) {
 				t.Errorf("logs %q, want the lost-lease line", r.logs)
 			}
 		}},
-		{"a busy worker sends no heartbeat; an idle one sends one per FleetHeartbeatEvery", 0, func(t *testing.T, r *rig) {
+		{"a busy worker sends no heartbeat; an idle one sends one per HeartbeatEvery", 0, func(t *testing.T, r *rig) {
 			r.drainMiss("ada", 0)
-			r.tick(FleetHeartbeatEvery / 2)
+			r.tick(HeartbeatEvery / 2)
 			if len(r.pending) != 0 {
-				t.Fatalf("tick %v after an answer sent %d calls, want none", FleetHeartbeatEvery/2, len(r.pending))
+				t.Fatalf("tick %v after an answer sent %d calls, want none", HeartbeatEvery/2, len(r.pending))
 			}
-			r.tick(FleetHeartbeatEvery / 2)
+			r.tick(HeartbeatEvery / 2)
 			r.answer()
 			r.tick(time.Second)
 			if len(r.pending) != 0 {
@@ -524,12 +526,12 @@ func TestFleetClientFaults(t *testing.T) {
 		}},
 		{"a resync ignores keys expired or on a service no longer selectable", 0, func(t *testing.T, r *rig) {
 			r.drainMiss("old", 0)
-			r.now = r.now.Add(11*time.Minute + FleetSlot(10*time.Minute))
+			r.now = r.now.Add(11*time.Minute + Slot(10*time.Minute))
 			r.drainMiss("ada", 1)
 			r.drainMiss("bob", 2)
 			r.svcs.off[2] = true
 			r.e.lose()
-			r.tick(FleetHeartbeatEvery)
+			r.tick(HeartbeatEvery)
 			r.drain()
 			if n := r.c.Counts().Resynced; n != 1 {
 				t.Errorf("Resynced = %d, want 1 (ada; old expired, bob's service is down)", n)
@@ -641,16 +643,16 @@ func TestFleetDataLossSignals(t *testing.T) {
 	}
 }
 
-// TestFleetKnownBounded: a worker keeps the FleetKnownMax keys it placed
+// TestFleetKnownBounded: a worker keeps the KnownMax keys it placed
 // last, and forgets the oldest.
 func TestFleetKnownBounded(t *testing.T) {
 	r := newRig(t, 100, "", "")
-	h := func(k string) uint64 { return PersistKeyHash([]byte(k)) }
-	for i := range FleetKnownMax + 10 {
+	h := func(k string) uint64 { return lbcore.PersistKeyHash([]byte(k)) }
+	for i := range KnownMax + 10 {
 		r.c.know(h("k"+itoa(i)), 0, r.now.Unix())
 	}
-	if n := r.c.Known(); n != FleetKnownMax {
-		t.Errorf("Known() = %d, want %d", n, FleetKnownMax)
+	if n := r.c.Known(); n != KnownMax {
+		t.Errorf("Known() = %d, want %d", n, KnownMax)
 	}
 	if r.c.knows(h("k9")) {
 		t.Error("k9, among the oldest, is still known")
@@ -667,14 +669,14 @@ func TestFleetKnownBounded(t *testing.T) {
 func TestFleetKnownIndex(t *testing.T) {
 	r := newRig(t, 100, "", "")
 	rng := rand.New(rand.NewPCG(1, 2))
-	mask := uint64(2*FleetKnownMax - 1)
+	mask := uint64(2*KnownMax - 1)
 	var order []uint64 // keys in the order they were first recorded, as the ring forgets them
 	want := map[uint64]int{}
-	for i := range 5 * FleetKnownMax {
+	for i := range 5 * KnownMax {
 		var h uint64
 		switch {
 		case i%7 == 0 && len(order) > 0: // a refresh of a known key
-			h = order[len(order)-1-rng.IntN(min(len(order), FleetKnownMax))]
+			h = order[len(order)-1-rng.IntN(min(len(order), KnownMax))]
 		case i%3 == 0: // home slots near the index's end and start
 			h = rng.Uint64()&^mask | (mask - uint64(rng.IntN(8)))
 		case i%3 == 1:
@@ -684,8 +686,8 @@ func TestFleetKnownIndex(t *testing.T) {
 		}
 		svc := rng.IntN(5)
 		if _, ok := want[h]; !ok {
-			if len(want) == FleetKnownMax {
-				oldest := order[len(order)-FleetKnownMax]
+			if len(want) == KnownMax {
+				oldest := order[len(order)-KnownMax]
 				delete(want, oldest)
 			}
 			order = append(order, h)
@@ -741,8 +743,8 @@ func TestFleetHandOver(t *testing.T) {
 			}
 			// The new configuration drops a and puts c before b.
 			svcs := &fakeServices{names: []string{"c", "b", "d"}, off: map[int]bool{}}
-			p := &Persistence{Expire: 10 * time.Minute, Fleet: &Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
-			n := NewFleetClient(p, tt.prefix, svcs, "", "", r.now)
+			p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
+			n := NewClient(p, tt.prefix, svcs, "", "", r.now)
 			r.c.HandOver(n)
 			old := r.c
 			r.c, r.svcs = n, svcs
@@ -753,7 +755,7 @@ func TestFleetHandOver(t *testing.T) {
 			if tt.prefix == "/t/" && !n.Down() {
 				t.Error("the new client does not know etcd is down")
 			}
-			r.tick(FleetProbeEvery)
+			r.tick(ProbeEvery)
 			r.drain()
 			r.tick(time.Second)
 			r.drain()

@@ -1,12 +1,12 @@
-package lbcore
+package fleet
 
 import "time"
 
-// The sync queue of FleetClient: keys decided locally (reconciled) and hits
+// The sync queue of Client: keys decided locally (reconciled) and hits
 // in a new slot (refreshed), sent from the tick.
 
 // enqueue adds a key to sync; a key already queued keeps its place.
-func (c *FleetClient) enqueue(j fleetJob) {
+func (c *Client) enqueue(j fleetJob) {
 	if c.stopped {
 		if i, ok := c.remap(j.svc); ok {
 			j.svc = i
@@ -17,7 +17,7 @@ func (c *FleetClient) enqueue(j fleetJob) {
 	if c.queued[j.h] {
 		return
 	}
-	if c.queue.n >= FleetQueueMax {
+	if c.queue.n >= QueueMax {
 		c.counts.QueueFull++
 		return
 	}
@@ -27,7 +27,7 @@ func (c *FleetClient) enqueue(j fleetJob) {
 
 // pump sends queued syncs while etcd is up, authenticated and this slot has
 // a lease (asking for what is missing).
-func (c *FleetClient) pump(now time.Time) {
+func (c *Client) pump(now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
 	case c.down, c.stopped:
@@ -44,21 +44,21 @@ func (c *FleetClient) pump(now time.Time) {
 		}
 		return
 	}
-	for c.queue.n > 0 && c.syncing < FleetSyncAtOnce {
+	for c.queue.n > 0 && c.syncing < SyncAtOnce {
 		j := c.queue.pop()
 		delete(c.queued, j.h)
 		c.sendSync(j, now)
 	}
 }
 
-func (c *FleetClient) grant(slot int64, now time.Time) {
+func (c *Client) grant(slot int64, now time.Time) {
 	c.granting = true
-	c.rootCall(callGrant, "/v3/lease/grant", c.grantBody(FleetLeaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
+	c.rootCall(callGrant, "/v3/lease/grant", c.grantBody(leaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
 }
 
 // sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
 // with j's service.
-func (c *FleetClient) sendSync(j fleetJob, now time.Time) {
+func (c *Client) sendSync(j fleetJob, now time.Time) {
 	c.syncing++
 	if j.readOnly && j.rev == 0 {
 		c.rootCall(callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(j.h)), now).job = j
@@ -72,16 +72,16 @@ func (c *FleetClient) sendSync(j fleetJob, now time.Time) {
 // onSync reads the answer of a sync: created or refreshed; the fleet holds
 // the same live service (refreshed if its stamp is of an older slot), or
 // another (the local entry follows it), or a stale one (replaced).
-func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
+func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 	j := cl.job
-	put, kv, found := false, EtcdKV{}, false
+	put, kv, found := false, etcdKV{}, false
 	if err == nil && cl.kind == callRange {
-		kv, found, err = parseEtcdRange(body, &c.decodeBuf)
+		kv, found, err = parseRange(body, &c.decodeBuf)
 	} else if err == nil {
-		put, kv, found, err = parseEtcdTxn(body, &c.decodeBuf)
+		put, kv, found, err = parseTxn(body, &c.decodeBuf)
 	}
 	if err != nil {
-		if err == ErrEtcdLeaseNotFound {
+		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
 		c.after(now, err)
@@ -111,14 +111,14 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 		c.counts.Reconciled++
 		c.know(j.h, j.svc, j.stamp)
 		if j.resync { // the local entry may have moved since it was known: etcd holds j.svc now
-			c.out.Remember = append(c.out.Remember, FleetRemember{Hash: j.h, Service: j.svc})
+			c.out.Remember = append(c.out.Remember, Remember{Hash: j.h, Service: j.svc})
 		}
 	case ok && i != j.svc:
 		c.counts.Followed++
 		c.know(j.h, i, now.Unix())
-		c.out.Remember = append(c.out.Remember, FleetRemember{Hash: j.h, Service: i})
+		c.out.Remember = append(c.out.Remember, Remember{Hash: j.h, Service: i})
 	case ok:
-		if rec, _ := ParseFleetRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
+		if rec, _ := ParseRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
 			j.rev = kv.ModRevision // the same service, stamped in an older slot: refresh it
 			c.sendSync(j, now)
 		}
@@ -134,7 +134,7 @@ func (c *FleetClient) onSync(cl *fleetCall, now time.Time, body []byte, err erro
 }
 
 // requeue puts j back at the front of the queue.
-func (c *FleetClient) requeue(j fleetJob) {
+func (c *Client) requeue(j fleetJob) {
 	if c.stopped {
 		c.enqueue(j)
 		return
