@@ -69,7 +69,7 @@ func probeHeaders(cfg *lbcore.Config, hc *lbcore.HealthCheck, i int) [][2]string
 func (h *health) tick(now time.Time) {
 	h.refresh(now)
 	hc := h.p.cfg.HealthCheck
-	if hc == nil || h.p.draining || now.Before(h.nextRound) {
+	if hc == nil || h.p.draining || !lbcore.RoundDue(now, h.nextRound, tickPeriod) {
 		return
 	}
 	h.nextRound = now.Add(hc.Interval)

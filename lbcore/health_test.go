@@ -2,6 +2,7 @@ package lbcore
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 	"time"
 )
@@ -139,5 +140,40 @@ func TestHealthCheckProbeTarget(t *testing.T) {
 				t.Errorf("ProbeAuthority(%s) = %s, want %s", tt.addr, got, tt.wantAuthor)
 			}
 		})
+	}
+}
+
+// TestRoundDue: a round is due from half a tick before its time, so a host
+// whose ticks come a little early probes every interval, not every interval
+// plus one tick; a tick more than half a period early waits.
+func TestRoundDue(t *testing.T) {
+	next := time.Unix(100, 0)
+	for _, tt := range []struct {
+		at   time.Duration // from next
+		want bool
+	}{
+		{-time.Millisecond, true},
+		{-500 * time.Millisecond, true},
+		{-501 * time.Millisecond, false},
+		{-999 * time.Millisecond, false},
+		{0, true},
+		{3 * time.Second, true},
+	} {
+		if got := RoundDue(next.Add(tt.at), next, time.Second); got != tt.want {
+			t.Errorf("RoundDue(next%+v, next, 1s) = %v, want %v", tt.at, got, tt.want)
+		}
+	}
+	// Ticks 1 ms early every second, interval 5 s: a round every 5 ticks.
+	var rounds []int
+	due := next
+	for i := 0; i < 20; i++ {
+		now := next.Add(time.Duration(i)*time.Second - time.Millisecond)
+		if RoundDue(now, due, time.Second) {
+			rounds = append(rounds, i)
+			due = now.Add(5 * time.Second)
+		}
+	}
+	if want := []int{0, 5, 10, 15}; !slices.Equal(rounds, want) {
+		t.Errorf("rounds at ticks %v, want %v", rounds, want)
 	}
 }
