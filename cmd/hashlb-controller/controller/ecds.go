@@ -66,9 +66,12 @@ func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]by
 			"code":    map[string]any{"local": map[string]any{"filename": module}},
 		},
 		// Fail closed whatever the WasmPlugin says: a bypassed hashlb would
-		// leave a client's own upstream header in place.
-		"fail_open":     false,
-		"configuration": map[string]any{"@type": stringValueType, "value": string(config)},
+		// leave a client's own upstream header in place. FAIL_RELOAD also
+		// fails closed (503) but makes a new VM after a runtime failure, as
+		// envoy.yaml does (docs/deploy.md, "Failure policy").
+		"fail_open":      false,
+		"failure_policy": "FAIL_RELOAD",
+		"configuration":  map[string]any{"@type": stringValueType, "value": string(config)},
 	}
 	if root, _, _ := unstructured.NestedString(wp.Object, "spec", "pluginName"); root != "" {
 		plugin["root_id"] = root

@@ -127,8 +127,8 @@ func checkECDSFile(t *testing.T, data []byte, filterName string, typeURLs []stri
 	if vm := pc.GetVmConfig(); vm.GetRuntime() != "envoy.wasm.runtime.v8" || vm.GetVmId() == "" {
 		t.Errorf("vm_config runtime %q vm_id %q, want envoy.wasm.runtime.v8 and a vm_id", vm.GetRuntime(), vm.GetVmId())
 	}
-	if pc.GetFailOpen() {
-		t.Error("fail_open: the filter must fail closed")
+	if pc.GetFailOpen() || pc.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_RELOAD {
+		t.Errorf("fail_open %v, failure_policy %v: the filter must fail closed and reload a failed VM (FAIL_RELOAD)", pc.GetFailOpen(), pc.GetFailurePolicy())
 	}
 	sv := &wrapperspb.StringValue{}
 	if err := pc.GetConfiguration().UnmarshalTo(sv); err != nil {
@@ -303,8 +303,8 @@ func TestECDSResource(t *testing.T) {
 			if pc.GetRootId() != tt.wantRoot {
 				t.Errorf("Resource(%v) root_id = %q, want %q", tt.spec, pc.GetRootId(), tt.wantRoot)
 			}
-			if pc.GetFailOpen() {
-				t.Errorf("Resource(%v): fail_open true, want false whatever failStrategy says", tt.spec)
+			if pc.GetFailOpen() || pc.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_RELOAD {
+				t.Errorf("Resource(%v): fail_open %v failure_policy %v, want false and FAIL_RELOAD whatever failStrategy says", tt.spec, pc.GetFailOpen(), pc.GetFailurePolicy())
 			}
 		})
 	}
