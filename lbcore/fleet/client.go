@@ -83,6 +83,7 @@ type Client struct {
 
 	lastOK    time.Time // etcd's last answer
 	maxRev    int64     // the highest header.revision etcd answered with
+	maxRevAt  time.Time // when it did
 	clusterID string    // header.cluster_id of its answers
 	known     []int32   // the ring's index by key: 1 + its index in ring, 0 for none (known.go)
 	ring      []fleetKnown
@@ -370,7 +371,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 	}
 	if err == nil {
 		c.lastOK = now
-		c.sawHeader(now, body)
+		c.sawHeader(now, cl.sent, body)
 	}
 	c.handle(cl, now, body, err)
 	c.freeCall(cl)

@@ -622,18 +622,29 @@ func TestFleetDataLossSignals(t *testing.T) {
 		name    string
 		answers [][]byte
 		lost    bool
+		// sentEarly: the last answer's call was sent before the first
+		// answer came (calls under way together).
+		sentEarly bool
 	}{
-		{"the revision grows", [][]byte{hdr("1", 100), hdr("1", 150)}, false},
-		{"answers overtake each other", [][]byte{hdr("1", 100), hdr("1", 97)}, false},
-		{"the revision restarts", [][]byte{hdr("1", 100), hdr("1", 3)}, true},
-		{"another cluster", [][]byte{hdr("1", 100), hdr("2", 400)}, true},
-		{"no header", [][]byte{hdr("1", 100), []byte(`{"ID":"5"}`)}, false},
+		{"the revision grows", [][]byte{hdr("1", 100), hdr("1", 150)}, false, false},
+		{"answers overtake each other", [][]byte{hdr("1", 100), hdr("1", 97)}, false, false},
+		{"the revision restarts", [][]byte{hdr("1", 100), hdr("1", 3)}, true, false},
+		{"a fresh etcd's answers overtake each other", [][]byte{hdr("1", 9), hdr("1", 2)}, false, true},
+		{"a fresh etcd restarts", [][]byte{hdr("1", 9), hdr("1", 2)}, true, false},
+		{"another cluster", [][]byte{hdr("1", 100), hdr("2", 400)}, true, false},
+		{"no header", [][]byte{hdr("1", 100), []byte(`{"ID":"5"}`)}, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, 100, "", "")
 			r.drainMiss("ada", 0)
-			for _, a := range tt.answers {
-				r.c.sawHeader(r.now, a)
+			start := r.now
+			for i, a := range tt.answers {
+				r.now = r.now.Add(time.Second)
+				sent := r.now
+				if tt.sentEarly && i == len(tt.answers)-1 {
+					sent = start
+				}
+				r.c.sawHeader(r.now, sent, a)
 			}
 			r.take()
 			if lost := r.c.Counts().Resynced == 1; lost != tt.lost {

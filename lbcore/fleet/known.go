@@ -121,8 +121,11 @@ func (c *Client) Known() int { return len(c.ring) }
 
 // sawHeader checks an answer's header against what etcd said before: a
 // cluster_id that changed, or a revision far below the highest seen, is an
-// etcd without the fleet's data.
-func (c *Client) sawHeader(now time.Time, body []byte) {
+// etcd without the fleet's data. A low revision counts only in the answer to
+// a call sent after the highest was seen: answers to calls under way at the
+// same time arrive in any order (seen in Envoy, on a fresh etcd: revision 9,
+// then 2, from calls sent together), and etcd answered that one before.
+func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 	h := gjson.Get(bytesString(body), "header") // in place: id is copied when kept
 	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
 	if id != "" && c.clusterID != "" && id != c.clusterID {
@@ -138,11 +141,16 @@ func (c *Client) sawHeader(now time.Time, body []byte) {
 		return
 	}
 	if top := c.maxRev; rev*2 < top {
-		c.maxRev = rev
+		if sent.Before(c.maxRevAt) {
+			return // sent before etcd said top: an older answer, not a loss
+		}
+		c.maxRev, c.maxRevAt = rev, now
 		c.dataLost(now, "its revision went back from "+strconv.FormatInt(top, 10)+" to "+strconv.FormatInt(rev, 10))
 		return
 	}
-	c.maxRev = max(c.maxRev, rev)
+	if rev > c.maxRev {
+		c.maxRev, c.maxRevAt = rev, now
+	}
 }
 
 // dataLost queues every known key that is still alive and selectable for
@@ -200,7 +208,7 @@ func (c *Client) HandOver(n *Client) {
 	}
 	n.token, n.leases = c.token, c.leases
 	n.fails, n.down, n.probeAt, n.recovered = c.fails, c.down, c.probeAt, c.recovered
-	n.lastOK, n.maxRev, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.clusterID, c.resyncAt
+	n.lastOK, n.maxRev, n.maxRevAt, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.maxRevAt, c.clusterID, c.resyncAt
 	n.tokens, n.budgetAt = c.tokens, c.budgetAt
 	n.logged = c.logged
 }
