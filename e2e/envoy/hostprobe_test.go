@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,48 +119,49 @@ func deadPort(t *testing.T) int {
 	return port
 }
 
-// silentPort returns a loopback port that accepts connections and never
-// answers on them.
-func silentPort(t *testing.T) int {
+// loopbackServer listens on a free loopback port, hands each connection to
+// serve on its own goroutine, and closes it all when the test ends.
+func loopbackServer(t *testing.T, serve func(net.Conn)) int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close() })
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go serve(c)
 		}
 	}()
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// silentPort returns a loopback port that accepts connections and never
+// answers on them.
+func silentPort(t *testing.T) int { return loopbackServer(t, func(net.Conn) {}) }
+
 // resetPort returns a loopback port that reads a request and closes the
 // connection without an answer.
 func resetPort(t *testing.T) int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				buf := make([]byte, 4096)
-				c.Read(buf)
-				c.Close()
-			}()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).Port
+	return loopbackServer(t, func(c net.Conn) {
+		c.Read(make([]byte, 4096))
+		c.Close()
+	})
 }
 
 // probeRequest sends the request whose headers the probe reads: two copies
