@@ -7,12 +7,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,25 +36,13 @@ import (
 // the worker that ran it fails.
 
 // trapModule is the built e2e/testdata/trap module's bytes.
-var trapModule = sync.OnceValues(func() ([]byte, error) {
-	root, err := envoyrun.RepoRoot()
+func trapModule() ([]byte, error) {
+	p, err := envoyrun.BuildModule("./e2e/testdata/trap")
 	if err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "hashlb-trap-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	out := filepath.Join(dir, "trap.wasm")
-	cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-o", out, "./e2e/testdata/trap")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building e2e/testdata/trap: %v\n%s", err, b)
-	}
-	return os.ReadFile(out)
-})
+	return os.ReadFile(p)
+}
 
 // failRun is what one policy did.
 type failRun struct {
