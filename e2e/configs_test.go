@@ -23,6 +23,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashlb/hashlb/internal/deploycheck"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -131,6 +132,17 @@ func TestConfigsDirCovered(t *testing.T) {
 		case rel == "envoy-ecds.yaml":
 			if _, err := loadBootstrap(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "ecds/demo_hashlb.json":
+			// The controller module's TestECDSBootstrap: byte for byte what it
+			// writes; here, that hashlb accepts the configuration it carries.
+			f, err := deploycheck.Scan(data)
+			if err != nil || len(f.Configs()) != 1 {
+				t.Errorf("configs/%s: want one hashlb configuration (err %v)", rel, err)
+				break
+			}
+			if _, problems := f.Configs()[0].Parse(); problems != nil {
+				t.Errorf("configs/%s: %v", rel, problems)
 			}
 		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
 			// Checked by the controller module's TestManifests and TestRBAC.

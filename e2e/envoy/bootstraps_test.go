@@ -134,78 +134,40 @@ func bootstrapFleet(t *testing.T, bin envoyrun.Binary, file []byte) {
 }
 
 // bootstrapECDS runs configs/envoy-ecds.yaml: the Service's DNS name
-// becomes 127.0.0.1 on one backend's port, and the ECDS file is written
-// first, as hashlb-controller -ecds-dir writes it.
+// becomes 127.0.0.1 on one backend's port. `envoy --mode validate` takes it
+// with the ECDS file the repository ships beside it
+// (configs/ecds/demo_hashlb.json); the real start has that file replaced
+// as hashlb-controller -ecds-dir configs/ecds replaces it, naming the one
+// backend.
 func bootstrapECDS(t *testing.T, bin envoyrun.Binary, file []byte) {
 	b := envoyrun.StartBackend(t, "pod-a")
 	yaml := envoyrun.Ports(t, file, map[int]int{9901: 0, 10000: 0, 8080: b.Port()})
 	yaml = envoyrun.Replace(t, yaml, "address: hashlb-backends.demo.svc.cluster.local", "address: 127.0.0.1")
+	dir := envoyrun.WorkDir(t)
+	path := filepath.Join(dir, "configs", "ecds", "demo_hashlb.json")
+	writeAtomic(t, path, envoyrun.ReadRepoFile(t, "configs/ecds/demo_hashlb.json"))
+	if err := envoyrun.Validate(bin, dir, yaml); err != nil {
+		t.Fatal(err)
+	}
 	// envoy.yaml's plugin configuration with the Service's one endpoint,
 	// as the controller writes services (name, address, hashId).
-	cfg := map[string]any{
+	raw, err := json.Marshal(map[string]any{
 		"lbMethod":       "URLHASH",
 		"upstreamHeader": "x-envoy-original-dst-host",
 		"upstreamCount":  1,
 		"persistence":    map[string]any{"keys": []string{"${request.header.x-client-id}"}},
 		"services":       []any{map[string]any{"name": "pod-a", "address": b.Addr, "hashId": "pod-a"}},
-	}
-	dir := envoyrun.WorkDir(t)
-	doc := bootstrapECDSFile(t, "hashlb", "dist/hashlb.wasm", cfg)
-	if err := os.MkdirAll(filepath.Join(dir, "ecds"), 0o755); err != nil {
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ecds", "demo_hashlb.json"), doc, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e := bootstrapStart(t, bin, dir, yaml)
-	raw, _ := json.Marshal(cfg)
+	writeAtomic(t, path, ecdsFile(t, "hashlb", "", raw))
+	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
 	c, err := lbcore.ParseConfig(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
 	bootstrapAsk(t, e, c, "", 3)
-}
-
-// bootstrapECDSFile is the ECDS file hashlb-controller -ecds-dir writes for
-// a WasmPlugin named name (cmd/hashlb-controller/controller/ecds.go,
-// ECDS.Resource): a DiscoveryResponse of one TypedExtensionConfig holding
-// the HTTP Wasm filter with hashlb's JSON as its configuration. The
-// controller is its own Go module, so its shape is written out here.
-func bootstrapECDSFile(t testing.TB, name, module string, cfg map[string]any) []byte {
-	t.Helper()
-	config, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const tec = "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig"
-	doc := map[string]any{
-		"type_url": tec,
-		"resources": []any{map[string]any{
-			"@type": tec,
-			"name":  name,
-			"typed_config": map[string]any{
-				"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-				"config": map[string]any{
-					"name": name,
-					"vm_config": map[string]any{
-						"vm_id":   "hashlb",
-						"runtime": "envoy.wasm.runtime.v8",
-						"code":    map[string]any{"local": map[string]any{"filename": module}},
-					},
-					"fail_open": false,
-					"configuration": map[string]any{
-						"@type": "type.googleapis.com/google.protobuf.StringValue",
-						"value": string(config),
-					},
-				},
-			},
-		}},
-	}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return append(out, '\n')
 }
 
 // bootstrapTCP runs configs/envoy-tcp.yaml in front of three TCP backends:

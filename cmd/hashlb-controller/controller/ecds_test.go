@@ -141,15 +141,22 @@ func checkECDSFile(t *testing.T, data []byte, filterName string, typeURLs []stri
 	return cfg
 }
 
+// ecdsExample is the ECDS file shipped beside configs/envoy-ecds.yaml, so
+// that the bootstrap starts (Envoy refuses a path_config_source whose file
+// does not exist); the controller's -ecds-dir configs/ecds replaces it.
+const ecdsExample = "../../../configs/ecds/demo_hashlb.json"
+
 // TestECDSBootstrap: configs/envoy-ecds.yaml is a valid bootstrap whose
-// filter reads the file the controller writes for WasmPlugin demo/hashlb,
-// and that file is a valid ECDS resource for that filter.
+// filter reads the file the controller writes for WasmPlugin demo/hashlb
+// with -ecds-dir configs/ecds, that file is a valid ECDS resource for that
+// filter, and the example shipped there is exactly what the controller
+// writes for two example pods (HASHLB_WRITE_EXAMPLES=1 rewrites it).
 func TestECDSBootstrap(t *testing.T) {
 	f, header := ecdsFilter(t)
-	e := &ECDS{Dir: "ecds", Module: "dist/hashlb.wasm"}
+	e := &ECDS{Dir: "configs/ecds", Module: "dist/hashlb.wasm"}
 	if got, want := f.GetConfigDiscovery().GetConfigSource().GetPathConfigSource().GetPath(),
 		e.Path(types.NamespacedName{Namespace: "demo", Name: "hashlb"}); got != want {
-		t.Errorf("path_config_source.path = %q, want %q (the controller's file for demo/hashlb with -ecds-dir ecds)", got, want)
+		t.Errorf("path_config_source.path = %q, want %q (the controller's file for demo/hashlb with -ecds-dir configs/ecds)", got, want)
 	}
 	wp := NewWasmPlugin()
 	wp.SetNamespace("demo")
@@ -175,6 +182,14 @@ func TestECDSBootstrap(t *testing.T) {
 	}
 	if got.UpstreamHeader != header || got.UpstreamCount < 2 {
 		t.Errorf("upstreamHeader %q upstreamCount %d, want the cluster's override_host header %q and at least 2", got.UpstreamHeader, got.UpstreamCount, header)
+	}
+	if os.Getenv("HASHLB_WRITE_EXAMPLES") == "1" {
+		if err := os.WriteFile(ecdsExample, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if shipped, err := os.ReadFile(ecdsExample); err != nil || string(shipped) != string(data) {
+		t.Errorf("%s (err %v) is not what the controller writes for demo/hashlb; HASHLB_WRITE_EXAMPLES=1 go test -run TestECDSBootstrap ./controller rewrites it:\n%s", ecdsExample, err, data)
 	}
 }
 
