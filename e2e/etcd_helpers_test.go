@@ -30,7 +30,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,6 +44,8 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 // startEtcd runs the real etcd server in process on a free loopback port with
@@ -89,7 +90,7 @@ func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 		e.Close()
 		t.Fatal("embedded etcd was not ready within 60s")
 	}
-	if err := waitGateway(clientAddr, 30*time.Second, nil); err != nil {
+	if err := fleettest.WaitGateway(clientAddr, 30*time.Second, nil); err != nil {
 		e.Close()
 		t.Fatal(err)
 	}
@@ -179,36 +180,11 @@ func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop fun
 	}
 	t.Cleanup(stop)
 	clientAddr = client[len("http://"):]
-	if err := waitGateway(clientAddr, 60*time.Second, exited); err != nil {
+	if err := fleettest.WaitGateway(clientAddr, 60*time.Second, exited); err != nil {
 		stop()
 		t.Fatalf("%s: %v\n%s", bin, err, out.String())
 	}
 	return clientAddr, stop
-}
-
-// waitGateway polls POST /v3/kv/range until etcd answers 200, the process
-// exits (exited closed), or limit passes.
-func waitGateway(addr string, limit time.Duration, exited <-chan struct{}) error {
-	deadline := time.Now().Add(limit)
-	c := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := c.Post("http://"+addr+"/v3/kv/range", "application/json", bytes.NewReader([]byte(`{"key":"AA=="}`)))
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("etcd exited before its gateway answered")
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd's gateway on %s did not answer within %v (last: %v)", addr, limit, err)
-		}
-	}
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.

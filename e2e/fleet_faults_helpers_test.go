@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 // etcdProc is one etcd binary process on its own free ports.
@@ -43,7 +44,7 @@ func startEtcdProc(t testing.TB, bin, dir string) *etcdProc {
 	}
 	go func() { cmd.Wait(); close(e.exited) }()
 	t.Cleanup(e.kill)
-	if err := waitGateway(e.addr, 60*time.Second, e.exited); err != nil {
+	if err := fleettest.WaitGateway(e.addr, 60*time.Second, e.exited); err != nil {
 		e.kill()
 		t.Fatalf("%s: %v\n%s", bin, err, e.out.String())
 	}
@@ -280,28 +281,14 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 	}, func() time.Duration { return time.Duration(lateNs.Load()) }
 }
 
-// lastSplit is the time of the last request that got another service than
-// a request for the same key through another proxy within the second
-// before it, after from (zero when there is none), with an example.
+// lastSplit is fleettest.LastSplit over the load's requests: each
+// proxy is a host.
 func lastSplit(recs []loadRec, from time.Time) (last time.Time, example string) {
-	byKey := map[string][]loadRec{}
-	for _, r := range recs {
-		if r.at.After(from) {
-			byKey[r.key] = append(byKey[r.key], r)
-		}
+	ps := make([]fleettest.Placement, len(recs))
+	for i, r := range recs {
+		ps[i] = fleettest.Placement{At: r.at, Key: r.key, Proxy: r.host, Service: r.svc}
 	}
-	for k, rs := range byKey {
-		for i, r := range rs {
-			for j := i - 1; j >= 0 && r.at.Sub(rs[j].at) <= time.Second; j-- {
-				if rs[j].host != r.host && rs[j].svc != r.svc && r.at.After(last) {
-					last = r.at
-					example = fmt.Sprintf("%s: proxy %d got %s, proxy %d got %s %v later", k, rs[j].host, rs[j].svc, r.host, r.svc,
-						r.at.Sub(rs[j].at).Round(time.Millisecond))
-				}
-			}
-		}
-	}
-	return last, example
+	return fleettest.LastSplit(ps, from)
 }
 
 // splitAfter counts the keys that got two services through different

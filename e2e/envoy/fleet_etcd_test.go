@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 // fleetEtcd is one etcd member.
@@ -89,7 +90,7 @@ func (e *fleetEtcd) start() error {
 	e.mu.Lock()
 	e.cmd, e.exited, e.out = cmd, exited, out
 	e.mu.Unlock()
-	if err := fleetWaitGateway(e.client, 60*time.Second, exited); err != nil {
+	if err := fleettest.WaitGateway(e.client, 60*time.Second, exited); err != nil {
 		e.kill()
 		return fmt.Errorf("%s: %v\n%s", e.bin, err, out.String())
 	}
@@ -115,31 +116,6 @@ func (e *fleetEtcd) kill() {
 
 // restart starts etcd again on the same ports and data directory.
 func (e *fleetEtcd) restart() error { return e.start() }
-
-// fleetWaitGateway polls POST /v3/kv/range until etcd answers 200, the
-// process exits, or limit passes.
-func fleetWaitGateway(addr string, limit time.Duration, exited <-chan struct{}) error {
-	deadline := time.Now().Add(limit)
-	c := &http.Client{Timeout: 2 * time.Second}
-	for {
-		resp, err := c.Post("http://"+addr+"/v3/kv/range", "application/json", bytes.NewReader([]byte(`{"key":"AA=="}`)))
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("etcd exited before its gateway answered")
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("etcd's gateway on %s did not answer within %v (last: %v)", addr, limit, err)
-		}
-	}
-}
 
 // keys returns every key under prefix with its value (one range read).
 func (e *fleetEtcd) keys(prefix string) (map[string]string, error) {

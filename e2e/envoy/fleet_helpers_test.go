@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 // fleetHTTP sends every request on a new connection: Envoy's listener
@@ -221,29 +222,15 @@ func fleetSplitKeys(recs []fleetRec) (n int, example string) {
 	return n, example
 }
 
-// fleetLastSplit is the time of the last request after from that got
-// another backend than a request for the same key through another Envoy
-// within the second before it (the hostsim fault tests' lastSplit): the
-// time the fleet converged. Zero when there is none.
+// fleetLastSplit is fleettest.LastSplit (the hostsim fault tests'
+// measure) over the requests: each Envoy is a proxy. Its time is when the
+// fleet converged.
 func fleetLastSplit(recs []fleetRec, from time.Time) (last time.Time, example string) {
-	byKey := map[string][]fleetRec{}
-	for _, r := range recs {
-		if r.at.After(from) {
-			byKey[r.key] = append(byKey[r.key], r)
-		}
+	ps := make([]fleettest.Placement, len(recs))
+	for i, r := range recs {
+		ps[i] = fleettest.Placement{At: r.at, Key: r.key, Proxy: r.envoy, Service: r.backend}
 	}
-	for k, rs := range byKey {
-		for i, r := range rs {
-			for j := i - 1; j >= 0 && r.at.Sub(rs[j].at) <= time.Second; j-- {
-				if rs[j].envoy != r.envoy && rs[j].backend != r.backend && r.at.After(last) {
-					last = r.at
-					example = fmt.Sprintf("%s: Envoy %d got %s, Envoy %d got %s %v later", k, rs[j].envoy, rs[j].backend, r.envoy, r.backend,
-						r.at.Sub(rs[j].at).Round(time.Millisecond))
-				}
-			}
-		}
-	}
-	return last, example
+	return fleettest.LastSplit(ps, from)
 }
 
 // fleetRecorder forwards TCP connections to etcd and keeps every byte Envoy

@@ -1,0 +1,73 @@
+// Package fleettest holds what the fleet tests under hostsim (e2e) and in
+// real Envoy (e2e/envoy) share: waiting for etcd's JSON gateway, and the
+// measure of agreement, the last request whose key went elsewhere through
+// another proxy. Test-only: the module never imports it.
+package fleettest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// WaitGateway polls POST /v3/kv/range on addr until etcd answers 200, the
+// process exits (exited closed; nil for none), or limit passes.
+func WaitGateway(addr string, limit time.Duration, exited <-chan struct{}) error {
+	deadline := time.Now().Add(limit)
+	c := &http.Client{Timeout: 2 * time.Second}
+	for {
+		resp, err := c.Post("http://"+addr+"/v3/kv/range", "application/json", bytes.NewReader([]byte(`{"key":"AA=="}`)))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exited:
+			return errors.New("etcd exited before its gateway answered")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd's gateway on %s did not answer within %v (last: %v)", addr, limit, err)
+		}
+	}
+}
+
+// Placement is one request's outcome: when it was decided, its key, the
+// proxy that served it and the service it went to.
+type Placement struct {
+	At      time.Time
+	Key     string
+	Proxy   int
+	Service string
+}
+
+// LastSplit is the time of the last placement after from that went to
+// another service than a placement of the same key through another proxy
+// within the second before it (zero when there is none: the fleet agreed),
+// with an example.
+func LastSplit(ps []Placement, from time.Time) (last time.Time, example string) {
+	byKey := map[string][]Placement{}
+	for _, p := range ps {
+		if p.At.After(from) {
+			byKey[p.Key] = append(byKey[p.Key], p)
+		}
+	}
+	for k, rs := range byKey {
+		for i, r := range rs {
+			for j := i - 1; j >= 0 && r.At.Sub(rs[j].At) <= time.Second; j-- {
+				if rs[j].Proxy != r.Proxy && rs[j].Service != r.Service && r.At.After(last) {
+					last = r.At
+					example = fmt.Sprintf("%s: proxy %d got %s, proxy %d got %s %v later", k, rs[j].Proxy, rs[j].Service, r.Proxy, r.Service,
+						r.At.Sub(rs[j].At).Round(time.Millisecond))
+				}
+			}
+		}
+	}
+	return last, example
+}
