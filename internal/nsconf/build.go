@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
 )
@@ -425,9 +426,10 @@ func (t *translator) persistence(v *vserver, cfg *outConfig, warnAt func(int, st
 	if v.timeout.line != 0 {
 		minutes, tline, given = v.timeout.n, v.timeout.line, fmt.Sprintf("-timeout %d (minutes)", v.timeout.n)
 	}
-	if minutes < 10 {
-		warnAt(tline, "%s: persistence.expire written as 10m, hashlb's least (clamped)", given)
-		minutes = 10
+	lo, _ := durRange("persistence.expire")
+	if least := int(lo / time.Minute); minutes < least {
+		warnAt(tline, "%s: persistence.expire written as %s, hashlb's least (clamped)", given, duration(least))
+		minutes = least
 	}
 	cfg.expire = duration(minutes)
 }

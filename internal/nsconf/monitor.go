@@ -246,46 +246,77 @@ func (t *translator) monitor(name string) (*monitor, error) {
 }
 
 // health translates the monitor: the healthCheck, or why there is none, and
-// the warnings of an approximate translation.
+// the warnings of an approximate translation. Each step reads one concern
+// of the monitor (whether it translates at all, the request, the verdict,
+// the port, the timing, the counts) and returns why it does not translate,
+// or "".
 func (m *monitor) health() (h outHealth, why string, warns []string) {
 	if m.typ != "HTTP" && m.typ != "HTTP-ECV" {
 		return h, whyNotHTTP(m.typ), nil
 	}
-	val := func(f string) (string, bool) {
-		v, ok := m.flags[strings.ToLower(f)]
-		if !ok || len(v.vals) == 0 {
-			return "", false
+	r := &monReader{m: m}
+	for _, step := range []func(*outHealth) string{r.refusal, r.request, r.verdict, r.destination, r.timing, r.counts} {
+		if why := step(&h); why != "" {
+			return h, why, nil
 		}
-		return v.vals[0].text, true
 	}
-	yes := func(f string) bool { v, _ := val(f); return strings.EqualFold(v, "YES") }
-	if v, _ := val("-state"); strings.EqualFold(v, "DISABLED") {
-		return h, "the monitor is DISABLED (it marks nothing DOWN)", nil
+	return h, "", r.warns
+}
+
+// monReader reads one monitor's flags for health, collecting warnings.
+type monReader struct {
+	m     *monitor
+	warns []string
+}
+
+func (r *monReader) warn(format string, args ...any) {
+	r.warns = append(r.warns, fmt.Sprintf(format, args...))
+}
+
+// val returns the first value of flag f.
+func (r *monReader) val(f string) (string, bool) {
+	v, ok := r.m.flags[strings.ToLower(f)]
+	if !ok || len(v.vals) == 0 {
+		return "", false
 	}
-	if yes("-reverse") {
-		return h, "-reverse YES marks a service DOWN when its probe passes: hashlb's healthCheck has no reverse verdict", nil
+	return v.vals[0].text, true
+}
+
+func (r *monReader) yes(f string) bool { v, _ := r.val(f); return strings.EqualFold(v, "YES") }
+
+// refusal: the settings that leave nothing hashlb's probe can stand for.
+func (r *monReader) refusal(*outHealth) string {
+	if v, _ := r.val("-state"); strings.EqualFold(v, "DISABLED") {
+		return "the monitor is DISABLED (it marks nothing DOWN)"
 	}
-	if v, ok := val("-destIP"); ok {
-		return h, fmt.Sprintf("-destIP %s probes another address than the service's: hashlb probes each service's own", v), nil
+	if r.yes("-reverse") {
+		return "-reverse YES marks a service DOWN when its probe passes: hashlb's healthCheck has no reverse verdict"
 	}
+	if v, ok := r.val("-destIP"); ok {
+		return fmt.Sprintf("-destIP %s probes another address than the service's: hashlb probes each service's own", v)
+	}
+	return ""
+}
+
+// request: -httpRequest (HTTP) or -send (HTTP-ECV), and -customHeaders.
+func (r *monReader) request(h *outHealth) string {
 	req, reqFlag := "HEAD /", "-httpRequest"
-	if m.typ == "HTTP-ECV" {
+	if r.m.typ == "HTTP-ECV" {
 		req, reqFlag = "", "-send"
 	}
-	if v, ok := val(reqFlag); ok {
+	if v, ok := r.val(reqFlag); ok {
 		req = v
 	}
 	if req == "" {
-		return h, reqFlag + " not set: nothing to probe with", nil
+		return reqFlag + " not set: nothing to probe with"
 	}
 	method, path, host, extra, err := parseHTTPRequest(req)
 	if err != "" {
-		return h, fmt.Sprintf("%s %q: %s", reqFlag, req, err), nil
+		return fmt.Sprintf("%s %q: %s", reqFlag, req, err)
 	}
 	h.method, h.path, h.host = method, path, host
-	if v, ok := val("-customHeaders"); ok {
-		hdrs := splitHeaderLines(v)
-		for _, hv := range hdrs {
+	if v, ok := r.val("-customHeaders"); ok {
+		for _, hv := range splitHeaderLines(v) {
 			k, x, _ := strings.Cut(hv, ":")
 			if strings.EqualFold(strings.TrimSpace(k), "host") {
 				h.host = strings.TrimSpace(x)
@@ -295,123 +326,168 @@ func (m *monitor) health() (h outHealth, why string, warns []string) {
 		}
 	}
 	if h.host != "" && !validAuthority(h.host) {
-		warns = append(warns, fmt.Sprintf("Host %q: not written: not a host[:port]", h.host))
+		r.warn("Host %q: not written: not a host[:port]", h.host)
 		h.host = ""
 	}
 	if len(extra) > 0 {
-		warns = append(warns, fmt.Sprintf("headers %s: not sent: hashlb's probe sends only :method, :path, :authority and user-agent", strings.Join(extra, ", ")))
+		r.warn("headers %s: not sent: hashlb's probe sends only :method, :path, :authority and user-agent", strings.Join(extra, ", "))
 	}
-	if m.typ == "HTTP-ECV" {
-		// ECV reads the body, not the status.
+	return ""
+}
+
+// verdict: what passes. HTTP-ECV reads the body (-recv), not the status;
+// HTTP reads the status (-respCode).
+func (r *monReader) verdict(h *outHealth) string {
+	if r.m.typ == "HTTP-ECV" {
 		h.statuses = "100-599"
-		if v, ok := val("-recv"); ok && v != "" {
+		if v, ok := r.val("-recv"); ok && v != "" {
 			if len(v) > lbcore.MaxExpectBodyBytes {
-				return h, fmt.Sprintf("-recv is %d bytes; hashlb's expectBody takes at most %d", len(v), lbcore.MaxExpectBodyBytes), nil
+				return fmt.Sprintf("-recv is %d bytes; hashlb's expectBody takes at most %d", len(v), lbcore.MaxExpectBodyBytes)
 			}
 			h.expectBody = v
 		}
 		if h.method == "HEAD" && h.expectBody != "" {
-			return h, "-send HEAD with -recv: a HEAD response has no body to search", nil
+			return "-send HEAD with -recv: a HEAD response has no body to search"
 		}
-	} else {
-		h.statuses = "200"
-		if v, ok := m.flags["-respcode"]; ok {
-			var codes []string
-			for _, w := range v.vals {
-				codes = append(codes, w.text)
-			}
-			h.statuses = strings.Join(codes, ",")
-			if _, err := lbcore.ParseStatusSet(h.statuses); err != nil {
-				return h, fmt.Sprintf("-respCode %s: not codes or ranges in 100-599", strings.Join(codes, " ")), nil
-			}
-		}
-		if v, ok := val("-recv"); ok && v != "" {
-			warns = append(warns, "-recv: not read: an HTTP monitor checks the status only (HTTP-ECV reads -recv)")
+		return ""
+	}
+	h.statuses = "200"
+	if v, ok := r.m.flags["-respcode"]; ok {
+		h.statuses = strings.Join(wordTexts(v.vals), ",")
+		if _, err := lbcore.ParseStatusSet(h.statuses); err != nil {
+			return fmt.Sprintf("-respCode %s: not codes or ranges in 100-599", joinWords(v.vals))
 		}
 	}
-	if v, ok := val("-destPort"); ok {
+	if v, ok := r.val("-recv"); ok && v != "" {
+		r.warn("-recv: not read: an HTTP monitor checks the status only (HTTP-ECV reads -recv)")
+	}
+	return ""
+}
+
+// destination: -destPort (0 is the port of the service the monitor is
+// bound to, NITRO lbmonitor destport) and -secure.
+func (r *monReader) destination(h *outHealth) string {
+	if v, ok := r.val("-destPort"); ok {
 		p, err := strconv.Atoi(v)
-		if err != nil || p < 1 || p > 65535 {
-			return h, fmt.Sprintf("-destPort %q is not a port", v), nil
+		if err != nil || p < 0 || p > 65535 {
+			return fmt.Sprintf("-destPort %q is not a port", v)
 		}
-		h.port = p
-		warns = append(warns, fmt.Sprintf("-destPort %d: written as healthCheck.port: the probe names ip:%d in the upstream header, so its cluster must reach that address (an ORIGINAL_DST cluster does; an override_host cluster without such an endpoint sends the probe to its fallback policy's host)", p, p))
-	}
-	if yes("-secure") {
-		warns = append(warns, "-secure YES: the monitor probes over TLS: give healthCheck.cluster an upstream TLS context (transport_socket envoy.transport_sockets.tls)")
-	}
-	var bad string
-	dur := func(flag, unitsFlag string, def time.Duration) time.Duration {
-		v, ok := m.flags[strings.ToLower(flag)]
-		if !ok || len(v.vals) == 0 {
-			return def
-		}
-		n, err := strconv.Atoi(v.vals[0].text)
-		unit := "SEC"
-		if len(v.vals) > 1 {
-			unit = strings.ToUpper(v.vals[1].text)
-		} else if u, ok := val(unitsFlag); ok {
-			unit = strings.ToUpper(u)
-		}
-		scale := map[string]time.Duration{"MSEC": time.Millisecond, "SEC": time.Second, "MIN": time.Minute}[unit]
-		if err != nil || n < 0 || scale == 0 {
-			bad = fmt.Sprintf("%s %s: not a number and a unit (MSEC, SEC, MIN)", flag, joinWords(v.vals))
-			return def
-		}
-		return time.Duration(n) * scale
-	}
-	h.interval = dur("-interval", "-units3", 5*time.Second)
-	h.timeout = dur("-resptimeout", "-units4", 2*time.Second)
-	down := dur("-downTime", "-units2", 30*time.Second)
-	if bad != "" {
-		return h, bad, nil
-	}
-	clampDur := func(what string, d *time.Duration, lo, hi time.Duration) {
-		c := min(max(*d, lo), hi)
-		if c != *d {
-			warns = append(warns, fmt.Sprintf("%s %s: written as %s, hashlb's %s (clamped)", what, lbcore.FormatDuration(*d), lbcore.FormatDuration(c),
-				map[bool]string{true: "least", false: "most"}[c == lo]))
-			*d = c
+		if p != 0 {
+			h.port = p
+			r.warn("-destPort %d: written as healthCheck.port: the probe names ip:%d in the upstream header, so its cluster must reach that address (an ORIGINAL_DST cluster does; an override_host cluster without such an endpoint sends the probe to its fallback policy's host)", p, p)
 		}
 	}
-	clampDur("-interval", &h.interval, time.Second, time.Hour)
-	clampDur("-resptimeout", &h.timeout, 100*time.Millisecond, time.Minute)
+	if r.yes("-secure") {
+		r.warn("-secure YES: the monitor probes over TLS: give healthCheck.cluster an upstream TLS context (transport_socket envoy.transport_sockets.tls)")
+	}
+	return ""
+}
+
+// duration reads a duration flag: a number and a unit after it or in
+// unitsFlag, seconds by default.
+func (r *monReader) duration(flag, unitsFlag string, def time.Duration) (time.Duration, string) {
+	v, ok := r.m.flags[strings.ToLower(flag)]
+	if !ok || len(v.vals) == 0 {
+		return def, ""
+	}
+	n, err := strconv.Atoi(v.vals[0].text)
+	unit := "SEC"
+	if len(v.vals) > 1 {
+		unit = strings.ToUpper(v.vals[1].text)
+	} else if u, ok := r.val(unitsFlag); ok {
+		unit = strings.ToUpper(u)
+	}
+	scale := map[string]time.Duration{"MSEC": time.Millisecond, "SEC": time.Second, "MIN": time.Minute}[unit]
+	if err != nil || n < 0 || scale == 0 {
+		return def, fmt.Sprintf("%s %s: not a number and a unit (MSEC, SEC, MIN)", flag, joinWords(v.vals))
+	}
+	return time.Duration(n) * scale, ""
+}
+
+// clampDur clamps *d to hashlb's range of field path, with a warning.
+func (r *monReader) clampDur(what, path string, d *time.Duration) {
+	lo, hi := durRange(path)
+	c := min(max(*d, lo), hi)
+	if c != *d {
+		r.warn("%s %s: written as %s, hashlb's %s (clamped)", what, lbcore.FormatDuration(*d), lbcore.FormatDuration(c),
+			map[bool]string{true: "least", false: "most"}[c == lo])
+		*d = c
+	}
+}
+
+// timing: -interval, -resptimeout and -downTime (defaults 5 s, 2 s, 30 s).
+func (r *monReader) timing(h *outHealth) string {
+	var bad [3]string
+	h.interval, bad[0] = r.duration("-interval", "-units3", 5*time.Second)
+	h.timeout, bad[1] = r.duration("-resptimeout", "-units4", 2*time.Second)
+	down, bad3 := r.duration("-downTime", "-units2", 30*time.Second)
+	bad[2] = bad3
+	for _, b := range bad {
+		if b != "" {
+			return b
+		}
+	}
+	r.clampDur("-interval", "healthCheck.interval", &h.interval)
+	r.clampDur("-resptimeout", "healthCheck.timeout", &h.timeout)
 	if h.timeout > h.interval {
-		warns = append(warns, fmt.Sprintf("-resptimeout %s: written as %s, the interval (hashlb's timeout is at most the interval)", lbcore.FormatDuration(h.timeout), lbcore.FormatDuration(h.interval)))
+		r.warn("-resptimeout %s: written as %s, the interval (hashlb's timeout is at most the interval)", lbcore.FormatDuration(h.timeout), lbcore.FormatDuration(h.interval))
 		h.timeout = h.interval
 	}
-	if _, ok := m.flags["-downtime"]; ok {
-		warns = append(warns, fmt.Sprintf("-downTime %s: not translated: hashlb keeps probing a DOWN service every interval (no hold-down)", lbcore.FormatDuration(down)))
+	if _, ok := r.m.flags["-downtime"]; ok {
+		r.warn("-downTime %s: not translated: hashlb keeps probing a DOWN service every interval (no hold-down)", lbcore.FormatDuration(down))
 	}
-	count := func(flag string, def int) int {
-		v, ok := val(flag)
-		if !ok {
-			return def
+	return ""
+}
+
+// count reads a non-negative count flag.
+func (r *monReader) count(flag string, def int) (int, string) {
+	v, ok := r.val(flag)
+	if !ok {
+		return def, ""
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return def, fmt.Sprintf("%s %q is not a number", flag, v)
+	}
+	return n, ""
+}
+
+// clampN clamps *n to hashlb's range of field path, with a warning.
+func (r *monReader) clampN(what, path string, n *int) {
+	lo, hi := intRange(path)
+	if c := min(max(*n, lo), hi); c != *n {
+		r.warn("%s %d: written as %d, hashlb's range being %d-%d (clamped)", what, *n, c, lo, hi)
+		*n = c
+	}
+}
+
+// counts: -retries, -failureRetries and -successRetries.
+func (r *monReader) counts(h *outHealth) string {
+	retries, bad1 := r.count("-retries", 3)
+	fails, bad2 := r.count("-failureRetries", 0)
+	succ, bad3 := r.count("-successRetries", 1)
+	for _, b := range []string{bad1, bad2, bad3} {
+		if b != "" {
+			return b
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			bad = fmt.Sprintf("%s %q is not a number", flag, v)
-			return def
-		}
-		return n
 	}
-	h.unhealthy = count("-retries", 3)
-	if f := count("-failureRetries", 0); f > 0 {
-		h.unhealthy = f
+	h.unhealthy = retries
+	if fails > 0 {
+		h.unhealthy = fails
 	}
-	h.healthy = count("-successRetries", 1)
-	if bad != "" {
-		return h, bad, nil
+	h.healthy = succ
+	r.clampN("failed probes to mark DOWN (-retries/-failureRetries)", "healthCheck.unhealthyThreshold", &h.unhealthy)
+	r.clampN("-successRetries", "healthCheck.healthyThreshold", &h.healthy)
+	return ""
+}
+
+// wordTexts returns the words' texts.
+func wordTexts(ws []word) []string {
+	s := make([]string, len(ws))
+	for i, w := range ws {
+		s[i] = w.text
 	}
-	clampN := func(what string, n *int) {
-		if c := min(max(*n, 1), 10); c != *n {
-			warns = append(warns, fmt.Sprintf("%s %d: written as %d, hashlb's range being 1-10 (clamped)", what, *n, c))
-			*n = c
-		}
-	}
-	clampN("failed probes to mark DOWN (-retries/-failureRetries)", &h.unhealthy)
-	clampN("-successRetries", &h.healthy)
-	return h, "", warns
+	return s
 }
 
 // parseHTTPRequest reads a monitor's request: "METHOD target [HTTP/x.y]",
@@ -476,13 +552,7 @@ func validAuthority(s string) bool {
 	return true
 }
 
-func joinWords(ws []word) string {
-	var s []string
-	for _, w := range ws {
-		s = append(s, w.text)
-	}
-	return strings.Join(s, " ")
-}
+func joinWords(ws []word) string { return strings.Join(wordTexts(ws), " ") }
 
 // json writes h on one line, in the order of the field table.
 func (h *outHealth) json() string {
