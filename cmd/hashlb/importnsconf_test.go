@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,6 +35,7 @@ var nsconfCorpus = []struct {
 	{name: "full-save", covers: "a full save ns config: appliance lines, internal services, built-in monitors, SSL and SSL_BRIDGE services, " +
 		"HTTP and HTTP-ECV monitors bound to services and a service group, mixed monitors in one vserver, TCP/PING/DNS/USER/LDAP monitors, " +
 		"a jsessionid RULE wrapped over two lines inside its quote"},
+	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 
 // TestNSConfCorpus runs import-nsconf -o on every case: its exit status,
@@ -56,6 +58,7 @@ func TestNSConfCorpus(t *testing.T) {
 			if stdout.Len() != 0 {
 				t.Errorf("import-nsconf -o printed to stdout:\n%s", stdout.String())
 			}
+			checkEveryLineOnce(t, "ns.conf", stderr.String())
 			got := readJSONDir(t, out)
 			for name, js := range got {
 				if _, err := lbcore.ParseConfig(js); err != nil {
@@ -98,6 +101,39 @@ func TestNSConfCorpus(t *testing.T) {
 				t.Errorf("%s: report:\n%s\nwant (report.golden):\n%s", tc.name, stderr.String(), report)
 			}
 		})
+	}
+}
+
+// checkEveryLineOnce: the report has one status line ("file:N: status…",
+// warnings apart) for every non-blank line of file, and none for another.
+func checkEveryLineOnce(t *testing.T, file, report string) {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for _, l := range strings.Split(report, "\n") {
+		rest, ok := strings.CutPrefix(l, file+":")
+		if !ok {
+			continue
+		}
+		num, tail, ok := strings.Cut(rest, ": ")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil || strings.HasPrefix(tail, "warning: ") {
+			continue
+		}
+		seen[n]++
+	}
+	for i, line := range strings.Split(strings.TrimSuffix(string(src), "\n"), "\n") {
+		blank := strings.TrimSpace(line) == ""
+		if c := seen[i+1]; (blank && c != 0) || (!blank && c != 1) {
+			t.Errorf("%s:%d (%q) is reported %d times, want %d", file, i+1, line, c, map[bool]int{true: 0, false: 1}[blank])
+		}
+		delete(seen, i+1)
+	}
+	for n := range seen {
+		t.Errorf("the report has a line %s:%d, which the file does not", file, n)
 	}
 }
 

@@ -108,11 +108,11 @@ func Translate(file string, src []byte, vserver string) *Result {
 		if end, joined, ok := joinWrapped(lines, i); ok {
 			t.read(i+1, joined)
 			cmd := t.entries[len(t.entries)-1]
-			cmd.Warnings = append(cmd.Warnings, fmt.Sprintf("a quoted argument is wrapped over lines %d-%d: read as one line, the breaks as spaces", i+1, end+1))
+			cmd.Warnings = append(cmd.Warnings, fmt.Sprintf("the command is wrapped over lines %d-%d: read as one line, the breaks as spaces", i+1, end+1))
 			for k := i + 1; k <= end; k++ {
 				if strings.TrimSpace(lines[k]) != "" {
 					t.entries = append(t.entries, &Entry{Line: k + 1, Status: Ignored, refs: cmd.refs,
-						Detail: fmt.Sprintf("continues %s (a quoted argument wrapped over lines)", t.at(i+1))})
+						Detail: fmt.Sprintf("continues %s (a command wrapped over lines)", t.at(i+1))})
 				}
 			}
 			i = end

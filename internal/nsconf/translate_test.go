@@ -310,8 +310,8 @@ func TestTranslate(t *testing.T) {
 			failed: true,
 			report: []string{
 				"ns.conf:5: translated: add lb vserver v: v.json (TOKEN, 1 service)",
-				"ns.conf:5: warning: a quoted argument is wrapped over lines 5-6: read as one line, the breaks as spaces",
-				"ns.conf:6: ignored: continues ns.conf:5 (a quoted argument wrapped over lines)",
+				"ns.conf:5: warning: the command is wrapped over lines 5-6: read as one line, the breaks as spaces",
+				"ns.conf:6: ignored: continues ns.conf:5 (a command wrapped over lines)",
 				`ns.conf:8: failed: add lb vserver w: col 32: unbalanced quote (no closing ")`,
 			},
 			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant || client.ip}"`}},
