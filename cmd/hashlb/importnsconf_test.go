@@ -35,6 +35,8 @@ var nsconfCorpus = []struct {
 	{name: "full-save", covers: "a full save ns config: appliance lines, internal services, built-in monitors, SSL and SSL_BRIDGE services, " +
 		"HTTP and HTTP-ECV monitors bound to services and a service group, mixed monitors in one vserver, TCP/PING/DNS/USER/LDAP monitors, " +
 		"a jsessionid RULE wrapped over two lines inside its quote"},
+	{name: "monitor-destport-zero", covers: "-destPort 0: the probe goes to the service's own port"},
+	{name: "monitor-retries", covers: "-failureRetries M of -retries N (fewer, 0, more)"},
 	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 

@@ -24,9 +24,12 @@ import (
 //     does not check the status;
 //   - -interval (5 s), -resptimeout (2 s) and -downTime (30 s) take a unit
 //     after the value (MSEC, SEC, MIN) or in -units3, -units4, -units2;
-//   - -retries (3) failed probes mark a service DOWN, or -failureRetries of
-//     them when set; -successRetries (1) good ones bring it back;
-//   - -destPort probes another port; -customHeaders adds headers ("Host:
+//   - -retries (3) failed probes in a row mark a service DOWN, or, with
+//     -failureRetries M, M failed ones out of -retries probes (the NITRO
+//     lbmonitor resource, failureretries); -successRetries (1) good ones
+//     bring it back;
+//   - -destPort probes another port, 0 the port of the service the monitor
+//     is bound to (NITRO lbmonitor, destport); -customHeaders adds headers ("Host:
 //     x\r\n"); -secure YES probes over TLS; -reverse YES inverts the verdict.
 //
 // A service bound to no monitor has NetScaler's tcp-default (or
@@ -471,9 +474,21 @@ func (r *monReader) counts(h *outHealth) string {
 			return b
 		}
 	}
+	// -failureRetries M of -retries N: "out of the ten probes sent, at
+	// least six probes must fail", 0 meaning all N (NITRO lbmonitor,
+	// failureretries). hashlb counts failures in a row, so M in a row is
+	// the nearest: whenever it marks a service DOWN, M of the last N probes
+	// failed, and NetScaler marks it DOWN too; M failures among successes
+	// it does not count.
 	h.unhealthy = retries
-	if fails > 0 {
+	switch {
+	case fails > 0 && fails < retries:
 		h.unhealthy = fails
+		r.warn("-retries %d -failureRetries %d: NetScaler marks a service DOWN when %d of %d probes fail; hashlb counts failures in a row: "+
+			"unhealthyThreshold %d marks it DOWN after %d failures in a row, as NetScaler would, but not after %d failures with successes between them",
+			retries, fails, fails, retries, fails, fails, fails)
+	case fails > retries:
+		r.warn("-failureRetries %d: more than -retries %d: read as all %d probes failing", fails, retries, retries)
 	}
 	h.healthy = succ
 	r.clampN("failed probes to mark DOWN (-retries/-failureRetries)", "healthCheck.unhealthyThreshold", &h.unhealthy)
