@@ -117,11 +117,15 @@ func (t *translator) build() []Output {
 		}
 		if m := cfg.monitor; m != nil {
 			desc += ", healthCheck"
+			lines := m.setLines // a customised built-in: its set lines
 			if m.e != nil {
-				if m.e.Detail == "" {
-					m.e.Detail = "the healthCheck of " + file
+				lines = []*Entry{m.e}
+			}
+			for _, e := range lines {
+				if e.Detail == "" {
+					e.Detail = "the healthCheck of " + file
 				} else {
-					m.e.Detail += ", " + file
+					e.Detail += ", " + file
 				}
 			}
 		}

@@ -64,7 +64,14 @@ func builtinLine(words []word) (what, why string, ok bool) {
 	case obj == "ssl" && len(words) > 3 && strings.EqualFold(words[2].text, "service") && isInternalService(words[3].text):
 		return leadingWords(words, 4), "the TLS settings of a service of the appliance's own daemons", true
 	case obj == "lb" && len(words) > 3 && strings.EqualFold(words[2].text, "monitor") && verb != "bind" && verb != "unbind":
-		if _, b := builtinMonitors[strings.ToLower(words[3].text)]; b {
+		name := strings.ToLower(words[3].text)
+		if verb == "set" && customisable(name) {
+			return "", "", false // read by setMonitor: it changes what a bound service is probed with
+		}
+		if verb == "set" && (name == "tcp-default" || name == "ping-default") {
+			return leadingWords(words, 4), "a default monitor of the appliance, which cannot be changed: its settings are not read", true
+		}
+		if _, b := builtinMonitors[name]; b {
 			return leadingWords(words, 4), "a monitor built into the appliance", true
 		}
 	}

@@ -72,6 +72,21 @@ var builtinMonitors = map[string]string{
 	"ldns-tcp": "LDNS-TCP", "ldns-dns": "LDNS-DNS", "stasecure": "CITRIX-STA-SERVICE", "sta": "CITRIX-STA-SERVICE",
 }
 
+// customisable reports whether built-in monitor name is one whose
+// settings "set lb monitor" changes and that hashlb translates: the HTTP
+// and HTTP-ECV ones. The appliance fixes only tcp-default and ping-default
+// ("You can't delete or modify default monitors",
+// https://docs.netscaler.com/en-us/citrix-adc/current-release/load-balancing/load-balancing-builtin-monitors/monitor-tcp.html);
+// its other built-ins change too, but are of types hashlb does not
+// translate, so their set lines stay the appliance's own.
+func customisable(name string) bool {
+	switch name {
+	case "http", "https", "http-ecv", "https-ecv":
+		return true
+	}
+	return false
+}
+
 // newBuiltinMonitor is built-in monitor name with its documented defaults:
 // https is http over TLS.
 func newBuiltinMonitor(name string) *monitor {
@@ -157,7 +172,7 @@ func (t *translator) setMonitor(c *cmdLine) {
 	name := c.pos[0].text
 	c.e.refs = []ref{{kind: 'm', name: name}}
 	if _, builtin := builtinMonitors[strings.ToLower(name)]; builtin {
-		c.e.Status, c.e.Detail, c.e.Warnings = BuiltIn, "a monitor built into the appliance (its settings are not read)", nil
+		t.setBuiltinMonitor(c, strings.ToLower(name))
 		return
 	}
 	m, ok := t.monitors[name]
@@ -165,6 +180,19 @@ func (t *translator) setMonitor(c *cmdLine) {
 		t.fail(c, "", t.missing("lb monitor", name))
 		return
 	}
+	m.apply(c)
+	c.e.Status, c.e.ifUsed = m.e.Status, m.e.Status == Translated
+	if m.e.Status != Translated {
+		c.e.Detail, c.e.Warnings = m.e.Detail, nil
+	}
+	if _, why, _ := m.health(); why != "" && m.e.Status == Translated {
+		m.e.Status, m.e.Detail, m.e.ifUsed = NotTranslated, fmt.Sprintf("%s (after %s)", why, t.at(c.e.Line)), false
+		c.e.Status, c.e.Detail, c.e.ifUsed = NotTranslated, why, false
+	}
+}
+
+// apply merges a set lb monitor line's flags over the monitor's.
+func (m *monitor) apply(c *cmdLine) {
 	merged := map[string]flagVal{}
 	for k, v := range m.flags {
 		merged[k] = v
@@ -174,13 +202,19 @@ func (t *translator) setMonitor(c *cmdLine) {
 	}
 	m.flags = merged
 	m.setLines = append(m.setLines, c.e)
-	c.e.Status, c.e.ifUsed = m.e.Status, m.e.Status == Translated
-	if m.e.Status != Translated {
-		c.e.Detail, c.e.Warnings = m.e.Detail, nil
-	}
-	if _, why, _ := m.health(); why != "" && m.e.Status == Translated {
-		m.e.Status, m.e.Detail, m.e.ifUsed = NotTranslated, fmt.Sprintf("%s (after %s)", why, t.at(c.e.Line)), false
-		c.e.Status, c.e.Detail, c.e.ifUsed = NotTranslated, why, false
+}
+
+// setBuiltinMonitor is "set lb monitor http …" (https, http-ecv,
+// https-ecv): the built-in monitor's settings change for every service bound
+// to it, so the line counts when a written configuration's healthCheck
+// comes from it. Lines about the other built-ins are caught by builtinLine.
+func (t *translator) setBuiltinMonitor(c *cmdLine, name string) {
+	m, _ := t.monitor(name)
+	m.apply(c)
+	c.e.Status, c.e.ifUsed = Translated, true
+	t.unused[c.e] = unusedWhy{BuiltIn, "a monitor built into the appliance, with its settings changed; no translated lb vserver's service is bound to it"}
+	if _, why, _ := m.health(); why != "" {
+		c.e.Status, c.e.Detail, c.e.ifUsed = NotTranslated, fmt.Sprintf("the built-in monitor %s: %s", name, why), false
 	}
 }
 
@@ -240,9 +274,13 @@ func (t *translator) monitor(name string) (*monitor, error) {
 	if m, ok := t.monitors[name]; ok {
 		return m, nil
 	}
-	if _, ok := builtinMonitors[strings.ToLower(name)]; ok {
-		m := newBuiltinMonitor(strings.ToLower(name))
-		t.monitors[name] = m
+	low := strings.ToLower(name)
+	if _, ok := builtinMonitors[low]; ok {
+		if m, ok := t.monitors[low]; ok && m.builtin {
+			return m, nil
+		}
+		m := newBuiltinMonitor(low)
+		t.monitors[low] = m
 		return m, nil
 	}
 	return nil, t.missing("lb monitor", name)
@@ -640,10 +678,16 @@ func (t *translator) healthCheck(v *vserver, members []member, cfg *outConfig, w
 	}
 	m := best.mon
 	cfg.health, cfg.monitor = &h, m
-	if !t.monWarned[m] && m.e != nil {
+	switch {
+	case t.monWarned[m]:
+	case m.e != nil:
 		t.monWarned[m] = true
 		m.e.Warnings = append(m.e.Warnings, warns...)
-	} else if m.e == nil && len(warns) > 0 {
+	case len(m.setLines) > 0: // a customised built-in: its last set line
+		t.monWarned[m] = true
+		last := m.setLines[len(m.setLines)-1]
+		last.Warnings = append(last.Warnings, warns...)
+	case len(warns) > 0:
 		warnAt(v.e.Line, "the built-in monitor %s: %s", m.name, strings.Join(warns, "; "))
 	}
 	var others []string
@@ -683,8 +727,8 @@ func (t *translator) healthCheck(v *vserver, members []member, cfg *outConfig, w
 	used := append([]*Entry{}, best.binds...)
 	if m.e != nil {
 		used = append(used, m.e)
-		used = append(used, m.setLines...)
 	}
+	used = append(used, m.setLines...)
 	return used
 }
 
