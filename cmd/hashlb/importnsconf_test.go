@@ -38,6 +38,7 @@ var nsconfCorpus = []struct {
 	{name: "monitor-destport-zero", covers: "-destPort 0: the probe goes to the service's own port"},
 	{name: "monitor-retries", covers: "-failureRetries M of -retries N (fewer, 0, more)"},
 	{name: "builtin-monitor-set", covers: "set lb monitor on the built-in http and https-ecv monitors, applied to the services bound to them; tcp-default, which the appliance fixes; a customised built-in nothing is bound to"},
+	{name: "persist-masks", covers: "-persistMask and -v6persistmasklen on DESTIP and SRCIPDESTIP persistence"},
 	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 

@@ -393,20 +393,18 @@ func (t *translator) persistence(v *vserver, cfg *outConfig, warnAt func(int, st
 	if v.v6persist.line != 0 {
 		v6 = v.v6persist.n
 	}
-	masked := v4 != 32 || v6 != 128
+	// -persistMask and -v6persistmasklen: "Persistence mask for IP based
+	// persistence types" (NITRO lbvserver, persistmask), so every address
+	// the key holds is masked.
 	switch p {
 	case "", "NONE":
 		return
 	case "SOURCEIP":
 		cfg.persistKeys = []string{ipKey("client.ip", v4, v6)}
-	case "DESTIP", "SRCIPDESTIP":
-		if masked {
-			warnAt(line, "-persistMask/-v6persistmasklen: not applied to %s: the NetScaler reference documents them for SOURCEIP", p)
-		}
-		cfg.persistKeys = []string{"${server.ip}"}
-		if p == "SRCIPDESTIP" {
-			cfg.persistKeys = []string{"${client.ip}", "${server.ip}"}
-		}
+	case "DESTIP":
+		cfg.persistKeys = []string{ipKey("server.ip", v4, v6)}
+	case "SRCIPDESTIP":
+		cfg.persistKeys = []string{ipKey("client.ip", v4, v6), ipKey("server.ip", v4, v6)}
 	case "CALLID":
 		cfg.persistKeys = []string{"${sip.callid}"}
 	case "RULE":

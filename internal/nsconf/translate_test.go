@@ -109,13 +109,12 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:5: warning: no -timeout: NetScaler's default is 2 minutes: persistence.expire written as 10m, hashlb's least (clamped)",
 				"ns.conf:7: warning: -timeout 5 (minutes): persistence.expire written as 10m, hashlb's least (clamped)",
-				"ns.conf:11: warning: -persistMask/-v6persistmasklen: not applied to SRCIPDESTIP: the NetScaler reference documents them for SOURCEIP",
 			},
 			out: map[string][]string{
 				"d.json": {`"keys": ["${client.ip}"]`, `"expire": "10m"`},
 				"e.json": {`"keys": ["${sip.callid}"]`, `"expire": "10m"`},
 				"f.json": {`"keys": ["${server.ip}"]`, `"expire": "2h"`},
-				"g.json": {`"keys": ["${client.ip}", "${server.ip}"]`, `"expire": "1d"`},
+				"g.json": {`"keys": ["${client.ip | replace(\".*:.*\", \"\") | mask(24) || client.ip}", "${server.ip | replace(\".*:.*\", \"\") | mask(24) || server.ip}"]`, `"expire": "1d"`},
 				"h.json": {`"keys": ["${client.ip | mask(64)}"]`, `"expire": "25m"`},
 			},
 		},
