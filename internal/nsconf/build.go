@@ -148,112 +148,14 @@ func (t *translator) build() []Output {
 // buildVserver translates v; written are the lines its configuration uses.
 // ok is false when nothing can be written.
 func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, ok bool) {
-	written = append(written, v.e)
 	warnAt := func(line int, format string, args ...any) {
 		e := t.entryAt(line, v.e)
 		e.Warnings = append(e.Warnings, fmt.Sprintf(format, args...))
 	}
-
-	// Services, in bind order; a group's members in their bind order.
-	names := map[string]string{}   // written name → its origin, for renames
-	addrs := map[string]string{}   // address → service
-	idents := map[string]string{}  // hashId, or address → service
-	identLn := map[string]string{} // identity → line of its service
-	var failedItems []failedItem
-	var members []member // the written services, for monitors and TLS
+	sw := &serviceWriter{t: t, v: v, cfg: &cfg, warnAt: warnAt, names: map[string]string{}, addrs: map[string]string{},
+		idents: map[string]string{}, identLn: map[string]string{}, written: []*Entry{v.e}}
 	for _, b := range v.binds {
-		var items []*backend
-		groupDisabled := false
-		if b.svc != nil {
-			items = []*backend{&b.svc.backend}
-		} else {
-			items = b.grp.members
-			groupDisabled = b.grp.disabled
-			written = append(written, b.grp.e)
-			if len(items) == 0 {
-				b.e.Status, b.e.Detail = NotTranslated, fmt.Sprintf("service group %s has no members", b.grp.name)
-				continue
-			}
-		}
-		var problems []string
-		notWritten := func(it *backend, why string) {
-			problems = append(problems, fmt.Sprintf("%s not written: %s", it.name, why))
-			failedItems = append(failedItems, failedItem{it.e, why})
-		}
-		for _, it := range items {
-			if it.problem != "" {
-				notWritten(it, it.problem)
-				continue
-			}
-			s := outService{Address: netip.AddrPortFrom(it.srv.ip, uint16(it.port)).String()}
-			if prev, dup := addrs[s.Address]; dup {
-				notWritten(it, fmt.Sprintf("%s is %s's address too (hashlb needs one address per service)", s.Address, prev))
-				continue
-			}
-			ident, why := s.Address, ""
-			switch {
-			case it.hashID != "":
-				s.HashID, ident, why = it.hashID, it.hashID, "-hashId "+it.hashID
-			case !t.usePort:
-				// "If you do not configure a hash identifier, but change the
-				// default value of the global setting so that it does not
-				// specify use of the port number, the hash value is based
-				// only on the IP address of the service."
-				// (https://docs.citrix.com/en-us/citrix-adc/12-1/load-balancing/load-balancing-customizing/customize-hash-algorithm.html)
-				s.HashID = it.srv.ip.String()
-				ident, why = s.HashID, fmt.Sprintf("-usePortForHashLb NO (%s) hashes it as %s", t.at(t.usePortLine), s.HashID)
-			}
-			if prev, dup := idents[ident]; dup {
-				notWritten(it, fmt.Sprintf("%s, as %s (%s) does: NetScaler gives both the same hash, "+
-					"hashlb needs one identity per service (give one a -hashId)", why, prev, identLn[ident]))
-				continue
-			}
-			s.Name = sanitizeName(it.name)
-			if s.Name != it.name {
-				warnAt(it.e.Line, "service name %q written as %q (hashlb names are letters, digits and - . _ ~ ! # $ %% & ' * + ^ ` |)", it.name, s.Name)
-			}
-			if prev, dup := names[s.Name]; dup {
-				base := s.Name
-				for i := 2; ; i++ {
-					s.Name = fmt.Sprintf("%s~%d", base, i)
-					if _, taken := names[s.Name]; !taken {
-						break
-					}
-				}
-				warnAt(b.e.Line, "service %s written as %s: %s is %s's name", it.name, s.Name, base, prev)
-			}
-			w := it.weight
-			if b.svc != nil {
-				w = b.weight
-			}
-			if w != 1 {
-				s.Weight = w
-			}
-			if it.disabled || groupDisabled || it.srv.disabled {
-				f := false
-				s.Enabled = &f
-			}
-			names[s.Name], addrs[s.Address], idents[ident] = it.name, it.name, it.name
-			identLn[ident] = t.at(it.e.Line)
-			cfg.services = append(cfg.services, s)
-			members = append(members, member{b: b, name: it.name})
-			written = append(written, it.e)
-			if it.srv.e != nil {
-				written = append(written, it.srv.e)
-			}
-		}
-		if len(problems) > 0 {
-			b.e.Status, b.e.Detail = Failed, strings.Join(problems, "; ")
-			for _, it := range failedItems {
-				// The service's own line says so too, unless another
-				// configuration writes it.
-				if _, seen := t.unused[it.e]; !seen {
-					t.unused[it.e] = unusedWhy{Failed, fmt.Sprintf("not written for lb vserver %s: %s", v.name, it.why)}
-				}
-			}
-			failedItems = nil
-		}
-		written = append(written, b.e)
+		sw.bind(b)
 	}
 	if len(cfg.services) == 0 {
 		if len(v.binds) == 0 {
@@ -263,7 +165,148 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 		}
 		return cfg, nil, false
 	}
+	written = sw.written
+	t.vserverWarnings(v, &cfg, warnAt)
+	t.backendTLS(v, sw.members, warnAt)
+	written = append(written, t.healthCheck(v, sw.members, &cfg, warnAt)...)
+	if v.state.s == "DISABLED" {
+		warnAt(v.state.line, "the vserver is DISABLED on NetScaler; its configuration is written anyway")
+	}
+	t.method(v, &cfg, warnAt)
+	t.persistence(v, &cfg, warnAt)
+	t.ruleUnused(v, &cfg, warnAt)
+	return cfg, append(written, t.namedExprsUsed(v)...), true
+}
 
+// serviceWriter writes the services of one vserver, in bind order (a
+// group's members in their bind order), and remembers what it wrote.
+type serviceWriter struct {
+	t      *translator
+	v      *vserver
+	cfg    *outConfig
+	warnAt func(int, string, ...any)
+
+	names   map[string]string // written name → its origin, for renames
+	addrs   map[string]string // address → service
+	idents  map[string]string // hashId, or address → service
+	identLn map[string]string // identity → line of its service
+
+	members []member // the written services, for monitors and TLS
+	written []*Entry
+}
+
+// bind writes the services one bind line brings; a service that cannot be
+// written fails the bind, and its own line too unless another configuration
+// writes it.
+func (w *serviceWriter) bind(b *binding) {
+	items, groupDisabled := []*backend{}, false
+	if b.svc != nil {
+		items = []*backend{&b.svc.backend}
+	} else {
+		items, groupDisabled = b.grp.members, b.grp.disabled
+		w.written = append(w.written, b.grp.e)
+		if len(items) == 0 {
+			b.e.Status, b.e.Detail = NotTranslated, fmt.Sprintf("service group %s has no members", b.grp.name)
+			return
+		}
+	}
+	var problems []string
+	for _, it := range items {
+		why := w.item(b, it, groupDisabled)
+		if why == "" {
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("%s not written: %s", it.name, why))
+		// The service's own line says so too, unless another configuration
+		// writes it.
+		if _, seen := w.t.unused[it.e]; !seen {
+			w.t.unused[it.e] = unusedWhy{Failed, fmt.Sprintf("not written for lb vserver %s: %s", w.v.name, why)}
+		}
+	}
+	if len(problems) > 0 {
+		b.e.Status, b.e.Detail = Failed, strings.Join(problems, "; ")
+	}
+	w.written = append(w.written, b.e)
+}
+
+// item writes one service; it returns why it cannot ("" when written).
+func (w *serviceWriter) item(b *binding, it *backend, groupDisabled bool) string {
+	if it.problem != "" {
+		return it.problem
+	}
+	s := outService{Address: netip.AddrPortFrom(it.srv.ip, uint16(it.port)).String()}
+	if prev, dup := w.addrs[s.Address]; dup {
+		return fmt.Sprintf("%s is %s's address too (hashlb needs one address per service)", s.Address, prev)
+	}
+	ident, why := w.identity(it, &s)
+	if prev, dup := w.idents[ident]; dup {
+		return fmt.Sprintf("%s, as %s (%s) does: NetScaler gives both the same hash, "+
+			"hashlb needs one identity per service (give one a -hashId)", why, prev, w.identLn[ident])
+	}
+	w.name(b, it, &s)
+	weight := it.weight
+	if b.svc != nil {
+		weight = b.weight
+	}
+	if weight != 1 {
+		s.Weight = weight
+	}
+	if it.disabled || groupDisabled || it.srv.disabled {
+		f := false
+		s.Enabled = &f
+	}
+	w.names[s.Name], w.addrs[s.Address], w.idents[ident] = it.name, it.name, it.name
+	w.identLn[ident] = w.t.at(it.e.Line)
+	w.cfg.services = append(w.cfg.services, s)
+	w.members = append(w.members, member{b: b, name: it.name, be: it})
+	w.written = append(w.written, it.e)
+	if it.srv.e != nil {
+		w.written = append(w.written, it.srv.e)
+	}
+	return ""
+}
+
+// identity is what NetScaler hashes for the service, and, when it is not
+// the address, why (for a collision's message); it sets s.HashID.
+func (w *serviceWriter) identity(it *backend, s *outService) (ident, why string) {
+	switch {
+	case it.hashID != "":
+		s.HashID = it.hashID
+		return it.hashID, "-hashId " + it.hashID
+	case !w.t.usePort:
+		// "If you do not configure a hash identifier, but change the
+		// default value of the global setting so that it does not
+		// specify use of the port number, the hash value is based
+		// only on the IP address of the service."
+		// (https://docs.citrix.com/en-us/citrix-adc/12-1/load-balancing/load-balancing-customizing/customize-hash-algorithm.html)
+		s.HashID = it.srv.ip.String()
+		return s.HashID, fmt.Sprintf("-usePortForHashLb NO (%s) hashes it as %s", w.t.at(w.t.usePortLine), s.HashID)
+	}
+	return s.Address, ""
+}
+
+// name gives s hashlb's name for it: sanitised, and made unique within the
+// configuration.
+func (w *serviceWriter) name(b *binding, it *backend, s *outService) {
+	s.Name = sanitizeName(it.name)
+	if s.Name != it.name {
+		w.warnAt(it.e.Line, "service name %q written as %q (hashlb names are letters, digits and - . _ ~ ! # $ %% & ' * + ^ ` |)", it.name, s.Name)
+	}
+	if prev, dup := w.names[s.Name]; dup {
+		base := s.Name
+		for i := 2; ; i++ {
+			s.Name = fmt.Sprintf("%s~%d", base, i)
+			if _, taken := w.names[s.Name]; !taken {
+				break
+			}
+		}
+		w.warnAt(b.e.Line, "service %s written as %s: %s is %s's name", it.name, s.Name, base, prev)
+	}
+}
+
+// vserverWarnings: every service disabled, and a service type hashlb's HTTP
+// filter does not balance as NetScaler does.
+func (t *translator) vserverWarnings(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
 	enabled := false
 	for _, s := range cfg.services {
 		enabled = enabled || s.Enabled == nil
@@ -275,44 +318,42 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 		warnAt(v.e.Line, "service type %s: written for hashlb's HTTP filter (filterType http), which balances requests where Envoy handles this traffic as HTTP; "+
 			"to balance TCP connections instead, add \"filterType\": \"network\" and run hashlb before tcp_proxy (README: TCP), with a method and keys that need no HTTP", v.typ)
 	}
-	t.backendTLS(v, members, warnAt)
-	written = append(written, t.healthCheck(v, members, &cfg, warnAt)...)
-	if v.state.s == "DISABLED" {
-		warnAt(v.state.line, "the vserver is DISABLED on NetScaler; its configuration is written anyway")
-	}
+}
 
-	t.method(v, &cfg, warnAt)
-	t.persistence(v, &cfg, warnAt)
-	if v.rule.line != 0 && !strings.EqualFold(v.rule.s, "none") {
-		p := v.persistType.s
-		if cfg.lbMethod != "TOKEN" && !(p == "RULE" || p == "CUSTOMSERVERID" || p == "URLPASSIVE") && v.lbMethod.s != "TOKEN" {
-			warnAt(v.rule.line, "-rule: not written: only TOKEN and RULE persistence use it")
-		}
+// ruleUnused warns of a -rule neither TOKEN nor RULE persistence reads.
+func (t *translator) ruleUnused(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
+	if v.rule.line == 0 || strings.EqualFold(v.rule.s, "none") {
+		return
 	}
+	p := v.persistType.s
+	if cfg.lbMethod != "TOKEN" && !(p == "RULE" || p == "CUSTOMSERVERID" || p == "URLPASSIVE") && v.lbMethod.s != "TOKEN" {
+		warnAt(v.rule.line, "-rule: not written: only TOKEN and RULE persistence use it")
+	}
+}
+
+// namedExprsUsed returns the lines of the named expressions v's
+// translation used, and notes v as their user.
+func (t *translator) namedExprsUsed(v *vserver) []*Entry {
+	var lines []*Entry
 	for _, n := range t.exprUsed {
-		written = append(written, t.entryAt(t.namedLine[n], v.e))
+		lines = append(lines, t.entryAt(t.namedLine[n], v.e))
 		if t.exprUsers[n] == nil {
 			t.exprUsers[n] = map[string]bool{}
 		}
 		t.exprUsers[n][v.name] = true
 	}
 	t.exprUsed = nil
-	return cfg, written, true
+	return lines
 }
 
-// method translates -lbMethod and what goes with it.
-// failedItem is a service or group member a configuration could not write.
-type failedItem struct {
-	e   *Entry
-	why string
-}
-
-// member is a written service and the bind that brought it.
+// member is a written service, the bind that brought it and what it is.
 type member struct {
 	b    *binding
 	name string
+	be   *backend
 }
 
+// method translates -lbMethod and what goes with it.
 func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
 	m, line := v.lbMethod.s, v.lbMethod.line
 	if m == "" {
