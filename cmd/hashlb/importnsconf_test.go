@@ -39,6 +39,9 @@ var nsconfCorpus = []struct {
 	{name: "monitor-retries", covers: "-failureRetries M of -retries N (fewer, 0, more)"},
 	{name: "builtin-monitor-set", covers: "set lb monitor on the built-in http and https-ecv monitors, applied to the services bound to them; tcp-default, which the appliance fixes; a customised built-in nothing is bound to"},
 	{name: "persist-masks", covers: "-persistMask and -v6persistmasklen on DESTIP and SRCIPDESTIP persistence"},
+	{name: "default-monitor", covers: "services bound to no monitor: tcp-default (ping-default for UDP) written as passiveHealth, with a service bound to a TCP monitor beside them"},
+	{name: "health-monitor-no", covers: "-healthMonitor NO on services and a service group: no probe when every service has it, a warning on its line when the configuration probes others"},
+	{name: "two-monitors", covers: "services bound to two monitors: which is kept and why (a tie, and one bound to more), what the other's check misses"},
 	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 
@@ -209,9 +212,9 @@ func TestNSConfOutputs(t *testing.T) {
 		wantReport []string
 	}{
 		{name: "stdout", args: []string{"ns.conf"}, wantStdout: "stdout.golden",
-			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 4 warnings; 2 configurations"}, wantExit: 1},
+			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 6 warnings; 2 configurations"}, wantExit: 1},
 		{name: "one vserver", args: []string{"ns.conf", "-vserver", "vs_static"}, wantStdout: "want/vs_static.json",
-			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 ignored (built-in), 0 not translated, 0 failed; 2 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
+			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 ignored (built-in), 0 not translated, 0 failed; 3 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
 		{name: "flags before the file", args: []string{"-vserver", "vs_shop", "ns.conf"}, wantStdout: "want/vs_shop.json", wantExit: 1,
 			wantReport: []string{"ns.conf:12: failed: bind lb vserver vs_shop web3_http: web3_http not written: its server web3 (ns.conf:3) is a domain name, not an IP address"}},
 		{name: "no such vserver", args: []string{"ns.conf", "-vserver", "vs_nope"}, wantExit: 1,

@@ -35,6 +35,7 @@ type outConfig struct {
 	expire       string
 	health       *outHealth
 	monitor      *monitor // the monitor health comes from
+	passive      *outPassive
 	services     []outService
 }
 
@@ -114,6 +115,9 @@ func (t *translator) build() []Output {
 		desc := fmt.Sprintf("%s (%s, %d service%s", file, cfg.lbMethod, len(cfg.services), plural(len(cfg.services)))
 		if len(cfg.persistKeys) > 0 {
 			desc += ", persistence"
+		}
+		if cfg.passive != nil {
+			desc += ", passiveHealth"
 		}
 		if m := cfg.monitor; m != nil {
 			desc += ", healthCheck"
@@ -353,6 +357,20 @@ type member struct {
 	be   *backend
 }
 
+// noHealth reports whether the service, or its group, has -healthMonitor NO.
+func (mb member) noHealth() bool {
+	return mb.be.noHealth || (mb.b.grp != nil && mb.b.grp.noHealth)
+}
+
+// optLine is the line that set -healthMonitor NO: the service's, or its
+// group's.
+func (mb member) optLine() int {
+	if mb.b.grp != nil && mb.b.grp.noHealth {
+		return mb.b.grp.e.Line
+	}
+	return mb.be.e.Line
+}
+
 // method translates -lbMethod and what goes with it.
 func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
 	m, line := v.lbMethod.s, v.lbMethod.line
@@ -585,6 +603,9 @@ func (cfg *outConfig) json() []byte {
 	}
 	if cfg.health != nil {
 		fields = append(fields, "  \"healthCheck\": "+cfg.health.json())
+	}
+	if cfg.passive != nil {
+		fields = append(fields, "  \"passiveHealth\": "+cfg.passive.json())
 	}
 	svcs := make([]string, len(cfg.services))
 	for i, s := range cfg.services {

@@ -76,7 +76,7 @@ func serviceQuiet(s flagSet) flagSet {
 	return s.quiet("-cacheType", "-maxReq", "-cacheable", "-cip", "-usip", "-pathMonitor", "-pathMonitorIndv",
 		"-useproxyport", "-sc", "-sp", "-rtspSessionidRemap", "-cltTimeout", "-svrTimeout", "-CKA", "-TCPB", "-CMP",
 		"-monThreshold", "-downStateFlush", "-tcpProfileName", "-httpProfileName", "-comment", "-appflowLog",
-		"-netProfile", "-td", "-processLocal", "-dnsProfileName", "-monConnectionClose", "-healthMonitor",
+		"-netProfile", "-td", "-processLocal", "-dnsProfileName", "-monConnectionClose",
 		"-contentInspectionProfileName", "-devno", "-CustomServerID", "-serverID", "-accessDown", "-gslb",
 		"-clearTextPort", "-cipHeader", "-graceful", "-delay").
 		warn(whyMaxClient, []string{"0"}, "-maxClient", "-maxBandwidth")
@@ -87,9 +87,9 @@ var (
 			quiet("-comment", "-td", "-translationIp", "-translationMask", "-ipv6address", "-domainResolveRetry",
 			"-querytype", "-domainResolveNow", "-devno", "-delay", "-graceful")
 
-	addServiceFlags = serviceQuiet(flagSet{}.use("-state", "-hashId"))
+	addServiceFlags = serviceQuiet(flagSet{}.use("-state", "-hashId", "-healthMonitor"))
 
-	addGroupFlags = serviceQuiet(flagSet{}.use("-state")).
+	addGroupFlags = serviceQuiet(flagSet{}.use("-state", "-healthMonitor")).
 			quiet("-memberPort", "-autoDisablegraceful", "-autoDisabledelay", "-bootstrap").
 			warn(whyAutoScale, []string{"DISABLED"}, "-autoScale")
 

@@ -71,6 +71,7 @@ type backend struct {
 	hashID   string
 	weight   int
 	disabled bool
+	noHealth bool   // -healthMonitor NO
 	problem  string // why it cannot be written ("" if it can)
 }
 
@@ -84,6 +85,7 @@ type group struct {
 	name     string
 	typ      string
 	disabled bool
+	noHealth bool // -healthMonitor NO
 	members  []*backend
 }
 
@@ -484,6 +486,9 @@ func (t *translator) backendFor(c *cmdLine, srvTok, portTok string) (*backend, e
 	if b.disabled, err = stateFlag(c); err != nil {
 		return nil, err
 	}
+	if b.noHealth, err = healthMonitorFlag(c); err != nil {
+		return nil, err
+	}
 	if v, ok := c.value("-hashId"); ok {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || n < 1 {
@@ -513,6 +518,21 @@ func stateFlag(c *cmdLine) (disabled bool, err error) {
 		return true, nil
 	}
 	return false, failf("-state %q is not ENABLED or DISABLED", v)
+}
+
+// healthMonitorFlag reads -healthMonitor (YES by default).
+func healthMonitorFlag(c *cmdLine) (no bool, err error) {
+	v, ok := c.value("-healthMonitor")
+	if !ok {
+		return false, nil
+	}
+	switch strings.ToUpper(v) {
+	case "YES":
+		return false, nil
+	case "NO":
+		return true, nil
+	}
+	return false, failf("-healthMonitor %q is not YES or NO", v)
 }
 
 func (t *translator) addService(c *cmdLine) {
@@ -556,7 +576,12 @@ func (t *translator) addGroup(c *cmdLine) {
 		t.fail(c, name, err)
 		return
 	}
-	t.groups[name] = &group{e: c.e, name: name, typ: typ, disabled: disabled}
+	noHealth, err := healthMonitorFlag(c)
+	if err != nil {
+		t.fail(c, name, err)
+		return
+	}
+	t.groups[name] = &group{e: c.e, name: name, typ: typ, disabled: disabled, noHealth: noHealth}
 	c.e.Status, c.e.ifUsed = Translated, true
 }
 

@@ -47,7 +47,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:1: translated: add server s1",
 				"ns.conf:2: ignored: add server s2: not used by a translated lb vserver",
-				"ns.conf:5: translated: add lb vserver v: v.json (LEASTCONNECTION, 1 service)",
+				"ns.conf:5: translated: add lb vserver v: v.json (LEASTCONNECTION, 1 service, passiveHealth)",
 				"ns.conf:6: translated: bind lb vserver v a",
 			},
 			out: map[string][]string{"v.json": {`"lbMethod": "LEASTCONNECTION"`, `{"name": "a", "address": "192.0.2.1:80"}`}},
@@ -74,8 +74,8 @@ func TestTranslate(t *testing.T) {
 				"add lb vserver p HTTP -lbMethod SRCIPSRCPORTHASH -netmask 255.255.0.0 -hashLength 9\nbind lb vserver p a\n",
 			report: []string{"ns.conf:7: warning: -netmask 255.255.0.0: not written: the NetScaler reference applies it to DESTINATIONIPHASH, SOURCEIPHASH and SRCIPDESTIPHASH only"},
 			out: map[string][]string{
-				"u.json": {`"lbMethod": "URLHASH",` + "\n" + `  "services"`},
-				"p.json": {`"lbMethod": "SRCIPSRCPORTHASH",` + "\n" + `  "services"`},
+				"u.json": {`"lbMethod": "URLHASH",` + "\n" + `  "passiveHealth"`},
+				"p.json": {`"lbMethod": "SRCIPSRCPORTHASH",` + "\n" + `  "passiveHealth"`},
 			},
 		},
 		{
@@ -190,7 +190,7 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				`ns.conf:2: warning: service name "web svc:1" written as "web_svc_1" (hashlb names are letters, digits and - . _ ~ ! # $ % & ' * + ^ ` + "` |)",
 				"ns.conf:6: warning: service web_svc_1 written as web_svc_1~2: web_svc_1 is web svc:1's name",
-				`ns.conf:4: translated: add lb vserver "my vs": my_vs.json (LEASTCONNECTION, 2 services)`,
+				`ns.conf:4: translated: add lb vserver "my vs": my_vs.json (LEASTCONNECTION, 2 services, passiveHealth)`,
 			},
 			out: map[string][]string{"my_vs.json": {`"name": "web_svc_1~2"`}},
 		},
@@ -198,7 +198,7 @@ func TestTranslate(t *testing.T) {
 			name: "file names that collide",
 			src:  servers + "add service a s1 HTTP 80\nadd lb vserver \"a b\" HTTP\nadd lb vserver a_b HTTP\nbind lb vserver \"a b\" a\nbind lb vserver a_b a\n",
 			report: []string{
-				"ns.conf:6: translated: add lb vserver a_b: a_b-2.json (LEASTCONNECTION, 1 service)",
+				"ns.conf:6: translated: add lb vserver a_b: a_b-2.json (LEASTCONNECTION, 1 service, passiveHealth)",
 				"ns.conf:6: warning: written as a_b-2.json: a_b.json is lb vserver a b's",
 			},
 			out: map[string][]string{"a_b.json": {`"services"`}, "a_b-2.json": {`"services"`}},
@@ -212,7 +212,7 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:6: failed: add lb vserver v: -bogus: unknown flag (not a flag of add lb vserver in the NetScaler command reference)",
 				`ns.conf:7: failed: add lb vserver w: -lbMethod "FASTEST" is not one of ROUNDROBIN, LEASTCONNECTION, LEASTRESPONSETIME, URLHASH, DOMAINHASH, DESTINATIONIPHASH, SOURCEIPHASH, SRCIPDESTIPHASH, LEASTBANDWIDTH, LEASTPACKETS, TOKEN, SRCIPSRCPORTHASH, LRTM, CALLIDHASH, CUSTOMLOAD, USER_TOKEN`,
 				`ns.conf:8: failed: add lb vserver x: col 18: unbalanced quote (no closing ")`,
-				"ns.conf:9: translated: add lb vserver y: y.json (LEASTCONNECTION, 1 service)",
+				"ns.conf:9: translated: add lb vserver y: y.json (LEASTCONNECTION, 1 service, passiveHealth)",
 				"ns.conf:10: failed: bind lb vserver v a: lb vserver v was not added (ns.conf:6 failed)",
 				"ns.conf:11: failed: bind lb vserver y b: service or service group b was not added (ns.conf:5 failed)",
 				"ns.conf:13: failed: bind lb vserver z a: no lb vserver z",
@@ -308,7 +308,7 @@ func TestTranslate(t *testing.T) {
 				"  CLIENT.IP.SRC\" -cltTimeout 180\nbind lb vserver v a\nadd lb vserver w HTTP -comment \"open\nbind lb vserver w a\n",
 			failed: true,
 			report: []string{
-				"ns.conf:5: translated: add lb vserver v: v.json (TOKEN, 1 service)",
+				"ns.conf:5: translated: add lb vserver v: v.json (TOKEN, 1 service, passiveHealth)",
 				"ns.conf:5: warning: the command is wrapped over lines 5-6: read as one line, the breaks as spaces",
 				"ns.conf:6: ignored: continues ns.conf:5 (a command wrapped over lines)",
 				`ns.conf:8: failed: add lb vserver w: col 32: unbalanced quote (no closing ")`,
@@ -330,7 +330,7 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:8: warning: -resptimeout 90s: written as 1m, hashlb's most (clamped)",
 				"ns.conf:8: warning: -successRetries 12: written as 10, hashlb's range being 1-10 (clamped)",
 				"ns.conf:9: not translated: add lb monitor m3: monitor type TCP: it checks a TCP connection, and hashlb's healthCheck is an HTTP probe: add passiveHealth (a failed connection counts as a failure and ejects the service), or an HTTP healthCheck if the servers answer HTTP; Envoy's cluster health checks do not help here: override_host sends a request to the address hashlb names even when Envoy marks it unhealthy",
-				"ns.conf:10: warning: healthCheck from lb monitor m2, bound to 2 of its 3 services; hashlb probes every service of a configuration alike, so these are probed with m2's check too: c: m3 (TCP), m1 (HTTP-ECV)",
+				"ns.conf:10: warning: healthCheck from lb monitor m2, bound to 2 of its 3 services; hashlb probes every service of a configuration with one check: c: bound to m3 (TCP), m1 (HTTP-ECV), probed with m2's check instead",
 				"ns.conf:16: not translated: bind service c: lb monitor m3 (ns.conf:9) is not translated",
 				"ns.conf:17: not translated: bind service c: lb monitor m1 (ns.conf:7) is not translated",
 			},
