@@ -146,6 +146,7 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	}
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder(Name),
 		Debounce: o.Debounce,
 	}
