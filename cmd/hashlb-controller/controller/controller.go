@@ -77,6 +77,17 @@ type Options struct {
 // indexService indexes WasmPlugins by their hashlb.io/service annotation.
 const indexService = "metadata.annotations." + services.AnnotationService
 
+// serviceIndexKey is the index value of an object with annotations ann: the
+// Service name exactly as the reconciler reads it (services.ParseAnnotations
+// trims it), so that a value written as a YAML block scalar ("web\n") or with
+// a stray space still matches the Service's and EndpointSlices' events.
+func serviceIndexKey(ann map[string]string) []string {
+	if sel, ok, _ := services.ParseAnnotations(ann); ok {
+		return []string{sel.Service}
+	}
+	return nil
+}
+
 // NewManager returns a manager running the controller against cfg.
 func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	if o.Debounce <= 0 {
@@ -135,6 +146,7 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	}
 	r := &Reconciler{
 		Client:   mgr.GetClient(),
+		Reader:   mgr.GetAPIReader(),
 		Recorder: mgr.GetEventRecorder(Name),
 		Debounce: o.Debounce,
 	}
@@ -157,10 +169,7 @@ func NewWasmPlugin() *unstructured.Unstructured {
 // Setup registers r's index and watches with mgr.
 func Setup(mgr manager.Manager, r *Reconciler) error {
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), NewWasmPlugin(), indexService, func(o client.Object) []string {
-		if s := o.GetAnnotations()[services.AnnotationService]; s != "" {
-			return []string{s}
-		}
-		return nil
+		return serviceIndexKey(o.GetAnnotations())
 	}); err != nil {
 		return fmt.Errorf("index WasmPlugins by %s: %w", services.AnnotationService, err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -392,5 +393,38 @@ func TestLeaderElection(t *testing.T) {
 	k.waitServices("hashlb", want(8080, p...), 20*time.Second)
 	if follower.patches.Load() == 0 {
 		t.Errorf("the second replica wrote nothing after the leader stopped")
+	}
+}
+
+// TestAnnotationWithWhitespace: a hashlb.io/service value with surrounding
+// whitespace ("web\n", as a YAML block scalar writes it, or "web ") selects
+// Service web, and later Service and EndpointSlice changes still reach the
+// WasmPlugin (not only the first write, which the WasmPlugin's own event
+// causes).
+func TestAnnotationWithWhitespace(t *testing.T) {
+	t.Parallel()
+	k := newKube(t)
+	k.controller(Options{})
+	k.service("web")
+	p := pods("web", 1, 4)
+	k.slice("web", "web-a", v4, httpPort, p[:2]...)
+	names := map[string]string{"block-scalar": "web\n", "trailing-space": "web ", "leading-tab": "\tweb"}
+	for name, svc := range names {
+		k.wasmPlugin(name, annotated(svc), basicConfig())
+	}
+	for name := range names {
+		k.waitServices(name, want(8080, p[:2]...), settle)
+	}
+	// An EndpointSlice event: scale up.
+	k.slice("web", "web-a", v4, httpPort, p...)
+	for name := range names {
+		k.waitServices(name, want(8080, p...), settle)
+	}
+	// A Service event: the Service is deleted.
+	if err := k.c.Delete(context.Background(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: k.ns, Name: "web"}}); err != nil {
+		t.Fatal(err)
+	}
+	for name := range names {
+		k.waitError(name, fmt.Sprintf("Service %s/web not found", k.ns), settle)
 	}
 }

@@ -76,6 +76,13 @@ func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]by
 	if root, _, _ := unstructured.NestedString(wp.Object, "spec", "pluginName"); root != "" {
 		plugin["root_id"] = root
 	}
+	env, err := environment(wp, "spec")
+	if err != nil {
+		return nil, err
+	}
+	if env != nil {
+		plugin["vm_config"].(map[string]any)["environment_variables"] = env
+	}
 	doc := map[string]any{
 		"type_url": typedExtensionConfigType,
 		"resources": []any{map[string]any{
@@ -135,4 +142,48 @@ func (e *ECDS) Remove(key types.NamespacedName) error {
 		return err
 	}
 	return nil
+}
+
+// environment is the vm_config.environment_variables of Envoy's Wasm
+// PluginConfig for the object's vmConfig.env (under the path wasm), nil when
+// there is none. As istiod converts it (istio/istio pilot/pkg/model,
+// buildVMConfig): an entry with valueFrom HOST names a variable copied from
+// Envoy's own environment (host_env_keys), any other (INLINE, the default)
+// gives its value inline (key_values). This is how the fleet's etcd
+// credentials, HASHLB_ETCD_USER and HASHLB_ETCD_PASSWORD, reach the VM.
+func environment(wp *unstructured.Unstructured, wasm ...string) (map[string]any, error) {
+	path := append(append([]string(nil), wasm...), "vmConfig", "env")
+	list, found, err := unstructured.NestedSlice(wp.Object, path...)
+	if err != nil {
+		return nil, badf("%s: %v", strings.Join(path, "."), err)
+	}
+	if !found || len(list) == 0 {
+		return nil, nil
+	}
+	var host []any
+	inline := map[string]any{}
+	for i, e := range list {
+		m, ok := e.(map[string]any)
+		name, _ := m["name"].(string)
+		if !ok || name == "" {
+			return nil, badf("%s[%d]: an entry needs a name", strings.Join(path, "."), i)
+		}
+		switch from := m["valueFrom"]; from {
+		case "HOST", int64(1), float64(1):
+			host = append(host, name)
+		case nil, "", "INLINE", int64(0), float64(0):
+			value, _ := m["value"].(string)
+			inline[name] = value
+		default:
+			return nil, badf("%s[%d] (%s): valueFrom %v is not INLINE or HOST", strings.Join(path, "."), i, name, from)
+		}
+	}
+	env := map[string]any{}
+	if len(host) > 0 {
+		env["host_env_keys"] = host
+	}
+	if len(inline) > 0 {
+		env["key_values"] = inline
+	}
+	return env, nil
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
@@ -204,7 +206,17 @@ func TestECDSFiles(t *testing.T) {
 	k.service("web")
 	p := pods("web", 1, 3)
 	k.slice("web", "web-a", v4, httpPort, p...)
-	k.wasmPlugin("hashlb", annotated("web"), basicConfig())
+	wp := k.wasmPlugin("hashlb", annotated("web"), basicConfig())
+	// The fleet's etcd credentials, as docs/controller.md shows them.
+	if err := unstructured.SetNestedSlice(wp.Object, []any{
+		map[string]any{"name": "HASHLB_ETCD_USER", "valueFrom": "HOST"},
+		map[string]any{"name": "HASHLB_ETCD_PASSWORD", "valueFrom": "HOST"},
+	}, "spec", "vmConfig", "env"); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.c.Update(t.Context(), wp); err != nil {
+		t.Fatal(err)
+	}
 	k.waitServices("hashlb", want(8080, p...), settle)
 
 	file := filepath.Join(dir, k.ns+"_hashlb.json")
@@ -230,6 +242,18 @@ func TestECDSFiles(t *testing.T) {
 		}
 	}
 	cfg, ino := read(3)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := &discoveryv3.DiscoveryResponse{}
+	tec, w := &corev3.TypedExtensionConfig{}, &wasmfilterv3.Wasm{}
+	if err := strict(data, dr); err != nil || dr.GetResources()[0].UnmarshalTo(tec) != nil || tec.GetTypedConfig().UnmarshalTo(w) != nil {
+		t.Fatalf("ECDS file: %v", err)
+	}
+	if got := w.GetConfig().GetVmConfig().GetEnvironmentVariables().GetHostEnvKeys(); !slices.Equal(got, []string{"HASHLB_ETCD_USER", "HASHLB_ETCD_PASSWORD"}) {
+		t.Errorf("ECDS file vm_config.environment_variables.host_env_keys = %q, want the WasmPlugin's vmConfig.env HOST names", got)
+	}
 	if cfg.LBMethod.String() != "URLHASH" {
 		t.Errorf("lbMethod in the ECDS file = %s, want the WasmPlugin's URLHASH", cfg.LBMethod)
 	}
@@ -268,6 +292,8 @@ func TestECDSResource(t *testing.T) {
 		spec                 map[string]any
 		wantType, wantModule string
 		wantRoot             string
+		wantHostEnv          []string
+		wantInlineEnv        map[string]string
 	}{
 		{name: "http plugin, oci url", spec: map[string]any{"url": "oci://registry.example.com/hashlb:v1", "failStrategy": "FAIL_OPEN"},
 			wantType: httpWasmType, wantModule: "/etc/envoy/hashlb.wasm"},
@@ -275,6 +301,14 @@ func TestECDSResource(t *testing.T) {
 			wantType: httpWasmType, wantModule: "/var/local/wasm/hashlb.wasm", wantRoot: "hashlb_root"},
 		{name: "network plugin", spec: map[string]any{"type": "NETWORK"},
 			wantType: networkWasmType, wantModule: "/etc/envoy/hashlb.wasm"},
+		{name: "etcd credentials from the host, an inline variable", spec: map[string]any{"vmConfig": map[string]any{"env": []any{
+			map[string]any{"name": "HASHLB_ETCD_USER", "valueFrom": "HOST"},
+			map[string]any{"name": "HASHLB_ETCD_PASSWORD", "valueFrom": "HOST"},
+			map[string]any{"name": "TRUST_DOMAIN", "value": "cluster.local"},
+			map[string]any{"name": "EMPTY", "valueFrom": "INLINE"},
+		}}}, wantType: httpWasmType, wantModule: "/etc/envoy/hashlb.wasm",
+			wantHostEnv:   []string{"HASHLB_ETCD_USER", "HASHLB_ETCD_PASSWORD"},
+			wantInlineEnv: map[string]string{"TRUST_DOMAIN": "cluster.local", "EMPTY": ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,6 +355,26 @@ func TestECDSResource(t *testing.T) {
 			if pc.GetFailOpen() || pc.GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_RELOAD {
 				t.Errorf("Resource(%v): fail_open %v failure_policy %v, want false and FAIL_RELOAD whatever failStrategy says", tt.spec, pc.GetFailOpen(), pc.GetFailurePolicy())
 			}
+			env := pc.GetVmConfig().GetEnvironmentVariables()
+			if tt.wantHostEnv == nil && tt.wantInlineEnv == nil && env != nil {
+				t.Errorf("Resource(%v): environment_variables %v, want none", tt.spec, env)
+			}
+			if !slices.Equal(env.GetHostEnvKeys(), tt.wantHostEnv) || !maps.Equal(env.GetKeyValues(), tt.wantInlineEnv) {
+				t.Errorf("Resource(%v): host_env_keys %q key_values %q, want %q and %q", tt.spec,
+					env.GetHostEnvKeys(), env.GetKeyValues(), tt.wantHostEnv, tt.wantInlineEnv)
+			}
 		})
+	}
+	// An entry Istio's schema refuses is reported, not dropped.
+	for _, bad := range []map[string]any{
+		{"name": "X", "valueFrom": "SECRET"},
+		{"value": "no name"},
+	} {
+		wp := NewWasmPlugin()
+		wp.Object["spec"] = map[string]any{"vmConfig": map[string]any{"env": []any{bad}}}
+		e := &ECDS{Dir: t.TempDir(), Module: "/etc/envoy/hashlb.wasm"}
+		if _, err := e.Resource(wp, map[string]any{}); err == nil {
+			t.Errorf("Resource with vmConfig.env %v: no error", bad)
+		}
 	}
 }

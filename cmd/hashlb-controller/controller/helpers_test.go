@@ -97,14 +97,48 @@ func newKube(t *testing.T) *kube {
 // writes counts the controller's patches of WasmPlugins.
 type writes struct {
 	client.Client
-	patches atomic.Int64
+	patches   atomic.Int64 // patches that succeeded
+	conflicts atomic.Int64 // patches refused with 409 Conflict
+
+	mu sync.Mutex
+	// before, when set, runs before each patch is sent, with its body.
+	before func(obj client.Object, body []byte)
+	// after, when set, runs after each patch that succeeded, with its body
+	// and the object as the API server returned it.
+	after func(obj client.Object, body []byte)
+}
+
+func (w *writes) hooks(before, after func(obj client.Object, body []byte)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.before, w.after = before, after
 }
 
 func (w *writes) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if obj.GetObjectKind().GroupVersionKind() == WasmPluginGVK {
-		w.patches.Add(1)
+	if obj.GetObjectKind().GroupVersionKind() != WasmPluginGVK {
+		return w.Client.Patch(ctx, obj, patch, opts...)
 	}
-	return w.Client.Patch(ctx, obj, patch, opts...)
+	body, err := patch.Data(obj)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	before, after := w.before, w.after
+	w.mu.Unlock()
+	if before != nil {
+		before(obj, body)
+	}
+	err = w.Client.Patch(ctx, obj, patch, opts...)
+	switch {
+	case apierrors.IsConflict(err):
+		w.conflicts.Add(1)
+	case err == nil:
+		w.patches.Add(1)
+		if after != nil {
+			after(obj, body)
+		}
+	}
+	return err
 }
 
 // allNamespaces as Options.Namespace makes a test's replica watch every namespace.

@@ -41,7 +41,10 @@ const maxMessage = 1000
 // Reconciler keeps one WasmPlugin's services equal to its Service's
 // endpoints.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads an object again, from the API server, after a patch
+	// conflict (the manager's API reader; Client when nil).
+	Reader   client.Reader
 	Recorder events.EventRecorder
 	// Debounce: see Options.Debounce.
 	Debounce time.Duration
@@ -66,7 +69,19 @@ type writeState struct {
 	pendingSince time.Time // when a difference was first seen; zero when none
 }
 
+// maxConflicts is how many times one reconcile re-reads the object after
+// its patch met a newer resourceVersion; past it the request is retried with
+// the controller's backoff.
+const maxConflicts = 5
+
 // Reconcile brings one WasmPlugin up to date.
+//
+// Every patch is conditional on the resourceVersion of the object it was
+// computed from (the API server answers 409 Conflict when the object changed
+// since), so a configuration is only ever written onto the object lbcore
+// validated it with. After a conflict the object is read again from the API
+// server, not the cache (which may not have seen the change yet), and
+// everything is computed and validated again on that fresh object.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	wp := NewWasmPlugin()
 	if err := r.Client.Get(ctx, req.NamespacedName, wp); err != nil {
@@ -75,6 +90,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, err
 	}
+	for conflicts := 0; ; conflicts++ {
+		res, err := r.reconcile(ctx, req, wp)
+		if !apierrors.IsConflict(err) || conflicts == maxConflicts {
+			return res, err
+		}
+		logf.FromContext(ctx).Info("the object changed while it was being updated; reading it again",
+			"resourceVersion", wp.GetResourceVersion())
+		wp = NewWasmPlugin()
+		reader := r.Reader
+		if reader == nil {
+			reader = r.Client
+		}
+		if err := reader.Get(ctx, req.NamespacedName, wp); err != nil {
+			if apierrors.IsNotFound(err) {
+				return ctrl.Result{}, r.forget(req.NamespacedName)
+			}
+			return ctrl.Result{}, err
+		}
+	}
+}
+
+// reconcile brings wp, as read, up to date.
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstructured.Unstructured) (ctrl.Result, error) {
 	sel, ok, err := services.ParseAnnotations(wp.GetAnnotations())
 	if !ok {
 		return ctrl.Result{}, r.forget(req.NamespacedName)
@@ -268,8 +306,17 @@ func (r *Reconciler) reject(ctx context.Context, wp *unstructured.Unstructured, 
 	return nil
 }
 
-// patch applies a JSON merge patch: only the keys in body change.
+// patch applies a JSON merge patch: only the keys in body change. The patch
+// carries wp's resourceVersion, which the API server takes as a
+// precondition: it refuses the patch with 409 Conflict when the object has
+// changed since wp was read.
 func (r *Reconciler) patch(ctx context.Context, wp *unstructured.Unstructured, body map[string]any) error {
+	meta, _ := body["metadata"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+		body["metadata"] = meta
+	}
+	meta["resourceVersion"] = wp.GetResourceVersion()
 	data, err := json.Marshal(body)
 	if err != nil {
 		return err
