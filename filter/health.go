@@ -39,6 +39,9 @@ const tickPeriod = time.Second
 
 func newHealth(p *pluginContext, cfg *lbcore.Config, ns string, me uint64) *health {
 	h := &health{p: p, board: lbcore.NewHealthBoard(sharedStore{}, ns, cfg.Services, me), line: make([]byte, 0, 256)}
+	if err := h.board.Err(); err != nil {
+		proxywasm.LogErrorf("hashlb: no health slots in shared data (%v): every service counts as healthy, no verdict is kept", err)
+	}
 	if hc := cfg.HealthCheck; hc != nil {
 		h.probes = make([]probe, len(cfg.Services))
 		for i := range cfg.Services {

@@ -3,7 +3,6 @@ package lbcore
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"net/netip"
 	"time"
 	"unsafe"
@@ -168,35 +167,4 @@ func DecodeHealth(b []byte) (s ServiceHealth, ok bool) {
 	s.Failures = binary.LittleEndian.Uint32(b[3:])
 	s.EjectedUntil = int64(binary.LittleEndian.Uint64(b[7:]))
 	return s, true
-}
-
-// UpdateHealth applies f to the record stored under key with CAS, retrying
-// on conflict a bounded number of times. It returns the record as written
-// (or as last read when every attempt conflicted) and whether it was written.
-func UpdateHealth(st Store, key string, f func(*ServiceHealth)) (ServiceHealth, bool) {
-	var s ServiceHealth
-	ok := updateHealth(st, key, make([]byte, 0, healthSize), &s, f)
-	return s, ok
-}
-
-// updateHealth is UpdateHealth into s, encoding into buf: f is called
-// through a func value, so a record on the stack would move to the heap.
-func updateHealth(st Store, key string, buf []byte, s *ServiceHealth, f func(*ServiceHealth)) bool {
-	for attempt := 0; attempt < casAttempts; attempt++ {
-		val, cas, err := st.Get(key)
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			return false
-		}
-		*s, _ = DecodeHealth(val)
-		f(s)
-		// A missing record is created with cas 0: two workers creating one
-		// record at once may lose one observation, which the next probe or
-		// response repeats; health records never carry mappings that matter.
-		if err := st.Set(key, EncodeHealth(buf[:0], s), cas); err == nil {
-			return true
-		} else if !errors.Is(err, ErrCASMismatch) {
-			return false
-		}
-	}
-	return false
 }

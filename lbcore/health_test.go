@@ -65,15 +65,14 @@ func TestHealthEncoding(t *testing.T) {
 }
 
 func TestUpdateHealthShared(t *testing.T) {
-	st := NewMemStore()
+	w := healthBoards(t, 4)
 	p := &PassiveHealth{ConsecutiveFailures: 4, EjectionTime: time.Minute}
 	// Four workers each see one failure: the shared record ejects on the fourth.
 	var ejected bool
-	for w := 0; w < 4; w++ {
-		UpdateHealth(st, "ns/h/x", func(s *ServiceHealth) { ejected = p.Response(s, true, epoch) })
+	for _, b := range w {
+		b.Update(1, func(s *ServiceHealth) bool { ejected = p.Response(s, true, epoch); return ejected })
 	}
-	s, _ := UpdateHealth(st, "ns/h/x", func(*ServiceHealth) {})
-	if !ejected || s.Selectable(epoch) {
+	if s := w[0].Read(1); !ejected || s.Selectable(epoch) {
 		t.Errorf("after 4 failures across workers: ejected %v, record %+v", ejected, s)
 	}
 }

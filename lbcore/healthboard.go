@@ -8,46 +8,87 @@ import (
 )
 
 // HealthBoard keeps the health records of one configuration's services in
-// the shared Store ("<namespace>/h/<service id>", EncodeHealth) and the lease
-// that makes one worker at a time the prober ("<namespace>/h/lease"). Every
-// worker of a proxy has its own HealthBoard over the same keys, so a probe
-// made by one worker, or a failure seen by another, decides for all of them.
-// Records are keyed by service identity, so a reload that keeps a service
-// keeps its record.
+// the shared Store and the lease that makes one worker at a time the prober
+// ("<namespace>/h/lease"). Every worker of a proxy has its own HealthBoard
+// over the same keys, so a probe made by one worker, or a failure seen by
+// another, decides for all of them. A record lives in the slot the plugin's
+// slot table gives its service's identity (healthslots.go), so a reload that
+// keeps a service keeps its record, and the keys stay as many as the largest
+// services list the plugin had.
 type HealthBoard struct {
 	store    Store
-	keys     []string
+	table    string
 	leaseKey string
 	marker   string
 	me       uint64
+	// keys[i] is service i's slot key ("" when no slot could be claimed:
+	// it then reads as healthy and keeps no record); ids[i] and gens[i] are
+	// what its record must carry to be its own; lost[i] is set once the slot
+	// is found given to another service (this configuration was replaced).
+	keys  []string
+	slots []int
+	ids   []uint64
+	gens  []uint32
+	lost  []bool
+	err   error
 	// record and lease are Update's and TakeLease's encodings, reused: the
 	// Store may be an interface the compiler cannot see through, so a
 	// buffer on the stack would move to the heap on every call.
-	record [healthSize]byte
+	record [slotHead + healthSize]byte
 	lease  [leaseSize]byte
 	after  ServiceHealth // Update's record, which f sees
 }
 
-// NewHealthBoard returns the board of services under namespace in s; me
-// identifies this worker for the lease (for example a random number drawn
-// at start).
+// NewHealthBoard returns the board of services under namespace in s, with a
+// slot claimed for every service; me identifies this worker for the lease
+// (for example a random number drawn at start). When the slot table cannot
+// be written (Err), every service reads as healthy and keeps no record.
 func NewHealthBoard(s Store, namespace string, services []Service, me uint64) *HealthBoard {
-	b := &HealthBoard{store: s, leaseKey: namespace + "/h/lease", marker: namespace + "/h/c", me: me | 1}
-	for _, svc := range services {
-		b.keys = append(b.keys, namespace+"/h/"+strconv.FormatUint(svc.ID, 16))
+	prefix := namespace + "/h/"
+	b := &HealthBoard{store: s, table: prefix + "t", leaseKey: prefix + "lease", marker: prefix + "c", me: me | 1}
+	b.ids = make([]uint64, len(services))
+	for i := range services {
+		b.ids[i] = services[i].ID
+	}
+	b.keys, b.lost = make([]string, len(services)), make([]bool, len(services))
+	b.slots, b.gens, b.err = claimSlots(s, b.table, b.marker, b.ids)
+	if b.err != nil {
+		b.gens = make([]uint32, len(services))
+		return b
+	}
+	for i, n := range b.slots {
+		b.keys[i] = prefix + strconv.Itoa(n)
 	}
 	return b
 }
 
-// Read returns service i's record; a missing or unreadable one reads as a
-// healthy service.
+// Err reports why no slots could be claimed, or nil.
+func (b *HealthBoard) Err() error { return b.err }
+
+// own reports whether v is a record written for service i's slot.
+func (b *HealthBoard) own(i int, v []byte) bool {
+	return len(v) == slotHead+healthSize && binary.LittleEndian.Uint64(v) == b.ids[i] && binary.LittleEndian.Uint32(v[8:]) == b.gens[i]
+}
+
+// Read returns service i's record; a missing, unreadable or another
+// service's one reads as a healthy service.
 func (b *HealthBoard) Read(i int) ServiceHealth {
-	v, _, err := b.store.Get(b.keys[i])
-	if err != nil {
+	if b.keys[i] == "" || b.lost[i] {
 		return ServiceHealth{}
 	}
-	s, _ := DecodeHealth(v)
+	v, _, err := b.store.Get(b.keys[i])
+	if err != nil || !b.own(i, v) {
+		return ServiceHealth{}
+	}
+	s, _ := DecodeHealth(v[slotHead:])
 	return s
+}
+
+// encode is service i's record s with its slot's head, in b.record.
+func (b *HealthBoard) encode(i int, s *ServiceHealth) []byte {
+	v := binary.LittleEndian.AppendUint64(b.record[:0], b.ids[i])
+	v = binary.LittleEndian.AppendUint32(v, b.gens[i])
+	return EncodeHealth(v, s)
 }
 
 // Admit gives service i, which a reconfiguration added, a Pending record
@@ -55,11 +96,18 @@ func (b *HealthBoard) Read(i int) ServiceHealth {
 // in the pool before keeps what the workers knew of it. It reports whether
 // it wrote one. Workers admitting one service at once write the same record.
 func (b *HealthBoard) Admit(i int) bool {
-	if _, _, err := b.store.Get(b.keys[i]); !errors.Is(err, ErrNotFound) {
+	if b.keys[i] == "" {
 		return false
 	}
-	var buf [healthSize]byte
-	return CreateKey(b.store, b.marker, b.keys[i], EncodeHealth(buf[:0], &ServiceHealth{Down: true, Pending: true})) == nil
+	v, cas, err := b.store.Get(b.keys[i])
+	if err == nil && b.own(i, v) || err != nil && !errors.Is(err, ErrNotFound) {
+		return false
+	}
+	rec := b.encode(i, &ServiceHealth{Down: true, Pending: true})
+	if err != nil { // missing: two workers must not both create it
+		return CreateKey(b.store, b.marker, b.keys[i], rec) == nil
+	}
+	return b.store.Set(b.keys[i], rec, cas) == nil
 }
 
 // Change is one update of a service's record: the record before and after,
@@ -69,16 +117,41 @@ type Change struct {
 	Changed       bool
 }
 
-// Update applies f to service i's record with CAS (UpdateHealth); f reports
-// whether it made a transition. ok is false when the record could not be
-// written, and the observation is lost (the next one repeats it).
+// Update applies f to service i's record with CAS, retrying on conflict a
+// bounded number of times; f reports whether it made a transition. ok is
+// false when the record could not be written, and the observation is lost
+// (the next one repeats it). A slot still holding its previous owner's
+// record starts from a healthy one, once the table confirms the slot is
+// service i's; a slot given to another service is never written.
 func (b *HealthBoard) Update(i int, f func(*ServiceHealth) bool) (c Change, ok bool) {
-	ok = updateHealth(b.store, b.keys[i], b.record[:0], &b.after, func(s *ServiceHealth) {
-		c.Before = *s
-		c.Changed = f(s)
-	})
-	c.After = b.after
-	return c, ok
+	if b.keys[i] == "" || b.lost[i] {
+		return c, false
+	}
+	for attempt := 0; attempt < casAttempts; attempt++ {
+		v, cas, err := b.store.Get(b.keys[i])
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return c, false
+		}
+		b.after = ServiceHealth{}
+		if err == nil && b.own(i, v) {
+			b.after, _ = DecodeHealth(v[slotHead:])
+		} else if !slotHeld(b.store, b.table, b.slots[i], b.ids[i], b.gens[i]) {
+			b.lost[i] = true
+			return c, false
+		}
+		c.Before = b.after
+		c.Changed = f(&b.after)
+		c.After = b.after
+		// A missing record is created with cas 0: two workers creating one
+		// record at once may lose one observation, which the next probe or
+		// response repeats; health records never carry mappings that matter.
+		if err := b.store.Set(b.keys[i], b.encode(i, &b.after), cas); err == nil {
+			return c, true
+		} else if !errors.Is(err, ErrCASMismatch) {
+			return c, false
+		}
+	}
+	return c, false
 }
 
 // EndEjection clears service i's passive ejection when it has run out at now,
