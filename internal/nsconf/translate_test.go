@@ -263,9 +263,9 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:4: warning: -maxClient 100: not translated: hashlb has no per-service connection or request limit (use Envoy's circuit breakers)",
 				"ns.conf:5: warning: -backupVServer vs2: not translated: backup vservers, spillover and redirects when DOWN are not translated: configure Envoy's fallback by hand",
-				"ns.conf:5: warning: the vserver is DISABLED on NetScaler; its configuration is written anyway",
+				`ns.conf:5: warning: the vserver is DISABLED on NetScaler, which serves nothing on it: written with every service disabled ("enabled": false), so hashlb answers every request 503; to serve as NetScaler would once the vserver is enabled, remove "enabled": false from a (the services enabled on NetScaler)`,
 			},
-			out: map[string][]string{"v.json": {`"services"`}},
+			out: map[string][]string{"v.json": {`{"name": "a", "address": "192.0.2.1:80", "enabled": false}`}},
 		},
 		{
 			name: "named policy expressions",
