@@ -316,6 +316,15 @@ func TestTranslate(t *testing.T) {
 			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant || client.ip}"`}},
 		},
 		{
+			name: "-healthMonitor NO beside a service with tcp-default: passiveHealth, and a warning on its line",
+			src:  servers + "add service a s1 HTTP 80 -healthMonitor NO\nadd service b s2 HTTP 80\nadd lb vserver v HTTP\nbind lb vserver v a\nbind lb vserver v b\n",
+			report: []string{
+				"ns.conf:4: warning: -healthMonitor NO: NetScaler sends a no probes and shows it UP; hashlb's passiveHealth covers every service of a configuration, so lb vserver v's can eject it after failed connections: remove passiveHealth from v's configuration to keep it UP",
+				"ns.conf:6: translated: add lb vserver v: v.json (LEASTCONNECTION, 2 services, passiveHealth)",
+			},
+			out: map[string][]string{"v.json": {`"passiveHealth": {"consecutiveFailures": 3}`}},
+		},
+		{
 			name: "monitors: the one bound to most services, TLS services, and what other types need",
 			src: servers + "add service a s1 SSL 443\nadd service b s2 SSL 443\nadd service c s3 HTTP 80\n" +
 				"add lb monitor m1 HTTP-ECV -send \"POST /x\"\n" +
