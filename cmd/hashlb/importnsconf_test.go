@@ -42,6 +42,8 @@ var nsconfCorpus = []struct {
 	{name: "default-monitor", covers: "services bound to no monitor: tcp-default (ping-default for UDP) written as passiveHealth, with a service bound to a TCP monitor beside them"},
 	{name: "health-monitor-no", covers: "-healthMonitor NO on services and a service group: no probe when every service has it, a warning on its line when the configuration probes others"},
 	{name: "two-monitors", covers: "services bound to two monitors: which is kept and why (a tie, and one bound to more), what the other's check misses"},
+	{name: "disabled-vserver", covers: "a DISABLED vserver (-state DISABLED, disable lb vserver): written with every service disabled, naming the ones to enable; enable lb vserver"},
+	{name: "single-quoted-names", covers: "names and a value in single quotes, which the CLI takes as double quotes"},
 	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 

@@ -36,6 +36,7 @@ type outConfig struct {
 	health       *outHealth
 	monitor      *monitor // the monitor health comes from
 	passive      *outPassive
+	disabled     bool // the vserver is DISABLED: every service written disabled
 	services     []outService
 }
 
@@ -133,6 +134,9 @@ func (t *translator) build() []Output {
 				}
 			}
 		}
+		if cfg.disabled {
+			desc += ", every service disabled: the vserver is DISABLED"
+		}
 		v.e.Detail = desc + ")"
 		outs = append(outs, Output{VServer: v.name, File: file, JSON: js})
 	}
@@ -170,12 +174,10 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 		return cfg, nil, false
 	}
 	written = sw.written
+	t.disabledVserver(v, &cfg, warnAt)
 	t.vserverWarnings(v, &cfg, warnAt)
 	t.backendTLS(v, sw.members, warnAt)
 	written = append(written, t.healthCheck(v, sw.members, &cfg, warnAt)...)
-	if v.state.s == "DISABLED" {
-		warnAt(v.state.line, "the vserver is DISABLED on NetScaler; its configuration is written anyway")
-	}
 	t.method(v, &cfg, warnAt)
 	t.persistence(v, &cfg, warnAt)
 	t.ruleUnused(v, &cfg, warnAt)
@@ -308,6 +310,31 @@ func (w *serviceWriter) name(b *binding, it *backend, s *outService) {
 	}
 }
 
+// disabledVserver: a DISABLED vserver serves nothing on NetScaler (it is
+// OUT OF SERVICE); its configuration is written with every service
+// disabled, so that hashlb serves nothing either (503) and the translation
+// is kept for the day it is enabled, with the services to enable then.
+func (t *translator) disabledVserver(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
+	if v.state.s != "DISABLED" {
+		return
+	}
+	var enabled []string
+	for i := range cfg.services {
+		if cfg.services[i].Enabled == nil {
+			enabled = append(enabled, cfg.services[i].Name)
+			f := false
+			cfg.services[i].Enabled = &f
+		}
+	}
+	cfg.disabled = true
+	if len(enabled) == 0 {
+		warnAt(v.state.line, "the vserver is DISABLED on NetScaler, which serves nothing on it, and so are all its services: written with every service disabled, hashlb answers every request 503")
+		return
+	}
+	warnAt(v.state.line, "the vserver is DISABLED on NetScaler, which serves nothing on it: written with every service disabled (\"enabled\": false), so hashlb answers every request 503; "+
+		"to serve as NetScaler would once the vserver is enabled, remove \"enabled\": false from %s (the services enabled on NetScaler)", strings.Join(enabled, ", "))
+}
+
 // vserverWarnings: every service disabled, and a service type hashlb's HTTP
 // filter does not balance as NetScaler does.
 func (t *translator) vserverWarnings(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
@@ -315,7 +342,7 @@ func (t *translator) vserverWarnings(v *vserver, cfg *outConfig, warnAt func(int
 	for _, s := range cfg.services {
 		enabled = enabled || s.Enabled == nil
 	}
-	if !enabled {
+	if !enabled && !cfg.disabled {
 		warnAt(v.e.Line, "every service is disabled: hashlb answers every request 503 until one is enabled")
 	}
 	if v.typ != "HTTP" && v.typ != "SSL" && v.typ != "SSL_BRIDGE" { // SSL_BRIDGE: backendTLS says what to do

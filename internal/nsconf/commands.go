@@ -171,6 +171,8 @@ var commands = []command{
 	{words: []string{"bind", "servicegroup"}, about: 's', minPos: 1, maxPos: 3, flags: bindGroupFlags, run: (*translator).bindGroup},
 	{words: []string{"add", "lb", "vserver"}, about: 'v', minPos: 2, maxPos: 4, flags: lbVserverFlags, run: (*translator).addVserver},
 	{words: []string{"set", "lb", "vserver"}, about: 'v', minPos: 1, maxPos: 1, flags: lbVserverFlags, run: (*translator).setVserver},
+	{words: []string{"disable", "lb", "vserver"}, about: 'v', minPos: 1, maxPos: 1, flags: flagSet{}, run: (*translator).disableVserver},
+	{words: []string{"enable", "lb", "vserver"}, about: 'v', minPos: 1, maxPos: 1, flags: flagSet{}, run: (*translator).enableVserver},
 	{words: []string{"bind", "lb", "vserver"}, about: 'v', minPos: 1, maxPos: 2, flags: bindLBVserverFlags, run: (*translator).bindVserver},
 	{words: []string{"set", "lb", "parameter"}, about: 'g', minPos: 0, maxPos: 0, flags: lbParameterFlags, run: (*translator).setLBParameter},
 	{words: []string{"add", "policy", "expression"}, about: 'x', minPos: 2, maxPos: 2, flags: policyExpressionFlags, run: (*translator).addPolicyExpression},
@@ -206,7 +208,6 @@ var notTranslated = []struct {
 	{[]string{"disable", "service"}, "disable service is not translated: use -state DISABLED on its add service line"},
 	{[]string{"disable", "servicegroup"}, "disable serviceGroup is not translated: use -state DISABLED"},
 	{[]string{"disable", "server"}, "disable server is not translated: use -state DISABLED on its add server line"},
-	{[]string{"disable", "lb", "vserver"}, "disable lb vserver is not translated"},
 	{[]string{"unbind", "lb", "vserver"}, "unbind is not translated: remove the bind line"},
 	{[]string{"unset", "lb", "vserver"}, "unset lb vserver is not translated: remove the flag from the add line"},
 }

@@ -33,8 +33,9 @@
 //   - the default-syntax expressions: expr.go (the Policy Configuration and
 //     Reference Guide);
 //   - the monitors (HTTP and HTTP-ECV become healthCheck; the built-in ones):
-//     monitor.go; the appliance's own services: builtin.go; backend TLS:
-//     tls.go;
+//     monitor.go; what a vserver's services are monitored with when they
+//     have no monitor, several, or -healthMonitor NO: vshealth.go; the
+//     appliance's own services: builtin.go; backend TLS: tls.go;
 //   - the hashing methods and the S1/S2/S3 failover example: the Citrix page
 //     "Hashing methods"
 //     (https://docs.netscaler.com/en-us/citrix-adc/13/load-balancing/load-balancing-customizing-algorithms/hashing-methods.html),

@@ -11,7 +11,9 @@ import (
 // or tabs; a word may be double-quoted, and inside quotes \" is a quote and
 // \\ a backslash (any other backslash is kept as it is, so regular
 // expressions in quoted rules survive). Quotes may also start in the middle
-// of a word (-rule "a b" and name"with space" are both one word each).
+// of a word (-rule "a b" and name"with space" are both one word each). A
+// word may also start with a single quote, as the CLI allows for names
+// ('my vs'): up to the next single quote, with no escapes.
 //
 // The reference for the quoting: the NetScaler command reference's rule
 // arguments, "If the expression itself includes double quotation marks,
@@ -34,6 +36,19 @@ func splitLine(line string) ([]word, error) {
 		start := i
 		var b strings.Builder
 		quoted := false
+		if line[i] == '\'' {
+			// 'my vs': the CLI takes a name in single quotes too ("enclose
+			// the name in double or single quotation marks (for example,
+			// "my vserver" or 'my vserver')", the NITRO lbvserver resource,
+			// name). Names have no ' of their own, so there is no escape.
+			end := strings.IndexByte(line[i+1:], '\'')
+			if end < 0 {
+				return words, fmt.Errorf("col %d: unbalanced quote (no closing ')", i+1)
+			}
+			b.WriteString(line[i+1 : i+1+end])
+			i += end + 2
+			quoted = true
+		}
 		for i < len(line) && line[i] != ' ' && line[i] != '\t' {
 			if line[i] != '"' {
 				b.WriteByte(line[i])

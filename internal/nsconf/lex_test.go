@@ -22,6 +22,10 @@ func TestSplitLine(t *testing.T) {
 		{name: "quote inside a word", line: `a"b c"d e`, want: []string{"ab cd", "e"}},
 		{name: "empty quoted word", line: `-comment ""`, want: []string{"-comment", ""}},
 		{name: "unbalanced", line: `add lb vserver "vs HTTP`, want: []string{"add", "lb", "vserver"}, wantErr: "col 16: unbalanced quote (no closing \")"},
+		{name: "single-quoted name", line: `bind lb vserver 'my vs' 'web svc'`, want: []string{"bind", "lb", "vserver", "my vs", "web svc"}},
+		{name: "single quote inside a double-quoted rule", line: `-rule "A.TYPECAST_NVLIST_T('=',';')"`, want: []string{"-rule", "A.TYPECAST_NVLIST_T('=',';')"}},
+		{name: "single quote inside a word is kept", line: `-comment it's`, want: []string{"-comment", "it's"}},
+		{name: "unbalanced single quote", line: `add lb vserver 'vs HTTP`, want: []string{"add", "lb", "vserver"}, wantErr: "col 16: unbalanced quote (no closing ')"},
 		{name: "escaped closing quote is no close", line: `-rule "abc\"`, want: []string{"-rule"}, wantErr: "col 7: unbalanced quote (no closing \")"},
 	}
 	for _, tt := range tests {

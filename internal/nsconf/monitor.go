@@ -33,7 +33,8 @@ import (
 //     x\r\n"); -secure YES probes over TLS; -reverse YES inverts the verdict.
 //
 // A service bound to no monitor has NetScaler's tcp-default (or
-// ping-default): a connection check, which hashlb's HTTP healthCheck is not.
+// ping-default): a connection check, which hashlb's HTTP healthCheck is not;
+// vshealth.go writes passiveHealth for it.
 
 // monitor is one lb monitor, added by the file or built in.
 type monitor struct {

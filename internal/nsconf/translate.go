@@ -780,6 +780,23 @@ func (t *translator) setVserver(c *cmdLine) {
 	c.e.Status = Translated
 }
 
+// disableVserver and enableVserver are "disable lb vserver NAME" and
+// "enable lb vserver NAME": -state DISABLED or ENABLED from this line on.
+func (t *translator) disableVserver(c *cmdLine) { t.stateVserver(c, "DISABLED") }
+func (t *translator) enableVserver(c *cmdLine)  { t.stateVserver(c, "ENABLED") }
+
+func (t *translator) stateVserver(c *cmdLine, state string) {
+	name := c.pos[0].text
+	c.e.refs = []ref{{kind: 'v', name: name}}
+	v, ok := t.vservers[name]
+	if !ok {
+		t.fail(c, "", t.missing("lb vserver", name))
+		return
+	}
+	v.state = setting{s: state, line: c.e.Line}
+	c.e.Status = Translated
+}
+
 func (t *translator) bindVserver(c *cmdLine) {
 	name := c.pos[0].text
 	c.e.refs = []ref{{kind: 'v', name: name}}

@@ -263,9 +263,9 @@ func TestTranslate(t *testing.T) {
 			report: []string{
 				"ns.conf:4: warning: -maxClient 100: not translated: hashlb has no per-service connection or request limit (use Envoy's circuit breakers)",
 				"ns.conf:5: warning: -backupVServer vs2: not translated: backup vservers, spillover and redirects when DOWN are not translated: configure Envoy's fallback by hand",
-				"ns.conf:5: warning: the vserver is DISABLED on NetScaler; its configuration is written anyway",
+				`ns.conf:5: warning: the vserver is DISABLED on NetScaler, which serves nothing on it: written with every service disabled ("enabled": false), so hashlb answers every request 503; to serve as NetScaler would once the vserver is enabled, remove "enabled": false from a (the services enabled on NetScaler)`,
 			},
-			out: map[string][]string{"v.json": {`"services"`}},
+			out: map[string][]string{"v.json": {`{"name": "a", "address": "192.0.2.1:80", "enabled": false}`}},
 		},
 		{
 			name: "named policy expressions",
@@ -314,6 +314,15 @@ func TestTranslate(t *testing.T) {
 				`ns.conf:8: failed: add lb vserver w: col 32: unbalanced quote (no closing ")`,
 			},
 			out: map[string][]string{"v.json": {`"token": "${request.header.x-tenant || client.ip}"`}},
+		},
+		{
+			name: "-healthMonitor NO beside a service with tcp-default: passiveHealth, and a warning on its line",
+			src:  servers + "add service a s1 HTTP 80 -healthMonitor NO\nadd service b s2 HTTP 80\nadd lb vserver v HTTP\nbind lb vserver v a\nbind lb vserver v b\n",
+			report: []string{
+				"ns.conf:4: warning: -healthMonitor NO: NetScaler sends a no probes and shows it UP; hashlb's passiveHealth covers every service of a configuration, so lb vserver v's can eject it after failed connections: remove passiveHealth from v's configuration to keep it UP",
+				"ns.conf:6: translated: add lb vserver v: v.json (LEASTCONNECTION, 2 services, passiveHealth)",
+			},
+			out: map[string][]string{"v.json": {`"passiveHealth": {"consecutiveFailures": 3}`}},
 		},
 		{
 			name: "monitors: the one bound to most services, TLS services, and what other types need",
