@@ -25,9 +25,9 @@ import (
 func TestEveryField(t *testing.T) {
 	fields := Fields()
 	schema := loadSchemaFile(t)
-	readme := readmeConfigTable(t)
+	docRows := configDocTable(t)
 	docs := configDocs(t)
-	if got, want := len(readme), len(fields); got != want {
+	if got, want := len(docRows), len(fields); got != want {
 		t.Errorf("docs/config.md configuration reference has %d rows, the field table %d", got, want)
 	}
 	for i, f := range fields {
@@ -35,8 +35,8 @@ func TestEveryField(t *testing.T) {
 			checkFieldSpec(t, f)
 			checkFieldDecoder(t, f)
 			checkFieldSchema(t, f, schema)
-			if i < len(readme) {
-				checkFieldREADME(t, f, readme[i])
+			if i < len(docRows) {
+				checkFieldConfigDoc(t, f, docRows[i])
 			}
 			if doc, ok := docs[f.Path]; ok {
 				checkFieldDoc(t, f, doc)
@@ -401,25 +401,25 @@ func loadSchemaFile(t *testing.T) map[string]any {
 	return s
 }
 
-// readmeRow is one row of docs/config.md's configuration reference.
-type readmeRow struct{ field, typ, def, values string }
+// configDocRow is one row of docs/config.md's configuration reference.
+type configDocRow struct{ field, typ, def, values string }
 
-// readmeConfigTable parses docs/config.md's configuration reference table.
-func readmeConfigTable(t *testing.T) []readmeRow {
+// configDocTable parses docs/config.md's configuration reference table.
+func configDocTable(t *testing.T) []configDocRow {
 	t.Helper()
-	var rows []readmeRow
-	for _, cells := range readmeTable(t, "| field | type | default | range / values | meaning |") {
+	var rows []configDocRow
+	for _, cells := range configDocTables(t, "| field | type | default | range / values | meaning |") {
 		if len(cells) != 5 {
 			t.Fatalf("docs/config.md configuration reference: row %q has %d cells, want 5", cells, len(cells))
 		}
-		rows = append(rows, readmeRow{strings.Trim(cells[0], "`"), cells[1], cells[2], cells[3]})
+		rows = append(rows, configDocRow{strings.Trim(cells[0], "`"), cells[1], cells[2], cells[3]})
 	}
 	return rows
 }
 
-// readmeTable returns the cells of the rows of the docs/config.md table whose header
+// configDocTables returns the cells of the rows of the docs/config.md table whose header
 // line is header.
-func readmeTable(t *testing.T, header string) [][]string {
+func configDocTables(t *testing.T, header string) [][]string {
 	t.Helper()
 	lines := strings.Split(string(readFile(t, "../docs/config.md")), "\n")
 	i := slices.Index(lines, header)
@@ -454,9 +454,9 @@ func splitRow(line string) []string {
 	return cells
 }
 
-// checkFieldREADME compares the field with its row of docs/config.md's
+// checkFieldConfigDoc compares the field with its row of docs/config.md's
 // configuration reference: field, type, default, range.
-func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
+func checkFieldConfigDoc(t *testing.T, f FieldSpec, row configDocRow) {
 	t.Helper()
 	if row.field != f.Path {
 		t.Errorf("docs/config.md row %q where the field table has %s (the same order, please)", row.field, f.Path)
@@ -497,7 +497,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 	var values []string // what the range cell must start with, or contain
 	switch {
 	case f.Enum != nil && slices.Equal(f.Enum, Methods()):
-		values = append(values, "a method of the table above") // TestREADMEMethods checks that table
+		values = append(values, "a method of the table above") // TestConfigDocMethods checks that table
 	case f.Enum != nil:
 		values = append(values, "`"+strings.Join(f.Enum, "`, `")+"`")
 	case f.Format == "duration":
@@ -582,10 +582,10 @@ func checkFieldDoc(t *testing.T, f FieldSpec, doc string) {
 	}
 }
 
-// TestREADMEMethods: docs/config.md's method table lists every method of the
+// TestConfigDocMethods: docs/config.md's method table lists every method of the
 // table, in its order, and says what decides without the input.
-func TestREADMEMethods(t *testing.T) {
-	rows := readmeTable(t, "| method | input hashed | missing input |")
+func TestConfigDocMethods(t *testing.T) {
+	rows := configDocTables(t, "| method | input hashed | missing input |")
 	var names []string
 	for _, cells := range rows {
 		names = append(names, strings.Trim(cells[0], "`"))

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // replace() matches with its own backtracker over the program regexp/syntax
@@ -254,7 +253,3 @@ func emptyAt(in string, pos int) syntax.EmptyOp {
 	}
 	return syntax.EmptyOpContext(r1, r2)
 }
-
-// bytesString is b as a string without a copy; b must not change while the
-// string is used.
-func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
