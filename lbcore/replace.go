@@ -9,8 +9,8 @@ import (
 
 // replace() matches with its own backtracker over the program regexp/syntax
 // compiles, not with regexp's Find functions: those return new slices for
-// every match, garbage on every request and so GC cycles, which in V8 cost
-// 0.1 s of CPU each. The backtracker keeps a visited bit per (instruction,
+// every match, garbage on every request and so GC cycles (their cost in V8:
+// docs/performance.md#figures-behind-lbcores-caps-and-caches). The backtracker keeps a visited bit per (instruction,
 // position), as regexp's own backtracker does, so one scan costs at most
 // instructions × (input + 1) steps, and it gives the leftmost-first matches
 // and submatches regexp gives (FuzzReplaceMatchesRegexp). Its state lives in
