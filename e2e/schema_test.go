@@ -8,6 +8,7 @@ package e2e
 // schema uses then checks the example configs against it.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,6 +66,9 @@ var formatSamples = map[string]struct{ good, bad []string }{
 }
 
 func TestSchemaMatchesFields(t *testing.T) {
+	if !bytes.Equal(readRepoFile(t, "configs/schema.json"), lbcore.Schema()) {
+		t.Error("configs/schema.json is not lbcore.Schema(), the schema of lbcore's field table (go test ./lbcore -run Golden -update)")
+	}
 	root := loadSchema(t)
 	known := map[string]bool{}
 	for _, f := range lbcore.Fields() {
