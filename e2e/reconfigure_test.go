@@ -527,14 +527,7 @@ func TestHealthChurnBoundsSharedData(t *testing.T) {
 	}
 	var mu sync.Mutex
 	down := map[string]bool{} // addresses that fail their probes
-	handler := func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if down[r.Header("x-envoy-original-dst-host")] {
-			return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-		}
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
-	}
+	handler := probeHandler(&mu, down)
 	seq := 0
 	fresh := func() pod {
 		seq++
@@ -612,5 +605,19 @@ func TestHealthChurnBoundsSharedData(t *testing.T) {
 	// The rest are the active-request slots (lbcore.LoadBoard) and their marker.
 	if mostKeys > services+3+lbcore.MaxSlots+1 {
 		t.Errorf("keys in shared data reached %d, want at most %d", mostKeys, services+3+lbcore.MaxSlots+1)
+	}
+}
+
+// probeHandler answers health probes as backends would: 503 for the
+// addresses (in the upstream header) that failing names, read under mu, and
+// 200 for the others.
+func probeHandler(mu *sync.Mutex, failing map[string]bool) hostsim.HTTPHandler {
+	return func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failing[r.Header("x-envoy-original-dst-host")] {
+			return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
+		}
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
 	}
 }
