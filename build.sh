@@ -143,7 +143,7 @@ test)
 	go test -json -count=1 -race -timeout 10m -run 'Shared|CAS|Concurrent|Race' ./lbcore ./hostsim | go run ./tools/testprogress
 	# The controller's module, against a real kube-apiserver and etcd (the first run builds
 	# kube-apiserver from k8s.io/kubernetes and caches it; see docs/controller.md).
-	echo "test: the controller (cmd/hashlb-controller) against a real kube-apiserver and etcd"
+	echo "test: the controller (cmd/hashlb-controller) against a real kube-apiserver and etcd (a first run builds kube-apiserver from k8s.io/kubernetes first: minutes, named in the progress lines)"
 	(cd cmd/hashlb-controller && go test -json -count=1 -timeout 45m ./...) | go run ./tools/testprogress
 	;;
 run)

@@ -1,6 +1,6 @@
 package e2e
 
-// The bench's figures for issue 20: CPU per request at the configuration
+// The bench's figures at the limits: CPU per request at the configuration
 // limits, the decision's cost against the pool's size with the rank cache,
 // and GC cycles per 10^6 requests.
 
@@ -150,7 +150,7 @@ func v8WorstCPU(b *testing.B, node string, wasm []byte) (float64, string) {
 	return worst, which
 }
 
-// limitFigures adds issue 20's figures that are measured once per run.
+// limitFigures adds the figures at the limits that are measured once per run.
 func limitFigures(b *testing.B, t *ratioTable, node string, wasm []byte) {
 	if node != "" {
 		worst, which := v8WorstCPU(b, node, wasm)

@@ -1,6 +1,6 @@
 package e2e
 
-// The performance ratios of issue 11, each measured against its baseline in
+// The performance ratios (docs/performance.md's R0–R8), each measured against its baseline in
 // the same run. BenchmarkSameCalls is the Go benchmark of R2 in hostsim
 // (-benchmem); BenchmarkRatios runs every ratio -ratios.rounds times and
 // prints one table (./build.sh bench; docs/performance.md):
@@ -573,7 +573,7 @@ func (t *ratioTable) markdown() string {
 	return sb.String()
 }
 
-// BenchmarkRatios measures every figure of issue 11 -ratios.rounds times and
+// BenchmarkRatios measures every figure -ratios.rounds times and
 // prints the table. Run it with -benchtime 1x (./build.sh bench does).
 func BenchmarkRatios(b *testing.B) {
 	ctx := context.Background()
@@ -584,7 +584,7 @@ func BenchmarkRatios(b *testing.B) {
 
 	// Same-calls recipes and host calls per stream (deterministic: traced once).
 	// R0: the method's inputs for benchRequests[0] and one replace per header
-	// hashlb sets, nothing else (issue 20); a persistence hit at most 2 more.
+	// hashlb sets, nothing else; a persistence hit at most 2 more.
 	recipes := map[string][]byte{}
 	inputs := map[string]int{"URLHASH": 1, "DOMAINHASH": 1, "DESTINATIONIPHASH": 1, "SOURCEIPHASH": 1,
 		"SRCIPDESTIPHASH": 2, "SRCIPSRCPORTHASH": 1, "CALLIDHASH": 1, "TOKEN": 1}

@@ -3,11 +3,15 @@ package e2e
 // The README and the guides in docs/ as a new user reads them: every file
 // they name exists, every command they show is one that runs here (a
 // build.sh command, a package and flags that exist, a file that is there;
-// Envoy, curl and kubectl are not run), every relative link and its anchor
-// resolve, and docs/deploy.md lists every metric the module defines.
+// Envoy, curl and kubectl are not run), every relative link of every
+// Markdown file and every Markdown file a Go comment names resolve with their
+// anchors, and docs/deploy.md lists every metric the module defines.
 
 import (
 	"context"
+	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -281,12 +285,18 @@ func commandFlags(t *testing.T, bin string, args []string) []string {
 	return names
 }
 
+// TestDocsLinksResolve: every relative link of every Markdown file in the
+// repository, and its anchor, resolves.
 func TestDocsLinksResolve(t *testing.T) {
 	root := repoRoot(t)
-	docs := []string{"README.md", "CONTRIBUTING.md", "RATIONALE.md", "SECURITY.md"}
-	more, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	for _, m := range more {
-		docs = append(docs, "docs/"+filepath.Base(m))
+	var docs []string
+	for _, f := range repoFiles(t, root) {
+		if strings.HasSuffix(f, ".md") {
+			docs = append(docs, f)
+		}
+	}
+	if !slices.Contains(docs, "README.md") || !slices.Contains(docs, "docs/config.md") {
+		t.Fatalf("found the Markdown files %v, which lack README.md or docs/config.md", docs)
 	}
 	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
 	for _, doc := range docs {
@@ -301,19 +311,82 @@ func TestDocsLinksResolve(t *testing.T) {
 			if file != "" {
 				dest = path.Join(path.Dir(doc), file)
 			}
-			data, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(dest)))
-			if err != nil {
-				if st, serr := os.Stat(filepath.Join(root, filepath.FromSlash(dest))); serr == nil && st.IsDir() && anchor == "" {
-					continue
-				}
-				t.Errorf("%s links to %s: %s does not exist", doc, target, dest)
-				continue
-			}
-			if anchor != "" && strings.HasSuffix(dest, ".md") && !slices.Contains(anchors(string(data)), anchor) {
-				t.Errorf("%s links to %s: %s has no heading with anchor #%s", doc, target, dest, anchor)
+			if err := linkResolves(root, dest, anchor); err != nil {
+				t.Errorf("%s links to %s: %v", doc, target, err)
 			}
 		}
 	}
+}
+
+// TestGoCommentLinksResolve: every Markdown file of this repository a Go
+// comment names (docs/envoy-host.md#http-callouts, RATIONALE.md, or a path
+// relative to the comment's file starting with ./ or ../), and its anchor,
+// resolves. A path whose first element is not in the
+// repository's root (xxhash's doc/xxhash_spec.md) is another project's, and
+// dist/ holds what the commands write.
+func TestGoCommentLinksResolve(t *testing.T) {
+	root := repoRoot(t)
+	top, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[string]bool{".": true, "..": true}
+	for _, e := range top {
+		ours[e.Name()] = e.Name() != "dist"
+	}
+	ref := regexp.MustCompile(`[A-Za-z0-9_./-]+\.md(#[A-Za-z0-9_-]+)?`)
+	fset := token.NewFileSet()
+	checked := 0
+	for _, f := range repoFiles(t, root) {
+		if !strings.HasSuffix(f, ".go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, filepath.Join(root, filepath.FromSlash(f)), nil, parser.ParseComments)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for _, g := range file.Comments {
+			for _, c := range g.List {
+				for _, m := range ref.FindAllString(c.Text, -1) {
+					target, anchor, _ := strings.Cut(m, "#")
+					first, _, _ := strings.Cut(target, "/")
+					if !ours[first] {
+						continue
+					}
+					dest := target
+					if first == "." || first == ".." {
+						dest = path.Join(path.Dir(f), target)
+					}
+					checked++
+					if err := linkResolves(root, dest, anchor); err != nil {
+						t.Errorf("%s:%d names %s: %v", f, fset.Position(c.Pos()).Line, m, err)
+					}
+				}
+			}
+		}
+	}
+	if checked < 50 {
+		t.Errorf("checked %d links in Go comments; the tree has far more: is the pattern broken?", checked)
+	}
+}
+
+// linkResolves reports why dest (a path from the repository's root) with
+// anchor does not resolve: a missing file, or a Markdown file without a
+// heading of that anchor. A directory resolves without an anchor.
+func linkResolves(root, dest, anchor string) error {
+	name := filepath.Join(root, filepath.FromSlash(dest))
+	data, err := os.ReadFile(name)
+	if err != nil {
+		if st, serr := os.Stat(name); serr == nil && st.IsDir() && anchor == "" {
+			return nil
+		}
+		return fmt.Errorf("%s does not exist", dest)
+	}
+	if anchor != "" && strings.HasSuffix(dest, ".md") && !slices.Contains(anchors(string(data)), anchor) {
+		return fmt.Errorf("%s has no heading with anchor #%s", dest, anchor)
+	}
+	return nil
 }
 
 // anchors returns GitHub's anchors for a markdown text's headings: lower

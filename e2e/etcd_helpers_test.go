@@ -1,6 +1,6 @@
 package e2e
 
-// Helpers of the fleet-persistence tests (issue 10): etcd, embedded or an
+// Helpers of the fleet-persistence tests: etcd, embedded or an
 // external binary (Debian's etcd 3.4 in CI, found through HASHLB_ETCD_BIN),
 // a TCP proxy that delays what it forwards, and a tiny client of etcd's JSON
 // gateway (base64 keys and values; int64 fields are JSON strings).

@@ -140,7 +140,7 @@ func TestFleetCreateBudget(t *testing.T) {
 	rate := 10 * budget * workers
 	n := 0
 	for time.Since(start) < seconds*time.Second {
-		if _, err := fleetRoundTrip(h, n%workers, "flood-"+itoa(n)); err != nil {
+		if _, err := fleetRoundTrip(h, n%workers, "flood-"+strconv.Itoa(n)); err != nil {
 			t.Fatal(err)
 		}
 		n++
@@ -161,5 +161,3 @@ func TestFleetCreateBudget(t *testing.T) {
 	t.Logf("%d requests with a new key each in %v (%.0f/s, budget %d per worker × %d workers): all served; etcd holds %d keys (limit %d), %d throttled",
 		n, took.Round(time.Millisecond), float64(n)/took.Seconds(), budget, workers, keys, limit, throttled)
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,6 +1,6 @@
 package e2e
 
-// Helpers of the fleet fault tests (issue 19): Debian's etcd as a process
+// Helpers of the fleet fault tests: Debian's etcd as a process
 // the test can kill, freeze and restart, a TCP front per proxy that can
 // refuse, reset, delay or cut that proxy off, and a steady load that records
 // every request.

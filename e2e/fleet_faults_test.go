@@ -1,6 +1,6 @@
 package e2e
 
-// The fleet after faults (issue 19), against Debian's etcd 3.4 binary
+// The fleet after faults, against Debian's etcd 3.4 binary
 // (HASHLB_ETCD_BIN; ./build.sh test installs it) and go.mod's etcd 3.7,
 // embedded in a child process (etcdchild_test.go): three hostsim proxies of
 // two workers under steady load over a fixed key set sent to random
@@ -132,7 +132,7 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	time.Sleep(f.dur)
 	f.end(env)
 	healed := time.Now()
-	// The bound on agreement after etcd answers again: 10 s, the issue's.
+	// The bound on agreement after etcd answers again: 10 s.
 	const bound = 10 * time.Second
 	time.Sleep(bound + 2*time.Second)
 	recs := stop()

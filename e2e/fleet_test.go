@@ -1,6 +1,6 @@
 package e2e
 
-// Fleet-wide persistence (issue 10) against a real etcd on loopback: the
+// Fleet-wide persistence against a real etcd on loopback: the
 // embedded server (go.etcd.io/etcd/server/v3/embed), and Debian's etcd 3.4
 // binary when HASHLB_ETCD_BIN names it. Several hostsim hosts with separate
 // shared data stand for several Envoy processes; each reaches etcd through

@@ -151,7 +151,7 @@ func transitionLines(h *hostsim.Host) []string {
 // and over decides how often the module logs, counts and writes a health
 // transition, so after a warm-up that made every kind of transition once,
 // flapCycles more cycles (12 transitions each, active and passive, every
-// log line) allocate nothing in the guest and run no GC cycle (issue 20).
+// log line) allocate nothing in the guest and run no GC cycle.
 func TestGuestAllocationsHealthFlaps(t *testing.T) {
 	const flapCycles = 5
 	probes := &probeAnswerer{body: []byte("ok")}

@@ -28,8 +28,8 @@ import (
 )
 
 // hashMethodConfigs are the example configurations of every hash method,
-// with debugHeader and persistence off: the configurations the goals of
-// issue 11 are about.
+// with debugHeader and persistence off: the configurations the performance
+// goals are about (docs/performance.md).
 var hashMethodConfigs = []string{
 	"urlhash", "domainhash", "sourceiphash", "destinationiphash", "srcipdestiphash",
 	"srcipsrcporthash", "callidhash", "token",
@@ -167,8 +167,8 @@ func streamCalls(t testing.TB, h *hostsim.Host, calls *callCounter, headers [][2
 
 // TestHostCallsPerRequest counts the host calls of one whole stream (request
 // headers, response headers, end) for every hash method without persistence
-// or debugHeader: the method's inputs and one replace per header hashlb sets
-// (issue 20), nothing else. The client's copies of those headers are not
+// or debugHeader: the method's inputs and one replace per header hashlb
+// sets, nothing else. The client's copies of those headers are not
 // read: Envoy's replace removes every copy (route in filter/http.go), and the
 // forged subtest holds that they are gone. A persistence hit costs at most 2
 // more (the key's input and the bucket's read; no clock: the tick's time).
@@ -449,8 +449,8 @@ func guestCases(t testing.TB) []guestCase {
 // spread over guestTicks ticks, and reads the guest's runtime.MemStats at the
 // end of the first tick and of the last: the requests, the ticks' own work
 // (counters, shared loads, health records, the probe lease) and the probes
-// with their answers must allocate nothing (issues 11 and 20: no garbage, so
-// no GC cycle, whatever the configuration).
+// with their answers must allocate nothing (no garbage, so no GC cycle,
+// whatever the configuration).
 func TestGuestAllocations(t *testing.T) {
 	wasm := memstatsModule(t)
 	cases := guestCases(t)

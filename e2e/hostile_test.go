@@ -1,6 +1,6 @@
 package e2e
 
-// Hostile requests (issue 8) through the compiled module under hostsim:
+// Hostile requests through the compiled module under hostsim:
 //
 //   - TestHostileStress: the hostile corpus (internal/hostile) mixed with the
 //     benign one through configurations that read every hostile input, 4
@@ -10,8 +10,8 @@ package e2e
 //     memory stays flat (TestStress's rule, with a floor of 2 MiB).
 //   - TestHostileDeepJWT, TestHostileReplaceQuadratic,
 //     TestHostileRepeatedHeaders, TestHostileConfigsRefused: one regression
-//     test per defect of issue 8, each failing on the module of main before
-//     the fixes.
+//     test per defect the hostile corpus found, each failing on a module
+//     without its fix.
 //
 // HASHLB_HOSTILE_WASM=path runs these tests against that module instead of
 // the one built from the working tree, e.g. a build of an older commit.
@@ -430,7 +430,7 @@ func reasonOf(debug string) string {
 	return strings.TrimPrefix(debug[strings.LastIndex(debug, ";")+1:], " reason=")
 }
 
-// TestHostileDeepJWT (issue 8, defect 1): a JWT whose payload nests arrays or
+// TestHostileDeepJWT: a JWT whose payload nests arrays or
 // objects deeply made the JSON walk recurse once per level. On main a 13 KiB
 // Authorization header trapped V8; wazero's larger stack needs about 900 KB,
 // and smaller payloads still grew linear memory by 50–150 MiB for good. The
@@ -523,7 +523,7 @@ func TestHostileDeepJWT(t *testing.T) {
 	grown("the 1 MiB deep requests", middle, 16*mib)
 }
 
-// TestHostileReplaceQuadratic (issue 8, defect 2): replace() with an
+// TestHostileReplaceQuadratic: replace() with an
 // unanchored pattern whose greedy branch fails and whose short branch matches
 // ("a.*b|a") rescanned the rest of the input after every match: 16 KiB of
 // 'a' in the path took 45 s in the guest on main, the worker blocked.
@@ -580,7 +580,7 @@ func headerValue(headers [][2]string, name string) (string, bool) {
 	return "", false
 }
 
-// TestHostileRepeatedHeaders (issue 8, defect 3): the filter read only the
+// TestHostileRepeatedHeaders: the filter read only the
 // first copy of each header, while lbcore reads every x-forwarded-for line
 // right to left and searches every cookie line. On a host that keeps header
 // lines apart (hostsim does; a host that joins them with "," gives the same
@@ -693,7 +693,7 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 	})
 }
 
-// TestHostileConfigsRefused (issue 8, defect 4): configurations that can
+// TestHostileConfigsRefused: configurations that can
 // never work must be refused (the plugin does not start, an error line names
 // the field), and two valid ones that main refused as duplicates accepted.
 // The error's wording is matched only on its JSON path.

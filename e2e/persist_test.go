@@ -1,6 +1,6 @@
 package e2e
 
-// Hash persistence (docs/persistence.md, issue 4) end to end: the module built from
+// Hash persistence (docs/persistence.md) end to end: the module built from
 // source runs under hostsim with four workers sharing one shared-data store,
 // as the workers of one Envoy process do. Requests carry their persistence
 // key in x-client-id; the service is read from the x-hashlb-service and

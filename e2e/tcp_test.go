@@ -150,14 +150,7 @@ func TestTCPDownServiceMovesOnlyItsKeys(t *testing.T) {
 	eachTCPHost(t, func(t *testing.T, workers int, profile string) {
 		var mu sync.Mutex
 		failing := map[string]bool{}
-		handler := func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if failing[r.Header("x-envoy-original-dst-host")] {
-				return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-			}
-			return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
-		}
+		handler := probeHandler(&mu, failing)
 		config := tcpConfig("SRCIPSRCPORTHASH",
 			`"healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":2,"healthyThreshold":2,"cluster":"backends"}`)
 		h := newTCPHost(t, config, workers, profile, handler)

@@ -60,7 +60,7 @@ var v8Wasm = flag.String("v8.wasm", "", "TestV8: check this module instead of on
 const (
 	v8Script     = "e2e/v8/hashlbv8.mjs"
 	v8Requests   = 10_000                // measured requests per phase under envoy-1.33
-	v8MaxRequest = 10 * time.Millisecond // the CPU bound per hostile request after warm-up (issue 20)
+	v8MaxRequest = 10 * time.Millisecond // the CPU bound per hostile request after warm-up
 	v8MemRatio   = 1.5                   // hostile memory ÷ benign memory, at most
 	// v8PhaseBudget stops a phase that runs this long (ten times a normal run, or more), so that
 	// a module that hangs or has gone quadratic fails in a few minutes, naming its slowest request.

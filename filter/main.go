@@ -1,14 +1,3 @@
-// Command filter is hashlb's proxy-wasm module: built with
-// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, it runs inside Envoy,
-// Istio or any host of the proxy-wasm ABI 0.2.1.
-//
-// It owns the proxy-wasm contexts, reading request attributes into lbcore's
-// request view, the shared-data Store, metrics, and applying decisions: the
-// upstream header, the service header, local replies. Every decision is
-// lbcore's. The module must never start Go's netpoller: no timers, sleeps,
-// goroutines, files or printing (docs/envoy-host.md#the-go-runtime and
-// RATIONALE.md): Envoy answers poll_oneoff with ENOSYS and the Go runtime then
-// dies.
 package main
 
 import (

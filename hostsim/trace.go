@@ -1,6 +1,9 @@
 package hostsim
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Call is one host function a module called while a stream's callback ran,
 // with the arguments that say what it touched (Config.Trace).
@@ -28,34 +31,12 @@ type Call struct {
 func (c Call) String() string {
 	s := c.Phase + " " + c.Func
 	if c.Map >= 0 {
-		s += " " + itoa(int64(c.Map))
+		s += " " + strconv.FormatInt(int64(c.Map), 10)
 	}
 	if c.Key != "" {
 		s += " " + c.Key
 	}
 	return s
-}
-
-func itoa(i int64) string {
-	if i == 0 {
-		return "0"
-	}
-	neg := i < 0
-	if neg {
-		i = -i
-	}
-	var b [20]byte
-	n := len(b)
-	for i > 0 {
-		n--
-		b[n] = byte('0' + i%10)
-		i /= 10
-	}
-	if neg {
-		n--
-		b[n] = '-'
-	}
-	return string(b[n:])
 }
 
 // Calls returns the host calls the module made for this stream, in order,
@@ -97,7 +78,7 @@ func (v *vm) trace(mod, name string, p []uint64) {
 		}
 		v.h.metrics.mu.Unlock()
 		if name != "proxy_get_metric" {
-			c.Value = itoa(int64(p[1]))
+			c.Value = strconv.FormatInt(int64(p[1]), 10)
 		}
 	case "proxy_get_property", "proxy_set_property":
 		c.Key = strings.ReplaceAll(str(p[0], p[1]), "\x00", ".")
@@ -106,9 +87,9 @@ func (v *vm) trace(mod, name string, p []uint64) {
 	case "proxy_set_shared_data":
 		c.Key, c.Size = str(p[0], p[1]), int(p[3])
 	case "clock_time_get":
-		c.Key = itoa(int64(p[0]))
+		c.Key = strconv.FormatInt(int64(p[0]), 10)
 	case "proxy_log":
-		c.Key, c.Size = itoa(int64(p[0])), int(p[2])
+		c.Key, c.Size = strconv.FormatInt(int64(p[0]), 10), int(p[2])
 	}
 	s.calls = append(s.calls, c)
 }

@@ -86,7 +86,7 @@ type Persistence struct {
 	// persisted) or "shared" (TR7: they all share one entry).
 	EmptyKey string
 	// Fleet makes etcd the fleet-wide level behind the local table; nil
-	// when the table is per proxy (docs/persistence.md#fleet-wide-persistence).
+	// when the table is per proxy (docs/persistence.md#fleet-wide-persistence-through-etcd).
 	Fleet *Fleet
 }
 
@@ -98,8 +98,8 @@ type Fleet struct {
 	Cluster string
 	// Authority is the :authority of the calls; "" means Cluster (CallAuthority).
 	Authority string
-	// Prefix starts every etcd key of this table; "" stands for the
-	// default "/hashlb/<plugin root id>/", which the filter fills in.
+	// Prefix starts every etcd key of this table; "" stands for
+	// "/hashlb/<plugin root id>/" (fleet.Prefix).
 	Prefix string
 	// Timeout bounds how long a request waits for etcd (default 200ms,
 	// 10ms–5s); past it the request is decided locally.
@@ -172,3 +172,32 @@ func (s StatusSet) Contains(code int) bool {
 
 // String returns the set as configured.
 func (s StatusSet) String() string { return s.src }
+
+// The values of filterType and upstreamVia.
+const (
+	// FilterHTTP: the module is an HTTP filter (envoy.filters.http.wasm) and
+	// decides once per request.
+	FilterHTTP = "http"
+	// FilterNetwork: the module is a network filter
+	// (envoy.filters.network.wasm) before tcp_proxy and decides once per TCP
+	// connection, from the connection's addresses only.
+	FilterNetwork = "network"
+	// ViaHeader: the choice goes to Envoy in upstreamHeader.
+	ViaHeader = "header"
+	// ViaFilterState: the choice goes to Envoy as the filter state object
+	// OriginalDstFilterState, which an ORIGINAL_DST cluster reads first.
+	ViaFilterState = "filterState"
+)
+
+// OriginalDstFilterState is the Envoy filter state key an ORIGINAL_DST
+// cluster takes the upstream address from ("ip:port"), before any header
+// (Envoy: source/extensions/clusters/original_dst/original_dst_cluster.h,
+// OriginalDstClusterFilterStateKey; docs/envoy-host.md#steering-a-connection).
+const OriginalDstFilterState = "envoy.network.transport_socket.original_dst_address"
+
+// Network reports whether the configuration is for a network (TCP) filter.
+func (c *Config) Network() bool { return c.FilterType == FilterNetwork }
+
+// ViaFilterState reports whether the choice is handed to Envoy as filter
+// state rather than a header: always for a network filter.
+func (c *Config) ViaFilterState() bool { return c.UpstreamVia == ViaFilterState }

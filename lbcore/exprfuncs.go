@@ -250,14 +250,6 @@ func (f *exprFunc) apply(dst []byte, start int, x *evalCtx) []byte {
 	return dst
 }
 
-func appendHashHex(dst []byte, h uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		dst = append(dst, digits[h>>shift&0xf])
-	}
-	return dst
-}
-
 // appendJWTClaim replaces the JWT in dst[start:] (optionally after
 // "Bearer ") by the claim at f's path in its payload, and returns dst. The
 // signature is not verified. Anything malformed gives "", and so does a
@@ -450,17 +442,11 @@ func parseV6Groups(b []byte, g *[8]uint16, v4 bool) (n int, ok bool) {
 		}
 		var val uint16
 		for _, c := range field {
-			switch {
-			case '0' <= c && c <= '9':
-				c -= '0'
-			case 'a' <= c && c <= 'f':
-				c -= 'a' - 10
-			case 'A' <= c && c <= 'F':
-				c -= 'A' - 10
-			default:
+			d, ok := hexDigit(c)
+			if !ok {
 				return 0, false
 			}
-			val = val<<4 | uint16(c)
+			val = val<<4 | uint16(d)
 		}
 		g[n] = val
 		n++

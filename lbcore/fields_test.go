@@ -25,9 +25,9 @@ import (
 func TestEveryField(t *testing.T) {
 	fields := Fields()
 	schema := loadSchemaFile(t)
-	readme := readmeConfigTable(t)
+	docRows := configDocTable(t)
 	docs := configDocs(t)
-	if got, want := len(readme), len(fields); got != want {
+	if got, want := len(docRows), len(fields); got != want {
 		t.Errorf("docs/config.md configuration reference has %d rows, the field table %d", got, want)
 	}
 	for i, f := range fields {
@@ -35,8 +35,8 @@ func TestEveryField(t *testing.T) {
 			checkFieldSpec(t, f)
 			checkFieldDecoder(t, f)
 			checkFieldSchema(t, f, schema)
-			if i < len(readme) {
-				checkFieldREADME(t, f, readme[i])
+			if i < len(docRows) {
+				checkFieldConfigDoc(t, f, docRows[i])
 			}
 			if doc, ok := docs[f.Path]; ok {
 				checkFieldDoc(t, f, doc)
@@ -347,7 +347,7 @@ func configValue(t *testing.T, c *Config, path string) any {
 // checkFieldSchema compares the field with its node in configs/schema.json.
 func checkFieldSchema(t *testing.T, f FieldSpec, root map[string]any) {
 	t.Helper()
-	node, parent, name := schemaNodeAt(root, f.Path)
+	node, parent, name := SchemaAt(root, f.Path)
 	if node == nil {
 		t.Errorf("missing from configs/schema.json")
 		return
@@ -366,20 +366,9 @@ func checkFieldSchema(t *testing.T, f FieldSpec, root map[string]any) {
 	} else {
 		eq("enum", node["enum"], nil)
 	}
-	lo, hi := "minimum", "maximum"
-	switch {
-	case f.Type == "array":
-		lo, hi = "minItems", "maxItems"
-	case f.Format == "duration":
-		lo, hi = "x-minDuration", "x-maxDuration"
+	for _, k := range f.SchemaRange() {
+		eq(k.Key, node[k.Key], k.Value)
 	}
-	min, not := f.Min, any(nil)
-	if off, ok := f.Off.(int); ok {
-		min, not = off, map[string]any{"minimum": off + 1, "maximum": f.Min.(int) - 1}
-	}
-	eq(lo, node[lo], min)
-	eq(hi, node[hi], f.Max)
-	eq("not", node["not"], not)
 	required, _ := parent["required"].([]any)
 	eq("required", slices.Contains(required, any(name)), f.Required)
 	eq("minLength", node["minLength"], map[bool]any{true: 1}[f.NonEmpty])
@@ -391,10 +380,15 @@ func checkFieldSchema(t *testing.T, f FieldSpec, root map[string]any) {
 	}
 }
 
-// jsonEqual compares a value decoded from JSON with one of the field table.
+// jsonEqual compares a value decoded from JSON with one of the field table
+// (or of the schema's generator, whose objects keep their keys in order).
 func jsonEqual(got, want any) bool {
 	g, _ := json.Marshal(got)
 	w, _ := json.Marshal(want)
+	var norm any
+	if json.Unmarshal(w, &norm) == nil {
+		w, _ = json.Marshal(norm)
+	}
 	return bytes.Equal(g, w)
 }
 
@@ -407,43 +401,25 @@ func loadSchemaFile(t *testing.T) map[string]any {
 	return s
 }
 
-// schemaNodeAt finds the node of a field path ("services[].weight") and the
-// node of the object that holds it.
-func schemaNodeAt(root map[string]any, path string) (node, parent map[string]any, name string) {
-	node = root
-	for _, part := range strings.Split(path, ".") {
-		parent = node
-		name = strings.TrimSuffix(part, "[]")
-		props, _ := node["properties"].(map[string]any)
-		if node, _ = props[name].(map[string]any); node == nil {
-			return nil, nil, name
-		}
-		if strings.HasSuffix(part, "[]") {
-			node, _ = node["items"].(map[string]any)
-		}
-	}
-	return node, parent, name
-}
+// configDocRow is one row of docs/config.md's configuration reference.
+type configDocRow struct{ field, typ, def, values string }
 
-// readmeRow is one row of docs/config.md's configuration reference.
-type readmeRow struct{ field, typ, def, values string }
-
-// readmeConfigTable parses docs/config.md's configuration reference table.
-func readmeConfigTable(t *testing.T) []readmeRow {
+// configDocTable parses docs/config.md's configuration reference table.
+func configDocTable(t *testing.T) []configDocRow {
 	t.Helper()
-	var rows []readmeRow
-	for _, cells := range readmeTable(t, "| field | type | default | range / values | meaning |") {
+	var rows []configDocRow
+	for _, cells := range configDocTables(t, "| field | type | default | range / values | meaning |") {
 		if len(cells) != 5 {
 			t.Fatalf("docs/config.md configuration reference: row %q has %d cells, want 5", cells, len(cells))
 		}
-		rows = append(rows, readmeRow{strings.Trim(cells[0], "`"), cells[1], cells[2], cells[3]})
+		rows = append(rows, configDocRow{strings.Trim(cells[0], "`"), cells[1], cells[2], cells[3]})
 	}
 	return rows
 }
 
-// readmeTable returns the cells of the rows of the docs/config.md table whose header
+// configDocTables returns the cells of the rows of the docs/config.md table whose header
 // line is header.
-func readmeTable(t *testing.T, header string) [][]string {
+func configDocTables(t *testing.T, header string) [][]string {
 	t.Helper()
 	lines := strings.Split(string(readFile(t, "../docs/config.md")), "\n")
 	i := slices.Index(lines, header)
@@ -478,9 +454,9 @@ func splitRow(line string) []string {
 	return cells
 }
 
-// checkFieldREADME compares the field with its row of docs/config.md's
+// checkFieldConfigDoc compares the field with its row of docs/config.md's
 // configuration reference: field, type, default, range.
-func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
+func checkFieldConfigDoc(t *testing.T, f FieldSpec, row configDocRow) {
 	t.Helper()
 	if row.field != f.Path {
 		t.Errorf("docs/config.md row %q where the field table has %s (the same order, please)", row.field, f.Path)
@@ -521,7 +497,7 @@ func checkFieldREADME(t *testing.T, f FieldSpec, row readmeRow) {
 	var values []string // what the range cell must start with, or contain
 	switch {
 	case f.Enum != nil && slices.Equal(f.Enum, Methods()):
-		values = append(values, "a method of the table above") // TestREADMEMethods checks that table
+		values = append(values, "a method of the table above") // TestConfigDocMethods checks that table
 	case f.Enum != nil:
 		values = append(values, "`"+strings.Join(f.Enum, "`, `")+"`")
 	case f.Format == "duration":
@@ -606,10 +582,10 @@ func checkFieldDoc(t *testing.T, f FieldSpec, doc string) {
 	}
 }
 
-// TestREADMEMethods: docs/config.md's method table lists every method of the
+// TestConfigDocMethods: docs/config.md's method table lists every method of the
 // table, in its order, and says what decides without the input.
-func TestREADMEMethods(t *testing.T) {
-	rows := readmeTable(t, "| method | input hashed | missing input |")
+func TestConfigDocMethods(t *testing.T) {
+	rows := configDocTables(t, "| method | input hashed | missing input |")
 	var names []string
 	for _, cells := range rows {
 		names = append(names, strings.Trim(cells[0], "`"))
@@ -646,7 +622,7 @@ func readFile(t *testing.T, name string) []byte {
 // TestGoldenSchema: configs/schema.json is generated from the field table;
 // go test ./lbcore -run Golden -update rewrites it.
 func TestGoldenSchema(t *testing.T) {
-	got := generateSchema(Fields())
+	got := Schema()
 	const file = "../configs/schema.json"
 	if *update {
 		if err := os.WriteFile(file, got, 0o644); err != nil {
@@ -663,182 +639,4 @@ func TestGoldenSchema(t *testing.T) {
 		}
 		t.Fatalf("configs/schema.json has %d lines, the field table gives %d (go test ./lbcore -run Golden -update rewrites it)", len(wl), len(gl))
 	}
-}
-
-// schemaPatterns are the JSON Schema patterns of the string formats: what an
-// editor can check of what the decoder accepts (e2e's TestSchemaMatchesFields
-// tries them on samples).
-var schemaPatterns = map[string]string{
-	"duration": `^[0-9]+(ms|s|m|h|d)$`,
-	"netmask":  `^(255\.255\.255\.(255|254|252|248|240|224|192|128|0)|255\.255\.(254|252|248|240|224|192|128|0)\.0|255\.(254|252|248|240|224|192|128|0)\.0\.0|(254|252|248|240|224|192|128)\.0\.0\.0)$`,
-	"address":  `^(([0-9]{1,3}\.){3}[0-9]{1,3}|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$`,
-	"header":   "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
-	"name":     "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
-	"statuses": `^ *[1-5][0-9]{2}( *- *[1-5][0-9]{2})? *(, *[1-5][0-9]{2}( *- *[1-5][0-9]{2})? *)*$`,
-	"path":     `^/[^ \t\r\n]*$`,
-}
-
-// schemaObject is a JSON object that keeps its keys in order.
-type schemaObject []schemaMember
-
-type schemaMember struct {
-	key   string
-	value any
-}
-
-// generateSchema writes configs/schema.json for fields.
-func generateSchema(fields []FieldSpec) []byte {
-	root := schemaObject{
-		{"$schema", "https://json-schema.org/draft/2020-12/schema"},
-		{"$id", "https://github.com/hashlb/hashlb/configs/schema.json"},
-		{"title", "hashlb plugin configuration"},
-		{"description", "Configuration of the hashlb proxy-wasm load-balancing filter: the JSON given to Envoy's Wasm filter (configuration) or to an Istio WasmPlugin (pluginConfig). Unknown fields are errors; hashlb reports every problem at once and refuses to start with a bad configuration. Generated from lbcore's field table (lbcore/fields.go) by go test ./lbcore -run Golden -update."},
-	}
-	root = append(root, schemaChildren(fields, "")...)
-	var b bytes.Buffer
-	writeSchema(&b, root, "")
-	b.WriteByte('\n')
-	return b.Bytes()
-}
-
-// schemaChildren returns type, additionalProperties, required and properties
-// of the object whose fields are prefix+name.
-func schemaChildren(fields []FieldSpec, prefix string) schemaObject {
-	var required []any
-	var props schemaObject
-	for _, f := range fields {
-		name, ok := strings.CutPrefix(f.Path, prefix)
-		if !ok || strings.Contains(name, ".") {
-			continue
-		}
-		if f.Required {
-			required = append(required, name)
-		}
-		props = append(props, schemaMember{name, schemaField(fields, f)})
-	}
-	obj := schemaObject{{"type", "object"}, {"additionalProperties", false}}
-	if required != nil {
-		obj = append(obj, schemaMember{"required", required})
-	}
-	return append(obj, schemaMember{"properties", props})
-}
-
-func schemaField(fields []FieldSpec, f FieldSpec) schemaObject {
-	n := schemaObject{{"description", f.Doc}, {"type", f.Type}}
-	add := func(k string, v any) { n = append(n, schemaMember{k, v}) }
-	if p, ok := schemaPatterns[f.Format]; ok {
-		if f.Off == "" {
-			p = strings.TrimSuffix(p, "+$") + "*$"
-		}
-		add("pattern", p)
-	}
-	if f.Enum != nil {
-		var e []any
-		for _, v := range f.Enum {
-			e = append(e, v)
-		}
-		add("enum", e)
-	}
-	if f.Min != nil {
-		lo, hi := "minimum", "maximum"
-		switch {
-		case f.Type == "array":
-			lo, hi = "minItems", "maxItems"
-		case f.Format == "duration":
-			lo, hi = "x-minDuration", "x-maxDuration"
-		}
-		if off, ok := f.Off.(int); ok {
-			add(lo, off)
-			add(hi, f.Max)
-			add("not", schemaObject{{"minimum", off + 1}, {"maximum", f.Min.(int) - 1}})
-		} else {
-			add(lo, f.Min)
-			add(hi, f.Max)
-		}
-	}
-	if f.NonEmpty {
-		add("minLength", 1)
-	}
-	if f.Unique {
-		add("uniqueItems", true)
-	}
-	switch {
-	case f.Type == "array" && f.Format == "expression":
-		add("items", schemaObject{{"type", "string"}})
-	case f.Type == "array":
-		add("items", schemaChildren(fields, f.Path+"[]."))
-	case f.Type == "object":
-		n = append(n, schemaChildren(fields, f.Path+".")[1:]...) // its type is there already
-	}
-	if f.Default != nil {
-		add("default", f.Default)
-	}
-	return n
-}
-
-// writeSchema writes v as the schema's JSON: two-space indents, arrays of
-// scalars and small objects without a description on one line.
-func writeSchema(b *bytes.Buffer, v any, indent string) {
-	switch v := v.(type) {
-	case schemaObject:
-		if schemaInline(v) {
-			b.WriteByte('{')
-			for i, m := range v {
-				if i > 0 {
-					b.WriteString(", ")
-				}
-				writeJSONString(b, m.key)
-				b.WriteString(": ")
-				writeSchema(b, m.value, indent)
-			}
-			b.WriteByte('}')
-			return
-		}
-		b.WriteString("{\n")
-		for i, m := range v {
-			b.WriteString(indent + "  ")
-			writeJSONString(b, m.key)
-			b.WriteString(": ")
-			writeSchema(b, m.value, indent+"  ")
-			if i < len(v)-1 {
-				b.WriteByte(',')
-			}
-			b.WriteByte('\n')
-		}
-		b.WriteString(indent + "}")
-	case []any:
-		b.WriteByte('[')
-		for i, x := range v {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			writeSchema(b, x, indent)
-		}
-		b.WriteByte(']')
-	case string:
-		writeJSONString(b, v)
-	default:
-		fmt.Fprint(b, v)
-	}
-}
-
-// schemaInline: an object of scalars without a description goes on one line.
-func schemaInline(o schemaObject) bool {
-	for _, m := range o {
-		switch m.value.(type) {
-		case schemaObject, []any:
-			return false
-		}
-		if m.key == "description" {
-			return false
-		}
-	}
-	return true
-}
-
-func writeJSONString(b *bytes.Buffer, s string) {
-	e := json.NewEncoder(b)
-	e.SetEscapeHTML(false)
-	e.Encode(s)
-	b.Truncate(b.Len() - 1) // Encode's newline
 }

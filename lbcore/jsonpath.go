@@ -245,19 +245,12 @@ func unescapeAt(s string, i int) (rune, int) {
 	return rune(s[i]), i // \" \\ \/
 }
 
+// hex4 is the value of four hex digits (the syntax check made them so).
 func hex4(s string) rune {
 	var r rune
 	for i := 0; i < 4; i++ {
-		c := s[i]
-		switch {
-		case '0' <= c && c <= '9':
-			c -= '0'
-		case 'a' <= c && c <= 'f':
-			c -= 'a' - 10
-		case 'A' <= c && c <= 'F':
-			c -= 'A' - 10
-		}
-		r = r<<4 | rune(c)
+		d, _ := hexDigit(s[i])
+		r = r<<4 | rune(d)
 	}
 	return r
 }

@@ -200,8 +200,6 @@ func (p *jsonScan) str() bool {
 	return p.fail("a string that never ends")
 }
 
-func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
-
 func (p *jsonScan) digits() int {
 	n := 0
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {

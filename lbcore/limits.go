@@ -26,8 +26,8 @@ const (
 	// MaxReplaceInput is how much of its value replace() reads; the rest is
 	// cut off before replacing. Go's regexp is linear per match, but a match
 	// can scan to the end of the input before settling on a short
-	// alternative ("a.*b|a"), so replacing every match is quadratic: 16 KiB
-	// took 4 s natively and 45 s in the guest.
+	// alternative ("a.*b|a"), so replacing every match is quadratic (its
+	// cost at 16 KiB: SECURITY.md).
 	MaxReplaceInput = 1 << 10
 	// MaxReplacements is how many matches replace() replaces; the text after
 	// the last one is kept as it is. With MaxReplaceInput it bounds one
@@ -44,7 +44,7 @@ const (
 	// query strings searched. A pipeline that would go beyond it gives "".
 	// With MaxReplaceSteps it bounds an expression's CPU per request
 	// whatever the configuration: without it, nine expressions of sixteen
-	// functions over 16 KiB values read 2.3 MB (28 ms in V8).
+	// functions over 16 KiB values read megabytes (docs/performance.md#figures-behind-lbcores-caps-and-caches).
 	MaxEvalWork = 256 << 10
 )
 

@@ -1,7 +1,7 @@
 package lbcore
 
-// A rendezvous decision scores every service: O(N) per request, about 40 µs
-// at 10⁴ services in V8. The rank cache keeps, per worker, the top of the
+// A rendezvous decision scores every service: O(N) per request (its cost at
+// 10⁴ services: docs/performance.md#figures-behind-lbcores-caps-and-caches). The rank cache keeps, per worker, the top of the
 // ranking of recent key hashes, so that a key seen again is decided from a
 // few entries (Citrix's appliance likewise caches the value it computed for
 // an input). What it keeps does not depend on health or load: it ranks the
@@ -20,9 +20,8 @@ const rankCacheMinServices = 64
 
 // rankCacheSlots is the number of key hashes kept (direct-mapped by hash),
 // and rankCacheBigSlots that from rankCacheBigPool services, where a miss
-// (a pass over the pool) costs most: at 10^4 services with Zipf keys
-// (s = 1.1 over 10^5) the hit rate over 22000 requests is 70 % with 4096
-// slots, 74 % with 16384, 76 % with every key kept (docs/performance.md).
+// (a pass over the pool) costs most; the hit rates that chose the sizes are
+// in docs/performance.md#figures-behind-lbcores-caps-and-caches.
 // A slot costs 9 bytes plus 4 per entry kept (upstreamCount + 7).
 const (
 	rankCacheSlots    = 4096

@@ -5,13 +5,12 @@ import (
 	"regexp"
 	"regexp/syntax"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // replace() matches with its own backtracker over the program regexp/syntax
 // compiles, not with regexp's Find functions: those return new slices for
-// every match, garbage on every request and so GC cycles, which in V8 cost
-// 0.1 s of CPU each. The backtracker keeps a visited bit per (instruction,
+// every match, garbage on every request and so GC cycles (their cost in V8:
+// docs/performance.md#figures-behind-lbcores-caps-and-caches). The backtracker keeps a visited bit per (instruction,
 // position), as regexp's own backtracker does, so one scan costs at most
 // instructions × (input + 1) steps, and it gives the leftmost-first matches
 // and submatches regexp gives (FuzzReplaceMatchesRegexp). Its state lives in
@@ -254,7 +253,3 @@ func emptyAt(in string, pos int) syntax.EmptyOp {
 	}
 	return syntax.EmptyOpContext(r1, r2)
 }
-
-// bytesString is b as a string without a copy; b must not change while the
-// string is used.
-func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }

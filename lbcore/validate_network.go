@@ -6,35 +6,6 @@ import (
 	"strings"
 )
 
-// The values of filterType and upstreamVia.
-const (
-	// FilterHTTP: the module is an HTTP filter (envoy.filters.http.wasm) and
-	// decides once per request.
-	FilterHTTP = "http"
-	// FilterNetwork: the module is a network filter
-	// (envoy.filters.network.wasm) before tcp_proxy and decides once per TCP
-	// connection, from the connection's addresses only.
-	FilterNetwork = "network"
-	// ViaHeader: the choice goes to Envoy in upstreamHeader.
-	ViaHeader = "header"
-	// ViaFilterState: the choice goes to Envoy as the filter state object
-	// OriginalDstFilterState, which an ORIGINAL_DST cluster reads first.
-	ViaFilterState = "filterState"
-)
-
-// OriginalDstFilterState is the Envoy filter state key an ORIGINAL_DST
-// cluster takes the upstream address from ("ip:port"), before any header
-// (Envoy: source/extensions/clusters/original_dst/original_dst_cluster.h,
-// OriginalDstClusterFilterStateKey; docs/envoy-host.md#steering-a-connection).
-const OriginalDstFilterState = "envoy.network.transport_socket.original_dst_address"
-
-// Network reports whether the configuration is for a network (TCP) filter.
-func (c *Config) Network() bool { return c.FilterType == FilterNetwork }
-
-// ViaFilterState reports whether the choice is handed to Envoy as filter
-// state rather than a header: always for a network filter.
-func (c *Config) ViaFilterState() bool { return c.UpstreamVia == ViaFilterState }
-
 // connectionMethods are the methods a network filter can use: they read
 // nothing but the connection's addresses.
 var connectionMethods = []Method{MethodSourceIPHash, MethodSrcIPSrcPortHash, MethodDestIPHash,

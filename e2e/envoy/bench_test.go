@@ -1,6 +1,6 @@
 package envoy
 
-// BenchmarkEnvoyPeers is issue 27's benchmark against the peers a user would
+// BenchmarkEnvoyPeers is the benchmark against the peers a user would
 // pick instead of hashlb, in real Envoy: every peer a separate Envoy of the
 // same binary, all running side by side, measured in interleaved rounds by
 // the same load generator (internal/loadgen) against the same backends
@@ -373,7 +373,8 @@ func peerTable(bin envoyrun.Binary, runs []*peerRun, by map[string]*peerRun, rat
 	return sb.String()
 }
 
-// peerGoal is issue 27's goal for a row and whether the median meets it.
+// peerGoal is a row's goal (docs/performance.md, "Against Envoy's own load
+// balancers") and whether the median meets it.
 func peerGoal(r *peerRun, by map[string]*peerRun) (goal, verdict string) {
 	verdictOf := func(ok bool) string {
 		if ok {

@@ -1,6 +1,6 @@
 package envoy
 
-// The fleet in real Envoy (issue 27): three Envoys, each running
+// The fleet in real Envoy: three Envoys, each running
 // configs/envoy-fleet.yaml (only ports moved) with 4 workers, and one etcd
 // (Debian's 3.4), as the hostsim fleet tests run three hostsim proxies
 // (e2e/fleet_test.go, e2e/fleet_faults_test.go). docs/persistence.md
@@ -19,7 +19,7 @@ import (
 )
 
 // fleetBound is the bound on agreement after etcd answers again: the
-// hostsim fault tests' 10 s (TestFleetFaults), and the issue's.
+// hostsim fault tests' 10 s (TestFleetFaults).
 const fleetBound = 10 * time.Second
 
 // TestFleetEnvoysAgree: keys placed through one Envoy are served by the

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// The classes issue 8 asks for; the corpus may have more.
+// The classes the corpus must have; it may have more.
 var wantClasses = []string{"jwt-deep-array", "jwt-deep-object", "jwt-huge", "jwt-malformed", "long-inputs",
 	"replace-quadratic", "many-header-lines", "repeated-forged", "bad-bytes", "bad-addresses", "absolute-form",
 	"split-xff", "split-cookie"}

@@ -14,7 +14,7 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// numKeys is the number of keys every measurement uses: issue 11's 10^6.
+// numKeys is the number of keys every measurement uses: 10^6.
 const numKeys = 1_000_000
 
 var (
@@ -237,7 +237,8 @@ func weightError(t testing.TB, alg algorithm, n int, keys []string, hashes []uin
 	return worst, at, ratios
 }
 
-// TestHRWBalance10 holds issue 11's goal: hashlb's HRW max/mean ≤ 1.02 at
+// TestHRWBalance10 holds the distribution goal (docs/distribution.md):
+// hashlb's HRW max/mean ≤ 1.02 at
 // 10 services over 10^6 keys.
 func TestHRWBalance10(t *testing.T) {
 	keys, hashes := testKeys()

@@ -1,10 +1,3 @@
-// Command testprogress reads "go test -json" on stdin and prints progress a
-// person can follow: a line when a package starts and when it ends (ok or
-// FAIL, with its time), every 30 seconds what is still running, the output
-// of each failed test, and a summary. It exits 1 when a test, a package or
-// a build failed, or when the input ends in the middle of a package.
-//
-//	go test -json ./... | go run ./tools/testprogress
 package main
 
 import (
@@ -35,6 +28,10 @@ type pkgState struct {
 	start   time.Time
 	running []string            // tests started and not ended, in start order
 	output  map[string][]string // test ("" for the package) → its output lines
+	// said is each running test's last line of its own (not go test's
+	// framing): what a long step, such as building a dependency, says it
+	// is doing.
+	said map[string]string
 }
 
 type progress struct {
@@ -88,7 +85,11 @@ func (p *progress) runningText() string {
 		st := p.pkgs[name]
 		s := short(name) + " " + p.since(st.start)
 		if n := len(st.running); n > 0 {
-			s += " (" + st.running[n-1]
+			last := st.running[n-1]
+			s += " (" + last
+			if said := st.said[last]; said != "" {
+				s += ": " + said
+			}
 			if n > 1 {
 				s += fmt.Sprintf(" and %d more", n-1)
 			}
@@ -155,6 +156,15 @@ func (p *progress) event(e event) {
 		}
 	case "output":
 		st.output[e.Test] = append(st.output[e.Test], e.Output)
+		if line := strings.TrimSpace(e.Output); e.Test != "" && line != "" && !framing(line) {
+			if len(line) > maxSaid {
+				line = line[:maxSaid] + "…"
+			}
+			if st.said == nil {
+				st.said = map[string]string{}
+			}
+			st.said[e.Test] = line
+		}
 	case "pass", "fail", "skip":
 		if e.Test != "" {
 			st.running = slices.DeleteFunc(st.running, func(t string) bool { return t == e.Test })
@@ -166,6 +176,7 @@ func (p *progress) event(e event) {
 				p.skipped = append(p.skipped, short(e.Package)+" "+e.Test)
 			}
 			delete(st.output, e.Test)
+			delete(st.said, e.Test)
 			return
 		}
 		delete(p.pkgs, e.Package)
@@ -184,6 +195,15 @@ func (p *progress) event(e event) {
 		p.passed = append(p.passed, e.Package)
 		fmt.Fprintf(p.out, "test: %s: ok (%.1fs)\n", short(e.Package), e.Elapsed)
 	}
+}
+
+// maxSaid bounds the bytes of a test's own line that the beat repeats.
+const maxSaid = 200
+
+// framing reports whether an output line is go test's own (=== RUN, --- PASS,
+// PASS, ok …) rather than the test's.
+func framing(line string) bool {
+	return strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- ") || line == "PASS" || line == "FAIL"
 }
 
 // summary prints the totals and reports whether everything passed.

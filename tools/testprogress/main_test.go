@@ -82,3 +82,17 @@ func TestBeat(t *testing.T) {
 		t.Errorf("beat printed %q, want the running package and test", got)
 	}
 }
+
+// TestBeatSaysWhatALongStepDoes: the beat names what the running test last
+// said of its own (a dependency it builds), not go test's framing.
+func TestBeatSaysWhatALongStepDoes(t *testing.T) {
+	var out strings.Builder
+	p := &progress{out: &out, start: time.Now(), pkgs: map[string]*pkgState{}}
+	p.read(strings.NewReader(`{"Action":"start","Package":"github.com/hashlb/hashlb/cmd/hashlb-controller"}
+{"Action":"run","Package":"github.com/hashlb/hashlb/cmd/hashlb-controller","Test":"TestCommand"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/cmd/hashlb-controller","Test":"TestCommand","Output":"=== RUN   TestCommand\n"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/cmd/hashlb-controller","Test":"TestCommand","Output":"testenv: building kube-apiserver v1.34.1 into /c (first run only)\n"}`))
+	if got, want := p.runningText(), "running cmd/hashlb-controller 0s (TestCommand: testenv: building kube-apiserver v1.34.1 into /c (first run only))"; got != want {
+		t.Errorf("runningText() = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,19 @@
+// Command filter is hashlb's proxy-wasm module: built with
+// GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, it runs inside Envoy,
+// Istio or any host of the proxy-wasm ABI 0.2.1.
+//
+// It owns the proxy-wasm contexts and wires the host to lbcore, which makes
+// every decision: the VM and its plugin contexts, started, reconfigured with
+// what the workers know carried over, and ticking (main.go, plugin.go); a
+// request (http.go) or, as a network filter, a connection (tcp.go), read into
+// lbcore's request view, and the decision applied: the upstream header or
+// filter state (steer.go), the service header, local replies; the kind Envoy
+// really runs the plugin as (kind.go); the shared-data Store (store.go); the
+// active probes and passive ejection (health.go, callout.go); the fleet level
+// of persistence (fleet.go); metrics (metrics.go); the memory the host copies
+// into (hostmem_wasip1.go) and the clock (clock_wasip1.go).
+//
+// The module must never start Go's netpoller: no timers, sleeps, goroutines,
+// files or printing (docs/envoy-host.md#the-go-runtime and RATIONALE.md):
+// Envoy answers poll_oneoff with ENOSYS and the Go runtime then dies.
+package main
