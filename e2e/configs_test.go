@@ -13,6 +13,8 @@ package e2e
 //   configs/istio/*.yaml              Istio checks (istio_test.go)
 //   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
+//   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
+//                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
 
 import (
 	"io/fs"
@@ -163,6 +165,18 @@ func TestConfigsDirCovered(t *testing.T) {
 				if err := checkIstioFiles(readIstioFleet(t)); err != nil {
 					t.Errorf("configs/istio/fleet: %v", err)
 				}
+			}
+		case rel == "istio/trafficextension/trafficextension.yaml":
+			if err := checkIstioFiles(readTrafficExtension(t, readIstioDir(t), "trafficextension/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "istio/trafficextension/fleet/trafficextension.yaml":
+			if err := checkIstioFiles(readTrafficExtension(t, readIstioFleet(t), "trafficextension/fleet/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "istio/trafficextension/tcp/trafficextension.yaml":
+			if err := checkIstioTCPFiles(readTrafficExtension(t, readIstioTCPDir(t), "trafficextension/tcp/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
 			if !istioSeen {

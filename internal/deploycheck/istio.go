@@ -34,8 +34,10 @@ func (c *istioCheck) add(p plugin, r resource, at *yaml.Node, path string, warni
 		Problem: fmt.Sprintf(format, args...), Warning: warning, Plugin: p.item.Node})
 }
 
-// checkIstio holds every hashlb WasmPlugin of the run to the Istio
-// resources given with it: those of the same files and of the others.
+// checkIstio holds every hashlb WasmPlugin and TrafficExtension of the run
+// to the Istio resources given with it: those of the same files and of the
+// others. Both kinds get the same checks; a TrafficExtension's Wasm fields
+// are under spec.wasm (wasmFields).
 func checkIstio(files []Named) []Finding {
 	c := &istioCheck{byKind: map[string][]resource{}}
 	type wasm struct {
@@ -54,7 +56,7 @@ func checkIstio(files []Named) []Finding {
 				}
 				r := resource{file: f.Name, kind: kind, where: kind + " " + name, n: m}
 				c.byKind[kind] = append(c.byKind[kind], r)
-				if p, ok := ps[m]; ok && kind == "WasmPlugin" {
+				if p, ok := ps[m]; ok && (kind == "WasmPlugin" || kind == "TrafficExtension") {
 					plugs = append(plugs, wasm{r, p})
 				}
 			}
@@ -62,6 +64,11 @@ func checkIstio(files []Named) []Finding {
 	}
 	for _, w := range plugs {
 		c.wasmPlugin(w.r, w.p)
+	}
+	for i, a := range plugs {
+		for _, b := range plugs[i+1:] {
+			c.twice(a.r, b.r, b.p)
+		}
 	}
 	return c.out
 }
@@ -83,21 +90,22 @@ func manifests(doc *yaml.Node) []*yaml.Node {
 
 func (c *istioCheck) wasmPlugin(r resource, p plugin) {
 	spec := r.spec()
+	w, at := wasmFields(r.n)
 	cfg := p.cfg
-	typ := orDefault(str(get(spec, "type")), "HTTP")
+	typ := orDefault(str(get(w, "type")), "HTTP")
 	switch {
 	case typ == "NETWORK" && !cfg.Network():
-		c.add(p, r, get(spec, "type"), "spec.type", false, "type NETWORK with filterType %s: a NETWORK plugin needs filterType network in its pluginConfig; or make it type HTTP", cfg.FilterType)
+		c.add(p, r, get(w, "type"), at+".type", false, "type NETWORK with filterType %s: a NETWORK plugin needs filterType network in its pluginConfig; or make it type HTTP", cfg.FilterType)
 		return
 	case typ != "NETWORK" && cfg.Network():
-		c.add(p, r, spec, "spec.type", false, "type %s with filterType network: a filterType network configuration needs type NETWORK (before tcp_proxy); or remove filterType", typ)
+		c.add(p, r, w, at+".type", false, "type %s with filterType network: a filterType network configuration needs type NETWORK (before tcp_proxy); or remove filterType", typ)
 		return
 	}
-	if str(get(spec, "failStrategy")) == "FAIL_OPEN" {
+	if str(get(w, "failStrategy")) == "FAIL_OPEN" {
 		if cfg.Network() {
-			c.add(p, r, get(spec, "failStrategy"), "spec.failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped NETWORK plugin lets tcp_proxy connect to the connection's own destination (ORIGINAL_DST)")
+			c.add(p, r, get(w, "failStrategy"), at+".failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped NETWORK plugin lets tcp_proxy connect to the connection's own destination (ORIGINAL_DST)")
 		} else {
-			c.add(p, r, get(spec, "failStrategy"), "spec.failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped hashlb leaves requests unbalanced, and a client's own upstream header in place")
+			c.add(p, r, get(w, "failStrategy"), at+".failStrategy", false, "failStrategy FAIL_OPEN: must be FAIL_CLOSE: a skipped hashlb leaves requests unbalanced, and a client's own upstream header in place")
 		}
 	}
 	if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
@@ -119,7 +127,7 @@ func (c *istioCheck) wasmPlugin(r resource, p plugin) {
 			}
 			if efl := labels(get(get(ef.spec(), "workloadSelector"), "labels")); !maps.Equal(efl, selector) {
 				c.add(p, ef, get(ef.spec(), "workloadSelector"), "spec.workloadSelector", false,
-					"workloadSelector %v and the WasmPlugin's selector %v differ: the header must be read where it is written; select the same workloads", efl, selector)
+					"workloadSelector %v and the %s's selector %v differ: the header must be read where it is written; select the same workloads", efl, r.kind, selector)
 			}
 			var hs []string
 			for _, s := range items(get(tc, "override_host_sources")) {
@@ -216,7 +224,8 @@ func (c *istioCheck) fleetCluster(r resource, p plugin, name string) {
 	if len(ses) == 0 {
 		return
 	}
-	at := get(get(r.spec(), "pluginConfig"), "persistence")
+	w, wat := wasmFields(r.n)
+	at := get(get(w, "pluginConfig"), "persistence")
 	for _, se := range ses {
 		for _, h := range items(get(se.spec(), "hosts")) {
 			for i, pn := range items(get(se.spec(), "ports")) {
@@ -236,7 +245,7 @@ func (c *istioCheck) fleetCluster(r resource, p plugin, name string) {
 			hint = fmt.Sprintf("Istio names the etcd cluster %q", "outbound|"+str(get(ports[0], "number"))+"||"+str(hosts[0]))
 		}
 	}
-	c.add(p, r, at, "spec.pluginConfig.persistence.fleet.cluster", false, "persistence.fleet.cluster %q: no ServiceEntry given with it makes that cluster: %s", name, hint)
+	c.add(p, r, at, wat+".pluginConfig.persistence.fleet.cluster", false, "persistence.fleet.cluster %q: no ServiceEntry given with it makes that cluster: %s", name, hint)
 }
 
 // overrideHostIn returns the override_host policy's typed_config in a
@@ -257,4 +266,67 @@ func labels(m *yaml.Node) map[string]string {
 		out[m.Content[i].Value] = str(m.Content[i+1])
 	}
 	return out
+}
+
+// twice reports two hashlb plugins that Istio would both insert into the
+// same filter chains: the same namespace, workloads, direction, ports and
+// type. The second one strips the first one's header (a client's copy, to
+// it) and decides again: persistence entries, active-request counts and
+// round robin advance twice per request. A WasmPlugin and a
+// TrafficExtension never replace each other: istiod turns each WasmPlugin
+// into a TrafficExtension of its own, named NAME~istio-translated-wasmplugin
+// (istio/istio pilot/pkg/config/kube/extensions/translate.go at 86c9f01),
+// and applies both. The same kind and name is one resource, applied twice.
+func (c *istioCheck) twice(a, b resource, p plugin) {
+	if a.kind == b.kind && a.where == b.where || str(get(get(a.n, "metadata"), "namespace")) != str(get(get(b.n, "metadata"), "namespace")) {
+		return
+	}
+	wa, _ := wasmFields(a.n)
+	wb, _ := wasmFields(b.n)
+	if orDefault(str(get(wa, "type")), "HTTP") != orDefault(str(get(wb, "type")), "HTTP") ||
+		attachment(a) != attachment(b) || trafficMatch(a) != trafficMatch(b) {
+		return
+	}
+	why := "both run, and hashlb decides twice per request (the second strips the first one's header and counts, persists and round-robins again): keep one of them"
+	if a.kind != b.kind {
+		why = "Istio runs both (it turns a WasmPlugin into a TrafficExtension of its own, it does not replace one), so hashlb decides twice per request: apply the WasmPlugin or the TrafficExtension, not both"
+	}
+	c.add(p, b, b.spec(), "spec", false, "%s and %s (%s) select the same workloads and traffic: %s", b.where, a.where, a.file, why)
+}
+
+// attachment says which proxies a plugin is on: its selector's labels or
+// its targetRefs, in a comparable form.
+func attachment(r resource) string {
+	spec := r.spec()
+	if refs := items(get(spec, "targetRefs")); len(refs) > 0 {
+		var out []string
+		for _, t := range refs {
+			out = append(out, str(get(t, "group"))+"/"+str(get(t, "kind"))+"/"+str(get(t, "name")))
+		}
+		slices.Sort(out)
+		return "targetRefs " + strings.Join(out, ",")
+	}
+	l := labels(get(get(spec, "selector"), "matchLabels"))
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		out = append(out, k+"="+l[k])
+	}
+	return "selector " + strings.Join(out, ",")
+}
+
+// trafficMatch is a plugin's match list (direction and ports) in a
+// comparable form; "" (no match) is all traffic.
+func trafficMatch(r resource) string {
+	var out []string
+	for _, m := range items(get(r.spec(), "match")) {
+		mode := orDefault(str(get(m, "mode")), "CLIENT_AND_SERVER")
+		var ports []string
+		for _, pn := range items(get(m, "ports")) {
+			ports = append(ports, str(get(pn, "number")))
+		}
+		slices.Sort(ports)
+		out = append(out, mode+":"+strings.Join(ports, ","))
+	}
+	slices.Sort(out)
+	return strings.Join(out, ";")
 }
