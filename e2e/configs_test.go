@@ -15,6 +15,7 @@ package e2e
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
 //                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
+//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (istio_ambient_test.go)
 
 import (
 	"io/fs"
@@ -110,7 +111,7 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen, istioTCPSeen, istioFleetSeen := false, false, false
+	istioSeen, istioTCPSeen, istioFleetSeen, istioAmbientSeen := false, false, false, false
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -157,6 +158,13 @@ func TestConfigsDirCovered(t *testing.T) {
 				istioTCPSeen = true
 				if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
 					t.Errorf("configs/istio/tcp: %v", err)
+				}
+			}
+		case path.Dir(rel) == "istio/ambient" && path.Ext(rel) == ".yaml":
+			if !istioAmbientSeen {
+				istioAmbientSeen = true
+				if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
+					t.Errorf("configs/istio/ambient: %v", err)
 				}
 			}
 		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":

@@ -39,14 +39,15 @@ import (
 type istioBundle struct {
 	// wasm is the plugin: the WasmPlugin, or the one a TrafficExtension
 	// carries (wasmPluginOf), so that both kinds get the same checks.
-	wasm *extensionsv1alpha1.WasmPlugin
-	te   *extensionsv1alpha1.TrafficExtension // the TrafficExtension as read, when the plugin is one
-	kind string                               // the plugin's kind, for messages
-	ef   *networkingv1alpha3.EnvoyFilter
-	se   *networkingv1alpha3.ServiceEntry
-	etcd *networkingv1alpha3.ServiceEntry // named hashlb-etcd: persistence.fleet's etcd
-	dr   *networkingv1alpha3.DestinationRule
-	vs   *networkingv1alpha3.VirtualService
+	wasm   *extensionsv1alpha1.WasmPlugin
+	te     *extensionsv1alpha1.TrafficExtension // the TrafficExtension as read, when the plugin is one
+	kind   string                               // the plugin's kind, for messages
+	ef     *networkingv1alpha3.EnvoyFilter
+	se     *networkingv1alpha3.ServiceEntry
+	etcd   *networkingv1alpha3.ServiceEntry // named hashlb-etcd: persistence.fleet's etcd
+	seMeta objectMeta                       // se's name and labels
+	dr     *networkingv1alpha3.DestinationRule
+	vs     *networkingv1alpha3.VirtualService
 }
 
 // k8sObject is the envelope of a manifest; unknown envelope fields are refused.
@@ -60,6 +61,12 @@ type k8sObject struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec json.RawMessage `json:"spec"`
+}
+
+// objectMeta is what the checks read of a manifest's metadata.
+type objectMeta struct {
+	Name   string
+	Labels map[string]string
 }
 
 // loadIstio parses every manifest of the given files (name → YAML).
@@ -119,6 +126,7 @@ func (b *istioBundle) add(doc []byte) error {
 		spec = b.etcd
 	case o.Kind == "ServiceEntry" && networking && o.Metadata.Name != "hashlb-etcd" && b.se == nil:
 		b.se = &networkingv1alpha3.ServiceEntry{}
+		b.seMeta = objectMeta{o.Metadata.Name, o.Metadata.Labels}
 		spec = b.se
 	case o.Kind == "DestinationRule" && networking && b.dr == nil:
 		b.dr = &networkingv1alpha3.DestinationRule{}

@@ -88,6 +88,7 @@ func TestCheckGolden(t *testing.T) {
 		{"retries-fail-open", []string{td + "retries-fail-open.yaml"}},
 		{"istio-unsafe", []string{td + "istio-unsafe.yaml"}},
 		{"istio-mixed", []string{td + "istio-mixed.yaml"}},
+		{"istio-waypoint-unsafe", []string{td + "istio-waypoint-unsafe.yaml"}},
 		{"istio-both-kinds", []string{"../../configs/istio/destinationrule.yaml", "../../configs/istio/envoyfilter.yaml",
 			"../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml", "../../configs/istio/wasmplugin.yaml",
 			"../../configs/istio/trafficextension/trafficextension.yaml"}},
@@ -124,6 +125,8 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 		{"istio-tcp", istioTCP, []string{"../../configs/istio/tcp/wasmplugin.yaml: WasmPlugin demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
 		{"istio-fleet", istioFleet, []string{"../../configs/istio/fleet/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
+		{"istio-ambient", []string{"../../configs/istio/ambient/serviceentry.yaml", "../../configs/istio/ambient/trafficextension.yaml"},
+			[]string{"../../configs/istio/ambient/trafficextension.yaml: TrafficExtension demo/hashlb-ambient: ok (URLHASH over 3 services)"}},
 		// The TrafficExtension twins, each applied instead of its WasmPlugin.
 		{"istio-trafficextension", append(without(istio, "wasmplugin.yaml"), "../../configs/istio/trafficextension/trafficextension.yaml"),
 			[]string{"../../configs/istio/trafficextension/trafficextension.yaml: TrafficExtension demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},

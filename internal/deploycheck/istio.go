@@ -111,6 +111,10 @@ func (c *istioCheck) wasmPlugin(r resource, p plugin) {
 	if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
 		c.fleetCluster(r, p, fl.Fleet.Cluster)
 	}
+	if why := c.onWaypoint(r); why != "" {
+		c.waypoint(r, p, why)
+		return
+	}
 	if cfg.Network() {
 		return
 	}
@@ -329,4 +333,120 @@ func trafficMatch(r resource) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, ";")
+}
+
+// waypointClass is the GatewayClass of Istio's waypoints
+// (pilot/pkg/model/policyattachment.go at 86c9f01: a policy of the root
+// namespace may target it).
+const waypointClass = "istio-waypoint"
+
+// onWaypoint says why a plugin is attached to an ambient waypoint, or "":
+// its targetRefs name a Service or ServiceEntry (kinds Istio attaches to
+// waypoints only), the waypoint GatewayClass, or a Gateway the run shows to
+// be a waypoint (gatewayClassName istio-waypoint, or named by an
+// istio.io/use-waypoint label). Istio attaches a policy with targetRefs
+// by those alone, and ignores a waypoint policy's selector
+// (policyattachment.go, ShouldAttachPolicy).
+func (c *istioCheck) onWaypoint(r resource) string {
+	for _, t := range items(get(r.spec(), "targetRefs")) {
+		kind, name := str(get(t, "kind")), str(get(t, "name"))
+		switch {
+		case kind == "Service" || kind == "ServiceEntry":
+			return fmt.Sprintf("targetRefs %s %s: a policy that targets a %s is attached to waypoints only", kind, name, kind)
+		case kind == "GatewayClass" && name == waypointClass:
+			return "targetRefs GatewayClass " + waypointClass
+		case kind == "Gateway":
+			for _, gw := range c.byKind["Gateway"] {
+				if str(get(get(gw.n, "metadata"), "name")) == name && str(get(gw.spec(), "gatewayClassName")) == waypointClass {
+					return fmt.Sprintf("targetRefs Gateway %s, of class %s (%s)", name, waypointClass, gw.file)
+				}
+			}
+			for _, kind := range []string{"ServiceEntry", "Service"} {
+				for _, o := range c.byKind[kind] {
+					if labels(get(get(o.n, "metadata"), "labels"))[useWaypoint] == name {
+						return fmt.Sprintf("targetRefs Gateway %s, the waypoint of %s (%s)", name, o.where, o.file)
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// useWaypoint is the label that sends a service's traffic through a waypoint.
+const useWaypoint = "istio.io/use-waypoint"
+
+// waypoint checks a plugin on an ambient waypoint, from how Istio builds
+// the waypoint (istio/istio at 86c9f01):
+//   - extensions are inserted in its HTTP chains only, as inbound ones:
+//     listener_waypoint.go, buildWaypointHTTPFilters, asks for
+//     FilterChainTypeHTTP with ListenerClassSidecarInbound and no port, so
+//     a NETWORK plugin, a match of mode CLIENT, or a match with ports never
+//     applies (extensions.go, matchMode, matchPorts);
+//   - its clusters (cluster_waypoint.go, buildWaypointInboundVIPCluster)
+//     get no override_host policy and no use_http_header: the upstream
+//     header is never read there. A ServiceEntry of resolution NONE gets an
+//     ORIGINAL_DST cluster (cluster.go, convertResolution: a waypoint is
+//     not a Router), which Envoy points at the filter state
+//     envoy.network.transport_socket.original_dst_address before anything
+//     else: hashlb's upstreamVia filterState.
+func (c *istioCheck) waypoint(r resource, p plugin, why string) {
+	spec := r.spec()
+	w, at := wasmFields(r.n)
+	if p.cfg.Network() {
+		c.add(p, r, get(w, "type"), at+".type", false, "type NETWORK on a waypoint (%s): Istio inserts extensions only in a waypoint's HTTP chains; steer TCP from the clients' sidecars (configs/istio/tcp/)", why)
+		return
+	}
+	for i, m := range items(get(spec, "match")) {
+		if mode := str(get(m, "mode")); mode == "CLIENT" {
+			c.add(p, r, m, fmt.Sprintf("spec.match[%d].mode", i), false, "match mode CLIENT on a waypoint (%s): Istio inserts extensions in a waypoint's inbound chains, where CLIENT never matches: remove match, or use mode SERVER", why)
+		} else if len(items(get(m, "ports"))) > 0 {
+			c.add(p, r, m, fmt.Sprintf("spec.match[%d].ports", i), false, "match ports on a waypoint (%s): Istio matches a waypoint's HTTP chains with no port, so a port list never matches: attach the plugin to the service instead (targetRefs ServiceEntry or Service)", why)
+		}
+	}
+	if !p.cfg.ViaFilterState() {
+		c.add(p, r, get(w, "pluginConfig"), at+".pluginConfig.upstreamVia", false,
+			"upstreamVia header on a waypoint (%s): Istio gives a waypoint's clusters no override_host policy and no use_http_header, so nothing reads %q there: set upstreamVia filterState (and upstreamCount 1), for a ServiceEntry of resolution NONE", why, p.cfg.UpstreamHeader)
+	}
+	for _, t := range items(get(spec, "targetRefs")) {
+		if str(get(t, "kind")) != "ServiceEntry" {
+			continue
+		}
+		for _, se := range c.byKind["ServiceEntry"] {
+			if str(get(get(se.n, "metadata"), "name")) == str(get(t, "name")) &&
+				str(get(get(se.n, "metadata"), "namespace")) == str(get(get(r.n, "metadata"), "namespace")) {
+				c.waypointService(r, p, se)
+			}
+		}
+	}
+}
+
+// waypointService checks the ServiceEntry a waypoint plugin is attached to:
+// traffic reaches the waypoint (istio.io/use-waypoint and an address for
+// ztunnel to capture: Istio allocates none to resolution NONE,
+// pilot/pkg/serviceregistry/ambient/services.go), its cluster is
+// ORIGINAL_DST (resolution NONE), and its port is HTTP.
+func (c *istioCheck) waypointService(r resource, p plugin, se resource) {
+	spec := se.spec()
+	if labels(get(get(se.n, "metadata"), "labels"))[useWaypoint] == "" {
+		c.add(p, se, get(se.n, "metadata"), "metadata.labels", false, "no %s label: ztunnel sends this service's traffic to no waypoint, so %s never runs: label it with the waypoint's name", useWaypoint, r.where)
+	}
+	res := orDefault(str(get(spec, "resolution")), "NONE") // NONE is the default
+	if res != "NONE" {
+		c.add(p, se, get(spec, "resolution"), "spec.resolution", false, "resolution %s: a waypoint's cluster for it is not ORIGINAL_DST, so it ignores the address %s chooses: use resolution NONE, without endpoints", res, r.where)
+	}
+	if res == "NONE" && len(items(get(spec, "addresses"))) == 0 {
+		c.add(p, se, spec, "spec.addresses", false, "no addresses: Istio allocates none to a ServiceEntry of resolution NONE, so ztunnel has no address to send to the waypoint: give it one (a VIP the clients call)")
+	}
+	for i, pn := range items(get(spec, "ports")) {
+		if proto := str(get(pn, "protocol")); proto != "HTTP" && proto != "HTTP2" && proto != "GRPC" {
+			c.add(p, se, pn, fmt.Sprintf("spec.ports[%d].protocol", i), false, "protocol %q: %s runs in the waypoint's HTTP chains only; declare the port HTTP", proto, r.where)
+		}
+		// A resolution NONE port's targetPort becomes the ORIGINAL_DST
+		// cluster's upstream_port_override (serviceentry/conversion.go,
+		// cluster_builder.go), which replaces the port of every address.
+		if tp := get(pn, "targetPort"); tp != nil {
+			c.add(p, se, tp, fmt.Sprintf("spec.ports[%d].targetPort", i), false, "targetPort %s: Istio makes it the ORIGINAL_DST cluster's upstream_port_override, which replaces the port of the address %s chooses: remove it", str(tp), r.where)
+		}
+	}
 }
