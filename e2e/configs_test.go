@@ -13,6 +13,9 @@ package e2e
 //   configs/istio/*.yaml              Istio checks (istio_test.go)
 //   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
+//   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
+//                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
+//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (istio_ambient_test.go)
 
 import (
 	"io/fs"
@@ -108,7 +111,7 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen, istioTCPSeen, istioFleetSeen := false, false, false
+	istioSeen, istioTCPSeen, istioFleetSeen, istioAmbientSeen := false, false, false, false
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -157,12 +160,31 @@ func TestConfigsDirCovered(t *testing.T) {
 					t.Errorf("configs/istio/tcp: %v", err)
 				}
 			}
+		case path.Dir(rel) == "istio/ambient" && path.Ext(rel) == ".yaml":
+			if !istioAmbientSeen {
+				istioAmbientSeen = true
+				if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
+					t.Errorf("configs/istio/ambient: %v", err)
+				}
+			}
 		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":
 			if !istioFleetSeen {
 				istioFleetSeen = true
 				if err := checkIstioFiles(readIstioFleet(t)); err != nil {
 					t.Errorf("configs/istio/fleet: %v", err)
 				}
+			}
+		case rel == "istio/trafficextension/trafficextension.yaml":
+			if err := checkIstioFiles(readTrafficExtension(t, readIstioDir(t), "trafficextension/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "istio/trafficextension/fleet/trafficextension.yaml":
+			if err := checkIstioFiles(readTrafficExtension(t, readIstioFleet(t), "trafficextension/fleet/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "istio/trafficextension/tcp/trafficextension.yaml":
+			if err := checkIstioTCPFiles(readTrafficExtension(t, readIstioTCPDir(t), "trafficextension/tcp/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
 			if !istioSeen {

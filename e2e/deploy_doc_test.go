@@ -31,8 +31,9 @@ import (
 var walkedDocs = []string{"README.md", "docs/deploy.md", "docs/tcp.md", "docs/cli.md", "docs/testing.md", "docs/config.md", "docs/nsconf.md"}
 
 // upstreamPrefixes start paths in other projects' repositories (Envoy's
-// source/, Istio's pkg/, go-control-plane's envoy/) that the guides cite.
-var upstreamPrefixes = []string{"source/", "pkg/", "envoy/", "api/", "abi-versions/"}
+// source/, Istio's pkg/, pilot/ and manifests/, go-control-plane's envoy/)
+// that the guides cite.
+var upstreamPrefixes = []string{"source/", "pkg/", "pilot/", "manifests/", "envoy/", "api/", "abi-versions/"}
 
 func TestDocsFilesExist(t *testing.T) {
 	root := repoRoot(t)

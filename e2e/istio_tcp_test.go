@@ -31,24 +31,24 @@ func checkIstioTCP(b *istioBundle) error {
 	}
 	w, se := b.wasm, b.se
 	if w.GetType() != extensionsv1alpha1.PluginType_NETWORK {
-		bad("WasmPlugin type %s: a filterType network configuration needs type NETWORK", w.GetType())
+		bad("%s type %s: a filterType network configuration needs type NETWORK", b.kind, w.GetType())
 	}
 	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-		bad("WasmPlugin failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb lets connections through unsteered)", w.GetFailStrategy())
+		bad("%s failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb lets connections through unsteered)", b.kind, w.GetFailStrategy())
 	}
 	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
-		bad("WasmPlugin sha256 %q: want 64 lower-case hex digits", s)
+		bad("%s sha256 %q: want 64 lower-case hex digits", b.kind, s)
 	}
 	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
 	if err != nil {
-		return fmt.Errorf("WasmPlugin pluginConfig: %w", err)
+		return fmt.Errorf("%s pluginConfig: %w", b.kind, err)
 	}
 	cfg, err := lbcore.ParseConfig(cfgJSON)
 	switch {
 	case err != nil:
-		bad("WasmPlugin pluginConfig: %v", err)
+		bad("%s pluginConfig: %v", b.kind, err)
 	case !cfg.Network():
-		bad("WasmPlugin pluginConfig: filterType %s, want network", cfg.FilterType)
+		bad("%s pluginConfig: filterType %s, want network", b.kind, cfg.FilterType)
 	}
 	var tcpPorts []uint32
 	for _, p := range se.GetPorts() {
@@ -68,7 +68,7 @@ func checkIstioTCP(b *istioBundle) error {
 	match := w.GetMatch()
 	if len(match) != 1 || match[0].GetMode() != typev1beta1.WorkloadMode_CLIENT || len(match[0].GetPorts()) != 1 ||
 		len(tcpPorts) == 1 && match[0].GetPorts()[0].GetNumber() != tcpPorts[0] {
-		bad("WasmPlugin match %v: want mode CLIENT and exactly the ServiceEntry's TCP port %v (Istio's PassthroughCluster is ORIGINAL_DST too: on other ports hashlb would steer unrelated connections)",
+		bad("%s match %v: want mode CLIENT and exactly the ServiceEntry's TCP port %v (Istio's PassthroughCluster is ORIGINAL_DST too: on other ports hashlb would steer unrelated connections)", b.kind,
 			match, tcpPorts)
 	}
 	return errors.Join(errs...)
@@ -105,28 +105,42 @@ func TestIstioTCPManifests(t *testing.T) {
 	if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
 		t.Fatal(err)
 	}
+	// trafficextension/tcp/ applied instead of tcp/wasmplugin.yaml.
+	if err := checkIstioTCPFiles(readTrafficExtension(t, readIstioTCPDir(t), "trafficextension/tcp/trafficextension.yaml")); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestIstioTCPBrokenCopies: each deliberately broken manifest fails with a
-// message naming the problem.
+// message naming the problem, for the WasmPlugin and for its
+// TrafficExtension twin (teOld where its indentation differs).
 func TestIstioTCPBrokenCopies(t *testing.T) {
 	tests := []struct {
 		name, file, old, new string
+		teOld                string
 		want                 []string
 	}{
-		{"http plugin", "wasmplugin.yaml", "type: NETWORK", "type: HTTP", []string{"needs type NETWORK"}},
-		{"http configuration", "wasmplugin.yaml", "    filterType: network\n", "", []string{"filterType http, want network"}},
-		{"http-only key", "wasmplugin.yaml", "- ${client.ip}", "- ${request.header.x-user}", []string{"reads request.header.x-user"}},
-		{"fail open", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN", []string{"must be FAIL_CLOSE"}},
-		{"every port", "wasmplugin.yaml", "    ports:\n    - number: 5432\n", "", []string{"exactly the ServiceEntry's TCP port"}},
-		{"other port", "wasmplugin.yaml", "- number: 5432", "- number: 5433", []string{"exactly the ServiceEntry's TCP port"}},
-		{"static resolution", "serviceentry.yaml", "resolution: NONE", "resolution: STATIC", []string{"want NONE"}},
+		{"http plugin", "wasmplugin.yaml", "type: NETWORK", "type: HTTP", "", []string{"needs type NETWORK"}},
+		{"http configuration", "wasmplugin.yaml", "    filterType: network\n", "", "      filterType: network\n", []string{"filterType http, want network"}},
+		{"http-only key", "wasmplugin.yaml", "- ${client.ip}", "- ${request.header.x-user}", "", []string{"reads request.header.x-user"}},
+		{"fail open", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN", "", []string{"must be FAIL_CLOSE"}},
+		{"every port", "wasmplugin.yaml", "    ports:\n    - number: 5432\n", "", "", []string{"exactly the ServiceEntry's TCP port"}},
+		{"other port", "wasmplugin.yaml", "- number: 5432", "- number: 5433", "", []string{"exactly the ServiceEntry's TCP port"}},
+		{"static resolution", "serviceentry.yaml", "resolution: NONE", "resolution: STATIC", "", []string{"want NONE"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			files := readIstioTCPDir(t)
-			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
-			wantErr(t, checkIstioTCPFiles(files), tt.want...)
-		})
+		for _, kind := range []string{"WasmPlugin", "TrafficExtension"} {
+			t.Run(tt.name+"/"+kind, func(t *testing.T) {
+				files, file, old := readIstioTCPDir(t), tt.file, tt.old
+				if kind == "TrafficExtension" {
+					files = readTrafficExtension(t, files, "trafficextension/tcp/trafficextension.yaml")
+					if file == "wasmplugin.yaml" {
+						file, old = "trafficextension.yaml", orDefault(tt.teOld, old)
+					}
+				}
+				files[file] = []byte(mustReplace(t, string(files[file]), old, tt.new))
+				wantErr(t, checkIstioTCPFiles(files), tt.want...)
+			})
+		}
 	}
 }

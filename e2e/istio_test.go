@@ -37,12 +37,17 @@ import (
 
 // istioBundle is the parsed content of configs/istio/.
 type istioBundle struct {
-	wasm *extensionsv1alpha1.WasmPlugin
-	ef   *networkingv1alpha3.EnvoyFilter
-	se   *networkingv1alpha3.ServiceEntry
-	etcd *networkingv1alpha3.ServiceEntry // named hashlb-etcd: persistence.fleet's etcd
-	dr   *networkingv1alpha3.DestinationRule
-	vs   *networkingv1alpha3.VirtualService
+	// wasm is the plugin: the WasmPlugin, or the one a TrafficExtension
+	// carries (wasmPluginOf), so that both kinds get the same checks.
+	wasm   *extensionsv1alpha1.WasmPlugin
+	te     *extensionsv1alpha1.TrafficExtension // the TrafficExtension as read, when the plugin is one
+	kind   string                               // the plugin's kind, for messages
+	ef     *networkingv1alpha3.EnvoyFilter
+	se     *networkingv1alpha3.ServiceEntry
+	etcd   *networkingv1alpha3.ServiceEntry // named hashlb-etcd: persistence.fleet's etcd
+	seMeta objectMeta                       // se's name and labels
+	dr     *networkingv1alpha3.DestinationRule
+	vs     *networkingv1alpha3.VirtualService
 }
 
 // k8sObject is the envelope of a manifest; unknown envelope fields are refused.
@@ -56,6 +61,12 @@ type k8sObject struct {
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec json.RawMessage `json:"spec"`
+}
+
+// objectMeta is what the checks read of a manifest's metadata.
+type objectMeta struct {
+	Name   string
+	Labels map[string]string
 }
 
 // loadIstio parses every manifest of the given files (name → YAML).
@@ -93,7 +104,20 @@ func (b *istioBundle) add(doc []byte) error {
 	switch {
 	case o.Kind == "WasmPlugin" && o.APIVersion == "extensions.istio.io/v1alpha1" && b.wasm == nil:
 		b.wasm = &extensionsv1alpha1.WasmPlugin{}
+		b.kind = o.Kind
 		spec = b.wasm
+	case o.Kind == "TrafficExtension" && o.APIVersion == "extensions.istio.io/v1alpha1" && b.wasm == nil:
+		b.te = &extensionsv1alpha1.TrafficExtension{}
+		b.kind = o.Kind
+		if err := strictUnmarshal(o.Spec, b.te); err != nil {
+			return fmt.Errorf("%s %s spec: %w", o.Kind, o.Metadata.Name, err)
+		}
+		w, err := wasmPluginOf(b.te)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", o.Kind, o.Metadata.Name, err)
+		}
+		b.wasm = w
+		return nil
 	case o.Kind == "EnvoyFilter" && o.APIVersion == "networking.istio.io/v1alpha3" && b.ef == nil:
 		b.ef = &networkingv1alpha3.EnvoyFilter{}
 		spec = b.ef
@@ -102,6 +126,7 @@ func (b *istioBundle) add(doc []byte) error {
 		spec = b.etcd
 	case o.Kind == "ServiceEntry" && networking && o.Metadata.Name != "hashlb-etcd" && b.se == nil:
 		b.se = &networkingv1alpha3.ServiceEntry{}
+		b.seMeta = objectMeta{o.Metadata.Name, o.Metadata.Labels}
 		spec = b.se
 	case o.Kind == "DestinationRule" && networking && b.dr == nil:
 		b.dr = &networkingv1alpha3.DestinationRule{}
@@ -118,6 +143,44 @@ func (b *istioBundle) add(doc []byte) error {
 	return nil
 }
 
+// wasmPluginOf returns the WasmPlugin whose fields a TrafficExtension's
+// are: selector, targetRefs, phase, priority and match from its spec, the
+// Wasm fields from spec.wasm. It is Istio's own translation of a WasmPlugin
+// into a TrafficExtension (istio/istio
+// pilot/pkg/config/kube/extensions/translate.go at 86c9f01,
+// translateWasmPlugin), read backwards: the two enums of phase share their
+// numbers. It refuses what the TrafficExtension CRD's rules refuse
+// (istio.io/api v1.32.0 extensions/v1alpha1/traffic_extension.proto:
+// exactly one of wasm and lua; at most one of selector and targetRefs).
+func wasmPluginOf(te *extensionsv1alpha1.TrafficExtension) (*extensionsv1alpha1.WasmPlugin, error) {
+	w := te.GetWasm()
+	switch {
+	case w == nil:
+		return nil, errors.New("spec.wasm: missing (hashlb is a Wasm module; a TrafficExtension takes exactly one of wasm and lua)")
+	case te.GetSelector() != nil && len(te.GetTargetRefs()) > 0:
+		return nil, errors.New("only one of targetRefs or selector can be set")
+	}
+	wp := &extensionsv1alpha1.WasmPlugin{
+		Selector:        te.GetSelector(),
+		TargetRefs:      te.GetTargetRefs(),
+		Phase:           extensionsv1alpha1.PluginPhase(te.GetPhase()),
+		Priority:        te.GetPriority(),
+		Url:             w.GetUrl(),
+		Sha256:          w.GetSha256(),
+		ImagePullPolicy: w.GetImagePullPolicy(),
+		ImagePullSecret: w.GetImagePullSecret(),
+		PluginConfig:    w.GetPluginConfig(),
+		PluginName:      w.GetPluginName(),
+		FailStrategy:    w.GetFailStrategy(),
+		VmConfig:        w.GetVmConfig(),
+		Type:            w.GetType(),
+	}
+	for _, m := range te.GetMatch() {
+		wp.Match = append(wp.Match, &extensionsv1alpha1.WasmPlugin_TrafficSelector{Mode: m.GetMode(), Ports: m.GetPorts()})
+	}
+	return wp, nil
+}
+
 var sha256Hex = regexp.MustCompile(`^[a-f0-9]{64}$`) // the WasmPlugin CRD's pattern for sha256
 
 // checkIstio checks the bundle against hashlb and itself.
@@ -130,30 +193,30 @@ func checkIstio(b *istioBundle) error {
 	}
 	w := b.wasm
 	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
-		bad("WasmPlugin url %q: want an oci://, file:// or http(s):// URL", w.GetUrl())
+		bad("%s url %q: want an oci://, file:// or http(s):// URL", b.kind, w.GetUrl())
 	}
 	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
-		bad("WasmPlugin sha256 %q: want 64 lower-case hex digits", s)
+		bad("%s sha256 %q: want 64 lower-case hex digits", b.kind, s)
 	}
 	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-		bad("WasmPlugin failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb leaves requests unbalanced)", w.GetFailStrategy())
+		bad("%s failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb leaves requests unbalanced)", b.kind, w.GetFailStrategy())
 	}
 	if w.GetType() != extensionsv1alpha1.PluginType_HTTP {
-		bad("WasmPlugin type %s: hashlb is an HTTP filter", w.GetType())
+		bad("%s type %s: hashlb is an HTTP filter", b.kind, w.GetType())
 	}
 	if len(w.GetMatch()) == 0 || slices.ContainsFunc(w.GetMatch(), func(m *extensionsv1alpha1.WasmPlugin_TrafficSelector) bool {
 		return m.GetMode() != typev1beta1.WorkloadMode_CLIENT
 	}) {
-		bad("WasmPlugin match: want mode CLIENT only (hashlb steers outbound requests)")
+		bad("%s match: want mode CLIENT only (hashlb steers outbound requests)", b.kind)
 	}
 	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
 	if err != nil {
-		bad("WasmPlugin pluginConfig: %v", err)
+		bad("%s pluginConfig: %v", b.kind, err)
 		return errors.Join(errs...)
 	}
 	cfg, err := lbcore.ParseConfig(cfgJSON)
 	if err != nil {
-		bad("WasmPlugin pluginConfig: %v", err)
+		bad("%s pluginConfig: %v", b.kind, err)
 		return errors.Join(errs...)
 	}
 	host, port, err := checkServiceEntry(b.se)
@@ -266,6 +329,19 @@ func readIstioDir(t testing.TB) map[string][]byte {
 	return files
 }
 
+// readTrafficExtension returns base with its WasmPlugin file (wasmplugin.yaml)
+// replaced by the TrafficExtension twin at rel (a path under configs/istio/),
+// applied instead of it.
+func readTrafficExtension(t testing.TB, base map[string][]byte, rel string) map[string][]byte {
+	t.Helper()
+	if _, ok := base["wasmplugin.yaml"]; !ok {
+		t.Fatal("no wasmplugin.yaml to replace")
+	}
+	delete(base, "wasmplugin.yaml")
+	base["trafficextension.yaml"] = readRepoFile(t, "configs/istio/"+rel)
+	return base
+}
+
 // readIstioFleet returns the fleet variant: configs/istio/*.yaml with
 // fleet/wasmplugin.yaml in place of wasmplugin.yaml (the same resource, so
 // applying fleet/ after configs/istio/ replaces it) and fleet/'s etcd
@@ -295,6 +371,8 @@ func TestIstioManifests(t *testing.T) {
 	}{
 		{"configs/istio", readIstioDir(t), false},
 		{"configs/istio with fleet/", readIstioFleet(t), true},
+		{"configs/istio with trafficextension/", readTrafficExtension(t, readIstioDir(t), "trafficextension/trafficextension.yaml"), false},
+		{"configs/istio with fleet/ and trafficextension/fleet/", readTrafficExtension(t, readIstioFleet(t), "trafficextension/fleet/trafficextension.yaml"), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -319,49 +397,117 @@ func TestIstioManifests(t *testing.T) {
 }
 
 // TestIstioBrokenCopies: each deliberately broken manifest fails with a
-// message naming the problem.
+// message naming the problem, for the WasmPlugin bundle and for its
+// TrafficExtension twin alike (the plugin file's case applied to
+// trafficextension/'s file: teOld and teNew where its indentation differs).
 func TestIstioBrokenCopies(t *testing.T) {
 	tests := []struct {
 		name, file, old, new string
+		teOld, teNew         string
+		teOnly               bool // a rule of the TrafficExtension alone
 		want                 []string
 	}{
-		{"wrong header name", "envoyfilter.yaml", "- header: x-envoy-original-dst-host", "- header: x-upstream",
-			[]string{"override_host reads header", "x-upstream"}},
-		{"service missing from cluster", "serviceentry.yaml", "  - address: 10.10.0.13\n", "",
-			[]string{`services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`}},
-		{"bad plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 30",
-			[]string{"pluginConfig: upstreamCount: 30 is out of range [1, 8]"}},
-		{"fleet: cluster not Istio's name", "wasmplugin.yaml", "cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", "cluster: etcd",
-			[]string{`persistence.fleet.cluster "etcd"`, `Istio names the etcd cluster "outbound|2379||etcd.hashlb-system.svc.cluster.local"`}},
-		{"fleet: etcd port not HTTP", "etcd-serviceentry.yaml", "protocol: HTTP", "protocol: GRPC",
-			[]string{`ServiceEntry hashlb-etcd port protocol "GRPC": want HTTP`}},
-		{"unknown plugin field", "wasmplugin.yaml", "upstreamCount: 3", "upstreamCount: 3\n    lbMthod: URLHASH",
-			[]string{"lbMthod: unknown field"}},
-		{"unknown spec field", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_CLOSE\n  failStrategyy: FAIL_CLOSE",
-			[]string{"WasmPlugin hashlb spec", "failStrategyy"}},
-		{"fail open", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN",
-			[]string{"failStrategy FAIL_OPEN: must be FAIL_CLOSE"}},
-		{"server side", "wasmplugin.yaml", "- mode: CLIENT", "- mode: SERVER",
-			[]string{"want mode CLIENT"}},
-		{"selectors differ", "envoyfilter.yaml", "      app: frontend", "      app: other",
-			[]string{"selector", "differ"}},
-		{"wrong cluster", "envoyfilter.yaml", "portNumber: 8080", "portNumber: 9090",
-			[]string{"matches cluster hashlb-backends.demo.internal:9090"}},
-		{"unknown envoy field in patch", "envoyfilter.yaml", "fallback_policy:", "fallback_policyy:",
-			[]string{"not an Envoy Cluster", "fallback_policyy"}},
-		{"retries beyond the ranking", "virtualservice.yaml", "attempts: 2", "attempts: 3",
-			[]string{"retries.attempts 3 needs upstreamCount >= 4"}},
-		{"bad sha256", "wasmplugin.yaml", `sha256: "0000`, `sha256: "sha256:0000`,
-			[]string{"WasmPlugin sha256"}},
+		{name: "wrong header name", file: "envoyfilter.yaml", old: "- header: x-envoy-original-dst-host", new: "- header: x-upstream",
+			want: []string{"override_host reads header", "x-upstream"}},
+		{name: "service missing from cluster", file: "serviceentry.yaml", old: "  - address: 10.10.0.13\n", new: "",
+			want: []string{`services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`}},
+		{name: "bad plugin field", file: "wasmplugin.yaml", old: "upstreamCount: 3", new: "upstreamCount: 30",
+			want: []string{"pluginConfig: upstreamCount: 30 is out of range [1, 8]"}},
+		{name: "fleet: cluster not Istio's name", file: "wasmplugin.yaml", old: "cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", new: "cluster: etcd",
+			want: []string{`persistence.fleet.cluster "etcd"`, `Istio names the etcd cluster "outbound|2379||etcd.hashlb-system.svc.cluster.local"`}},
+		{name: "fleet: etcd port not HTTP", file: "etcd-serviceentry.yaml", old: "protocol: HTTP", new: "protocol: GRPC",
+			want: []string{`ServiceEntry hashlb-etcd port protocol "GRPC": want HTTP`}},
+		{name: "unknown plugin field", file: "wasmplugin.yaml", old: "upstreamCount: 3", new: "upstreamCount: 3\n    lbMthod: URLHASH",
+			teNew: "upstreamCount: 3\n      lbMthod: URLHASH", want: []string{"lbMthod: unknown field"}},
+		{name: "unknown spec field", file: "wasmplugin.yaml", old: "failStrategy: FAIL_CLOSE", new: "failStrategy: FAIL_CLOSE\n  failStrategyy: FAIL_CLOSE",
+			teNew: "failStrategy: FAIL_CLOSE\n    failStrategyy: FAIL_CLOSE", want: []string{"WasmPlugin hashlb spec", "failStrategyy"}},
+		{name: "fail open", file: "wasmplugin.yaml", old: "failStrategy: FAIL_CLOSE", new: "failStrategy: FAIL_OPEN",
+			want: []string{"failStrategy FAIL_OPEN: must be FAIL_CLOSE"}},
+		{name: "server side", file: "wasmplugin.yaml", old: "- mode: CLIENT", new: "- mode: SERVER",
+			want: []string{"want mode CLIENT"}},
+		{name: "selectors differ", file: "envoyfilter.yaml", old: "      app: frontend", new: "      app: other",
+			want: []string{"selector", "differ"}},
+		{name: "wrong cluster", file: "envoyfilter.yaml", old: "portNumber: 8080", new: "portNumber: 9090",
+			want: []string{"matches cluster hashlb-backends.demo.internal:9090"}},
+		{name: "unknown envoy field in patch", file: "envoyfilter.yaml", old: "fallback_policy:", new: "fallback_policyy:",
+			want: []string{"not an Envoy Cluster", "fallback_policyy"}},
+		{name: "retries beyond the ranking", file: "virtualservice.yaml", old: "attempts: 2", new: "attempts: 3",
+			want: []string{"retries.attempts 3 needs upstreamCount >= 4"}},
+		{name: "bad sha256", file: "wasmplugin.yaml", old: `sha256: "0000`, new: `sha256: "sha256:0000`,
+			want: []string{"WasmPlugin sha256"}},
+		// The TrafficExtension's own rules (traffic_extension.proto's CEL rules).
+		{name: "wasm fields in spec", file: "wasmplugin.yaml", teOnly: true,
+			teOld: "  wasm:\n", teNew: "  failStrategy: FAIL_CLOSE\n  wasm:\n", want: []string{"TrafficExtension hashlb spec", "failStrategy"}},
+		{name: "selector and targetRefs", file: "wasmplugin.yaml", teOnly: true,
+			teOld: "  phase: STATS\n", teNew: "  phase: STATS\n  targetRefs:\n  - kind: Gateway\n    group: gateway.networking.k8s.io\n    name: waypoint\n",
+			want: []string{"only one of targetRefs or selector"}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			files := readIstioDir(t)
-			if strings.HasPrefix(tt.name, "fleet: ") { // a broken copy of the fleet variant
-				files = readIstioFleet(t)
+		for _, kind := range []string{"WasmPlugin", "TrafficExtension"} {
+			te := kind == "TrafficExtension"
+			if !te && tt.teOnly {
+				continue
 			}
-			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
-			wantErr(t, checkIstioFiles(files), tt.want...)
+			t.Run(tt.name+"/"+kind, func(t *testing.T) {
+				fleet := strings.HasPrefix(tt.name, "fleet: ") // a broken copy of the fleet variant
+				files, file, old, new := readIstioDir(t), tt.file, tt.old, tt.new
+				if fleet {
+					files = readIstioFleet(t)
+				}
+				if te {
+					rel := "trafficextension/trafficextension.yaml"
+					if fleet {
+						rel = "trafficextension/fleet/trafficextension.yaml"
+					}
+					files = readTrafficExtension(t, files, rel)
+					if file == "wasmplugin.yaml" {
+						file = "trafficextension.yaml"
+						old, new = orDefault(tt.teOld, old), orDefault(tt.teNew, new)
+					}
+				}
+				files[file] = []byte(mustReplace(t, string(files[file]), old, new))
+				var want []string
+				for _, w := range tt.want {
+					want = append(want, strings.ReplaceAll(w, "WasmPlugin", kind))
+				}
+				wantErr(t, checkIstioFiles(files), want...)
+			})
+		}
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// TestIstioTrafficExtensionTwins: each TrafficExtension of
+// configs/istio/trafficextension/ carries exactly the plugin of its
+// WasmPlugin twin (every field, pluginConfig included), so the choice of
+// kind changes nothing but the Istio releases that accept it.
+func TestIstioTrafficExtensionTwins(t *testing.T) {
+	for wp, te := range map[string]string{
+		"wasmplugin.yaml":       "trafficextension/trafficextension.yaml",
+		"fleet/wasmplugin.yaml": "trafficextension/fleet/trafficextension.yaml",
+		"tcp/wasmplugin.yaml":   "trafficextension/tcp/trafficextension.yaml",
+	} {
+		t.Run(te, func(t *testing.T) {
+			a, err := loadIstio(map[string][]byte{wp: readRepoFile(t, "configs/istio/"+wp)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := loadIstio(map[string][]byte{te: readRepoFile(t, "configs/istio/"+te)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.te == nil || b.kind != "TrafficExtension" {
+				t.Fatalf("configs/istio/%s holds no TrafficExtension", te)
+			}
+			if !proto.Equal(a.wasm, b.wasm) {
+				t.Errorf("configs/istio/%s carries\n%v\nconfigs/istio/%s\n%v", te, b.wasm, wp, a.wasm)
+			}
 		})
 	}
 }

@@ -21,16 +21,19 @@ A FILE is one of
     envoy.filters.network.wasm) filter that is hashlb's (its name, root_id,
     vm_id or module path mentions hashlb);
   - Kubernetes manifests (YAML, "---" between documents): every Istio
-    WasmPlugin that is hashlb's (its name, url or pluginName mentions hashlb;
-    spec.pluginConfig, turned into JSON as Istio does), and every EnvoyFilter
-    patch holding a hashlb wasm filter. Other resources are listed and skipped;
+    WasmPlugin and TrafficExtension that is hashlb's (its name, url or
+    pluginName mentions hashlb; spec.pluginConfig, a TrafficExtension's
+    spec.wasm.pluginConfig, turned into JSON as Istio does), and every
+    EnvoyFilter patch holding a hashlb wasm filter. Other resources are listed
+    and skipped;
   - configs/schema.json (the JSON Schema of the configuration), skipped.
 
 Each valid configuration is then held to its surroundings: the endpoints of
 the cluster that follows its header against its services, the header that
 cluster reads, fail_open with ORIGINAL_DST, the filter kind against
-filterType, the fleet cluster, retries. A finding names the file, the path
-and line of the node to change, and what to change (docs/cli.md).
+filterType, the fleet cluster, retries, one hashlb per filter chain. A
+finding names the file, the path and line of the node to change, and what to
+change (docs/cli.md).
 
 An Envoy configuration without a hashlb filter, or a file that is none of
 these, is an error; so is a run in which no file holds a hashlb configuration.

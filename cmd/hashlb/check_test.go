@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,6 +87,11 @@ func TestCheckGolden(t *testing.T) {
 		{"fleet-cluster-missing", []string{td + "fleet-cluster-missing.yaml"}},
 		{"retries-fail-open", []string{td + "retries-fail-open.yaml"}},
 		{"istio-unsafe", []string{td + "istio-unsafe.yaml"}},
+		{"istio-mixed", []string{td + "istio-mixed.yaml"}},
+		{"istio-waypoint-unsafe", []string{td + "istio-waypoint-unsafe.yaml"}},
+		{"istio-both-kinds", []string{"../../configs/istio/destinationrule.yaml", "../../configs/istio/envoyfilter.yaml",
+			"../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml", "../../configs/istio/wasmplugin.yaml",
+			"../../configs/istio/trafficextension/trafficextension.yaml"}},
 		{"istio-fleet-without-etcd", []string{"../../configs/istio/fleet/wasmplugin.yaml", "../../configs/istio/serviceentry.yaml"}},
 		{"usage", []string{}},
 		{"usage-flag", []string{"-q", "x.json"}},
@@ -119,6 +125,15 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 		{"istio-tcp", istioTCP, []string{"../../configs/istio/tcp/wasmplugin.yaml: WasmPlugin demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
 		{"istio-fleet", istioFleet, []string{"../../configs/istio/fleet/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
+		{"istio-ambient", []string{"../../configs/istio/ambient/serviceentry.yaml", "../../configs/istio/ambient/trafficextension.yaml"},
+			[]string{"../../configs/istio/ambient/trafficextension.yaml: TrafficExtension demo/hashlb-ambient: ok (URLHASH over 3 services)"}},
+		// The TrafficExtension twins, each applied instead of its WasmPlugin.
+		{"istio-trafficextension", append(without(istio, "wasmplugin.yaml"), "../../configs/istio/trafficextension/trafficextension.yaml"),
+			[]string{"../../configs/istio/trafficextension/trafficextension.yaml: TrafficExtension demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
+		{"istio-trafficextension-fleet", append(without(istio, "wasmplugin.yaml"), "../../configs/istio/fleet/etcd-serviceentry.yaml", "../../configs/istio/trafficextension/fleet/trafficextension.yaml"),
+			[]string{"../../configs/istio/trafficextension/fleet/trafficextension.yaml: TrafficExtension demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
+		{"istio-trafficextension-tcp", append(without(istioTCP, "wasmplugin.yaml"), "../../configs/istio/trafficextension/tcp/trafficextension.yaml"),
+			[]string{"../../configs/istio/trafficextension/tcp/trafficextension.yaml: TrafficExtension demo/hashlb-tcp: ok (SRCIPDESTIPHASH over 3 services)"}},
 	}
 	for _, ex := range exampleConfigs(t) {
 		f, cfg := ex.path, ex.cfg
@@ -141,6 +156,17 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// without returns files but the one named base.
+func without(files []string, base string) []string {
+	var out []string
+	for _, f := range files {
+		if filepath.Base(f) != base {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // TestModuleNeverLinksYAML: the CLI reads YAML; the module must not.
@@ -198,5 +224,103 @@ func TestCLIDocExamples(t *testing.T) {
 		if got := stdout.String() + stderr.String(); got != ex.want {
 			t.Errorf("hashlb %s prints\n%s\ndocs/cli.md says\n%s", strings.Join(ex.args, " "), got, ex.want)
 		}
+	}
+}
+
+// TestCheckTrafficExtensionTwins: a broken TrafficExtension is refused with
+// the messages of its broken WasmPlugin twin. Each case breaks the shipped
+// WasmPlugin bundle and the same bundle with the TrafficExtension of
+// configs/istio/trafficextension/ in its place, the same way; both runs
+// must fail, print want, and print the same lines once the kind, the
+// spec.wasm prefix and line numbers are set aside.
+func TestCheckTrafficExtensionTwins(t *testing.T) {
+	const istio = "../../configs/istio/"
+	http := []string{"destinationrule.yaml", "envoyfilter.yaml", "serviceentry.yaml", "virtualservice.yaml"}
+	tests := []struct {
+		name   string
+		plugin [2]string // the WasmPlugin and the TrafficExtension, under configs/istio/
+		others []string  // the files given with it, under configs/istio/
+		file   string    // the file to break: "plugin" or one of others
+		old    string
+		new    [2]string // the replacement in the WasmPlugin's run and in the TrafficExtension's
+		want   string
+	}{
+		{"wrong header", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "envoyfilter.yaml",
+			"- header: x-envoy-original-dst-host", [2]string{"- header: x-upstream", "- header: x-upstream"}, `override_host reads header ["x-upstream"]`},
+		{"plugin writes another header", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "plugin",
+			"upstreamHeader: x-envoy-original-dst-host", [2]string{"upstreamHeader: x-upstream", "upstreamHeader: x-upstream"}, `writes upstreamHeader "x-upstream"`},
+		{"fleet without cluster", [2]string{"fleet/wasmplugin.yaml", "trafficextension/fleet/trafficextension.yaml"}, []string{"serviceentry.yaml"}, "",
+			"", [2]string{}, `persistence.fleet.cluster "outbound|2379||etcd.hashlb-system.svc.cluster.local": no ServiceEntry given with it makes that cluster`},
+		{"fleet cluster not Istio's name", [2]string{"fleet/wasmplugin.yaml", "trafficextension/fleet/trafficextension.yaml"}, append([]string{"fleet/etcd-serviceentry.yaml"}, http...), "plugin",
+			"cluster: outbound|2379||etcd.hashlb-system.svc.cluster.local", [2]string{"cluster: etcd", "cluster: etcd"}, `Istio names the etcd cluster`},
+		{"fleet etcd port not HTTP", [2]string{"fleet/wasmplugin.yaml", "trafficextension/fleet/trafficextension.yaml"}, append([]string{"fleet/etcd-serviceentry.yaml"}, http...), "fleet/etcd-serviceentry.yaml",
+			"protocol: HTTP", [2]string{"protocol: GRPC", "protocol: GRPC"}, `port protocol "GRPC": want HTTP`},
+		{"fail open", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "plugin",
+			"failStrategy: FAIL_CLOSE", [2]string{"failStrategy: FAIL_OPEN", "failStrategy: FAIL_OPEN"}, "failStrategy FAIL_OPEN: must be FAIL_CLOSE"},
+		{"NETWORK type for an HTTP configuration", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "plugin",
+			"type: HTTP", [2]string{"type: NETWORK", "type: NETWORK"}, "type NETWORK with filterType http"},
+		{"invalid configuration", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "plugin",
+			"upstreamCount: 3", [2]string{"upstreamCount: 30", "upstreamCount: 30"}, "upstreamCount: 30 is out of range [1, 8]"},
+		{"unknown configuration field", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "plugin",
+			"upstreamCount: 3", [2]string{"upstreamCount: 3\n    lbMthod: URLHASH", "upstreamCount: 3\n      lbMthod: URLHASH"}, "lbMthod: unknown field"},
+		{"selectors differ", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "envoyfilter.yaml",
+			"      app: frontend", [2]string{"      app: other", "      app: other"}, "selector map[app:frontend] differ"},
+		{"service missing from the cluster", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "serviceentry.yaml",
+			"  - address: 10.10.0.13\n", [2]string{"", ""}, `services[2] "backend-3" 10.10.0.13:8080 is not an endpoint`},
+		{"retries beyond the ranking", [2]string{"wasmplugin.yaml", "trafficextension/trafficextension.yaml"}, http, "virtualservice.yaml",
+			"attempts: 2", [2]string{"attempts: 3", "attempts: 3"}, "retries.attempts 3 needs upstreamCount >= 4"},
+		{"tcp: HTTP type for a network configuration", [2]string{"tcp/wasmplugin.yaml", "trafficextension/tcp/trafficextension.yaml"}, []string{"tcp/serviceentry.yaml"}, "plugin",
+			"type: NETWORK", [2]string{"type: HTTP", "type: HTTP"}, "type HTTP with filterType network"},
+		{"tcp: fail open", [2]string{"tcp/wasmplugin.yaml", "trafficextension/tcp/trafficextension.yaml"}, []string{"tcp/serviceentry.yaml"}, "plugin",
+			"failStrategy: FAIL_CLOSE", [2]string{"failStrategy: FAIL_OPEN", "failStrategy: FAIL_OPEN"}, "a skipped NETWORK plugin lets tcp_proxy connect"},
+	}
+	line := regexp.MustCompile(`\(line \d+\)`)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var outs [2]string
+			for k := range 2 {
+				dir := t.TempDir()
+				var args []string
+				for _, f := range append([]string{tt.plugin[k]}, tt.others...) {
+					data, err := os.ReadFile(istio + f)
+					if err != nil {
+						t.Fatal(err)
+					}
+					name := f
+					if f == tt.plugin[k] {
+						name = "plugin"
+					}
+					if name == tt.file {
+						s := string(data)
+						if !strings.Contains(s, tt.old) {
+							t.Fatalf("%s has no %q", f, tt.old)
+						}
+						data = []byte(strings.Replace(s, tt.old, tt.new[k], 1))
+					}
+					path := filepath.Join(dir, strings.ReplaceAll(name, "/", "-"))
+					if err := os.WriteFile(path, data, 0o644); err != nil {
+						t.Fatal(err)
+					}
+					args = append(args, path)
+				}
+				var stdout, stderr bytes.Buffer
+				code := runCheck(args, &stdout, &stderr)
+				if code != 1 || !strings.Contains(stderr.String(), tt.want) {
+					t.Fatalf("hashlb check %s = %d, want 1 and %q on stderr:\n%s%s", tt.plugin[k], code, tt.want, stdout.String(), stderr.String())
+				}
+				out := strings.ReplaceAll(stdout.String()+stderr.String(), dir+string(filepath.Separator), "")
+				for _, f := range []string{"pluginConfig", "failStrategy", "type"} {
+					if k == 1 && strings.Contains(out, "spec."+f) {
+						t.Errorf("the TrafficExtension's finding names spec.%s, which is spec.wasm.%s there:\n%s", f, f, out)
+					}
+				}
+				out = strings.ReplaceAll(out, "TrafficExtension", "WasmPlugin")
+				out = strings.ReplaceAll(out, "spec.wasm.", "spec.")
+				outs[k] = line.ReplaceAllString(out, "(line _)")
+			}
+			if outs[0] != outs[1] {
+				t.Errorf("the WasmPlugin's run printed\n%s\nthe TrafficExtension's\n%s", outs[0], outs[1])
+			}
+		})
 	}
 }

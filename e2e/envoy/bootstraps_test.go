@@ -61,16 +61,17 @@ func TestBootstrapsStart(t *testing.T) {
 }
 
 // TestBootstrapsAreAllCovered: every YAML file of the repository root,
-// configs/ and configs/istio/ that is an Envoy bootstrap (a top-level
-// static_resources) has a case in bootstrapCases, and every case is such a
-// file. Istio's files are custom resources, not bootstraps.
+// configs/ and configs/istio/ (and two levels of its directories, such as
+// configs/istio/trafficextension/tcp/) that is an Envoy bootstrap (a
+// top-level static_resources) has a case in bootstrapCases, and every case
+// is such a file. Istio's files are custom resources, not bootstraps.
 func TestBootstrapsAreAllCovered(t *testing.T) {
 	root, err := envoyrun.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found []string
-	for _, pat := range []string{"*.yaml", "configs/*.yaml", "configs/istio/*.yaml", "configs/istio/*/*.yaml"} {
+	for _, pat := range []string{"*.yaml", "configs/*.yaml", "configs/istio/*.yaml", "configs/istio/*/*.yaml", "configs/istio/*/*/*.yaml"} {
 		files, _ := filepath.Glob(filepath.Join(root, pat))
 		for _, f := range files {
 			b, err := os.ReadFile(f)

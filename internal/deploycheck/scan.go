@@ -218,8 +218,8 @@ func (src *File) manifest(m *yaml.Node) {
 				src.manifest(it)
 			}
 		}
-	case kind == "WasmPlugin" && group == "extensions.istio.io":
-		src.wasmPlugin(m, where)
+	case (kind == "WasmPlugin" || kind == "TrafficExtension") && group == "extensions.istio.io":
+		src.wasmPlugin(m, kind, where)
 	case kind == "EnvoyFilter" && group == "networking.istio.io":
 		n := len(src.Items)
 		for i, p := range items(get(get(m, "spec"), "configPatches")) {
@@ -234,29 +234,67 @@ func (src *File) manifest(m *yaml.Node) {
 	}
 }
 
-// wasmPlugin reads an Istio WasmPlugin's pluginConfig, which Istio hands to
-// the module as JSON (protojson of a google.protobuf.Struct: keys sorted,
-// numbers as doubles).
-func (src *File) wasmPlugin(m *yaml.Node, where string) {
+// wasmFields returns the node of a WasmPlugin or TrafficExtension that
+// holds the Wasm fields (url, pluginName, pluginConfig, failStrategy,
+// type), and its path: a WasmPlugin's spec, a TrafficExtension's spec.wasm
+// (istio.io/api v1.32.0 extensions/v1alpha1/traffic_extension.proto:
+// TrafficExtension.wasm is a WasmConfig; selector, targetRefs, phase,
+// priority and match stay in spec). nil for a TrafficExtension without wasm.
+func wasmFields(m *yaml.Node) (*yaml.Node, string) {
 	spec := get(m, "spec")
+	if str(get(m, "kind")) == "TrafficExtension" {
+		return get(spec, "wasm"), "spec.wasm"
+	}
+	return spec, "spec"
+}
+
+// misplacedWasmFields are WasmPlugin fields a TrafficExtension takes under
+// spec.wasm, not in spec.
+var misplacedWasmFields = []string{"url", "sha256", "pluginConfig", "pluginName", "failStrategy", "type", "imagePullPolicy", "imagePullSecret", "vmConfig"}
+
+// wasmPlugin reads the pluginConfig of an Istio WasmPlugin (spec) or
+// TrafficExtension (spec.wasm), which Istio hands to the module as JSON
+// (protojson of a google.protobuf.Struct: keys sorted, numbers as doubles).
+func (src *File) wasmPlugin(m *yaml.Node, kind, where string) {
+	spec := get(m, "spec")
+	w, at := wasmFields(m)
 	name := str(get(get(m, "metadata"), "name"))
-	if !mentionsHashlb(name, str(get(spec, "url")), str(get(spec, "pluginName"))) {
+	if !mentionsHashlb(name, str(get(w, "url")), str(get(w, "pluginName"))) {
+		if w == nil && get(spec, "lua") != nil {
+			src.skip(where + ": a Lua extension, not hashlb's")
+			return
+		}
 		src.skip(where + ": not hashlb's (neither its name, url nor pluginName mentions hashlb)")
 		return
 	}
 	e := Item{Where: where, Node: m}
+	if kind == "TrafficExtension" {
+		for _, f := range misplacedWasmFields {
+			if n := get(spec, f); n != nil {
+				e.Problem = fmt.Sprintf("spec.%s (line %d): a TrafficExtension has no spec.%s (its CRD's schema): the Wasm fields go under spec.wasm (spec.wasm.%s)", f, n.Line, f, f)
+				src.Items = append(src.Items, e)
+				return
+			}
+		}
+		if w == nil {
+			e.Problem = "spec.wasm: missing: hashlb is a Wasm module (a TrafficExtension takes exactly one of wasm and lua)"
+			src.Items = append(src.Items, e)
+			return
+		}
+	}
 	// An absent or empty pluginConfig gives the module no configuration at
-	// all (istio pilot/pkg/model/wasm.go: only a Struct with fields is
-	// marshalled).
-	if pc := get(spec, "pluginConfig"); pc != nil && pc.ShortTag() != "!!null" && !(pc.Kind == yaml.MappingNode && len(pc.Content) == 0) {
+	// all: only a Struct with fields is marshalled (istio/istio
+	// pilot/pkg/model/extensions.go at 86c9f01, buildWasmConfig, which a
+	// WasmPlugin reaches too, turned into a TrafficExtension).
+	if pc := get(w, "pluginConfig"); pc != nil && pc.ShortTag() != "!!null" && !(pc.Kind == yaml.MappingNode && len(pc.Content) == 0) {
 		if pc.Kind != yaml.MappingNode {
-			e.Problem = fmt.Sprintf("spec.pluginConfig (line %d): a %s; Istio takes a mapping and passes it to the module as JSON", pc.Line, kindName(pc))
+			e.Problem = fmt.Sprintf("%s.pluginConfig (line %d): a %s; Istio takes a mapping and passes it to the module as JSON", at, pc.Line, kindName(pc))
 		} else if v, err := structValue(pc); err != nil {
-			e.Problem = "spec.pluginConfig: " + err.Error()
+			e.Problem = at + ".pluginConfig: " + err.Error()
 		} else {
 			e.Data, err = marshalJSON(v)
 			if err != nil {
-				e.Problem = "spec.pluginConfig: " + err.Error()
+				e.Problem = at + ".pluginConfig: " + err.Error()
 			}
 		}
 	}

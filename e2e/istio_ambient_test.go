@@ -1,0 +1,163 @@
+package e2e
+
+// configs/istio/ambient/ against istio.io/api: the TrafficExtension that
+// runs hashlb on an ambient waypoint and the ServiceEntry it steers, read
+// with strict protojson (loadIstio), checked against each other and against
+// what a waypoint does with them (istio/istio at 86c9f01, docs/deploy.md
+// "Ambient mode"): the plugin is attached to the ServiceEntry by targetRefs
+// (a waypoint ignores selector), has no match a waypoint's inbound chains
+// never satisfy, and hands its choice over as filter state to the
+// ORIGINAL_DST cluster Istio builds for a resolution NONE ServiceEntry,
+// which ztunnel sends to the waypoint (istio.io/use-waypoint, an address).
+// hashlb check's cross-checks (internal/deploycheck) must find nothing.
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// checkIstioAmbient checks the bundle of configs/istio/ambient/.
+func checkIstioAmbient(b *istioBundle) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if b.te == nil || b.se == nil {
+		return errors.New("configs/istio/ambient needs a TrafficExtension and a ServiceEntry")
+	}
+	te, se := b.te, b.se
+	refs := te.GetTargetRefs()
+	if te.GetSelector() != nil || len(refs) != 1 || refs[0].GetKind() != "ServiceEntry" || refs[0].GetGroup() != "networking.istio.io" ||
+		refs[0].GetName() != b.seMeta.Name {
+		bad("TrafficExtension targetRefs %v: want exactly the ServiceEntry %s (group networking.istio.io), and no selector (a waypoint ignores it)", refs, b.seMeta.Name)
+	}
+	for i, m := range te.GetMatch() {
+		if m.GetMode() == typev1beta1.WorkloadMode_CLIENT || len(m.GetPorts()) > 0 {
+			bad("TrafficExtension match[%d] %v: a waypoint's inbound HTTP chains never match mode CLIENT or a port list", i, m)
+		}
+	}
+	if te.GetPhase() != extensionsv1alpha1.TrafficExtension_STATS {
+		bad("TrafficExtension phase %s: want STATS (after the waypoint's authn/authz)", te.GetPhase())
+	}
+	w := te.GetWasm()
+	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
+		bad("TrafficExtension wasm.url %q: want an oci://, file:// or http(s):// URL", w.GetUrl())
+	}
+	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
+		bad("TrafficExtension wasm.sha256 %q: want 64 lower-case hex digits", s)
+	}
+	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
+		bad("TrafficExtension wasm.failStrategy %s: must be FAIL_CLOSE", w.GetFailStrategy())
+	}
+	if w.GetType() != extensionsv1alpha1.PluginType_HTTP {
+		bad("TrafficExtension wasm.type %s: a waypoint runs extensions in its HTTP chains only", w.GetType())
+	}
+	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
+	if err != nil {
+		return fmt.Errorf("TrafficExtension wasm.pluginConfig: %w", err)
+	}
+	switch cfg, err := lbcore.ParseConfig(cfgJSON); {
+	case err != nil:
+		bad("TrafficExtension wasm.pluginConfig: %v", err)
+	case !cfg.ViaFilterState() || cfg.Network():
+		bad("TrafficExtension wasm.pluginConfig: want an HTTP filter with upstreamVia filterState (the waypoint's ORIGINAL_DST cluster reads no header)")
+	}
+	if se.GetResolution() != networkingv1alpha3.ServiceEntry_NONE || len(se.GetEndpoints()) > 0 {
+		bad("ServiceEntry resolution %s with %d endpoints: want NONE and none (an ORIGINAL_DST cluster on the waypoint; hashlb's services are the backends)", se.GetResolution(), len(se.GetEndpoints()))
+	}
+	if len(se.GetAddresses()) == 0 {
+		bad("ServiceEntry addresses: want the VIP the clients call (Istio allocates none for resolution NONE)")
+	}
+	if b.seMeta.Labels["istio.io/use-waypoint"] == "" {
+		bad("ServiceEntry labels %v: want istio.io/use-waypoint, or ztunnel sends its traffic to no waypoint", b.seMeta.Labels)
+	}
+	for _, p := range se.GetPorts() {
+		if p.GetProtocol() != "HTTP" || p.GetTargetPort() != 0 {
+			bad("ServiceEntry port %v: want protocol HTTP and no targetPort", p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// readIstioAmbientDir returns configs/istio/ambient/*.yaml by base name.
+func readIstioAmbientDir(t testing.TB) map[string][]byte {
+	t.Helper()
+	dir := filepath.Join(repoRoot(t), "configs", "istio", "ambient")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = data
+	}
+	return files
+}
+
+func checkIstioAmbientFiles(files map[string][]byte) error {
+	b, err := loadIstio(files)
+	if err != nil {
+		return err
+	}
+	return errors.Join(checkIstioAmbient(b), crossCheck(files))
+}
+
+func TestIstioAmbientManifests(t *testing.T) {
+	if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIstioAmbientBrokenCopies: each deliberately broken copy fails, and
+// those that hashlb check refuses say so with its message (the ones that
+// name a waypoint).
+func TestIstioAmbientBrokenCopies(t *testing.T) {
+	tests := []struct {
+		name, file, old, new string
+		want                 []string
+	}{
+		{"header instead of filter state", "trafficextension.yaml", "upstreamVia: filterState", "upstreamVia: header",
+			[]string{"upstreamVia header on a waypoint", "want an HTTP filter with upstreamVia filterState"}},
+		{"client mode", "trafficextension.yaml", "  wasm:\n", "  match:\n  - mode: CLIENT\n  wasm:\n",
+			[]string{"match mode CLIENT on a waypoint", "never match mode CLIENT"}},
+		{"port match", "trafficextension.yaml", "  wasm:\n", "  match:\n  - mode: SERVER\n    ports:\n    - number: 8080\n  wasm:\n",
+			[]string{"match ports on a waypoint"}},
+		{"network plugin", "trafficextension.yaml", "type: HTTP", "type: NETWORK",
+			[]string{"type NETWORK with filterType http"}},
+		{"selector instead of targetRefs", "trafficextension.yaml", "  targetRefs:\n  - group: networking.istio.io\n    kind: ServiceEntry\n    name: hashlb-ambient\n",
+			"  selector:\n    matchLabels:\n      app: frontend\n", []string{"want exactly the ServiceEntry hashlb-ambient"}},
+		{"fail open", "trafficextension.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN",
+			[]string{"failStrategy FAIL_OPEN: must be FAIL_CLOSE"}},
+		{"no waypoint label", "serviceentry.yaml", "    istio.io/use-waypoint: waypoint\n", "    app: backends\n",
+			[]string{"no istio.io/use-waypoint label", "want istio.io/use-waypoint"}},
+		{"static resolution", "serviceentry.yaml", "resolution: NONE", "resolution: STATIC",
+			[]string{"resolution STATIC: a waypoint's cluster for it is not ORIGINAL_DST"}},
+		{"no address", "serviceentry.yaml", "  addresses:\n  - 240.240.0.20\n", "",
+			[]string{"no addresses: Istio allocates none"}},
+		{"TCP port", "serviceentry.yaml", "protocol: HTTP", "protocol: TCP",
+			[]string{`protocol "TCP": TrafficExtension demo/hashlb-ambient runs in the waypoint's HTTP chains only`}},
+		{"target port", "serviceentry.yaml", "protocol: HTTP", "protocol: HTTP\n    targetPort: 9090",
+			[]string{"targetPort 9090: Istio makes it the ORIGINAL_DST cluster's upstream_port_override"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			files := readIstioAmbientDir(t)
+			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
+			wantErr(t, checkIstioAmbientFiles(files), tt.want...)
+		})
+	}
+}
