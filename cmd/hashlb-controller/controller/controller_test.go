@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/services"
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // Every test runs against the real kube-apiserver and etcd (package
@@ -265,8 +267,7 @@ func TestMissingService(t *testing.T) {
 }
 
 // TestInvalidResultKeptOut: endpoints that lbcore would refuse (one pod
-// name at two addresses; no endpoints at all) never replace the last good
-// list.
+// name at two addresses) never replace the last good list.
 func TestInvalidResultKeptOut(t *testing.T) {
 	t.Parallel()
 	k := newKube(t)
@@ -286,14 +287,7 @@ func TestInvalidResultKeptOut(t *testing.T) {
 		t.Errorf("services after a duplicate = %s, want the last good %s", got, good)
 	}
 
-	// Scaled to zero: still the last good list.
 	k.slice("web", "web-b", v4, httpPort)
-	k.slice("web", "web-a", v4, httpPort)
-	k.waitError("hashlb", fmt.Sprintf("Service %s/web has no IPv4 endpoints for port \"http\"", k.ns), settle)
-	if got := servicesOf(k.get("hashlb")); got != good {
-		t.Errorf("services after scaling to zero = %s, want the last good %s", got, good)
-	}
-
 	k.slice("web", "web-a", v4, httpPort, p[:2]...)
 	k.waitServices("hashlb", want(8080, p[:2]...), settle)
 	k.waitError("hashlb", "", settle)
@@ -427,4 +421,56 @@ func TestAnnotationWithWhitespace(t *testing.T) {
 	for name := range names {
 		k.waitError(name, fmt.Sprintf("Service %s/web not found", k.ns), settle)
 	}
+}
+
+// TestScaleToZeroAndBack: a Service scaled to zero leaves no pod that may
+// take a request, so every listed service is disabled (the filter answers
+// 503 "no healthy service") rather than kept enabled on pods that are gone;
+// hashlb.io/error and a Warning event say why. Scaled back up, the pods are
+// listed and enabled again and the annotation goes.
+func TestScaleToZeroAndBack(t *testing.T) {
+	t.Parallel()
+	k := newKube(t)
+	k.controller(Options{})
+	k.service("web")
+	p := pods("web", 1, 3)
+	k.slice("web", "web-a", v4, httpPort, p[:2]...)
+	k.slice("web", "web-b", v4, httpPort, p[2])
+	k.wasmPlugin("hashlb", annotated("web"), basicConfig())
+	k.waitServices("hashlb", want(8080, p...), settle)
+
+	// To zero: one slice emptied, the other deleted (both happen).
+	k.slice("web", "web-a", v4, httpPort)
+	if err := k.c.Delete(context.Background(), &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: k.ns, Name: "web-b"}}); err != nil {
+		t.Fatal(err)
+	}
+	off := make([]ep, len(p))
+	for i := range p {
+		off[i] = p[i]
+		off[i].notReady = true
+	}
+	k.waitServices("hashlb", want(8080, off...), settle)
+	reason := fmt.Sprintf("Service %s/web has no IPv4 endpoints for port \"http\": every service in spec.pluginConfig.services disabled", k.ns)
+	if got := k.waitError("hashlb", "every service", settle); got != reason {
+		t.Errorf("%s = %q, want %q", AnnotationError, got, reason)
+	}
+	k.waitEvent("hashlb", ReasonDisabled, "requests get 503 until an endpoint is ready", settle)
+	cfg, _, _ := unstructured.NestedMap(k.get("hashlb").Object, "spec", "pluginConfig")
+	data, _ := json.Marshal(cfg)
+	parsed, err := lbcore.ParseConfig(data)
+	if err != nil {
+		t.Fatalf("configuration after scaling to zero: lbcore refuses it: %v", err)
+	}
+	for _, s := range parsed.Services {
+		if s.Enabled {
+			t.Errorf("after scaling to zero, service %s is enabled", s.Name)
+		}
+	}
+
+	// Back up: two pods, one of them a returning name (a StatefulSet's).
+	back := []ep{p[0], {pod: "web-9", ip: "10.1.0.9"}}
+	k.slice("web", "web-a", v4, httpPort, back...)
+	k.waitServices("hashlb", want(8080, back...), settle)
+	k.waitError("hashlb", "", settle)
+	k.waitEvent("hashlb", ReasonUpdated, "2 services (2 enabled) from Service web", settle)
 }

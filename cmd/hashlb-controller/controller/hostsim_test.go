@@ -375,3 +375,100 @@ func countTrue(m map[string]bool) int {
 	}
 	return n
 }
+
+// TestScaledToZeroOnHostsim: the configuration the controller writes when
+// a Service has no endpoints left (every listed service disabled) makes
+// hashlb answer every request itself with 503 "no healthy service", and
+// nothing leaves for a pod that is gone. With persistence, the keys'
+// entries stay in the table while nothing is selectable: when the same pods
+// come back (a StatefulSet's names), each key returns to its pod.
+func TestScaledToZeroOnHostsim(t *testing.T) {
+	const keys = 200
+	wasm := hashlbWasm(t)
+	wp := NewWasmPlugin()
+	wp.SetNamespace("demo")
+	wp.SetName("web")
+	if err := unstructured.SetNestedMap(wp.Object, map[string]any{"lbMethod": "ROUNDROBIN",
+		"persistence": map[string]any{"keys": []any{"${request.path}"}, "expire": "1h"}}, "spec", "pluginConfig"); err != nil {
+		t.Fatal(err)
+	}
+	pods := make([]podAt, 4)
+	for i := range pods {
+		pods[i] = podAt{fmt.Sprintf("web-%d", i), fmt.Sprintf("10.1.0.%d", 10+i), true}
+	}
+	up, _, _ := generic(services.FromSlices(endpointSlices(pods), "http", discoveryv1.AddressTypeIPv4))
+	config := func(list []any) []byte {
+		t.Helper()
+		cfg, err := newConfigJSON(wp, list)
+		if err != nil {
+			t.Fatalf("newConfigJSON: %v", err)
+		}
+		b, _ := json.Marshal(cfg)
+		return b
+	}
+	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{Workers: 1, PluginConfig: config(up)})
+	if err != nil {
+		t.Fatalf("hostsim.New: %v", err)
+	}
+	defer h.Close(context.Background())
+	send := func(k int) hostsim.Result {
+		s := h.Stream(0)
+		res := s.RequestHeaders(keyRequest(k), nil)
+		if res.LocalReply == nil {
+			s.ResponseHeaders([][2]string{{":status", "200"}})
+		}
+		if err := s.Finish(); err != nil {
+			t.Fatalf("key %d: Finish: %v", k, err)
+		}
+		return res
+	}
+	first := map[int]string{}
+	for k := range keys {
+		res := send(k)
+		first[k], _ = res.Header("x-hashlb-service")
+		if res.LocalReply != nil || first[k] == "" {
+			t.Fatalf("key %d with 4 pods: local reply %+v, service %q", k, res.LocalReply, first[k])
+		}
+	}
+
+	// Scaled to zero: what the reconciler writes (disabled) for the listed services.
+	var current any
+	_ = json.Unmarshal(config(up), &struct {
+		Services *any `json:"services"`
+	}{&current})
+	off, n := disabled(current)
+	if n != len(pods) {
+		t.Fatalf("disabled() kept %d services, want %d", n, len(pods))
+	}
+	if err := h.Configure(config(off)); err != nil {
+		t.Fatalf("the scaled-to-zero configuration: %v", err)
+	}
+	for k := range keys {
+		res := send(k)
+		if res.LocalReply == nil || res.LocalReply.Status != 503 || string(res.LocalReply.Body) != "no healthy service" {
+			t.Fatalf("key %d scaled to zero: local reply %+v, want 503 \"no healthy service\"", k, res.LocalReply)
+		}
+		if v, ok := res.Header("x-envoy-original-dst-host"); ok {
+			t.Fatalf("key %d scaled to zero: the request carries x-envoy-original-dst-host %q", k, v)
+		}
+	}
+
+	// The same pods back (new addresses, same names and hashIds).
+	for i := range pods {
+		pods[i].ip = fmt.Sprintf("10.2.0.%d", 10+i)
+	}
+	back, _, _ := generic(services.FromSlices(endpointSlices(pods), "http", discoveryv1.AddressTypeIPv4))
+	if err := h.Configure(config(back)); err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for k := range keys {
+		if got, _ := send(k).Header("x-hashlb-service"); got != first[k] {
+			moved++
+		}
+	}
+	t.Logf("%d keys: 503 while scaled to zero; back on the same pods, %d keys moved", keys, moved)
+	if moved != 0 {
+		t.Errorf("%d of %d keys moved when the same pods came back, want 0 (their entries stay while nothing is selectable)", moved, keys)
+	}
+}

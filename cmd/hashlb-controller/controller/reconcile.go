@@ -32,6 +32,9 @@ const AnnotationError = "hashlb.io/error"
 const (
 	ReasonUpdated  = "ServicesUpdated"
 	ReasonRejected = "ServicesRejected"
+	// ReasonDisabled: the Service has no endpoints left, every listed
+	// service was disabled.
+	ReasonDisabled = "ServicesDisabled"
 )
 
 // maxMessage bounds the error annotation and event note (an Event's note
@@ -124,28 +127,43 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 	if err == nil {
 		list, err = r.endpoints(ctx, wp.GetNamespace(), sel)
 	}
+	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
+	u := update{wp: wp, sel: sel}
+	var none *noEndpoints
+	switch {
+	case errors.As(err, &none):
+		// Scaled to zero: the pods listed are gone or going, so none may
+		// receive a request. Every listed service is disabled (the filter
+		// then answers 503 "no healthy service"), and the annotation says why.
+		if u.services, u.total = disabled(current); u.total == 0 {
+			break // nothing listed to disable: the error below
+		}
+		u.note = fmt.Sprintf("%s: every service in %s disabled", none.Error(), servicesField)
+		err = nil
+	case err == nil:
+		u.services, u.total, u.enabled = generic(list)
+	}
 	var cfg map[string]any
 	if err == nil {
-		cfg, err = newConfig(wp, list)
+		cfg, err = newConfigJSON(wp, u.services)
 	}
 	if err != nil {
 		var bad *badInput
-		if errors.As(err, &bad) {
+		if errors.As(err, &bad) || errors.As(err, &none) {
 			return ctrl.Result{}, r.reject(ctx, wp, err)
 		}
 		return ctrl.Result{}, err // the API server failed: retried with backoff
 	}
 
-	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
-	u := update{wp: wp, sel: sel, list: list, changed: !sameJSON(current, list),
-		hadError: wp.GetAnnotations()[AnnotationError] != ""}
+	u.changed = !sameJSON(current, u.services)
+	u.annotationStale = wp.GetAnnotations()[AnnotationError] != u.note
 	if r.ECDS != nil {
 		if u.ecdsFile, err = r.ECDS.Resource(wp, cfg); err != nil {
 			return ctrl.Result{}, r.reject(ctx, wp, err)
 		}
 		u.ecdsStale = r.ECDS.Stale(wp, u.ecdsFile)
 	}
-	if !u.changed && !u.hadError && !u.ecdsStale {
+	if !u.changed && !u.annotationStale && !u.ecdsStale {
 		r.settled(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
@@ -159,24 +177,33 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 	return ctrl.Result{}, nil
 }
 
+// servicesField names the field the controller writes, for messages.
+const servicesField = "spec.pluginConfig.services"
+
 // update is what one reconcile found out of date.
 type update struct {
-	wp        *unstructured.Unstructured
-	sel       services.Selection
-	list      []services.Service
-	changed   bool   // the services differ from the object's
-	hadError  bool   // hashlb.io/error is set
-	ecdsFile  []byte // the ECDS file's content; nil without -ecds-dir
-	ecdsStale bool   // the file on disk differs from ecdsFile
+	wp              *unstructured.Unstructured
+	sel             services.Selection
+	services        []any  // the new services, as JSON values
+	total, enabled  int    // how many services, and how many enabled
+	note            string // the hashlb.io/error the object should carry ("" none)
+	changed         bool   // the services differ from the object's
+	annotationStale bool   // hashlb.io/error is not note
+	ecdsFile        []byte // the ECDS file's content; nil without -ecds-dir
+	ecdsStale       bool   // the file on disk differs from ecdsFile
 }
 
-// apply writes the services (clearing hashlb.io/error) and the ECDS file,
-// as u says, and records the change.
+// apply writes the services and hashlb.io/error and the ECDS file, as u
+// says, and records the change.
 func (r *Reconciler) apply(ctx context.Context, u update) error {
-	if u.changed || u.hadError {
-		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": json.RawMessage(services.JSON(u.list))}}}
-		if u.hadError {
-			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: nil}}
+	if u.changed || u.annotationStale {
+		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": u.services}}}
+		if u.annotationStale {
+			var note any // nil removes the annotation
+			if u.note != "" {
+				note = u.note
+			}
+			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: note}}
 		}
 		if err := r.patch(ctx, u.wp, body); err != nil {
 			return err
@@ -187,22 +214,51 @@ func (r *Reconciler) apply(ctx context.Context, u update) error {
 			return err
 		}
 	}
-	enabled := 0
-	for _, s := range u.list {
+	switch {
+	case u.changed && u.note != "":
+		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeWarning, ReasonDisabled, "UpdateServices",
+			"%s; requests get 503 until an endpoint is ready", u.note)
+	case u.changed:
+		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeNormal, ReasonUpdated, "UpdateServices",
+			"%d services (%d enabled) from Service %s", u.total, u.enabled, u.sel.Service)
+	}
+	logf.FromContext(ctx).Info("services written", "service", u.sel.Service, "services", u.total,
+		"enabled", u.enabled, "patched", u.changed || u.annotationStale, "ecdsFileWritten", u.ecdsStale)
+	return nil
+}
+
+// generic is list as JSON values, with its length and enabled count.
+func generic(list []services.Service) (out []any, total, enabled int) {
+	_ = json.Unmarshal(services.JSON(list), &out) // services.JSON is always an array
+	for _, s := range list {
 		if s.Enabled {
 			enabled++
 		}
 	}
-	if u.changed {
-		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeNormal, ReasonUpdated, "UpdateServices",
-			"%d services (%d enabled) from Service %s", len(u.list), enabled, u.sel.Service)
-	}
-	logf.FromContext(ctx).Info("services written", "service", u.sel.Service, "services", len(u.list),
-		"enabled", enabled, "patched", u.changed || u.hadError, "ecdsFileWritten", u.ecdsStale)
-	return nil
+	return out, len(list), enabled
 }
 
-// endpoints reads the Service and its EndpointSlices.
+// disabled is a copy of the object's services with every entry's enabled
+// false and every other field as it is; total is 0 when there are none.
+func disabled(current any) (out []any, total int) {
+	list, _ := current.([]any)
+	for _, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, 0 // not a services list lbcore would take: leave it to the error
+		}
+		c := make(map[string]any, len(m)+1)
+		for k, v := range m {
+			c[k] = v
+		}
+		c["enabled"] = false
+		out = append(out, c)
+	}
+	return out, len(out)
+}
+
+// endpoints reads the Service and its EndpointSlices. It returns a
+// *noEndpoints error when the Service has none of the port and family.
 func (r *Reconciler) endpoints(ctx context.Context, ns string, sel services.Selection) ([]services.Service, error) {
 	svc := &corev1.Service{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: sel.Service}, svc); err != nil {
@@ -222,12 +278,18 @@ func (r *Reconciler) endpoints(ctx context.Context, ns string, sel services.Sele
 	list := services.FromSlices(slices.Items, port, sel.AddressType)
 	if len(list) == 0 {
 		if port == "" {
-			return nil, badf("Service %s/%s has no %s endpoints", ns, sel.Service, sel.AddressType)
+			return nil, &noEndpoints{fmt.Sprintf("Service %s/%s has no %s endpoints", ns, sel.Service, sel.AddressType)}
 		}
-		return nil, badf("Service %s/%s has no %s endpoints for port %q", ns, sel.Service, sel.AddressType, port)
+		return nil, &noEndpoints{fmt.Sprintf("Service %s/%s has no %s endpoints for port %q", ns, sel.Service, sel.AddressType, port)}
 	}
 	return list, nil
 }
+
+// noEndpoints: the Service has no endpoints of the selected port and family
+// (scaled to zero, or every pod gone).
+type noEndpoints struct{ msg string }
+
+func (n *noEndpoints) Error() string { return n.msg }
 
 // badInput is an error in what the operator wrote or in the endpoints found:
 // reported on the WasmPlugin, not retried.
@@ -240,6 +302,12 @@ func badf(format string, args ...any) error { return &badInput{fmt.Errorf(format
 // newConfig is the WasmPlugin's pluginConfig with list as its services,
 // checked by lbcore as the filter will check it.
 func newConfig(wp *unstructured.Unstructured, list []services.Service) (map[string]any, error) {
+	g, _, _ := generic(list)
+	return newConfigJSON(wp, g)
+}
+
+// newConfigJSON is newConfig with the services as JSON values.
+func newConfigJSON(wp *unstructured.Unstructured, list []any) (map[string]any, error) {
 	cfg, found, err := unstructured.NestedMap(wp.Object, "spec", "pluginConfig")
 	if err != nil {
 		return nil, badf("spec.pluginConfig: %v", err)
@@ -247,11 +315,10 @@ func newConfig(wp *unstructured.Unstructured, list []services.Service) (map[stri
 	if !found {
 		cfg = map[string]any{}
 	}
-	var generic any
-	if err := json.Unmarshal(services.JSON(list), &generic); err != nil {
-		return nil, err
+	if list == nil {
+		list = []any{}
 	}
-	cfg["services"] = generic
+	cfg["services"] = list
 	data, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, badf("spec.pluginConfig: %v", err)
@@ -263,23 +330,21 @@ func newConfig(wp *unstructured.Unstructured, list []services.Service) (map[stri
 	return cfg, nil
 }
 
-// sameJSON reports whether the object's current services are list.
-func sameJSON(current any, list []services.Service) bool {
-	var want any
-	if err := json.Unmarshal(services.JSON(list), &want); err != nil {
-		return false
+// sameJSON reports whether the object's current services are list (both
+// compared as JSON values: unstructured holds int64 and float64 where JSON
+// has numbers).
+func sameJSON(current any, list []any) bool {
+	norm := func(v any) (any, bool) {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return nil, false
+		}
+		var out any
+		return out, json.Unmarshal(data, &out) == nil
 	}
-	// Normalise current through JSON too (unstructured holds int64 and
-	// float64 where JSON has numbers).
-	data, err := json.Marshal(current)
-	if err != nil {
-		return false
-	}
-	var got any
-	if err := json.Unmarshal(data, &got); err != nil {
-		return false
-	}
-	return reflect.DeepEqual(got, want)
+	got, ok1 := norm(current)
+	want, ok2 := norm(list)
+	return ok1 && ok2 && reflect.DeepEqual(got, want)
 }
 
 // reject reports why the services were not updated: the hashlb.io/error
