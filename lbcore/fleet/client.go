@@ -68,6 +68,13 @@ type Client struct {
 	token                    string
 	leases                   [2]struct{ slot, id int64 } // at index slot%2: this slot's and the next
 	authing, granting, probe bool                        // root calls in flight
+	authEnd, grantEnd        time.Time                   // when the authenticate or grant in flight ends at the latest
+	authWait, grantWait      []uint32                    // transactions waiting on them
+	spareWait                []uint32
+
+	// The monotonic clock (clock): budgets, probes, backoffs, deadlines
+	// and the heartbeat run on mono; stamps and slots on the wall clock.
+	wall, mono time.Time
 
 	fails     int
 	down      bool
@@ -204,7 +211,7 @@ const (
 type callKind uint8
 
 const (
-	callAuth  callKind = iota
+	callAuth  callKind = iota + 1
 	callGrant          // a lease grant
 	callTxn            // create-if-absent (rev 0) or replace (rev)
 	callRange          // a read (a transaction over the create budget)
@@ -224,6 +231,7 @@ type fleetOp struct {
 	creates, auths  int
 	refunded        bool   // its create token was given back: the key existed
 	call            uint32 // in flight
+	waiting         callKind // the root call it waits on (callAuth, callGrant), or 0
 }
 
 // fleetJob is one key to sync from the tick: reconcile a local decision, or
@@ -235,6 +243,7 @@ type fleetJob struct {
 	rev      int64 // replace at this mod_revision; 0: create-if-absent
 	replaces int8
 	tries    int8
+	retries  int8 // answers that asked for a retry (retryable)
 	readOnly bool // over the create budget: read and follow, never create
 	refunded bool
 	resync   bool // placed again after etcd lost its data
@@ -246,6 +255,7 @@ type fleetCall struct {
 	job     fleetJob // callTxn without op: a sync
 	slot    int64    // callGrant: the slot the lease is for
 	lease   int64    // the lease a put named
+	probe   bool     // callAuth: the probe of a down etcd
 	sent    time.Time
 	timeout time.Duration
 }
@@ -258,7 +268,7 @@ func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, passwo
 		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
 		queued: map[uint64]bool{}, logged: map[error]bool{},
-		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
+		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now}
 }
 
 // Take returns what the client asks for since the last Take, and forgets it.
@@ -293,6 +303,7 @@ func (c *Client) Queued() int { return c.queue.n }
 // proposal now (etcd is down); else the request waits for op's
 // Settled.
 func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
+	c.clock(now)
 	k := lbcore.PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
@@ -317,6 +328,7 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 // hit of a slot (which renews the fleet's stamp), the key is synced from
 // the tick and the request is served at once.
 func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
+	c.clock(now)
 	stale := prevUse < c.recovered
 	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
 		return 0, false
@@ -336,8 +348,8 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 // start sends the first call of a new transaction for the key of hash k.
 func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
 	o := c.newOp()
-	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: now,
-		deadline: now.Add(c.cfg.Timeout), readOnly: readOnly}
+	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: c.mono,
+		deadline: c.mono.Add(c.cfg.Timeout), readOnly: readOnly}
 	c.ops[k], c.byID[o.id] = o, o
 	c.next(o, now)
 	return o.id
@@ -346,6 +358,7 @@ func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uin
 // Abandon settles transaction op locally, for a caller whose host will
 // deliver no answer to it. Its key is reconciled later.
 func (c *Client) Abandon(now time.Time, op uint32) {
+	c.clock(now)
 	if o := c.byID[op]; o != nil {
 		c.settleLocal(o, now)
 	}
@@ -354,6 +367,7 @@ func (c *Client) Abandon(now time.Time, op uint32) {
 // Answer delivers the answer to call id: its status and body, size its
 // length (the body is not read when size is over MaxAnswerBytes).
 func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size int) {
+	c.clock(now)
 	cl := c.calls[id]
 	if cl == nil {
 		return
@@ -370,7 +384,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 		}
 	}
 	if err == nil {
-		c.lastOK = now
+		c.lastOK = c.mono
 		c.sawHeader(now, cl.sent, body)
 	}
 	c.handle(cl, now, body, err)
@@ -380,6 +394,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 // NoAnswer reports that call id ended without an answer: its timeout
 // passed, the connection failed, or it could not be sent.
 func (c *Client) NoAnswer(now time.Time, id uint32) {
+	c.clock(now)
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
 		c.handle(cl, now, nil, errNoAnswer)
@@ -391,9 +406,10 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 // probes a down etcd (and an idle one, HeartbeatEvery), authenticates,
 // grants leases ahead, and sends queued syncs.
 func (c *Client) Tick(now time.Time) {
+	c.clock(now)
 	var lost []uint32
 	for id, cl := range c.calls {
-		if now.Sub(cl.sent) > cl.timeout+fleetLostCall {
+		if c.mono.Sub(cl.sent) > cl.timeout+fleetLostCall {
 			lost = append(lost, id)
 		}
 	}
@@ -405,18 +421,20 @@ func (c *Client) Tick(now time.Time) {
 		return
 	}
 	if c.down {
-		if !c.probe && !now.Before(c.probeAt) {
-			c.probe = true
-			if c.user != "" && c.token == "" {
-				c.rootCall(callProbe, "/v3/auth/authenticate", c.authBody(), now)
-			} else {
+		if !c.probe && !c.mono.Before(c.probeAt) {
+			switch {
+			case c.needAuth() && !c.authing:
+				c.probe = true
+				c.authIn(now, c.cfg.Timeout).probe = true
+			case !c.needAuth():
+				c.probe = true
 				c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
 			}
 		}
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= HeartbeatEvery && len(c.calls)+c.queue.n == 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && c.mono.Sub(c.lastOK) >= HeartbeatEvery && len(c.calls)+c.queue.n == 0 {
 		c.probe = true
 		if l := c.leaseFor(slot); l != 0 {
 			if c.aliveLease != l { // the body is made once per lease
@@ -429,7 +447,7 @@ func (c *Client) Tick(now time.Time) {
 	}
 	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
 		(slot+1)*c.slotSecs-now.Unix() < c.slotSecs/4+1 {
-		c.grant(slot+1, now)
+		c.grantIn(slot+1, now, c.cfg.Timeout)
 	}
 	c.pump(now)
 }
@@ -477,13 +495,30 @@ func (c *Client) newID() uint32 {
 	return c.lastID
 }
 
+// clock advances the monotonic clock to the event at wall-clock time now:
+// by how much now is later than the last event's wall-clock time, by
+// nothing when it is earlier. The host gives wasm no monotonic clock (only
+// the wall clock), so a step back of the wall clock stops none of the
+// budget, probes, backoffs and deadlines (they run on c.mono), while a step
+// forward advances them by the step. Stamps and slots stay on the wall
+// clock: they must agree across proxies.
+func (c *Client) clock(now time.Time) {
+	if d := now.Sub(c.wall); d > 0 {
+		c.mono = c.mono.Add(d)
+	}
+	c.wall = now
+}
+
+// Mono is the client's monotonic clock (clock).
+func (c *Client) Mono() time.Time { return c.mono }
+
 // spend takes one create from the budget: CreatesPerSecond, a burst of one
 // second's worth.
 func (c *Client) spend(now time.Time) bool {
 	rate := float64(c.cfg.CreatesPerSecond)
-	if dt := now.Sub(c.budgetAt); dt > 0 {
+	if dt := c.mono.Sub(c.budgetAt); dt > 0 {
 		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
-		c.budgetAt = now
+		c.budgetAt = c.mono
 	}
 	if c.tokens < 1 {
 		return false

@@ -640,6 +640,7 @@ func TestFleetDataLossSignals(t *testing.T) {
 			start := r.now
 			for i, a := range tt.answers {
 				r.now = r.now.Add(time.Second)
+				r.c.clock(r.now)
 				sent := r.now
 				if tt.sentEarly && i == len(tt.answers)-1 {
 					sent = start

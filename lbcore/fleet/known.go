@@ -144,12 +144,12 @@ func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 		if sent.Before(c.maxRevAt) {
 			return // sent before etcd said top: an older answer, not a loss
 		}
-		c.maxRev, c.maxRevAt = rev, now
+		c.maxRev, c.maxRevAt = rev, c.mono
 		c.dataLost(now, "its revision went back from "+strconv.FormatInt(top, 10)+" to "+strconv.FormatInt(rev, 10))
 		return
 	}
 	if rev > c.maxRev {
-		c.maxRev, c.maxRevAt = rev, now
+		c.maxRev, c.maxRevAt = rev, c.mono
 	}
 }
 
@@ -159,10 +159,10 @@ func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 func (c *Client) dataLost(now time.Time, why string) {
 	c.leases = [2]struct{ slot, id int64 }{}
 	c.recovered = now.Unix() + 1
-	if !c.resyncAt.IsZero() && now.Sub(c.resyncAt) < fleetResyncEvery {
+	if !c.resyncAt.IsZero() && c.mono.Sub(c.resyncAt) < fleetResyncEvery {
 		return
 	}
-	c.resyncAt = now
+	c.resyncAt = c.mono
 	n := 0
 	for _, e := range c.ring {
 		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
@@ -210,6 +210,7 @@ func (c *Client) HandOver(n *Client) {
 	n.fails, n.down, n.probeAt, n.recovered = c.fails, c.down, c.probeAt, c.recovered
 	n.lastOK, n.maxRev, n.maxRevAt, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.maxRevAt, c.clusterID, c.resyncAt
 	n.tokens, n.budgetAt = c.tokens, c.budgetAt
+	n.wall, n.mono = c.wall, c.mono // n goes on on c's monotonic clock
 	n.logged = c.logged
 }
 

@@ -141,15 +141,23 @@ func (s *fleetSim) call(p int, c Call) {
 	noAnswer := func(at time.Time) {
 		s.at(at, func() { px.c.NoAnswer(s.now, c.ID); s.flush(p) })
 	}
+	// apply applies c at time at and answers it at answerAt; an answer
+	// due after the deadline is none: the host reports that at the
+	// deadline (scheduled now, when the deadline is still ahead).
 	apply := func(at, answerAt time.Time) {
+		late := answerAt.After(deadline)
+		if late && s.now.Before(deadline) {
+			noAnswer(deadline)
+		}
 		s.at(at, func() {
 			if s.fault == faultDown || s.fault == faultLose {
-				noAnswer(s.now.Add(time.Millisecond))
+				if !late {
+					noAnswer(s.now.Add(time.Millisecond))
+				}
 				return
 			}
 			status, body := s.etcd.handle(c)
-			if answerAt.After(deadline) {
-				noAnswer(deadline)
+			if late {
 				return
 			}
 			s.at(answerAt, func() { px.c.Answer(s.now, c.ID, status, body, len(body)); s.flush(p) })

@@ -11,18 +11,18 @@ import (
 
 // next sends transaction o's next call: authenticate, grant this slot's
 // lease, then the transaction itself (or a read over the create budget).
+// The token and the lease are the worker's, not the transaction's: while
+// there is none, o waits on the one authenticate (or grant) in flight,
+// sending it if none is (waitRoot).
 func (c *Client) next(o *fleetOp, now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
 	case c.needAuth():
-		c.opCall(o, callAuth, "/v3/auth/authenticate", c.authBody(), now, 0)
+		c.waitRoot(o, callAuth, now)
 	case o.readOnly:
 		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(o.h)), now, 0)
 	case c.leaseFor(slot) == 0:
-		ttl := leaseTTL(slot, now.Unix(), c.expire)
-		if cl := c.opCall(o, callGrant, "/v3/lease/grant", c.grantBody(ttl), now, 0); cl != nil {
-			cl.slot = slot
-		}
+		c.waitRoot(o, callGrant, now)
 	default:
 		lease := c.leaseFor(slot)
 		if o.rev == 0 {
@@ -32,10 +32,71 @@ func (c *Client) next(o *fleetOp, now time.Time) {
 	}
 }
 
+// waitRoot makes o wait for the worker's authenticate (kind callAuth) or
+// lease grant (callGrant), sending it when none is in flight, with what
+// remains of o's time. A transaction whose time ends before the call in
+// flight can answer is settled locally at once: it cannot wait that long,
+// and etcd did not fail (nothing is counted).
+func (c *Client) waitRoot(o *fleetOp, kind callKind, now time.Time) {
+	left := o.deadline.Sub(c.mono)
+	if left < time.Millisecond || o.calls >= fleetMaxCalls {
+		c.failOp(o, now, errTimeout)
+		return
+	}
+	inFlight, end := c.authing, c.authEnd
+	if kind == callGrant {
+		inFlight, end = c.granting, c.grantEnd
+	}
+	if inFlight && end.After(o.deadline) {
+		c.settleLocal(o, now)
+		return
+	}
+	o.waiting, o.call = kind, 0
+	if kind == callGrant {
+		c.grantWait = append(c.grantWait, o.id)
+	} else {
+		c.authWait = append(c.authWait, o.id)
+	}
+	if inFlight {
+		return
+	}
+	o.calls++
+	if kind == callGrant {
+		c.grantIn(c.slotOf(now.Unix()), now, left)
+	} else {
+		c.authIn(now, left)
+	}
+}
+
+// resumeWaiting goes on with the transactions that waited for the root
+// call of kind: each takes its next step (err nil), or, when the call
+// failed, is settled locally (its failure was counted once, for the call).
+func (c *Client) resumeWaiting(kind callKind, now time.Time, err error) {
+	list := &c.authWait
+	if kind == callGrant {
+		list = &c.grantWait
+	}
+	ids := *list
+	*list = c.spareWait[:0]
+	for _, id := range ids {
+		o := c.byID[id]
+		if o == nil || o.waiting != kind {
+			continue // settled meanwhile (Abandon), or waiting on another call
+		}
+		o.waiting = 0
+		if err != nil {
+			c.settleLocal(o, now)
+		} else {
+			c.next(o, now)
+		}
+	}
+	c.spareWait = ids[:0]
+}
+
 // opCall sends one call of o with what remains of o's time; with too little
 // left, or too many calls sent, o is settled as timed out (nil).
 func (c *Client) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
-	left := o.deadline.Sub(now)
+	left := o.deadline.Sub(c.mono)
 	if left < time.Millisecond || o.calls >= fleetMaxCalls {
 		c.failOp(o, now, errTimeout)
 		return nil
@@ -53,14 +114,14 @@ func (c *Client) send(kind callKind, o *fleetOp, path string, body []byte, timeo
 	} else {
 		cl = c.newCall()
 	}
-	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: now, timeout: timeout}
+	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: c.mono, timeout: timeout}
 	c.calls[id] = cl
 	var op uint32
 	if o != nil {
 		op = o.id
 	}
 	tok := c.token
-	if kind == callAuth || (kind == callProbe && c.user != "" && c.token == "") {
+	if kind == callAuth {
 		tok = ""
 	}
 	c.out.Calls = append(c.out.Calls, Call{ID: id, Op: op, Path: path, Body: body, Timeout: timeout, Token: tok})
@@ -84,10 +145,14 @@ func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 	switch cl.kind {
 	case callAuth:
 		c.authing = false
+		if cl.probe {
+			c.probe = false
+		}
 		if err == nil {
 			err = c.authenticated(body)
 		}
 		c.after(now, err)
+		c.resumeWaiting(callAuth, now, err)
 	case callGrant:
 		c.granting = false
 		var id int64
@@ -98,15 +163,14 @@ func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 			c.setLease(cl.slot, id)
 		}
 		c.after(now, err)
+		if retryable(err) {
+			err = nil // the waiting transactions renew the token first
+		}
+		c.resumeWaiting(callGrant, now, err)
 	case callProbe:
 		c.probe = false
-		if err == nil && c.user != "" && c.token == "" {
-			err = c.authenticated(body)
-		} else if err == nil {
+		if err == nil {
 			_, _, err = parseRange(body, &c.decodeBuf)
-		}
-		if err == errAuthToken { // etcd answers; only the token is gone
-			c.token, err = "", nil
 		}
 		c.after(now, err)
 	case callAlive:
@@ -114,9 +178,6 @@ func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 		var known bool
 		if err == nil {
 			known, err = parseTimeToLive(body)
-		}
-		if err == errAuthToken {
-			c.token, err = "", nil
 		}
 		c.after(now, err)
 		if err == nil && !known {
@@ -139,9 +200,23 @@ func (c *Client) authenticated(body []byte) error {
 	return err
 }
 
-// after counts a call's outcome: a success ends a run of failures (and a
-// down etcd), a failure adds to it.
+// retryable reports whether err is an answer of etcd that another call
+// cures: a token it no longer accepts (authenticate again), a lease it no
+// longer knows (grant another). etcd answered: such an answer is never a
+// failure of etcd, on any path (transactions, syncs, grants, probes,
+// heartbeats), and the call is tried again once the cure is in.
+func retryable(err error) bool { return err == errAuthToken || err == errLeaseNotFound }
+
+// after counts a call's outcome: a success, or an answer that asks for a
+// retry (retryable), ends a run of failures (and a down etcd); a failure
+// adds to it.
 func (c *Client) after(now time.Time, err error) {
+	if retryable(err) {
+		if err == errAuthToken {
+			c.token = ""
+		}
+		err = nil
+	}
 	switch err {
 	case nil:
 		c.fails = 0
@@ -152,8 +227,6 @@ func (c *Client) after(now time.Time, err error) {
 				" answers again; new keys are decided fleet-wide, and keys decided locally meanwhile are reconciled"})
 		}
 		return
-	case errAuthToken:
-		c.token = ""
 	case errAuthFailed:
 		c.counts.Auth++
 		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+
@@ -171,11 +244,11 @@ func (c *Client) after(now time.Time, err error) {
 	}
 	c.fails++
 	if c.down {
-		c.probeAt = now.Add(ProbeEvery)
+		c.probeAt = c.mono.Add(ProbeEvery)
 		return
 	}
 	if c.fails >= FailLimit {
-		c.down, c.probeAt = true, now.Add(ProbeEvery)
+		c.down, c.probeAt = true, c.mono.Add(ProbeEvery)
 		c.out.Logs = append(c.out.Logs, Log{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
 			" failed " + itoa(c.fails) + " times in a row (last: " + err.Error() +
 			"); new keys are decided locally until it answers again (asked every " + lbcore.FormatDuration(ProbeEvery) + ")"})
@@ -189,30 +262,6 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // onOp reads an answer of transaction o.
 func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err error) {
 	switch cl.kind {
-	case callAuth:
-		if err == nil {
-			err = c.authenticated(body)
-		}
-		if err != nil {
-			c.failOp(o, now, err)
-			return
-		}
-		c.after(now, nil)
-		c.next(o, now)
-		return
-	case callGrant:
-		var id int64
-		if err == nil {
-			id, err = parseLease(body)
-		}
-		if err != nil {
-			c.retryOrFail(o, now, err)
-			return
-		}
-		c.after(now, nil)
-		c.setLease(cl.slot, id)
-		c.next(o, now)
-		return
 	case callRange:
 		var kv etcdKV
 		var found bool
@@ -312,7 +361,7 @@ func (c *Client) fleetHit(o *fleetOp, i int, kv etcdKV, now time.Time) {
 // failOp settles o locally after a failed call, counting it: a call
 // without an answer at o's deadline is a timeout.
 func (c *Client) failOp(o *fleetOp, now time.Time, err error) {
-	if err == errNoAnswer && !now.Before(o.deadline.Add(-time.Millisecond)) {
+	if err == errNoAnswer && !c.mono.Before(o.deadline.Add(-time.Millisecond)) {
 		err = errTimeout
 	}
 	c.after(now, err)
@@ -343,7 +392,7 @@ func (c *Client) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 			c.freeCall(cl)
 		}
 	}
-	c.out.Settled = append(c.out.Settled, Settled{Op: o.id, Service: svc, Fleet: fleet, Waited: now.Sub(o.start)})
+	c.out.Settled = append(c.out.Settled, Settled{Op: o.id, Service: svc, Fleet: fleet, Waited: c.mono.Sub(o.start)})
 	*o = fleetOp{}
 	c.freeOp(o)
 }

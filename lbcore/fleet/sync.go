@@ -34,13 +34,12 @@ func (c *Client) pump(now time.Time) {
 		return
 	case c.needAuth():
 		if !c.authing {
-			c.authing = true
-			c.rootCall(callAuth, "/v3/auth/authenticate", c.authBody(), now)
+			c.authIn(now, c.cfg.Timeout)
 		}
 		return
 	case c.leaseFor(slot) == 0:
 		if !c.granting {
-			c.grant(slot, now)
+			c.grantIn(slot, now, c.cfg.Timeout)
 		}
 		return
 	}
@@ -51,9 +50,17 @@ func (c *Client) pump(now time.Time) {
 	}
 }
 
-func (c *Client) grant(slot int64, now time.Time) {
-	c.granting = true
-	c.rootCall(callGrant, "/v3/lease/grant", c.grantBody(leaseTTL(slot, now.Unix(), c.expire)), now).slot = slot
+// grantIn sends the worker's one lease grant, for slot, to answer within
+// timeout; authIn its one authenticate. Transactions and syncs that need
+// them wait (waitRoot, pump): a worker never has two of either in flight.
+func (c *Client) grantIn(slot int64, now time.Time, timeout time.Duration) {
+	c.granting, c.grantEnd = true, c.mono.Add(timeout)
+	c.calls[c.send(callGrant, nil, "/v3/lease/grant", c.grantBody(leaseTTL(slot, now.Unix(), c.expire)), timeout, now, 0)].slot = slot
+}
+
+func (c *Client) authIn(now time.Time, timeout time.Duration) *fleetCall {
+	c.authing, c.authEnd = true, c.mono.Add(timeout)
+	return c.calls[c.send(callAuth, nil, "/v3/auth/authenticate", c.authBody(), timeout, now, 0)]
 }
 
 // sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
@@ -87,8 +94,16 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		c.after(now, err)
 		// A call without an answer says nothing of the key: it is tried
 		// again, however often, while it lives (a run of them marks etcd
-		// down, which pauses the queue). An answer that is an error counts.
-		if err != errNoAnswer && err != errTimeout {
+		// down, which pauses the queue). An answer that asks for a retry
+		// (retryable) is tried again once its cure is in (the pump
+		// authenticates or grants first), fleetMaxTries times before it
+		// counts as a try; another error answer counts.
+		switch {
+		case retryable(err):
+			if j.retries++; j.retries > fleetMaxTries {
+				j.tries++
+			}
+		case err != errNoAnswer && err != errTimeout:
 			j.tries++
 		}
 		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {

@@ -1,0 +1,215 @@
+package fleet
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// The fleet protocol under churn: sequences that once multiplied calls to
+// etcd, marked it down while it answered, or lost budget to a clock.
+
+// pendingPath counts the pending calls to path.
+func (r *rig) pendingPath(path string) int {
+	n := 0
+	for _, c := range r.pending {
+		if c.Path == path {
+			n++
+		}
+	}
+	return n
+}
+
+// answerAll answers every pending call (not those the answers lead to),
+// counting the calls to each path.
+func (r *rig) answerAll() map[string]int {
+	n := map[string]int{}
+	for range len(r.pending) {
+		n[r.answer()]++
+	}
+	return n
+}
+
+// drainCount answers every call, also those the answers lead to, counting
+// them by path.
+func (r *rig) drainCount() map[string]int {
+	n := map[string]int{}
+	for len(r.pending) > 0 {
+		n[r.answer()]++
+	}
+	return n
+}
+
+func TestFleetChurn(t *testing.T) {
+	const auth, grant = "/v3/auth/authenticate", "/v3/lease/grant"
+	for _, tt := range []struct {
+		name string
+		user string
+		run  func(t *testing.T, r *rig)
+	}{
+		{"50 misses before the first token: one authenticate, one grant", "hashlb", func(t *testing.T, r *rig) {
+			var ops []uint32
+			for i := range 50 {
+				ops = append(ops, r.miss("k"+itoa(i), i%3))
+			}
+			if n := r.pendingPath(auth); n != 1 || len(r.pending) != 1 {
+				t.Fatalf("50 misses without a token sent %d authenticates (%d calls), want 1", n, len(r.pending))
+			}
+			n := r.drainCount()
+			if n[auth] != 1 || n[grant] != 1 || n["/v3/kv/txn"] != 50 {
+				t.Errorf("calls %v, want 1 authenticate, 1 grant and 50 txns", n)
+			}
+			for i, op := range ops {
+				r.wantSettled(op, i%3, true)
+			}
+		}},
+		{"a token expiring under 20 transactions in flight: one authenticate", "hashlb", func(t *testing.T, r *rig) {
+			r.drainMiss("first", 0)
+			var ops []uint32
+			for i := range 20 {
+				ops = append(ops, r.miss("k"+itoa(i), 1))
+			}
+			r.e.tokens = map[string]bool{} // expired
+			r.answerAll()                  // 20 × "invalid auth token"
+			if n := r.pendingPath(auth); n != 1 {
+				t.Fatalf("20 refused tokens sent %d authenticates, want 1", n)
+			}
+			r.drain()
+			for _, op := range ops {
+				r.wantSettled(op, 1, true)
+			}
+			if r.c.Down() {
+				t.Error("etcd marked down after refused tokens")
+			}
+		}},
+		{"50 misses in a slot without a lease: one grant, one lease in etcd", "", func(t *testing.T, r *rig) {
+			for i := range 50 {
+				r.miss("k"+itoa(i), 0)
+			}
+			if n := r.pendingPath(grant); n != 1 {
+				t.Fatalf("50 misses sent %d grants, want 1", n)
+			}
+			r.drain()
+			if n := len(r.e.leases); n != 1 {
+				t.Errorf("etcd holds %d leases, want 1", n)
+			}
+		}},
+		{"etcd loses its leases under 50 misses: one grant again", "", func(t *testing.T, r *rig) {
+			r.drainMiss("first", 0)
+			for i := range 50 {
+				r.miss("k"+itoa(i), 0)
+			}
+			r.e.leases = map[int64]bool{}
+			r.answerAll() // 50 × "lease not found"
+			if n := r.pendingPath(grant); n != 1 {
+				t.Fatalf("50 lost leases sent %d grants, want 1", n)
+			}
+			r.drain()
+			if n := len(r.e.leases); n != 1 {
+				t.Errorf("etcd holds %d leases, want 1", n)
+			}
+		}},
+		{"three syncs answered 'invalid auth token': etcd stays up", "hashlb", func(t *testing.T, r *rig) {
+			r.syncsInFlight()
+			r.e.tokens = map[string]bool{}
+			r.answerAll()
+			if r.c.Down() {
+				t.Fatalf("etcd marked down while it answers; logs %q", r.logs)
+			}
+			r.drain()
+			for _, k := range []string{"k1", "k2", "k3"} {
+				r.wantEtcd(k, "a")
+			}
+		}},
+		{"three syncs answered 'lease not found': etcd stays up", "", func(t *testing.T, r *rig) {
+			r.syncsInFlight()
+			r.e.leases = map[int64]bool{}
+			r.answerAll()
+			if r.c.Down() {
+				t.Fatalf("etcd marked down while it answers; logs %q", r.logs)
+			}
+			r.drain()
+			if n := r.c.Counts().Error; n != 0 {
+				t.Errorf("Error = %d, want 0 (etcd answered every call)", n)
+			}
+		}},
+		{"a grant answered 'invalid auth token' three times: etcd stays up", "hashlb", func(t *testing.T, r *rig) {
+			r.drainMiss("first", 0)
+			for range 3 {
+				r.now = r.now.Add(2 * Slot(10*time.Minute)) // a slot without a lease
+				r.e.tokens = map[string]bool{}
+				r.miss("k"+itoa(int(r.c.Counts().Created)), 0)
+				r.drain()
+			}
+			if r.c.Down() || r.c.Counts().Error != 0 {
+				t.Errorf("down %v, Error %d after refused tokens, want up and 0", r.c.Down(), r.c.Counts().Error)
+			}
+		}},
+		{"the wall clock steps back 30 s: 100 new keys at half the budget are all created", "", func(t *testing.T, r *rig) {
+			r.c.cfg.CreatesPerSecond = 20
+			r.drainMiss("first", 0)
+			r.now = r.now.Add(-30 * time.Second)
+			for i := range 100 {
+				r.now = r.now.Add(100 * time.Millisecond)
+				r.drainMiss("k"+itoa(i), 0)
+			}
+			if n := r.c.Counts().Throttled; n != 0 {
+				t.Errorf("Throttled = %d, want 0", n)
+			}
+		}},
+		{"the wall clock steps back 30 s while etcd is down: it is probed every second", "", func(t *testing.T, r *rig) {
+			r.downEtcd()
+			r.now = r.now.Add(-30 * time.Second)
+			probes := 0
+			for range 10 {
+				r.tick(ProbeEvery + time.Millisecond)
+				for len(r.pending) > 0 {
+					probes++
+					r.noAnswer(false)
+				}
+			}
+			if probes < 9 {
+				t.Errorf("%d probes in 10 s, want one a second", probes)
+			}
+		}},
+		{"the wall clock steps forward 1 h: the budget holds one second's worth", "", func(t *testing.T, r *rig) {
+			r.c.cfg.CreatesPerSecond = 10
+			r.now = r.now.Add(time.Hour)
+			for i := range 20 {
+				r.drainMiss("k"+itoa(i), 0)
+			}
+			if n := r.c.Counts().Throttled; n != 10 {
+				t.Errorf("Throttled = %d, want 10 (a burst of one second's worth)", n)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, 100, tt.user, "pw")
+			if tt.user != "" {
+				r.e.users = map[string]string{tt.user: "pw"}
+			}
+			tt.run(t, r)
+		})
+	}
+}
+
+// syncsInFlight places k1..k3, then hits them in a later slot: three
+// refresh syncs are pending, the slot's lease granted.
+func (r *rig) syncsInFlight() {
+	r.t.Helper()
+	for _, k := range []string{"k1", "k2", "k3"} {
+		r.drainMiss(k, 0)
+	}
+	r.now = r.now.Add(2 * Slot(10*time.Minute))
+	for _, k := range []string{"k1", "k2", "k3"} {
+		r.c.Hit(r.now, []byte(k), 0, rigStart.Unix())
+		r.take()
+	}
+	r.tick(0)
+	for len(r.pending) > 0 && r.pending[0].Path != "/v3/kv/txn" {
+		r.answer() // authenticate, grant
+	}
+	if n := r.pendingPath("/v3/kv/txn"); n != 3 {
+		r.t.Fatalf("%d syncs pending, want 3; logs %q", n, strings.Join(r.logs, "\n"))
+	}
+}
