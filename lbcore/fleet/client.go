@@ -229,8 +229,8 @@ type fleetOp struct {
 	rev             int64 // replace at this mod_revision; 0: create-if-absent
 	replaces, calls int
 	creates, auths  int
-	refunded        bool   // its create token was given back: the key existed
-	call            uint32 // in flight
+	refunded        bool     // its create token was given back: the key existed
+	call            uint32   // in flight
 	waiting         callKind // the root call it waits on (callAuth, callGrant), or 0
 }
 
