@@ -213,3 +213,67 @@ func (r *rig) syncsInFlight() {
 		r.t.Fatalf("%d syncs pending, want 3; logs %q", n, strings.Join(r.logs, "\n"))
 	}
 }
+
+func TestFleetBudget(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		creates int
+		run     func(t *testing.T, r *rig)
+	}{
+		{"a slot boundary with more keys in use than the budget: a new key is created", 5, func(t *testing.T, r *rig) {
+			for i := range 10 {
+				r.now = r.now.Add(time.Second)
+				r.drainMiss("k"+itoa(i), 0)
+			}
+			r.now = r.now.Add(Slot(10 * time.Minute))
+			for i := range 10 {
+				r.c.Hit(r.now, []byte("k"+itoa(i)), 0, r.now.Add(-Slot(10*time.Minute)).Unix())
+				r.take()
+			}
+			op := r.miss("new", 1)
+			r.drain()
+			r.wantSettled(op, 1, true)
+			r.wantEtcd("new", "b")
+			if n := r.c.Counts().Throttled; n != 0 {
+				t.Errorf("Throttled = %d, want 0: refreshes spend no create", n)
+			}
+		}},
+		{"a replace whose answer is lost, then reconciled: the token is given back once", 3, func(t *testing.T, r *rig) {
+			r.drainMiss("x", 0) // 3 → 2
+			r.put("ada", "c", r.now.Add(-time.Hour))
+			op := r.miss("ada", 0) // 2 → 1
+			r.answer()             // found, stale: given back (2); the replace is sent
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(true) // applied, its answer lost: decided locally, queued
+			r.wantSettled(op, 0, false)
+			r.tick(0)
+			r.drain() // the sync finds ada on a: nothing more to give back
+			if want := 2 + 0.2*3; r.c.tokens > want+1e-9 {
+				t.Errorf("tokens = %v, want %v: one spent on x, ada's given back once", r.c.tokens, want)
+			}
+		}},
+		{"etcd loses its data under 500 keys placed: they are placed again within the create budget", 50, func(t *testing.T, r *rig) {
+			for i := range 500 {
+				if i%50 == 0 {
+					r.now = r.now.Add(time.Second)
+				}
+				r.drainMiss("k"+itoa(i), 0)
+			}
+			r.e.lose()
+			r.tick(HeartbeatEvery)
+			r.drain()
+			if n := len(r.e.kv); n > 50 {
+				t.Errorf("etcd holds %d keys at once after the resync began, want at most the budget (50)", n)
+			}
+			for range 12 {
+				r.tick(time.Second)
+				r.drain()
+			}
+			if n := len(r.e.kv); n < 500 {
+				t.Errorf("etcd holds %d keys 12 s after the loss, want the 500 placed again", n)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, tt.creates, "", "")) })
+	}
+}

@@ -82,11 +82,13 @@ type Client struct {
 	recovered int64 // Unix second after the last recovery: hits used before it sync their key
 
 	queue   jobQueue
-	queued  map[uint64]bool
+	resyncQ jobQueue        // keys placed again after a data loss, sent within the create budget
+	queued  map[uint64]bool // the keys in queue and resyncQ
 	syncing int
 
 	tokens   float64 // the create budget
 	budgetAt time.Time
+	ledger   ledger
 
 	lastOK    time.Time // etcd's last answer
 	maxRev    int64     // the highest header.revision etcd answered with
@@ -229,7 +231,7 @@ type fleetOp struct {
 	rev             int64 // replace at this mod_revision; 0: create-if-absent
 	replaces, calls int
 	creates, auths  int
-	refunded        bool     // its create token was given back: the key existed
+	held            bool     // holds a create token (ledger): spent on a create, refunded when the key existed
 	call            uint32   // in flight
 	waiting         callKind // the root call it waits on (callAuth, callGrant), or 0
 }
@@ -245,7 +247,7 @@ type fleetJob struct {
 	tries    int8
 	retries  int8 // answers that asked for a retry (retryable)
 	readOnly bool // over the create budget: read and follow, never create
-	refunded bool
+	held     bool // holds a create token (ledger), as fleetOp.held
 	resync   bool // placed again after etcd lost its data
 }
 
@@ -296,7 +298,7 @@ func (c *Client) Counts() Counts { return c.counts }
 func (c *Client) Down() bool { return c.down }
 
 // Queued is how many keys wait to be synced.
-func (c *Client) Queued() int { return c.queue.n }
+func (c *Client) Queued() int { return c.queue.n + c.resyncQ.n }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
@@ -314,7 +316,7 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 		if !create {
 			c.counts.Throttled++
 		}
-		c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), readOnly: !create})
+		c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), readOnly: !create, held: create})
 		return 0, false
 	}
 	return c.start(now, k, proposal, !create), true
@@ -337,11 +339,14 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
-	create := c.spend(now)
-	if stale && create {
+	if !stale { // a refresh: the key is in use, it spends no create
+		c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix()})
+		return 0, false
+	}
+	if c.spend(now) {
 		return c.start(now, k, svc, false), true
 	}
-	c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix(), readOnly: !create})
+	c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix(), readOnly: true})
 	return 0, false
 }
 
@@ -349,7 +354,7 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
 	o := c.newOp()
 	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: c.mono,
-		deadline: c.mono.Add(c.cfg.Timeout), readOnly: readOnly}
+		deadline: c.mono.Add(c.cfg.Timeout), readOnly: readOnly, held: !readOnly}
 	c.ops[k], c.byID[o.id] = o, o
 	c.next(o, now)
 	return o.id
@@ -524,12 +529,40 @@ func (c *Client) spend(now time.Time) bool {
 		return false
 	}
 	c.tokens--
+	c.ledger.spent++
 	return true
 }
 
-// refund gives back a create that did not grow etcd (the key existed).
-func (c *Client) refund() {
-	c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
+// The create tokens' ledger: each token spent (spend) is held by one
+// transaction or sync (fleetOp.held, fleetJob.held) until it is, exactly
+// once, refunded (the key existed: nothing grew etcd), consumed (the
+// create was applied) or dropped (its outcome is unknown, or it was given
+// up: counted as grown). So spent = refunded + consumed + dropped + held.
+type ledger struct{ spent, refunded, consumed, dropped uint64 }
+
+// refund gives back the token *held holds, if it holds one.
+func (c *Client) refund(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.refunded++
+		c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
+	}
+}
+
+// consume marks the token *held holds as spent on a create applied.
+func (c *Client) consume(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.consumed++
+	}
+}
+
+// drop gives up the token *held holds: it stays spent.
+func (c *Client) drop(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.dropped++
+	}
 }
 
 func (c *Client) slotOf(t int64) int64 { return t / c.slotSecs }

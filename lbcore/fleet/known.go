@@ -168,7 +168,7 @@ func (c *Client) dataLost(now time.Time, why string) {
 		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
 			continue
 		}
-		c.enqueue(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
+		c.enqueueResync(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
 		n++
 	}
 	c.counts.Resynced += uint64(n)
@@ -193,7 +193,12 @@ func (c *Client) alive(used int64, now time.Time) bool {
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
 func (c *Client) HandOver(n *Client) {
-	queue, ring := c.queue.all(), c.ring
+	queue, resync, ring := c.queue.all(), c.resyncQ.all(), c.ring
+	for _, js := range [][]fleetJob{queue, resync} {
+		for i := range js {
+			js[i].held = false // Stop drops the queued tokens
+		}
+	}
 	c.Stop()
 	if c.cfg.Cluster != n.cfg.Cluster || c.prefix != n.prefix || c.expire != n.expire ||
 		c.user != n.user || c.password != n.password {
@@ -202,6 +207,9 @@ func (c *Client) HandOver(n *Client) {
 	c.succ = n
 	for _, j := range queue {
 		c.enqueue(j)
+	}
+	for _, j := range resync {
+		c.enqueueResync(j)
 	}
 	for _, e := range ring {
 		c.know(e.h, int(e.svc), int64(e.used))
@@ -217,7 +225,13 @@ func (c *Client) HandOver(n *Client) {
 // Stop ends c's own work, as HandOver does, when the new configuration
 // has no fleet level.
 func (c *Client) Stop() {
-	c.stopped, c.queue, c.queued, c.ring, c.known = true, jobQueue{}, map[uint64]bool{}, nil, nil
+	for _, q := range []*jobQueue{&c.queue, &c.resyncQ} {
+		for q.n > 0 {
+			j := q.pop()
+			c.drop(&j.held)
+		}
+	}
+	c.stopped, c.queue, c.resyncQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]bool{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.

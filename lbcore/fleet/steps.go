@@ -293,9 +293,11 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 		return
 	}
 	c.after(now, nil)
-	if found && !put && !o.readOnly && !o.refunded {
-		o.refunded = true
-		c.refund() // the key exists: no create of this transaction grows etcd
+	if found && !put {
+		c.refund(&o.held) // the key exists: no create of this transaction grows etcd
+	}
+	if put && o.rev == 0 {
+		c.consume(&o.held)
 	}
 	switch i, ok := c.live(kv, found, now); {
 	case put:
@@ -375,7 +377,8 @@ func (c *Client) settleLocal(o *fleetOp, now time.Time) {
 	if o.readOnly {
 		c.counts.Throttled++
 	}
-	c.enqueue(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly})
+	c.enqueue(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly, held: o.held})
+	o.held = false // the sync holds it now
 	c.settle(o, o.proposal, false, now)
 }
 
@@ -384,6 +387,7 @@ func (c *Client) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 	if fleet || !o.readOnly { // over the budget, a key etcd does not hold stays local
 		c.know(o.h, svc, now.Unix())
 	}
+	c.drop(&o.held)
 	delete(c.ops, o.h)
 	delete(c.byID, o.id)
 	if o.call != 0 {

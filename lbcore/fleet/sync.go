@@ -6,23 +6,36 @@ import "time"
 // in a new slot (refreshed), sent from the tick.
 
 // enqueue adds a key to sync; a key already queued keeps its place.
-func (c *Client) enqueue(j fleetJob) {
+func (c *Client) enqueue(j fleetJob) { c.enqueueIn(&c.queue, j) }
+
+// enqueueResync adds a key placed again after a loss of etcd's data: such
+// syncs wait for the create budget (pump), as misses do.
+func (c *Client) enqueueResync(j fleetJob) { c.enqueueIn(&c.resyncQ, j) }
+
+func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 	if c.stopped {
+		c.drop(&j.held) // spent here: the successor's ledger never held it
 		if i, ok := c.remap(j.svc); ok {
 			j.svc = i
-			c.succ.enqueue(j)
+			if q == &c.resyncQ {
+				c.succ.enqueueResync(j)
+			} else {
+				c.succ.enqueue(j)
+			}
 		}
 		return
 	}
 	if c.queued[j.h] {
+		c.drop(&j.held)
 		return
 	}
-	if c.queue.n >= QueueMax {
+	if c.queue.n+c.resyncQ.n >= QueueMax {
 		c.counts.QueueFull++
+		c.drop(&j.held)
 		return
 	}
 	c.queued[j.h] = true
-	c.queue.push(j)
+	q.push(j)
 }
 
 // pump sends queued syncs while etcd is up, authenticated and this slot has
@@ -46,6 +59,12 @@ func (c *Client) pump(now time.Time) {
 	for c.queue.n > 0 && c.syncing < SyncAtOnce {
 		j := c.queue.pop()
 		delete(c.queued, j.h)
+		c.sendSync(j, now)
+	}
+	for c.resyncQ.n > 0 && c.syncing < SyncAtOnce && c.spend(now) {
+		j := c.resyncQ.pop()
+		delete(c.queued, j.h)
+		j.held = true
 		c.sendSync(j, now)
 	}
 }
@@ -109,14 +128,19 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {
 			j.rev = 0
 			c.requeue(j)
+		} else {
+			c.drop(&j.held)
 		}
 		return
 	}
 	c.after(now, nil)
-	if found && !put && !j.readOnly && !j.refunded {
-		j.refunded = true
-		c.refund()
+	if found && !put {
+		c.refund(&j.held)
 	}
+	if put && j.rev == 0 {
+		c.consume(&j.held)
+	}
+	defer c.drop(&j.held) // a token j still holds when it ends (resend passes it on)
 	i, ok := c.live(kv, found, now)
 	switch {
 	case put && j.rev != 0:
@@ -135,17 +159,23 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 	case ok:
 		if rec, _ := ParseRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
 			j.rev = kv.ModRevision // the same service, stamped in an older slot: refresh it
-			c.sendSync(j, now)
+			c.resend(&j, now)
 		}
 	case found && j.replaces < fleetMaxReplaces:
 		j.replaces++
 		j.rev = kv.ModRevision
-		c.sendSync(j, now)
+		c.resend(&j, now)
 	case !found && !j.readOnly && j.tries < fleetMaxTries:
 		j.tries++
 		j.rev = 0
-		c.sendSync(j, now)
+		c.resend(&j, now)
 	}
+}
+
+// resend sends j's next call, which then holds j's token.
+func (c *Client) resend(j *fleetJob, now time.Time) {
+	c.sendSync(*j, now)
+	j.held = false
 }
 
 // requeue puts j back at the front of the queue.
@@ -155,6 +185,7 @@ func (c *Client) requeue(j fleetJob) {
 		return
 	}
 	if c.queued[j.h] {
+		c.drop(&j.held)
 		return
 	}
 	c.queued[j.h] = true
