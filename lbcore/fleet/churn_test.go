@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // The fleet protocol under churn: sequences that once multiplied calls to
@@ -275,5 +277,31 @@ func TestFleetBudget(t *testing.T) {
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, tt.creates, "", "")) })
+	}
+}
+
+// TestFleetHandOverAge: after the ring of known keys wrapped, a hand-over
+// keeps its age order: the new client forgets the oldest keys first.
+func TestFleetHandOverAge(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	h := func(i int) uint64 { return lbcore.PersistKeyHash([]byte("k" + itoa(i))) }
+	for i := range KnownMax + 100 {
+		r.c.know(h(i), 0, r.now.Unix())
+	}
+	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: r.c.cfg}
+	n := NewClient(p, "/t/", r.svcs, "", "", r.now)
+	r.c.HandOver(n)
+	for i := range 100 { // n places 100 keys of its own
+		n.know(h(-1-i), 0, r.now.Unix())
+	}
+	for _, i := range []int{KnownMax + 99, KnownMax + 50, 300} {
+		if !n.knows(h(i)) {
+			t.Errorf("after the hand-over and 100 new keys, k%d (among the newest kept) is forgotten", i)
+		}
+	}
+	for _, i := range []int{100, 199} {
+		if n.knows(h(i)) {
+			t.Errorf("k%d, among the oldest, is still known; want the oldest forgotten first", i)
+		}
 	}
 }

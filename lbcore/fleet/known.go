@@ -193,7 +193,7 @@ func (c *Client) alive(used int64, now time.Time) bool {
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
 func (c *Client) HandOver(n *Client) {
-	queue, resync, ring := c.queue.all(), c.resyncQ.all(), c.ring
+	queue, resync, ring, oldest := c.queue.all(), c.resyncQ.all(), c.ring, c.ringAt
 	for _, js := range [][]fleetJob{queue, resync} {
 		for i := range js {
 			js[i].held = false // Stop drops the queued tokens
@@ -211,7 +211,8 @@ func (c *Client) HandOver(n *Client) {
 	for _, j := range resync {
 		c.enqueueResync(j)
 	}
-	for _, e := range ring {
+	for i := range ring { // oldest first, so that n forgets them first too
+		e := ring[(oldest+i)%len(ring)]
 		c.know(e.h, int(e.svc), int64(e.used))
 	}
 	n.token, n.leases = c.token, c.leases
