@@ -305,3 +305,109 @@ func TestFleetHandOverAge(t *testing.T) {
 		}
 	}
 }
+
+// peer is another proxy's client on r's etcd, with its own view of the
+// services.
+func (r *rig) peer(off ...int) (*Client, *fakeServices) {
+	svcs := newFakeServices(3)
+	for _, i := range off {
+		svcs.off[i] = true
+	}
+	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: r.c.cfg}
+	return NewClient(p, "/t/", svcs, "", "", r.now), svcs
+}
+
+// on runs f with r driving client c (services svcs), then switches back.
+func (r *rig) on(c *Client, svcs *fakeServices, f func()) {
+	oc, os := r.c, r.svcs
+	r.c, r.svcs = c, svcs
+	defer func() { r.c, r.svcs = oc, os }()
+	f()
+}
+
+func TestFleetDivert(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T, r *rig)
+	}{
+		{"one proxy restarted with a service disabled, then with the fleet's configuration: no key split", func(t *testing.T, r *rig) {
+			for i := range 10 { // the fleet places ten keys on c
+				r.drainMiss("k"+itoa(i), 2)
+			}
+			skewed, svcs := r.peer(2)
+			r.on(skewed, svcs, func() {
+				for i := range 10 {
+					op := r.miss("k"+itoa(i), i%2)
+					r.drain()
+					r.wantSettled(op, i%2, true) // served off c, on its second choice
+				}
+			})
+			for i := range 10 {
+				r.wantEtcd("k"+itoa(i), "c") // the record the others serve stays
+			}
+			restarted, svcs := r.peer()
+			r.on(restarted, svcs, func() {
+				for i := range 10 {
+					op := r.miss("k"+itoa(i), 0)
+					r.drain()
+					r.wantSettled(op, 2, true)
+				}
+			})
+		}},
+		{"one proxy sees a service DOWN for a while: its entries go back to it one tick after it is up", func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 2)
+			p, svcs := r.peer()
+			r.on(p, svcs, func() {
+				op := r.miss("ada", 0)
+				r.drain()
+				r.wantSettled(op, 2, true)
+				svcs.off[2] = true // DOWN on this proxy only
+				op = r.miss("ada", 1)
+				r.drain()
+				r.wantSettled(op, 1, true)
+				r.tick(time.Second)
+				if len(r.remember) != 0 {
+					t.Fatalf("remembered %+v while c is down here, want nothing", r.remember)
+				}
+				delete(svcs.off, 2)
+				r.tick(time.Second)
+				r.wantRemember("ada", 2)
+			})
+			r.wantEtcd("ada", "c")
+		}},
+		{"two proxies that cannot use the fleet's service agree on its second choice", func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 2)
+			a, sa := r.peer(2)
+			b, sb := r.peer(2)
+			var opA, opB uint32
+			r.on(a, sa, func() { opA = r.miss("ada", 0); r.drain(); r.wantSettled(opA, 0, true) })
+			r.on(b, sb, func() { opB = r.miss("ada", 1); r.drain(); r.wantSettled(opB, 0, true) })
+			r.wantEtcd("ada", "c")
+		}},
+		{"a key decided locally while etcd was down, its service then disabled: etcd never holds it", func(t *testing.T, r *rig) {
+			r.downEtcd()
+			r.miss("ada", 1)
+			r.svcs.off[1] = true
+			r.tick(ProbeEvery + time.Millisecond)
+			r.drain()
+			r.tick(time.Second)
+			r.drain()
+			r.wantEtcd("ada", "")
+		}},
+		{"a stale hit's service disabled before its refresh: etcd keeps the fleet's", func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.now = r.now.Add(2 * Slot(10*time.Minute))
+			r.put("ada", "c", r.now.Add(-time.Hour)) // stale: a refresh would replace it
+			r.c.Hit(r.now, []byte("ada"), 0, rigStart.Unix())
+			r.take()
+			r.svcs.off[0] = true
+			r.tick(0)
+			r.drain()
+			if got := r.e.service(r.key("ada")); got == "a" {
+				t.Errorf("etcd holds a for ada, a service not selectable on the proxy that wrote it")
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, 100, "", "")) })
+	}
+}

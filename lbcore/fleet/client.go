@@ -104,6 +104,8 @@ type Client struct {
 	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
 	spare      Out       // buffers given back (Recycle)
 
+	diverted map[uint64]diverted // keys served on their second choice (divert), by hash
+
 	stopped bool    // handed over to a new configuration's client (HandOver)
 	succ    *Client // that client, when compatible: what c still queues goes to it
 
@@ -234,6 +236,7 @@ type fleetOp struct {
 	held            bool     // holds a create token (ledger): spent on a create, refunded when the key existed
 	call            uint32   // in flight
 	waiting         callKind // the root call it waits on (callAuth, callGrant), or 0
+	alt             bool     // on the key's second choice (divert)
 }
 
 // fleetJob is one key to sync from the tick: reconcile a local decision, or
@@ -424,6 +427,9 @@ func (c *Client) Tick(now time.Time) {
 	}
 	if c.stopped {
 		return
+	}
+	if len(c.diverted) > 0 {
+		c.undivert(now)
 	}
 	if c.down {
 		if !c.probe && !c.mono.Before(c.probeAt) {
@@ -645,10 +651,26 @@ func (c *Client) fleetKey(h uint64) []byte {
 // mod_revision rev) of the key of hash h with a record of stamp and service
 // svc.
 func (c *Client) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
+	return c.txnBodyAt(c.fleetKey(h), rev, stamp, svc, lease)
+}
+
+// txnBodyAt is txnBody for etcd key k.
+func (c *Client) txnBodyAt(k []byte, rev, stamp int64, svc int, lease int64) []byte {
 	c.valueBuf = appendRecord(c.valueBuf[:0], stamp, c.svcs.FleetService(svc))
 	start := len(c.out.bodies)
-	c.out.bodies = appendTxn(c.out.bodies, c.fleetKey(h), rev, c.valueBuf, lease)
+	c.out.bodies = appendTxn(c.out.bodies, k, rev, c.valueBuf, lease)
 	return c.body(start)
+}
+
+// opKey is the etcd key o works on: its key's, or its second choice's
+// (AltSuffix), in the key's buffer.
+func (c *Client) opKey(o *fleetOp) []byte {
+	k := c.fleetKey(o.h)
+	if o.alt {
+		k = append(k, AltSuffix...)
+		c.keyBuf = k
+	}
+	return k
 }
 
 // prefixKey is the table's prefix, in the key's buffer.

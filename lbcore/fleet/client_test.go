@@ -218,13 +218,16 @@ func TestFleetClientFaults(t *testing.T) {
 				t.Errorf("Replaced = %d, want 1", n)
 			}
 		}},
-		{"an unselectable entry is replaced", 0, func(t *testing.T, r *rig) {
+		{"an entry on a service not selectable here: the second choice is served, the record kept", 0, func(t *testing.T, r *rig) {
 			r.svcs.off[2] = true
 			r.put("ada", "c", r.now)
 			op := r.miss("ada", 1)
 			r.drain()
 			r.wantSettled(op, 1, true)
-			r.wantEtcd("ada", "b")
+			r.wantEtcd("ada", "c")
+			if got := r.e.service(r.key("ada") + AltSuffix); got != "b" {
+				t.Errorf("the second choice of ada is %q, want b", got)
+			}
 		}},
 		{"timeout: decided with the proposal, reconciled from the tick (applied: kept)", 0, func(t *testing.T, r *rig) {
 			op := r.miss("ada", 1)

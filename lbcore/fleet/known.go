@@ -221,6 +221,10 @@ func (c *Client) HandOver(n *Client) {
 	n.tokens, n.budgetAt = c.tokens, c.budgetAt
 	n.wall, n.mono = c.wall, c.mono // n goes on on c's monotonic clock
 	n.logged = c.logged
+	for h, d := range c.diverted {
+		n.noteDiverted(h, d.id, d.stamp)
+	}
+	c.diverted = nil
 }
 
 // Stop ends c's own work, as HandOver does, when the new configuration

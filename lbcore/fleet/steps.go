@@ -19,8 +19,14 @@ func (c *Client) next(o *fleetOp, now time.Time) {
 	switch {
 	case c.needAuth():
 		c.waitRoot(o, callAuth, now)
+	case !o.readOnly && !c.svcs.Selectable(o.proposal):
+		// Never write a service not selectable here: read, follow the
+		// fleet if it holds one, else decide locally.
+		o.readOnly = true
+		c.refund(&o.held)
+		c.next(o, now)
 	case o.readOnly:
-		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(o.h)), now, 0)
+		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.opKey(o)), now, 0)
 	case c.leaseFor(slot) == 0:
 		c.waitRoot(o, callGrant, now)
 	default:
@@ -28,7 +34,7 @@ func (c *Client) next(o *fleetOp, now time.Time) {
 		if o.rev == 0 {
 			o.creates++
 		}
-		c.opCall(o, callTxn, "/v3/kv/txn", c.txnBody(o.h, o.rev, now.Unix(), o.proposal, lease), now, lease)
+		c.opCall(o, callTxn, "/v3/kv/txn", c.txnBodyAt(c.opKey(o), o.rev, now.Unix(), o.proposal, lease), now, lease)
 	}
 }
 
@@ -261,8 +267,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 
 // onOp reads an answer of transaction o.
 func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err error) {
-	switch cl.kind {
-	case callRange:
+	if cl.kind == callRange {
 		var kv etcdKV
 		var found bool
 		if err == nil {
@@ -273,12 +278,15 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 			return
 		}
 		c.after(now, nil)
-		if i, ok := c.live(kv, found, now); ok {
+		switch i, st := c.classify(kv, found, now); {
+		case st == recUsable:
 			c.fleetHit(o, i, kv, now)
-			return
+		case st == recUnusable && !o.alt:
+			c.divert(o, kv, now)
+		default:
+			c.counts.Throttled++
+			c.settle(o, o.proposal, false, now) // over budget: not created, not reconciled
 		}
-		c.counts.Throttled++
-		c.settle(o, o.proposal, false, now) // over budget: not created, not reconciled
 		return
 	}
 	put, kv, found := false, etcdKV{}, false
@@ -299,7 +307,7 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 	if put && o.rev == 0 {
 		c.consume(&o.held)
 	}
-	switch i, ok := c.live(kv, found, now); {
+	switch i, st := c.classify(kv, found, now); {
 	case put:
 		if o.rev != 0 {
 			c.counts.Replaced++
@@ -307,18 +315,36 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 			c.counts.Created++
 		}
 		c.settle(o, o.proposal, true, now)
-	case ok:
+	case st == recUsable:
 		c.fleetHit(o, i, kv, now)
+	case st == recUnusable && !o.alt:
+		c.divert(o, kv, now)
 	case !found && o.creates < 2:
 		o.rev = 0 // gone between the compare and the read: create
 		c.next(o, now)
 	case found && o.replaces < fleetMaxReplaces:
-		o.replaces++ // stale, unknown here or not selectable: move it for the fleet
+		o.replaces++ // stale (or, for the second choice, not usable here): move it
 		o.rev = kv.ModRevision
 		c.next(o, now)
 	default:
 		c.settleLocal(o, now)
 	}
+}
+
+// divert goes on with o, whose key the fleet holds on a live service this
+// proxy cannot use (not selectable here, or not in its configuration),
+// with the key's second choice (its alt key): the fleet's record is left
+// as it is, for the proxies that can use its service, and this proxy
+// serves the second choice, created with its proposal by the first proxy
+// that could not use the first. A worker over the create budget only reads
+// it. The key is remembered as diverted: once the fleet's service is
+// selectable here again, the tick moves the local entry back to it
+// (undivert).
+func (c *Client) divert(o *fleetOp, kv etcdKV, now time.Time) {
+	rec, _ := ParseRecord(kv.Value)
+	c.noteDiverted(o.h, rec.Service, rec.Stamp)
+	o.alt, o.rev, o.creates, o.replaces = true, 0, 0, 0
+	c.next(o, now)
 }
 
 // retryOrFail retries o after an error that another call can cure (a lost
@@ -336,25 +362,37 @@ func (c *Client) retryOrFail(o *fleetOp, now time.Time, err error) {
 	}
 }
 
-// live returns the service of a found entry when it is alive and
-// selectable here.
-func (c *Client) live(kv etcdKV, found bool, now time.Time) (int, bool) {
+// What a record read from etcd is to this proxy.
+type recState uint8
+
+const (
+	recAbsent   recState = iota
+	recStale             // expired, or not a record: to replace
+	recUnusable          // alive, on a service not selectable here or unknown here
+	recUsable            // alive, on service i, selectable here
+)
+
+// classify reads a found entry: its state, and its service when usable.
+func (c *Client) classify(kv etcdKV, found bool, now time.Time) (int, recState) {
 	if !found {
-		return 0, false
+		return 0, recAbsent
 	}
 	rec, ok := ParseRecord(kv.Value)
 	if !ok || !rec.Alive(now, c.expire) {
-		return 0, false
+		return 0, recStale
 	}
 	i, known := c.svcs.ServiceByKey(rec.Service)
-	return i, known && c.svcs.Selectable(i)
+	if !known || !c.svcs.Selectable(i) {
+		return 0, recUnusable
+	}
+	return i, recUsable
 }
 
 // fleetHit settles o with the fleet's service i; a stamp of an older slot
 // is refreshed from the tick.
 func (c *Client) fleetHit(o *fleetOp, i int, kv etcdKV, now time.Time) {
 	c.counts.Hit++
-	if rec, _ := ParseRecord(kv.Value); c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
+	if rec, _ := ParseRecord(kv.Value); !o.alt && c.slotOf(rec.Stamp) < c.slotOf(now.Unix()) {
 		c.enqueue(fleetJob{h: o.h, svc: i, stamp: now.Unix()})
 	}
 	c.settle(o, i, true, now)
@@ -384,7 +422,7 @@ func (c *Client) settleLocal(o *fleetOp, now time.Time) {
 
 // settle ends o, which is then reused: it is o's last use.
 func (c *Client) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
-	if fleet || !o.readOnly { // over the budget, a key etcd does not hold stays local
+	if (fleet || !o.readOnly) && !o.alt { // over the budget, a key etcd does not hold stays local
 		c.know(o.h, svc, now.Unix())
 	}
 	c.drop(&o.held)

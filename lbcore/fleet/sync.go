@@ -1,6 +1,9 @@
 package fleet
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // The sync queue of Client: keys decided locally (reconciled) and hits
 // in a new slot (refreshed), sent from the tick.
@@ -85,6 +88,15 @@ func (c *Client) authIn(now time.Time, timeout time.Duration) *fleetCall {
 // sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
 // with j's service.
 func (c *Client) sendSync(j fleetJob, now time.Time) {
+	if (!j.readOnly || j.rev != 0) && !c.svcs.Selectable(j.svc) {
+		// Never write a service not selectable here (it may have gone
+		// down, or out of the configuration, since j was queued).
+		c.refund(&j.held)
+		if j.rev != 0 {
+			return
+		}
+		j.readOnly = true // read: the local entry follows a live service the fleet holds
+	}
 	c.syncing++
 	if j.readOnly && j.rev == 0 {
 		c.rootCall(callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(j.h)), now).job = j
@@ -141,7 +153,7 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		c.consume(&j.held)
 	}
 	defer c.drop(&j.held) // a token j still holds when it ends (resend passes it on)
-	i, ok := c.live(kv, found, now)
+	i, st := c.classify(kv, found, now)
 	switch {
 	case put && j.rev != 0:
 		c.counts.Refreshed++
@@ -152,15 +164,21 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		if j.resync { // the local entry may have moved since it was known: etcd holds j.svc now
 			c.out.Remember = append(c.out.Remember, Remember{Hash: j.h, Service: j.svc})
 		}
-	case ok && i != j.svc:
+	case st == recUsable && i != j.svc:
 		c.counts.Followed++
 		c.know(j.h, i, now.Unix())
 		c.out.Remember = append(c.out.Remember, Remember{Hash: j.h, Service: i})
-	case ok:
+	case st == recUsable:
 		if rec, _ := ParseRecord(kv.Value); j.rev == 0 && c.slotOf(rec.Stamp) < c.slotOf(j.stamp) {
 			j.rev = kv.ModRevision // the same service, stamped in an older slot: refresh it
 			c.resend(&j, now)
 		}
+	case st == recUnusable:
+		// The fleet's service is alive but not usable here: the record
+		// stays for the proxies that can use it (divert); the local entry
+		// goes back to it once it is selectable here.
+		rec, _ := ParseRecord(kv.Value)
+		c.noteDiverted(j.h, rec.Service, rec.Stamp)
 	case found && j.replaces < fleetMaxReplaces:
 		j.replaces++
 		j.rev = kv.ModRevision
@@ -191,3 +209,60 @@ func (c *Client) requeue(j fleetJob) {
 	c.queued[j.h] = true
 	c.queue.pushFront(j)
 }
+
+// DivertMax bounds the keys a worker remembers as diverted (divert): past
+// it, a key served on its second choice goes back to the fleet's service
+// at its next refresh (the first hit in a later slot) instead of the next
+// tick.
+const DivertMax = 4096
+
+// diverted is a key served on its second choice: the fleet's service for
+// it (its identity), in a record stamped at Unix second stamp.
+type diverted struct {
+	id    string
+	stamp int64
+}
+
+// noteDiverted remembers the key of hash h as served off the fleet's
+// service id (identity, from a record stamped stamp).
+func (c *Client) noteDiverted(h uint64, id string, stamp int64) {
+	if c.stopped {
+		if c.succ != nil {
+			c.succ.noteDiverted(h, id, stamp)
+		}
+		return
+	}
+	if d, ok := c.diverted[h]; ok && d.id == id {
+		c.diverted[h] = diverted{d.id, stamp}
+		return
+	}
+	if len(c.diverted) >= DivertMax {
+		return
+	}
+	if c.diverted == nil {
+		c.diverted = map[uint64]diverted{}
+	}
+	c.diverted[h] = diverted{strings.Clone(id), stamp}
+}
+
+// undivert moves back the local entries of diverted keys whose fleet
+// service is selectable here again (Remember), and forgets those whose
+// record has expired. The tick runs it: after a service comes back on this
+// proxy (its configuration or its health view), its keys agree with the
+// fleet within one tick.
+func (c *Client) undivert(now time.Time) {
+	for h, d := range c.diverted {
+		if !c.alive(d.stamp, now) {
+			delete(c.diverted, h)
+			continue
+		}
+		if i, ok := c.svcs.ServiceByKey(d.id); ok && c.svcs.Selectable(i) {
+			delete(c.diverted, h)
+			c.know(h, i, now.Unix())
+			c.out.Remember = append(c.out.Remember, Remember{Hash: h, Service: i})
+		}
+	}
+}
+
+// Diverted is how many keys the worker serves on their second choice.
+func (c *Client) Diverted() int { return len(c.diverted) }
