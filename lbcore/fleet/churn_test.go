@@ -411,3 +411,41 @@ func TestFleetDivert(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, 100, "", "")) })
 	}
 }
+
+func TestFleetDataLoss(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		run  func(t *testing.T, r *rig)
+	}{
+		{"a gateway writing clusterId: another cluster is a loss", func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			for i, id := range []string{"1", "2"} {
+				r.now = r.now.Add(time.Second)
+				r.c.sawHeader(r.now, r.now, []byte(`{"header":{"clusterId":"`+id+`","revision":"`+itoa(100+i)+`"}}`))
+			}
+			if n := r.c.Counts().Resynced; n != 1 {
+				t.Errorf("Resynced = %d after clusterId changed, want 1", n)
+			}
+		}},
+		{"etcd wiped with its cluster_id, written past its revision by others, under a busy worker: the loss is seen", func(t *testing.T, r *rig) {
+			r.drainMiss("ada", 0)
+			r.drainMiss("bob", 1)
+			r.e.lose()
+			r.e.rev = 500 // the other proxies wrote much meanwhile
+			for range 8 { // busy: a read of a key others placed every 500 ms, always one in flight
+				k := "x" + itoa(int(r.e.rev))
+				r.put(k, "c", r.now)
+				r.miss(k, 2)
+				r.tick(500 * time.Millisecond)
+				r.drain()
+			}
+			if n := r.c.Counts().Resynced; n < 2 {
+				t.Errorf("Resynced = %d, want ada and bob (and the keys followed) placed again; logs %q", n, r.logs)
+			}
+			r.wantEtcd("ada", "a")
+			r.wantEtcd("bob", "b")
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { tt.run(t, newRig(t, 100, "", "")) })
+	}
+}

@@ -99,6 +99,7 @@ type Client struct {
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
 
+	aliveAt    time.Time // when the last heartbeat was sent (monotonic)
 	aliveLease int64     // the lease aliveBody asks after
 	aliveBody  []byte    // the heartbeat's body
 	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
@@ -194,9 +195,11 @@ const (
 	// ProbeEvery is how often the tick asks a down etcd.
 	ProbeEvery = time.Second
 	// HeartbeatEvery is how often the tick of a worker that placed
-	// keys reads from an etcd that is up when nothing else asked it
-	// meanwhile: its answer shows a loss of etcd's data (known.go) even
-	// on a worker that only has hits.
+	// keys asks an etcd that is up whether it still knows the worker's
+	// lease, busy or idle: its answer shows a loss of etcd's data
+	// (known.go) even on a worker that only has hits, or whose
+	// transactions only read keys, on an etcd wiped with its cluster_id
+	// and written again by others past the revision it had.
 	HeartbeatEvery = 3 * time.Second
 	// QueueMax bounds the keys waiting to be synced (reconciled or
 	// refreshed); more are dropped and counted (QueueFull).
@@ -273,7 +276,7 @@ func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, passwo
 		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
 		queued: map[uint64]bool{}, logged: map[error]bool{},
-		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now}
+		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now, aliveAt: now}
 }
 
 // Take returns what the client asks for since the last Take, and forgets it.
@@ -445,9 +448,13 @@ func (c *Client) Tick(now time.Time) {
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && c.mono.Sub(c.lastOK) >= HeartbeatEvery && len(c.calls)+c.queue.n == 0 {
-		c.probe = true
-		if l := c.leaseFor(slot); l != 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && c.mono.Sub(c.aliveAt) >= HeartbeatEvery {
+		c.probe, c.aliveAt = true, c.mono
+		l := c.leaseFor(slot)
+		if l == 0 {
+			l = c.leaseFor(slot - 1) // it outlives its slot by expire + slot
+		}
+		if l != 0 {
 			if c.aliveLease != l { // the body is made once per lease
 				c.aliveLease, c.aliveBody = l, timeToLiveRequest(l)
 			}

@@ -24,7 +24,14 @@ import (
 // overtake each other differ by a few), a header.cluster_id that changed
 // (another cluster), and a lease it granted that it no longer knows: "lease
 // not found" on a put, or TTL -1 from the heartbeat (HeartbeatEvery),
-// which asks after the current slot's lease.
+// which asks after the current slot's lease (or the last one's), busy or
+// idle.
+//
+// What none of them shows: a restore to a snapshot that still holds the
+// worker's lease and a revision at least half the highest seen, with the
+// same cluster_id: the keys written after the snapshot are gone without a
+// signal. Each comes back when a proxy that holds it refreshes it (its
+// first hit in a later slot creates it again) or meets it as a miss.
 
 const (
 	// KnownMax bounds the keys a worker keeps for a resync.
@@ -127,7 +134,9 @@ func (c *Client) Known() int { return len(c.ring) }
 // then 2, from calls sent together), and etcd answered that one before.
 func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 	h := gjson.Get(bytesString(body), "header") // in place: id is copied when kept
-	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
+	// etcd 3.4's gateway writes the proto names (cluster_id, measured on
+	// 3.4.23); a gateway marshalling proto3 JSON names writes clusterId.
+	rev, id := h.Get("revision").Int(), pick(h, "cluster_id", "clusterId").String()
 	if id != "" && c.clusterID != "" && id != c.clusterID {
 		old := c.clusterID
 		c.clusterID, c.maxRev = strings.Clone(id), rev
@@ -220,7 +229,7 @@ func (c *Client) HandOver(n *Client) {
 	n.lastOK, n.maxRev, n.maxRevAt, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.maxRevAt, c.clusterID, c.resyncAt
 	n.tokens, n.budgetAt = c.tokens, c.budgetAt
 	n.wall, n.mono = c.wall, c.mono // n goes on on c's monotonic clock
-	n.logged = c.logged
+	n.logged, n.aliveAt = c.logged, c.aliveAt
 	for h, d := range c.diverted {
 		n.noteDiverted(h, d.id, d.stamp)
 	}
