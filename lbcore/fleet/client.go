@@ -34,12 +34,15 @@ import (
 //     same create-if-absent, then a replace on mod_revision; one that loses
 //     follows the winner.
 //   - "lease not found" on any put forgets that lease and grants a new one.
-//   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (misses and
-//     syncs of hits alike; a token is taken when the call is sent and given
-//     back when the key turned out to exist): over it a key is only read,
-//     and followed when etcd holds it; one etcd does not hold is decided
-//     locally and not created (Throttled). So etcd's key count grows by at
-//     most the budget per worker and second.
+//   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (a
+//     token is taken when the call is sent and given back when the key
+//     turned out to exist; refreshes of keys in use take none): over it a
+//     key is only read, and followed when etcd holds it; one etcd does not
+//     hold is decided locally (Throttled) and queued to be created from the
+//     tick once the budget allows, as the keys placed again after a data
+//     loss are; those syncs leave half the budget to misses. So etcd's key
+//     count grows by at most the budget per worker and second, plus the
+//     keys in use that a refresh finds gone.
 //   - With credentials, every call carries the token of
 //     /v3/auth/authenticate; one etcd refuses is renewed once per call.
 type Client struct {
@@ -82,8 +85,8 @@ type Client struct {
 	recovered int64 // Unix second after the last recovery: hits used before it sync their key
 
 	queue   jobQueue
-	resyncQ jobQueue        // keys placed again after a data loss, sent within the create budget
-	queued  map[uint64]bool // the keys in queue and resyncQ
+	budgetQ jobQueue        // keys to create once the budget allows: placed again after a data loss, or throttled
+	queued  map[uint64]bool // the keys in queue and budgetQ
 	syncing int
 
 	tokens   float64 // the create budget
@@ -304,7 +307,7 @@ func (c *Client) Counts() Counts { return c.counts }
 func (c *Client) Down() bool { return c.down }
 
 // Queued is how many keys wait to be synced.
-func (c *Client) Queued() int { return c.queue.n + c.resyncQ.n }
+func (c *Client) Queued() int { return c.queue.n + c.budgetQ.n }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
@@ -322,7 +325,11 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 		if !create {
 			c.counts.Throttled++
 		}
-		c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), readOnly: !create, held: create})
+		if create {
+			c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), held: true})
+		} else {
+			c.enqueueBudgeted(fleetJob{h: k, svc: proposal, stamp: now.Unix()})
+		}
 		return 0, false
 	}
 	return c.start(now, k, proposal, !create), true
@@ -352,7 +359,7 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 	if c.spend(now) {
 		return c.start(now, k, svc, false), true
 	}
-	c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix(), readOnly: true})
+	c.enqueueBudgeted(fleetJob{h: k, svc: svc, stamp: now.Unix()})
 	return 0, false
 }
 
@@ -533,17 +540,22 @@ func (c *Client) Mono() time.Time { return c.mono }
 // spend takes one create from the budget: CreatesPerSecond, a burst of one
 // second's worth.
 func (c *Client) spend(now time.Time) bool {
-	rate := float64(c.cfg.CreatesPerSecond)
-	if dt := c.mono.Sub(c.budgetAt); dt > 0 {
-		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
-		c.budgetAt = c.mono
-	}
+	c.refill()
 	if c.tokens < 1 {
 		return false
 	}
 	c.tokens--
 	c.ledger.spent++
 	return true
+}
+
+// refill adds the tokens earned since the last refill.
+func (c *Client) refill() {
+	rate := float64(c.cfg.CreatesPerSecond)
+	if dt := c.mono.Sub(c.budgetAt); dt > 0 {
+		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
+		c.budgetAt = c.mono
+	}
 }
 
 // The create tokens' ledger: each token spent (spend) is held by one

@@ -177,7 +177,7 @@ func (c *Client) dataLost(now time.Time, why string) {
 		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
 			continue
 		}
-		c.enqueueResync(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
+		c.enqueueBudgeted(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
 		n++
 	}
 	c.counts.Resynced += uint64(n)
@@ -202,7 +202,7 @@ func (c *Client) alive(used int64, now time.Time) bool {
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
 func (c *Client) HandOver(n *Client) {
-	queue, resync, ring, oldest := c.queue.all(), c.resyncQ.all(), c.ring, c.ringAt
+	queue, resync, ring, oldest := c.queue.all(), c.budgetQ.all(), c.ring, c.ringAt
 	for _, js := range [][]fleetJob{queue, resync} {
 		for i := range js {
 			js[i].held = false // Stop drops the queued tokens
@@ -218,7 +218,7 @@ func (c *Client) HandOver(n *Client) {
 		c.enqueue(j)
 	}
 	for _, j := range resync {
-		c.enqueueResync(j)
+		c.enqueueBudgeted(j)
 	}
 	for i := range ring { // oldest first, so that n forgets them first too
 		e := ring[(oldest+i)%len(ring)]
@@ -239,13 +239,13 @@ func (c *Client) HandOver(n *Client) {
 // Stop ends c's own work, as HandOver does, when the new configuration
 // has no fleet level.
 func (c *Client) Stop() {
-	for _, q := range []*jobQueue{&c.queue, &c.resyncQ} {
+	for _, q := range []*jobQueue{&c.queue, &c.budgetQ} {
 		for q.n > 0 {
 			j := q.pop()
 			c.drop(&j.held)
 		}
 	}
-	c.stopped, c.queue, c.resyncQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]bool{}, nil, nil
+	c.stopped, c.queue, c.budgetQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]bool{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.

@@ -46,7 +46,7 @@ func (c *Client) next(o *fleetOp, now time.Time) {
 func (c *Client) waitRoot(o *fleetOp, kind callKind, now time.Time) {
 	left := o.deadline.Sub(c.mono)
 	if left < time.Millisecond || o.calls >= fleetMaxCalls {
-		c.failOp(o, now, errTimeout)
+		c.outOfTime(o, now)
 		return
 	}
 	inFlight, end := c.authing, c.authEnd
@@ -104,7 +104,7 @@ func (c *Client) resumeWaiting(kind callKind, now time.Time, err error) {
 func (c *Client) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
 	left := o.deadline.Sub(c.mono)
 	if left < time.Millisecond || o.calls >= fleetMaxCalls {
-		c.failOp(o, now, errTimeout)
+		c.outOfTime(o, now)
 		return nil
 	}
 	o.calls++
@@ -283,9 +283,12 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 			c.fleetHit(o, i, kv, now)
 		case st == recUnusable && !o.alt:
 			c.divert(o, kv, now)
-		default:
+		default: // over budget: decided locally, created when the budget allows
 			c.counts.Throttled++
-			c.settle(o, o.proposal, false, now) // over budget: not created, not reconciled
+			if st != recUsable && !o.alt {
+				c.enqueueBudgeted(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix()})
+			}
+			c.settle(o, o.proposal, false, now)
 		}
 		return
 	}
@@ -398,6 +401,14 @@ func (c *Client) fleetHit(o *fleetOp, i int, kv etcdKV, now time.Time) {
 	c.settle(o, i, true, now)
 }
 
+// outOfTime settles o locally when its time (or its calls) ran out before
+// its next call: a timeout of the transaction, not a failure of etcd,
+// which answered every call so far.
+func (c *Client) outOfTime(o *fleetOp, now time.Time) {
+	c.counts.Timeout++
+	c.settleLocal(o, now)
+}
+
 // failOp settles o locally after a failed call, counting it: a call
 // without an answer at o's deadline is a timeout.
 func (c *Client) failOp(o *fleetOp, now time.Time, err error) {
@@ -415,8 +426,12 @@ func (c *Client) settleLocal(o *fleetOp, now time.Time) {
 	if o.readOnly {
 		c.counts.Throttled++
 	}
-	c.enqueue(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix(), readOnly: o.readOnly, held: o.held})
-	o.held = false // the sync holds it now
+	if o.readOnly {
+		c.enqueueBudgeted(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix()})
+	} else {
+		c.enqueue(fleetJob{h: o.h, svc: o.proposal, stamp: now.Unix(), held: o.held})
+		o.held = false // the sync holds it now
+	}
 	c.settle(o, o.proposal, false, now)
 }
 

@@ -11,17 +11,18 @@ import (
 // enqueue adds a key to sync; a key already queued keeps its place.
 func (c *Client) enqueue(j fleetJob) { c.enqueueIn(&c.queue, j) }
 
-// enqueueResync adds a key placed again after a loss of etcd's data: such
-// syncs wait for the create budget (pump), as misses do.
-func (c *Client) enqueueResync(j fleetJob) { c.enqueueIn(&c.resyncQ, j) }
+// enqueueBudgeted adds a key to create once the budget allows (pump): one
+// placed again after a loss of etcd's data, or one decided locally over the
+// budget.
+func (c *Client) enqueueBudgeted(j fleetJob) { c.enqueueIn(&c.budgetQ, j) }
 
 func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 	if c.stopped {
 		c.drop(&j.held) // spent here: the successor's ledger never held it
 		if i, ok := c.remap(j.svc); ok {
 			j.svc = i
-			if q == &c.resyncQ {
-				c.succ.enqueueResync(j)
+			if q == &c.budgetQ {
+				c.succ.enqueueBudgeted(j)
 			} else {
 				c.succ.enqueue(j)
 			}
@@ -32,7 +33,7 @@ func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 		c.drop(&j.held)
 		return
 	}
-	if c.queue.n+c.resyncQ.n >= QueueMax {
+	if c.queue.n+c.budgetQ.n >= QueueMax {
 		c.counts.QueueFull++
 		c.drop(&j.held)
 		return
@@ -64,8 +65,10 @@ func (c *Client) pump(now time.Time) {
 		delete(c.queued, j.h)
 		c.sendSync(j, now)
 	}
-	for c.resyncQ.n > 0 && c.syncing < SyncAtOnce && c.spend(now) {
-		j := c.resyncQ.pop()
+	// Syncs that create leave half the budget to misses.
+	c.refill()
+	for c.budgetQ.n > 0 && c.syncing < SyncAtOnce && c.tokens >= 1+float64(c.cfg.CreatesPerSecond)/2 && c.spend(now) {
+		j := c.budgetQ.pop()
 		delete(c.queued, j.h)
 		j.held = true
 		c.sendSync(j, now)
