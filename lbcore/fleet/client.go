@@ -190,6 +190,7 @@ type Counts struct {
 	Timeout, Error, Skipped, Throttled    uint64
 	Reconciled, Followed, QueueFull, Auth uint64
 	Resynced                              uint64 // keys queued again after etcd lost its data
+	Diverted                              uint64 // transactions served on the key's second choice (divert)
 }
 
 const (

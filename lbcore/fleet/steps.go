@@ -312,9 +312,11 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 	}
 	switch i, st := c.classify(kv, found, now); {
 	case put:
-		if o.rev != 0 {
+		switch {
+		case o.alt: // counted as Diverted
+		case o.rev != 0:
 			c.counts.Replaced++
-		} else {
+		default:
 			c.counts.Created++
 		}
 		c.settle(o, o.proposal, true, now)
@@ -346,6 +348,7 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 func (c *Client) divert(o *fleetOp, kv etcdKV, now time.Time) {
 	rec, _ := ParseRecord(kv.Value)
 	c.noteDiverted(o.h, rec.Service, rec.Stamp)
+	c.counts.Diverted++
 	o.alt, o.rev, o.creates, o.replaces = true, 0, 0, 0
 	c.next(o, now)
 }
