@@ -56,10 +56,32 @@ type fleetCallout struct {
 	callout calloutLayout
 }
 
+// fleetCounters are the client's counters as metrics
+// hashlb.persistence_fleet_<name> (docs/persistence.md#metrics), in one
+// table that defining and counting walk.
+var fleetCounters = [...]struct {
+	name string
+	get  func(*fleet.Counts) uint64
+}{
+	{"hit", func(c *fleet.Counts) uint64 { return c.Hit }},
+	{"created", func(c *fleet.Counts) uint64 { return c.Created }},
+	{"replaced", func(c *fleet.Counts) uint64 { return c.Replaced }},
+	{"refreshed", func(c *fleet.Counts) uint64 { return c.Refreshed }},
+	{"timeout", func(c *fleet.Counts) uint64 { return c.Timeout }},
+	{"error", func(c *fleet.Counts) uint64 { return c.Error }},
+	{"skipped", func(c *fleet.Counts) uint64 { return c.Skipped }},
+	{"throttled", func(c *fleet.Counts) uint64 { return c.Throttled }},
+	{"reconciled", func(c *fleet.Counts) uint64 { return c.Reconciled }},
+	{"followed", func(c *fleet.Counts) uint64 { return c.Followed }},
+	{"queue_full", func(c *fleet.Counts) uint64 { return c.QueueFull }},
+	{"auth_failed", func(c *fleet.Counts) uint64 { return c.Auth }},
+	{"resynced", func(c *fleet.Counts) uint64 { return c.Resynced }},
+	{"diverted", func(c *fleet.Counts) uint64 { return c.Diverted }},
+}
+
 type fleetMetrics struct {
-	hit, created, replaced, refreshed, timeout, errors, skipped      proxywasm.MetricCounter
-	throttled, reconciled, followed, queueFull, authFailed, resynced proxywasm.MetricCounter
-	latency                                                          proxywasm.MetricHistogram
+	counters [len(fleetCounters)]proxywasm.MetricCounter
+	latency  proxywasm.MetricHistogram
 }
 
 // The VM's environment variables (Envoy: vm_config.environment_variables)
@@ -76,14 +98,10 @@ func newFleet(p *pluginContext, bal *lbcore.Balancer, c *lbcore.Persistence, roo
 	f := &fleetLevel{p: p, cfg: c.Fleet, waiters: map[uint32]waitList{},
 		c:         fleet.NewClient(c, fleet.Prefix(c.Fleet, rootID), bal, user, password, time.Now()),
 		authority: c.Fleet.CallAuthority()}
-	def := func(n string) proxywasm.MetricCounter {
-		return proxywasm.DefineCounterMetric("hashlb.persistence_fleet_" + n)
+	for i, m := range fleetCounters {
+		f.m.counters[i] = proxywasm.DefineCounterMetric("hashlb.persistence_fleet_" + m.name)
 	}
-	f.m = fleetMetrics{hit: def("hit"), created: def("created"), replaced: def("replaced"),
-		refreshed: def("refreshed"), timeout: def("timeout"), errors: def("error"), skipped: def("skipped"),
-		throttled: def("throttled"), reconciled: def("reconciled"), followed: def("followed"),
-		queueFull: def("queue_full"), authFailed: def("auth_failed"), resynced: def("resynced"),
-		latency: proxywasm.DefineHistogramMetric("hashlb.persistence_fleet_latency_ms")}
+	f.m.latency = proxywasm.DefineHistogramMetric("hashlb.persistence_fleet_latency_ms")
 	return f
 }
 
@@ -301,26 +319,12 @@ func (f *fleetLevel) settled(s fleet.Settled, now time.Time) {
 // count gives the client's new counts to the metrics.
 func (f *fleetLevel) count() {
 	c := f.c.Counts()
-	s := &f.seen
-	add := func(m proxywasm.MetricCounter, now, before uint64) {
-		if now != before {
-			m.Increment(now - before)
+	for i, m := range fleetCounters {
+		if now, before := m.get(&c), m.get(&f.seen); now != before {
+			f.m.counters[i].Increment(now - before)
 		}
 	}
-	add(f.m.hit, c.Hit, s.Hit)
-	add(f.m.created, c.Created, s.Created)
-	add(f.m.replaced, c.Replaced, s.Replaced)
-	add(f.m.refreshed, c.Refreshed, s.Refreshed)
-	add(f.m.timeout, c.Timeout, s.Timeout)
-	add(f.m.errors, c.Error, s.Error)
-	add(f.m.skipped, c.Skipped, s.Skipped)
-	add(f.m.throttled, c.Throttled, s.Throttled)
-	add(f.m.reconciled, c.Reconciled, s.Reconciled)
-	add(f.m.followed, c.Followed, s.Followed)
-	add(f.m.queueFull, c.QueueFull, s.QueueFull)
-	add(f.m.authFailed, c.Auth, s.Auth)
-	add(f.m.resynced, c.Resynced, s.Resynced)
-	*s = c
+	f.seen = c
 }
 
 // resume finishes a request that waited for the fleet with service i (the

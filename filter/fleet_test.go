@@ -5,10 +5,12 @@ package main
 import (
 	"cmp"
 	"encoding/base64"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/hashlb/hashlb/lbcore/fleet"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
@@ -137,14 +139,13 @@ func TestFleetRequestPath(t *testing.T) {
 	})
 }
 
-// TestFleetReplacesStaleEntry: an entry past its expiry, or naming a
-// service that is not selectable here, is replaced with a compare on its
-// mod_revision (so that two proxies cannot move it to two places), and the
-// request goes to the proposal once the replace succeeded.
+// TestFleetReplacesStaleEntry: an entry past its expiry, or not a record,
+// is replaced with a compare on its mod_revision (so that two proxies
+// cannot move it to two places), and the request goes to the proposal once
+// the replace succeeded.
 func TestFleetReplacesStaleEntry(t *testing.T) {
 	for _, tt := range []struct{ name, record string }{
 		{"expired", "1 10.0.0.3:8080"},
-		{"unknown service", "4102444800 10.9.9.9:80"},
 		{"malformed", "garbage"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,4 +170,46 @@ func TestFleetReplacesStaleEntry(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFleetDivertsUnusableEntry: a live entry naming a service this proxy
+// cannot use (here: not in its configuration) is left as it is for the
+// proxies that can; the request goes to the key's second choice, created
+// with the proposal under <key>.alt, and is counted as diverted.
+func TestFleetDivertsUnusableEntry(t *testing.T) {
+	eachRunner(t, func(t *testing.T, newHost newHostFunc) {
+		h := newHost(t, fleetConfig)
+		ctx, _ := h.fleetOpen("ada")
+		h.answer(ctx, "200", `{"ID":"77","TTL":"700000"}`)
+		val := base64.StdEncoding.EncodeToString([]byte("4102444800 10.9.9.9:80"))
+		h.answer(ctx, "200", `{"header":{"revision":"9"},"responses":[{"response_range":{"kvs":[{"mod_revision":"5","value":"`+val+`"}]}}]}`)
+		calls := h.callouts(ctx)
+		if len(calls) != 1 || !strings.Contains(string(calls[0].Body), `"target":"CREATE"`) {
+			t.Fatalf("after an entry on an unknown service: calls %+v, want one create-if-absent", calls)
+		}
+		key := gjsonKey(t, calls[0].Body)
+		if !strings.HasSuffix(key, fleet.AltSuffix) {
+			t.Fatalf("the create is of %q, want the key's second choice (suffix %q)", key, fleet.AltSuffix)
+		}
+		h.answer(ctx, "200", `{"header":{"revision":"10"},"succeeded":true,"responses":[{"response_put":{}}]}`)
+		if got := get(h.GetCurrentRequestHeaders(ctx), "x-hashlb-service"); len(got) != 1 || h.GetCurrentHttpStreamAction(ctx) != types.ActionContinue {
+			t.Errorf("after the create: %v with service %v, want resumed with the proposal", h.GetCurrentHttpStreamAction(ctx), got)
+		}
+		h.CompleteHttpContext(ctx)
+		if n, r := h.counter("hashlb.persistence_fleet_diverted"), h.counter("hashlb.persistence_fleet_replaced"); n != 1 || r != 0 {
+			t.Errorf("persistence_fleet_diverted = %d, _replaced = %d, want 1 and 0", n, r)
+		}
+	})
+}
+
+// gjsonKey is the etcd key a txn body compares.
+func gjsonKey(t *testing.T, body []byte) string {
+	t.Helper()
+	var txn struct {
+		Compare []struct{ Key []byte } `json:"compare"`
+	}
+	if err := json.Unmarshal(body, &txn); err != nil || len(txn.Compare) == 0 {
+		t.Fatalf("txn body %s: %v", body, err)
+	}
+	return string(txn.Compare[0].Key)
 }

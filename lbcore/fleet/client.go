@@ -34,12 +34,15 @@ import (
 //     same create-if-absent, then a replace on mod_revision; one that loses
 //     follows the winner.
 //   - "lease not found" on any put forgets that lease and grants a new one.
-//   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (misses and
-//     syncs of hits alike; a token is taken when the call is sent and given
-//     back when the key turned out to exist): over it a key is only read,
-//     and followed when etcd holds it; one etcd does not hold is decided
-//     locally and not created (Throttled). So etcd's key count grows by at
-//     most the budget per worker and second.
+//   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (a
+//     token is taken when the call is sent and given back when the key
+//     turned out to exist; refreshes of keys in use take none): over it a
+//     key is only read, and followed when etcd holds it; one etcd does not
+//     hold is decided locally (Throttled) and queued to be created from the
+//     tick once the budget allows, as the keys placed again after a data
+//     loss are; those syncs leave half the budget to misses. So etcd's key
+//     count grows by at most the budget per worker and second, plus the
+//     keys in use that a refresh finds gone.
 //   - With credentials, every call carries the token of
 //     /v3/auth/authenticate; one etcd refuses is renewed once per call.
 type Client struct {
@@ -68,6 +71,13 @@ type Client struct {
 	token                    string
 	leases                   [2]struct{ slot, id int64 } // at index slot%2: this slot's and the next
 	authing, granting, probe bool                        // root calls in flight
+	authEnd, grantEnd        time.Time                   // when the authenticate or grant in flight ends at the latest
+	authWait, grantWait      []uint32                    // transactions waiting on them
+	spareWait                []uint32
+
+	// The monotonic clock (clock): budgets, probes, backoffs, deadlines
+	// and the heartbeat run on mono; stamps and slots on the wall clock.
+	wall, mono time.Time
 
 	fails     int
 	down      bool
@@ -75,11 +85,13 @@ type Client struct {
 	recovered int64 // Unix second after the last recovery: hits used before it sync their key
 
 	queue   jobQueue
-	queued  map[uint64]bool
+	budgetQ jobQueue        // keys to create once the budget allows: placed again after a data loss, or throttled
+	queued  map[uint64]bool // the keys in queue and budgetQ
 	syncing int
 
 	tokens   float64 // the create budget
 	budgetAt time.Time
+	ledger   ledger
 
 	lastOK    time.Time // etcd's last answer
 	maxRev    int64     // the highest header.revision etcd answered with
@@ -90,10 +102,13 @@ type Client struct {
 	ringAt    int // the oldest of ring, once full
 	resyncAt  time.Time
 
+	aliveAt    time.Time // when the last heartbeat was sent (monotonic)
 	aliveLease int64     // the lease aliveBody asks after
 	aliveBody  []byte    // the heartbeat's body
 	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
 	spare      Out       // buffers given back (Recycle)
+
+	diverted map[uint64]diverted // keys served on their second choice (divert), by hash
 
 	stopped bool    // handed over to a new configuration's client (HandOver)
 	succ    *Client // that client, when compatible: what c still queues goes to it
@@ -175,6 +190,7 @@ type Counts struct {
 	Timeout, Error, Skipped, Throttled    uint64
 	Reconciled, Followed, QueueFull, Auth uint64
 	Resynced                              uint64 // keys queued again after etcd lost its data
+	Diverted                              uint64 // transactions served on the key's second choice (divert)
 }
 
 const (
@@ -183,9 +199,11 @@ const (
 	// ProbeEvery is how often the tick asks a down etcd.
 	ProbeEvery = time.Second
 	// HeartbeatEvery is how often the tick of a worker that placed
-	// keys reads from an etcd that is up when nothing else asked it
-	// meanwhile: its answer shows a loss of etcd's data (known.go) even
-	// on a worker that only has hits.
+	// keys asks an etcd that is up whether it still knows the worker's
+	// lease, busy or idle: its answer shows a loss of etcd's data
+	// (known.go) even on a worker that only has hits, or whose
+	// transactions only read keys, on an etcd wiped with its cluster_id
+	// and written again by others past the revision it had.
 	HeartbeatEvery = 3 * time.Second
 	// QueueMax bounds the keys waiting to be synced (reconciled or
 	// refreshed); more are dropped and counted (QueueFull).
@@ -204,7 +222,7 @@ const (
 type callKind uint8
 
 const (
-	callAuth  callKind = iota
+	callAuth  callKind = iota + 1
 	callGrant          // a lease grant
 	callTxn            // create-if-absent (rev 0) or replace (rev)
 	callRange          // a read (a transaction over the create budget)
@@ -222,8 +240,10 @@ type fleetOp struct {
 	rev             int64 // replace at this mod_revision; 0: create-if-absent
 	replaces, calls int
 	creates, auths  int
-	refunded        bool   // its create token was given back: the key existed
-	call            uint32 // in flight
+	held            bool     // holds a create token (ledger): spent on a create, refunded when the key existed
+	call            uint32   // in flight
+	waiting         callKind // the root call it waits on (callAuth, callGrant), or 0
+	alt             bool     // on the key's second choice (divert)
 }
 
 // fleetJob is one key to sync from the tick: reconcile a local decision, or
@@ -235,8 +255,9 @@ type fleetJob struct {
 	rev      int64 // replace at this mod_revision; 0: create-if-absent
 	replaces int8
 	tries    int8
+	retries  int8 // answers that asked for a retry (retryable)
 	readOnly bool // over the create budget: read and follow, never create
-	refunded bool
+	held     bool // holds a create token (ledger), as fleetOp.held
 	resync   bool // placed again after etcd lost its data
 }
 
@@ -246,6 +267,7 @@ type fleetCall struct {
 	job     fleetJob // callTxn without op: a sync
 	slot    int64    // callGrant: the slot the lease is for
 	lease   int64    // the lease a put named
+	probe   bool     // callAuth: the probe of a down etcd
 	sent    time.Time
 	timeout time.Duration
 }
@@ -258,7 +280,7 @@ func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, passwo
 		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
 		queued: map[uint64]bool{}, logged: map[error]bool{},
-		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now}
+		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now, aliveAt: now}
 }
 
 // Take returns what the client asks for since the last Take, and forgets it.
@@ -286,13 +308,14 @@ func (c *Client) Counts() Counts { return c.counts }
 func (c *Client) Down() bool { return c.down }
 
 // Queued is how many keys wait to be synced.
-func (c *Client) Queued() int { return c.queue.n }
+func (c *Client) Queued() int { return c.queue.n + c.budgetQ.n }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
 // proposal now (etcd is down); else the request waits for op's
 // Settled.
 func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
+	c.clock(now)
 	k := lbcore.PersistKeyHash(key)
 	if o := c.ops[k]; o != nil {
 		return o.id, true
@@ -303,7 +326,11 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 		if !create {
 			c.counts.Throttled++
 		}
-		c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), readOnly: !create})
+		if create {
+			c.enqueue(fleetJob{h: k, svc: proposal, stamp: now.Unix(), held: true})
+		} else {
+			c.enqueueBudgeted(fleetJob{h: k, svc: proposal, stamp: now.Unix()})
+		}
 		return 0, false
 	}
 	return c.start(now, k, proposal, !create), true
@@ -317,6 +344,7 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 // hit of a slot (which renews the fleet's stamp), the key is synced from
 // the tick and the request is served at once.
 func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
+	c.clock(now)
 	stale := prevUse < c.recovered
 	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
 		return 0, false
@@ -325,19 +353,22 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 	if o := c.ops[k]; o != nil {
 		return o.id, true
 	}
-	create := c.spend(now)
-	if stale && create {
+	if !stale { // a refresh: the key is in use, it spends no create
+		c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix()})
+		return 0, false
+	}
+	if c.spend(now) {
 		return c.start(now, k, svc, false), true
 	}
-	c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix(), readOnly: !create})
+	c.enqueueBudgeted(fleetJob{h: k, svc: svc, stamp: now.Unix()})
 	return 0, false
 }
 
 // start sends the first call of a new transaction for the key of hash k.
 func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
 	o := c.newOp()
-	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: now,
-		deadline: now.Add(c.cfg.Timeout), readOnly: readOnly}
+	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: c.mono,
+		deadline: c.mono.Add(c.cfg.Timeout), readOnly: readOnly, held: !readOnly}
 	c.ops[k], c.byID[o.id] = o, o
 	c.next(o, now)
 	return o.id
@@ -346,6 +377,7 @@ func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uin
 // Abandon settles transaction op locally, for a caller whose host will
 // deliver no answer to it. Its key is reconciled later.
 func (c *Client) Abandon(now time.Time, op uint32) {
+	c.clock(now)
 	if o := c.byID[op]; o != nil {
 		c.settleLocal(o, now)
 	}
@@ -354,6 +386,7 @@ func (c *Client) Abandon(now time.Time, op uint32) {
 // Answer delivers the answer to call id: its status and body, size its
 // length (the body is not read when size is over MaxAnswerBytes).
 func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size int) {
+	c.clock(now)
 	cl := c.calls[id]
 	if cl == nil {
 		return
@@ -370,7 +403,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 		}
 	}
 	if err == nil {
-		c.lastOK = now
+		c.lastOK = c.mono
 		c.sawHeader(now, cl.sent, body)
 	}
 	c.handle(cl, now, body, err)
@@ -380,6 +413,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 // NoAnswer reports that call id ended without an answer: its timeout
 // passed, the connection failed, or it could not be sent.
 func (c *Client) NoAnswer(now time.Time, id uint32) {
+	c.clock(now)
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
 		c.handle(cl, now, nil, errNoAnswer)
@@ -391,9 +425,10 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 // probes a down etcd (and an idle one, HeartbeatEvery), authenticates,
 // grants leases ahead, and sends queued syncs.
 func (c *Client) Tick(now time.Time) {
+	c.clock(now)
 	var lost []uint32
 	for id, cl := range c.calls {
-		if now.Sub(cl.sent) > cl.timeout+fleetLostCall {
+		if c.mono.Sub(cl.sent) > cl.timeout+fleetLostCall {
 			lost = append(lost, id)
 		}
 	}
@@ -404,21 +439,30 @@ func (c *Client) Tick(now time.Time) {
 	if c.stopped {
 		return
 	}
+	if len(c.diverted) > 0 {
+		c.undivert(now)
+	}
 	if c.down {
-		if !c.probe && !now.Before(c.probeAt) {
-			c.probe = true
-			if c.user != "" && c.token == "" {
-				c.rootCall(callProbe, "/v3/auth/authenticate", c.authBody(), now)
-			} else {
+		if !c.probe && !c.mono.Before(c.probeAt) {
+			switch {
+			case c.needAuth() && !c.authing:
+				c.probe = true
+				c.authIn(now, c.cfg.Timeout).probe = true
+			case !c.needAuth():
+				c.probe = true
 				c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
 			}
 		}
 		return
 	}
 	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && now.Sub(c.lastOK) >= HeartbeatEvery && len(c.calls)+c.queue.n == 0 {
-		c.probe = true
-		if l := c.leaseFor(slot); l != 0 {
+	if !c.probe && !c.needAuth() && len(c.ring) > 0 && c.mono.Sub(c.aliveAt) >= HeartbeatEvery {
+		c.probe, c.aliveAt = true, c.mono
+		l := c.leaseFor(slot)
+		if l == 0 {
+			l = c.leaseFor(slot - 1) // it outlives its slot by expire + slot
+		}
+		if l != 0 {
 			if c.aliveLease != l { // the body is made once per lease
 				c.aliveLease, c.aliveBody = l, timeToLiveRequest(l)
 			}
@@ -429,7 +473,7 @@ func (c *Client) Tick(now time.Time) {
 	}
 	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
 		(slot+1)*c.slotSecs-now.Unix() < c.slotSecs/4+1 {
-		c.grant(slot+1, now)
+		c.grantIn(slot+1, now, c.cfg.Timeout)
 	}
 	c.pump(now)
 }
@@ -477,24 +521,74 @@ func (c *Client) newID() uint32 {
 	return c.lastID
 }
 
+// clock advances the monotonic clock to the event at wall-clock time now:
+// by how much now is later than the last event's wall-clock time, by
+// nothing when it is earlier. The host gives wasm no monotonic clock (only
+// the wall clock), so a step back of the wall clock stops none of the
+// budget, probes, backoffs and deadlines (they run on c.mono), while a step
+// forward advances them by the step. Stamps and slots stay on the wall
+// clock: they must agree across proxies.
+func (c *Client) clock(now time.Time) {
+	if d := now.Sub(c.wall); d > 0 {
+		c.mono = c.mono.Add(d)
+	}
+	c.wall = now
+}
+
+// Mono is the client's monotonic clock (clock).
+func (c *Client) Mono() time.Time { return c.mono }
+
 // spend takes one create from the budget: CreatesPerSecond, a burst of one
 // second's worth.
 func (c *Client) spend(now time.Time) bool {
-	rate := float64(c.cfg.CreatesPerSecond)
-	if dt := now.Sub(c.budgetAt); dt > 0 {
-		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
-		c.budgetAt = now
-	}
+	c.refill()
 	if c.tokens < 1 {
 		return false
 	}
 	c.tokens--
+	c.ledger.spent++
 	return true
 }
 
-// refund gives back a create that did not grow etcd (the key existed).
-func (c *Client) refund() {
-	c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
+// refill adds the tokens earned since the last refill.
+func (c *Client) refill() {
+	rate := float64(c.cfg.CreatesPerSecond)
+	if dt := c.mono.Sub(c.budgetAt); dt > 0 {
+		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
+		c.budgetAt = c.mono
+	}
+}
+
+// The create tokens' ledger: each token spent (spend) is held by one
+// transaction or sync (fleetOp.held, fleetJob.held) until it is, exactly
+// once, refunded (the key existed: nothing grew etcd), consumed (the
+// create was applied) or dropped (its outcome is unknown, or it was given
+// up: counted as grown). So spent = refunded + consumed + dropped + held.
+type ledger struct{ spent, refunded, consumed, dropped uint64 }
+
+// refund gives back the token *held holds, if it holds one.
+func (c *Client) refund(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.refunded++
+		c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
+	}
+}
+
+// consume marks the token *held holds as spent on a create applied.
+func (c *Client) consume(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.consumed++
+	}
+}
+
+// drop gives up the token *held holds: it stays spent.
+func (c *Client) drop(held *bool) {
+	if *held {
+		*held = false
+		c.ledger.dropped++
+	}
 }
 
 func (c *Client) slotOf(t int64) int64 { return t / c.slotSecs }
@@ -577,10 +671,26 @@ func (c *Client) fleetKey(h uint64) []byte {
 // mod_revision rev) of the key of hash h with a record of stamp and service
 // svc.
 func (c *Client) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
+	return c.txnBodyAt(c.fleetKey(h), rev, stamp, svc, lease)
+}
+
+// txnBodyAt is txnBody for etcd key k.
+func (c *Client) txnBodyAt(k []byte, rev, stamp int64, svc int, lease int64) []byte {
 	c.valueBuf = appendRecord(c.valueBuf[:0], stamp, c.svcs.FleetService(svc))
 	start := len(c.out.bodies)
-	c.out.bodies = appendTxn(c.out.bodies, c.fleetKey(h), rev, c.valueBuf, lease)
+	c.out.bodies = appendTxn(c.out.bodies, k, rev, c.valueBuf, lease)
 	return c.body(start)
+}
+
+// opKey is the etcd key o works on: its key's, or its second choice's
+// (AltSuffix), in the key's buffer.
+func (c *Client) opKey(o *fleetOp) []byte {
+	k := c.fleetKey(o.h)
+	if o.alt {
+		k = append(k, AltSuffix...)
+		c.keyBuf = k
+	}
+	return k
 }
 
 // prefixKey is the table's prefix, in the key's buffer.

@@ -57,7 +57,7 @@ func (e *fakeEtcd) handle(c Call) (int, []byte) {
 		}
 		tok := fmt.Sprintf("tok.%d", e.calls)
 		e.tokens[tok] = true
-		return 200, []byte(`{"header":{"revision":"` + itoa(int(e.rev)) + `"},"token":"` + tok + `"}`)
+		return 200, []byte(`{"header":{"cluster_id":"1","revision":"` + itoa(int(e.rev)) + `"},"token":"` + tok + `"}`)
 	}
 	if len(e.users) > 0 {
 		if c.Token == "" {
@@ -67,7 +67,7 @@ func (e *fakeEtcd) handle(c Call) (int, []byte) {
 			return e.errorAnswer(3, "etcdserver: invalid auth token")
 		}
 	}
-	hdr := `{"header":{"revision":"` + strconv.FormatInt(e.rev, 10) + `"}`
+	hdr := `{"header":{"cluster_id":"1","revision":"` + strconv.FormatInt(e.rev, 10) + `"}`
 	switch c.Path {
 	case "/v3/lease/grant":
 		e.lease++
@@ -119,7 +119,7 @@ func (e *fakeEtcd) handle(c Call) (int, []byte) {
 			resp = append(resp, `{"response_range":{"header":{}`+e.rangeOf(g.Get("key").String())+`}}`)
 		}
 	}
-	hdr = `{"header":{"revision":"` + strconv.FormatInt(e.rev, 10) + `"}`
+	hdr = `{"header":{"cluster_id":"1","revision":"` + strconv.FormatInt(e.rev, 10) + `"}`
 	succeeded := ""
 	if ok {
 		succeeded = `,"succeeded":true`

@@ -24,7 +24,14 @@ import (
 // overtake each other differ by a few), a header.cluster_id that changed
 // (another cluster), and a lease it granted that it no longer knows: "lease
 // not found" on a put, or TTL -1 from the heartbeat (HeartbeatEvery),
-// which asks after the current slot's lease.
+// which asks after the current slot's lease (or the last one's), busy or
+// idle.
+//
+// What none of them shows: a restore to a snapshot that still holds the
+// worker's lease and a revision at least half the highest seen, with the
+// same cluster_id: the keys written after the snapshot are gone without a
+// signal. Each comes back when a proxy that holds it refreshes it (its
+// first hit in a later slot creates it again) or meets it as a miss.
 
 const (
 	// KnownMax bounds the keys a worker keeps for a resync.
@@ -127,7 +134,9 @@ func (c *Client) Known() int { return len(c.ring) }
 // then 2, from calls sent together), and etcd answered that one before.
 func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 	h := gjson.Get(bytesString(body), "header") // in place: id is copied when kept
-	rev, id := h.Get("revision").Int(), h.Get("cluster_id").String()
+	// etcd 3.4's gateway writes the proto names (cluster_id, measured on
+	// 3.4.23); a gateway marshalling proto3 JSON names writes clusterId.
+	rev, id := h.Get("revision").Int(), pick(h, "cluster_id", "clusterId").String()
 	if id != "" && c.clusterID != "" && id != c.clusterID {
 		old := c.clusterID
 		c.clusterID, c.maxRev = strings.Clone(id), rev
@@ -144,12 +153,12 @@ func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 		if sent.Before(c.maxRevAt) {
 			return // sent before etcd said top: an older answer, not a loss
 		}
-		c.maxRev, c.maxRevAt = rev, now
+		c.maxRev, c.maxRevAt = rev, c.mono
 		c.dataLost(now, "its revision went back from "+strconv.FormatInt(top, 10)+" to "+strconv.FormatInt(rev, 10))
 		return
 	}
 	if rev > c.maxRev {
-		c.maxRev, c.maxRevAt = rev, now
+		c.maxRev, c.maxRevAt = rev, c.mono
 	}
 }
 
@@ -159,16 +168,16 @@ func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 func (c *Client) dataLost(now time.Time, why string) {
 	c.leases = [2]struct{ slot, id int64 }{}
 	c.recovered = now.Unix() + 1
-	if !c.resyncAt.IsZero() && now.Sub(c.resyncAt) < fleetResyncEvery {
+	if !c.resyncAt.IsZero() && c.mono.Sub(c.resyncAt) < fleetResyncEvery {
 		return
 	}
-	c.resyncAt = now
+	c.resyncAt = c.mono
 	n := 0
 	for _, e := range c.ring {
 		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
 			continue
 		}
-		c.enqueue(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
+		c.enqueueBudgeted(fleetJob{h: e.h, svc: int(e.svc), stamp: int64(e.used), resync: true})
 		n++
 	}
 	c.counts.Resynced += uint64(n)
@@ -193,7 +202,12 @@ func (c *Client) alive(used int64, now time.Time) bool {
 // the keys they leave to reconcile go to n, but its tick no longer probes,
 // grants or syncs.
 func (c *Client) HandOver(n *Client) {
-	queue, ring := c.queue.all(), c.ring
+	queue, resync, ring, oldest := c.queue.all(), c.budgetQ.all(), c.ring, c.ringAt
+	for _, js := range [][]fleetJob{queue, resync} {
+		for i := range js {
+			js[i].held = false // Stop drops the queued tokens
+		}
+	}
 	c.Stop()
 	if c.cfg.Cluster != n.cfg.Cluster || c.prefix != n.prefix || c.expire != n.expire ||
 		c.user != n.user || c.password != n.password {
@@ -203,20 +217,35 @@ func (c *Client) HandOver(n *Client) {
 	for _, j := range queue {
 		c.enqueue(j)
 	}
-	for _, e := range ring {
+	for _, j := range resync {
+		c.enqueueBudgeted(j)
+	}
+	for i := range ring { // oldest first, so that n forgets them first too
+		e := ring[(oldest+i)%len(ring)]
 		c.know(e.h, int(e.svc), int64(e.used))
 	}
 	n.token, n.leases = c.token, c.leases
 	n.fails, n.down, n.probeAt, n.recovered = c.fails, c.down, c.probeAt, c.recovered
 	n.lastOK, n.maxRev, n.maxRevAt, n.clusterID, n.resyncAt = c.lastOK, c.maxRev, c.maxRevAt, c.clusterID, c.resyncAt
 	n.tokens, n.budgetAt = c.tokens, c.budgetAt
-	n.logged = c.logged
+	n.wall, n.mono = c.wall, c.mono // n goes on on c's monotonic clock
+	n.logged, n.aliveAt = c.logged, c.aliveAt
+	for h, d := range c.diverted {
+		n.noteDiverted(h, d.id, d.stamp)
+	}
+	c.diverted = nil
 }
 
 // Stop ends c's own work, as HandOver does, when the new configuration
 // has no fleet level.
 func (c *Client) Stop() {
-	c.stopped, c.queue, c.queued, c.ring, c.known = true, jobQueue{}, map[uint64]bool{}, nil, nil
+	for _, q := range []*jobQueue{&c.queue, &c.budgetQ} {
+		for q.n > 0 {
+			j := q.pop()
+			c.drop(&j.held)
+		}
+	}
+	c.stopped, c.queue, c.budgetQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]bool{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.

@@ -52,6 +52,12 @@ func appendKey(dst []byte, prefix string, h uint64) []byte {
 	return dst
 }
 
+// AltSuffix ends the etcd key of a key's second choice: the service that
+// the proxies which cannot use the key's recorded service (not selectable
+// there, or not in their configuration) agree on, first writer wins, while
+// the key's own record stays for the proxies that can (Client.divert).
+const AltSuffix = ".alt"
+
 // Record is the value of a fleet entry.
 type Record struct {
 	// Stamp is the Unix second of the entry's creation or last refresh.

@@ -5,18 +5,24 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
+	"github.com/tidwall/gjson"
 )
 
-// The fleet protocol in a simulated fleet: simProxies (one Client and
-// one local table each) under steady load over a fixed key set, and one
-// fakeEtcd behind a simulated network that, for a while, is killed (same
-// data or empty), frozen, slow, slower than the timeout (the call applied,
-// its answer late), resets calls, or cuts one proxy off. Virtual time,
-// deterministic per seed.
+// The fleet protocol in a simulated fleet: simProxies (one Client, one
+// local table and one view of the services each) under steady load over a
+// fixed key set, and one fakeEtcd with auth on behind a simulated network
+// that, for a while, is killed (same data or empty), frozen, slow, slower
+// than the timeout (the call applied, its answer late), resets calls, cuts
+// one proxy off, is wiped (its cluster_id kept, its revision regrown by
+// others), or expires every token; or one proxy's wall clock steps back or
+// forward, or one proxy cannot use one service (disabled in its
+// configuration, or DOWN in its health view). Virtual time, deterministic
+// per seed. After every step the invariants hold (checkInvariants).
 
 type simFault int
 
@@ -31,15 +37,25 @@ const (
 	faultResets             // 30 % of calls reset, not applied
 	faultPartition          // one proxy cannot reach etcd
 	faultWipe               // restarted on an empty data directory between two calls: none fails
+	faultWipeRev            // wiped, its cluster_id kept, its revision at once as high as before
+	faultTokens             // every auth token expires
+	faultClockBack          // one proxy's wall clock steps back 30 s
+	faultClockFwd           // one proxy's wall clock steps forward 30 s
+	faultSkew               // one proxy cannot use one service (disabled there, or DOWN in its view)
 	faultCount
 )
 
 func (f simFault) String() string {
-	return [...]string{"none", "down", "lose", "freeze", "delay250", "delay2s", "late", "resets", "partition", "wipe"}[f]
+	return [...]string{"none", "down", "lose", "freeze", "delay250", "delay2s", "late", "resets", "partition", "wipe",
+		"wiperev", "tokens", "clockback", "clockfwd", "skew"}[f]
 }
 
 type simProxy struct {
 	c       *Client
+	svcs    *fakeServices     // this proxy's view
+	skew    time.Duration     // its wall clock's error
+	run     int               // calls in a row it got no answer to (etcd answered none)
+	logs    []string          // its client's lines, at their virtual second
 	local   map[string]int    // key -> service
 	byHash  map[uint64]string // lbcore.PersistKeyHash -> key
 	used    map[string]int64  // key -> last use
@@ -139,20 +155,40 @@ func (s *fleetSim) call(p int, c Call) {
 	deadline := sent.Add(c.Timeout)
 	px := s.proxies[p]
 	noAnswer := func(at time.Time) {
-		s.at(at, func() { px.c.NoAnswer(s.now, c.ID); s.flush(p) })
+		s.at(at, func() {
+			if px.c.calls[c.ID] != nil {
+				px.run++
+			}
+			px.c.NoAnswer(s.wall(p), c.ID)
+			s.flush(p)
+		})
 	}
+	// apply applies c at time at and answers it at answerAt; an answer
+	// due after the deadline is none: the host reports that at the
+	// deadline (scheduled now, when the deadline is still ahead).
 	apply := func(at, answerAt time.Time) {
+		late := answerAt.After(deadline)
+		if late && s.now.Before(deadline) {
+			noAnswer(deadline)
+		}
 		s.at(at, func() {
 			if s.fault == faultDown || s.fault == faultLose {
-				noAnswer(s.now.Add(time.Millisecond))
+				if !late {
+					noAnswer(s.now.Add(time.Millisecond))
+				}
 				return
 			}
 			status, body := s.etcd.handle(c)
-			if answerAt.After(deadline) {
-				noAnswer(deadline)
+			if late {
 				return
 			}
-			s.at(answerAt, func() { px.c.Answer(s.now, c.ID, status, body, len(body)); s.flush(p) })
+			s.at(answerAt, func() {
+				if px.c.calls[c.ID] != nil {
+					px.run = 0
+				}
+				px.c.Answer(s.wall(p), c.ID, status, body, len(body))
+				s.flush(p)
+			})
 		})
 	}
 	ms := time.Millisecond
@@ -176,13 +212,22 @@ func (s *fleetSim) call(p int, c Call) {
 	}
 }
 
-// flush applies what proxy p's client asks for.
+// wall is proxy p's wall clock.
+func (s *fleetSim) wall(p int) time.Time { return s.now.Add(s.proxies[p].skew) }
+
+// flush applies what proxy p's client asks for, checking the invariants.
 func (s *fleetSim) flush(p int) {
 	px := s.proxies[p]
+	wasDown := px.c.Down()
+	defer func() { s.checkInvariants(p, wasDown) }()
 	for {
 		out := px.c.Take()
 		if out.Empty() {
 			return
+		}
+		s.checkWrites(p, out.Calls)
+		for _, l := range out.Logs {
+			px.logs = append(px.logs, fmt.Sprintf("%d %s", s.now.Unix(), l.Msg))
 		}
 		for _, r := range out.Remember {
 			px.local[px.byHash[r.Hash]] = r.Service
@@ -207,16 +252,18 @@ func (s *fleetSim) flush(p int) {
 }
 
 // request sends key to proxy p: a local hit, or a miss (the proposal is the
-// proxy's own choice: proxies disagree, as LEASTCONNECTION does).
+// proxy's own choice among the services it can use: proxies disagree, as
+// LEASTCONNECTION does). A local entry on a service the proxy cannot use
+// is a miss, as lbcore's table has it.
 func (s *fleetSim) request(p int, key string) {
 	s.requests++
 	px := s.proxies[p]
 	px.byHash[lbcore.PersistKeyHash([]byte(key))] = key
-	now := s.now.Unix()
+	now := s.wall(p).Unix()
 	var op uint32
 	var wait bool
-	if svc, ok := px.local[key]; ok {
-		op, wait = px.c.Hit(s.now, []byte(key), svc, px.used[key])
+	if svc, ok := px.local[key]; ok && px.svcs.Selectable(svc) {
+		op, wait = px.c.Hit(s.wall(p), []byte(key), svc, px.used[key])
 		px.used[key] = now
 		if !wait {
 			s.served(p, key, svc)
@@ -225,7 +272,10 @@ func (s *fleetSim) request(p int, key string) {
 		}
 	} else {
 		proposal := s.rng.IntN(len(s.svcs.names))
-		op, wait = px.c.Miss(s.now, []byte(key), proposal)
+		for !px.svcs.Selectable(proposal) {
+			proposal = (proposal + 1) % len(s.svcs.names)
+		}
+		op, wait = px.c.Miss(s.wall(p), []byte(key), proposal)
 		px.used[key] = now
 		if !wait {
 			px.local[key] = proposal
@@ -295,8 +345,10 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 	s = &fleetSim{t: t, rng: rand.New(rand.NewPCG(seed, 19)), etcd: newFakeEtcd(), svcs: newFakeServices(4),
 		now: rigStart.Add(45 * time.Second)} // a slot boundary 30 s in
 	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
+	s.etcd.users = map[string]string{"hashlb": "pw"}
 	for range proxies {
-		s.proxies = append(s.proxies, &simProxy{c: NewClient(p, "/sim/", s.svcs, "", "", s.now),
+		svcs := &fakeServices{names: s.svcs.names, off: map[int]bool{}}
+		s.proxies = append(s.proxies, &simProxy{c: NewClient(p, "/sim/", svcs, "hashlb", "pw", s.now), svcs: svcs,
 			local: map[string]int{}, byHash: map[uint64]string{}, used: map[string]int64{}, opKey: map[uint32]string{}, waiting: map[uint32][]time.Time{}})
 	}
 	start := s.now
@@ -327,21 +379,41 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 	for i := range proxies { // each proxy ticks every second, at its own offset
 		off := time.Duration(i) * 173 * time.Millisecond
 		for tt := start.Add(off); tt.Before(end); tt = tt.Add(time.Second) {
-			s.at(tt, func() { s.proxies[i].c.Tick(s.now); s.flush(i) })
+			s.at(tt, func() { s.proxies[i].c.Tick(s.wall(i)); s.flush(i) })
 		}
 	}
 	tf := start.Add(warm)
 	for _, f := range faults {
+		off := 0
 		s.at(tf, func() {
 			s.fault, s.cut = f, s.rng.IntN(proxies)
-			if f == faultLose || f == faultWipe {
+			cut := s.proxies[s.cut]
+			switch f {
+			case faultLose, faultWipe:
 				s.etcd.lose()
+			case faultWipeRev:
+				rev := s.etcd.rev
+				s.etcd.lose()
+				s.etcd.rev = rev + 10
+			case faultTokens:
+				s.etcd.tokens = map[string]bool{}
+			case faultClockBack:
+				cut.skew = -30 * time.Second
+			case faultClockFwd:
+				cut.skew = 30 * time.Second
+			case faultSkew:
+				off = s.rng.IntN(len(s.svcs.names))
+				cut.svcs.off[off] = true
 			}
-			if f == faultWipe {
-				s.fault = faultNone
+			switch f {
+			case faultWipe, faultWipeRev, faultTokens, faultClockBack, faultClockFwd, faultSkew:
+				s.fault = faultNone // etcd answers
 			}
 		})
 		s.at(tf.Add(faultLen), func() {
+			cut := s.proxies[s.cut]
+			cut.skew = 0
+			delete(cut.svcs.off, off)
 			s.fault = faultNone
 			for _, run := range s.frozen {
 				run()
@@ -367,35 +439,119 @@ func runFleetSim(t *testing.T, seed uint64, faults []simFault) (converged time.D
 // faults, requests for one key get one service on every proxy from at most
 // fleetSimBound after etcd answers again, the tables agree on every key in
 // use, every request is decided within the timeout, and no transaction is
-// left open.
+// left open; throughout, every step keeps the invariants (checkInvariants,
+// checkWrites). 100 seeds, 12 with -short.
 func TestFleetSimConverges(t *testing.T) {
+	simSeeds := 100
+	if testing.Short() {
+		simSeeds = 12
+	}
 	const fleetSimBound = 5 * time.Second
+	var mu sync.Mutex
 	var worst time.Duration
-	for seed := range uint64(12) {
-		rng := rand.New(rand.NewPCG(seed, 1))
-		faults := make([]simFault, 0, faultCount)
-		for f := faultDown; f < faultCount; f++ {
-			faults = append(faults, f)
+	t.Run("seeds", func(t *testing.T) {
+		for seed := range uint64(simSeeds) {
+			t.Run(fmt.Sprint(seed), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(seed, 1))
+				faults := make([]simFault, 0, faultCount)
+				for f := faultDown; f < faultCount; f++ {
+					faults = append(faults, f)
+				}
+				rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+				took, s := runFleetSim(t, seed, faults)
+				mu.Lock()
+				worst = max(worst, took)
+				mu.Unlock()
+				if n, ex := s.split(); n > 0 {
+					t.Errorf("faults %v: %d keys split in the tables at the end, e.g. %s", faults, n, ex)
+				}
+				if took > fleetSimBound {
+					_, ex := s.lastSplit()
+					t.Errorf("faults %v: requests for one key still got two services %v after etcd answered again, want at most %v: %s",
+						faults, took, fleetSimBound, ex)
+				}
+				if s.worstWait > 200*time.Millisecond+time.Millisecond {
+					t.Errorf("a request waited %v, want at most the timeout", s.worstWait)
+				}
+				for i, px := range s.proxies {
+					if len(px.opKey) != 0 {
+						t.Errorf("proxy %d has %d transactions never settled", i, len(px.opKey))
+					}
+				}
+			})
 		}
-		rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
-		took, s := runFleetSim(t, seed, faults)
-		worst = max(worst, took)
-		if n, ex := s.split(); n > 0 {
-			t.Errorf("seed %d, faults %v: %d keys split in the tables at the end, e.g. %s", seed, faults, n, ex)
+	})
+	t.Logf("%d seeds × %d faults, 5 proxies: the fleet agreed on every key at most %v after the last fault ended", simSeeds, faultCount-1, worst)
+}
+
+// heldTokens counts the create tokens c's transactions and syncs hold.
+func (c *Client) heldTokens() uint64 {
+	var n uint64
+	for _, o := range c.ops {
+		if o.held {
+			n++
 		}
-		if took > fleetSimBound {
-			_, ex := s.lastSplit()
-			t.Errorf("seed %d, faults %v: requests for one key still got two services %v after etcd answered again, want at most %v: %s",
-				seed, faults, took, fleetSimBound, ex)
+	}
+	for _, cl := range c.calls {
+		if cl.op == nil && cl.job.held && (cl.kind == callTxn || cl.kind == callRange) {
+			n++
 		}
-		if s.worstWait > 200*time.Millisecond+time.Millisecond {
-			t.Errorf("seed %d: a request waited %v, want at most the timeout", seed, s.worstWait)
-		}
-		for i, px := range s.proxies {
-			if len(px.opKey) != 0 {
-				t.Errorf("seed %d: proxy %d has %d transactions never settled", seed, i, len(px.opKey))
+	}
+	for _, q := range []*jobQueue{&c.queue, &c.budgetQ} {
+		for _, j := range q.all() {
+			if j.held {
+				n++
 			}
 		}
 	}
-	t.Logf("12 seeds × 9 faults, 5 proxies: the fleet agreed on every key at most %v after the last fault ended", worst)
+	return n
+}
+
+// checkInvariants holds after every step of proxy p, which was down
+// before it when wasDown: its create tokens are conserved, it has at most
+// one authenticate and one lease grant in flight, and it marked etcd down
+// only after FailLimit calls in a row that etcd did not answer.
+func (s *fleetSim) checkInvariants(p int, wasDown bool) {
+	px := s.proxies[p]
+	c := px.c
+	l := c.ledger
+	if held := c.heldTokens(); l.spent != l.refunded+l.consumed+l.dropped+held {
+		s.t.Fatalf("%v proxy %d: tokens spent %d ≠ refunded %d + consumed %d + dropped %d + held %d",
+			s.now, p, l.spent, l.refunded, l.consumed, l.dropped, held)
+	}
+	auths, grants := 0, 0
+	for _, cl := range c.calls {
+		switch cl.kind {
+		case callAuth:
+			auths++
+		case callGrant:
+			grants++
+		}
+	}
+	if auths > 1 || grants > 1 {
+		s.t.Fatalf("%v proxy %d: %d authenticates and %d grants in flight, want at most one each", s.now, p, auths, grants)
+	}
+	if !wasDown && c.Down() && px.run < FailLimit {
+		s.t.Fatalf("%v proxy %d (fault %v): etcd marked down after %d calls without an answer in a row, want %d", s.now, p, s.fault, px.run, FailLimit)
+	}
+}
+
+// checkWrites: no call of proxy p writes into etcd a service p cannot use.
+func (s *fleetSim) checkWrites(p int, calls []Call) {
+	px := s.proxies[p]
+	for _, c := range calls {
+		if c.Path != "/v3/kv/txn" {
+			continue
+		}
+		v := gjson.GetBytes(c.Body, "success.0.request_put.value")
+		if !v.Exists() {
+			continue
+		}
+		rec, ok := ParseRecord(unb64(v.String()))
+		i, known := px.svcs.ServiceByKey(rec.Service)
+		if !ok || !known || !px.svcs.Selectable(i) {
+			s.t.Fatalf("%v proxy %d writes %q into etcd, a service it cannot use", s.now, p, rec.Service)
+		}
+	}
 }
