@@ -54,26 +54,3 @@ func (c *Config) WithServices(services []Service) (*Config, error) {
 	out.Services = services
 	return &out, nil
 }
-
-// ReadsConnection reports which connection addresses e reads: the client's
-// IP (${client.ip}), the client's port (${client.port}), the server's address
-// (${server.ip} or ${server.port}). A host that cannot see the connection
-// (the Envoy load-balancing policy) refuses expressions that read them.
-func (e *Expr) ReadsConnection() (clientIP, clientPort, server bool) {
-	if e == nil {
-		return
-	}
-	for _, pt := range e.parts {
-		for _, pl := range pt.alts {
-			switch pl.v.kind {
-			case varClientIP:
-				clientIP = true
-			case varClientPort:
-				clientPort = true
-			case varServerIP, varServerPort:
-				server = true
-			}
-		}
-	}
-	return
-}

@@ -65,25 +65,3 @@ func TestWithServicesRefuses(t *testing.T) {
 		}
 	}
 }
-
-func TestExprReadsConnection(t *testing.T) {
-	for _, c := range []struct {
-		src                        string
-		clientIP, clientPort, serv bool
-	}{
-		{"${request.header.x-user}", false, false, false},
-		{"${client.ip}", true, false, false},
-		{"${client.ip}:${client.port}", true, true, false},
-		{"${request.header.x-a || client.ip}", true, false, false},
-		{"${server.port}", false, false, true},
-	} {
-		e, err := ParseExpr(c.src)
-		if err != nil {
-			t.Fatalf("%s: %v", c.src, err)
-		}
-		ip, port, srv := e.ReadsConnection()
-		if ip != c.clientIP || port != c.clientPort || srv != c.serv {
-			t.Errorf("%s: ReadsConnection = %v %v %v, want %v %v %v", c.src, ip, port, srv, c.clientIP, c.clientPort, c.serv)
-		}
-	}
-}
