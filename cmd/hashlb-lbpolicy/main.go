@@ -152,10 +152,11 @@ func envoy_dynamic_module_on_lb_config_destroy(p unsafe.Pointer) {
 
 // lbState is one worker's load balancer.
 type lbState struct {
-	pol   *policyState
-	w     *lbpolicy.Worker
-	hosts cHosts
-	ctx   cContext
+	cluster string
+	pol     *policyState
+	w       *lbpolicy.Worker
+	hosts   cHosts
+	ctx     cContext
 }
 
 //export envoy_dynamic_module_on_lb_new
@@ -169,7 +170,8 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 	}()
 	pst = valueOf(config).(*policyState)
 	cn := C.hl_cluster_name(lb)
-	st := &lbState{pol: pst, w: pst.pol.NewWorker(C.GoStringN(cn.ptr, C.int(cn.length))), hosts: cHosts{lb: lb}}
+	name := C.GoStringN(cn.ptr, C.int(cn.length))
+	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lb}}
 	st.ctx.lb = lb
 	st.update()
 	return handleOf(st)
@@ -178,6 +180,7 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 // update rebuilds the worker's services from the host set.
 func (st *lbState) update() {
 	warnings, err := st.w.Update(&st.hosts)
+	logf(logInfo, "cluster %s: %d hosts (%d healthy)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount())
 	for _, w := range warnings {
 		logf(logWarn, "%s", w)
 	}
