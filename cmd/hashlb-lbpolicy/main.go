@@ -173,14 +173,18 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 	name := C.GoStringN(cn.ptr, C.int(cn.length))
 	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lb}}
 	st.ctx.lb = lb
-	st.update()
+	st.w.OnHealth = func(healthy, total int) {
+		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
+	}
+	st.update(0, 0)
 	return handleOf(st)
 }
 
-// update rebuilds the worker's services from the host set.
-func (st *lbState) update() {
+// update rebuilds the worker's services from the host set; added and
+// removed are what Envoy says changed (both 0 for a health change).
+func (st *lbState) update(added, removed int) {
 	warnings, err := st.w.Update(&st.hosts)
-	logf(logInfo, "cluster %s: %d hosts (%d healthy)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount())
+	logf(logInfo, "cluster %s: %d hosts (%d healthy; %d added, %d removed)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount(), added, removed)
 	for _, w := range warnings {
 		logf(logWarn, "%s", w)
 	}
@@ -230,7 +234,7 @@ func envoy_dynamic_module_on_lb_on_host_membership_update(lb, mod unsafe.Pointer
 		}
 	}()
 	st = valueOf(mod).(*lbState)
-	st.update()
+	st.update(int(added), int(removed))
 }
 
 //export envoy_dynamic_module_on_lb_destroy

@@ -197,9 +197,8 @@ func TestLBPolicyMembership(t *testing.T) {
 }
 
 // TestLBPolicyHealth: a host whose active health check fails gets no
-// request, only its keys move, and they come back when it recovers. Envoy
-// does not tell a policy of health changes; the policy sees them on its
-// next choice.
+// request, only its keys move, to lbcore's next rank, and they come back
+// when it recovers.
 func TestLBPolicyHealth(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		bs := envoyrun.StartBackends(t, 5)
@@ -208,22 +207,34 @@ func TestLBPolicyHealth(t *testing.T) {
 			c.eps = append(c.eps, policyEndpoint{b: b})
 		}
 		e := startPolicy(t, bin, []policyCluster{c})
-		waitHealthy := func(n int64) {
+		// waitHealthy waits until Envoy's health checks found n hosts
+		// healthy and every thread's policy was told: Envoy runs the
+		// membership update hook on a health change, with nothing added or
+		// removed, and the module logs each.
+		waitHealthy := func(n int, mark int) {
 			t.Helper()
+			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy; 0 added, 0 removed)", n)
 			deadline := time.Now().Add(10 * time.Second)
-			for e.Stat(t, "cluster.health.membership_healthy") != n {
+			for countLog(e.Log()[mark:], seen) < 5 {
 				if time.Now().After(deadline) {
-					t.Fatalf("cluster.health.membership_healthy is not %d after 10 s", n)
+					t.Fatalf("%d threads logged %q within 10 s", countLog(e.Log()[mark:], seen), seen)
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
 		}
-		waitHealthy(5)
+		deadline := time.Now().Add(10 * time.Second)
+		for e.Stat(t, "cluster.health.membership_healthy") != 5 {
+			if time.Now().After(deadline) {
+				t.Fatal("cluster.health.membership_healthy is not 5 after 10 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		const keys = 600
 		before := keysOf(t, e, c.name, keys)
 		sick := bs[2]
+		mark := len(e.Log())
 		sick.Fail(503)
-		waitHealthy(4)
+		waitHealthy(4, mark)
 		served := sick.Requests()
 		during := keysOf(t, e, c.name, keys)
 		if n := sick.Requests() - served; n > 5 { // health probes only: 100 ms apart
@@ -247,8 +258,9 @@ func TestLBPolicyHealth(t *testing.T) {
 				}
 			}
 		}
+		mark = len(e.Log())
 		sick.Fail(0)
-		waitHealthy(5)
+		waitHealthy(5, mark)
 		after := keysOf(t, e, c.name, keys)
 		for i := range after {
 			if after[i] != before[i] {
@@ -298,8 +310,12 @@ func TestLBPolicyPersistence(t *testing.T) {
 			}
 		}
 		workers := 0
-		for w := range 4 {
-			if e.Stat(t, fmt.Sprintf("listener.%s.worker_%d.downstream_cx_total", strings.ReplaceAll(e.addr, ":", "_"), w)) > 0 {
+		stats, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range stats {
+			if strings.HasPrefix(name, "listener.") && strings.Contains(name, ".worker_") && strings.HasSuffix(name, ".downstream_cx_total") && v > 0 {
 				workers++
 			}
 		}
@@ -370,8 +386,14 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 	e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, cs), Dir: dir, Concurrency: 2,
 		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, ReadyTimeout: envoyReady})
 	if err == nil {
+		// The log is flushed every 50 ms: wait for a line written after
+		// the module's.
+		werr := e.WaitLog("starting main dispatch loop", 10*time.Second)
 		log := e.Log()
 		e.Stop()
+		if werr != nil {
+			t.Fatal(werr)
+		}
 		return log, nil
 	}
 	return err.Error(), err
@@ -401,6 +423,7 @@ func TestLBPolicyRefusesConfig(t *testing.T) {
 			if !strings.Contains(out, c.want) {
 				t.Errorf("%s: Envoy's output lacks %q:\n%s", c.config, c.want, out)
 			}
+			t.Logf("%s: %s", c.config, lineWith(out, c.want))
 			if !strings.Contains(out, "failed to create in-module load balancer configuration") {
 				t.Errorf("%s: Envoy's output lacks its own refusal:\n%s", c.config, out)
 			}
@@ -435,6 +458,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 			if !strings.Contains(out, c.want) {
 				t.Errorf("%q: Envoy's output lacks %q:\n%s", c.ldflags, c.want, out)
 			}
+			t.Logf("%q: %s", c.ldflags, lineWith(out, c.want))
 		}
 	})
 }
@@ -454,10 +478,20 @@ func TestLBPolicyNeedsEnvoy138(t *testing.T) {
 			if err == nil {
 				t.Fatalf("Envoy %s accepted the policy's bootstrap", bin.Version)
 			}
-			t.Logf("Envoy %s: %v", bin.Version, err)
+			t.Logf("Envoy %s: %s", bin.Version, lineWith(err.Error(), "dynamic_modules"))
 			if !strings.Contains(err.Error(), "dynamic_modules") {
 				t.Errorf("Envoy %s's refusal does not name the dynamic modules policy: %v", bin.Version, err)
 			}
 		})
 	}
+}
+
+// lineWith is the first line of out that contains s.
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
 }

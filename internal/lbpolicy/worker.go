@@ -82,6 +82,11 @@ type Worker struct {
 	bal    *lbcore.Balancer
 	ranked *lbcore.Balancer
 
+	// OnHealth, when set, is told of a change of the healthy count a choice
+	// found (not of the scan of an update): Envoy tells a load balancer of
+	// membership changes only.
+	OnHealth func(healthy, total int)
+
 	req  lbcore.Request
 	hdrs [][2]string
 	d    lbcore.Decision
@@ -222,7 +227,11 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, Failure) {
 		return 0, NoHost
 	}
 	if hc != w.nh || (hc < w.n && w.since >= rescanEvery) {
+		was := w.nh
 		w.scan(h)
+		if w.nh != was && w.OnHealth != nil {
+			w.OnHealth(w.nh, w.n)
+		}
 	}
 	w.since++
 	if w.pol.active {
