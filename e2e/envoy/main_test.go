@@ -11,6 +11,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	envoyrun.RemoveModule()
 	envoyrun.RemoveModules()
+	envoyrun.RemoveLBPolicies()
 	os.Exit(code)
 }
 

@@ -129,6 +129,9 @@ type Options struct {
 	LogLevel string
 	// Args are more command-line arguments.
 	Args []string
+	// Env are more environment variables ("NAME=value"), for example
+	// ENVOY_DYNAMIC_MODULES_SEARCH_PATH for a dynamic module.
+	Env []string
 	// ReadyTimeout is how long Launch waits for /ready (default 60 s). V8
 	// compiles the module before the first listener is ready: about 17 s
 	// per Envoy on a 2-core machine at load average 20.
@@ -203,6 +206,9 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 		"--file-flush-interval-msec", "50"}, o.Args...)
 	e.cmd = exec.Command(bin.Path, args...)
 	e.cmd.Dir = o.Dir
+	if len(o.Env) > 0 {
+		e.cmd.Env = append(os.Environ(), o.Env...)
+	}
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	e.cmd.Stdout, e.cmd.Stderr = &stderr, &stderr

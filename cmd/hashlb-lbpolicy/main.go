@@ -1,0 +1,246 @@
+// Command hashlb-lbpolicy is hashlb as a native Envoy load-balancing policy:
+// an Envoy dynamic module (Envoy 1.38 or later), built with
+// `go build -buildmode=c-shared` into libhashlb_lbpolicy.so (./build.sh
+// lbpolicy). Envoy's envoy.load_balancing_policies.dynamic_modules policy
+// loads it by name; every decision is lbcore's, through internal/lbpolicy,
+// over the cluster's own hosts and Envoy's health of them
+// (docs/deploy.md, "The load-balancing policy").
+package main
+
+/*
+#include "hashlb_abi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/hashlb/hashlb/internal/lbpolicy"
+)
+
+// abiVersion is the ABI version the module was written against: the one
+// Envoy 1.40.0 reports as its own. The tests build variants with another
+// (-ldflags -X main.abiVersion=...) to see what Envoy says; an empty one
+// makes the init return no version.
+var abiVersion = "v0.2.0"
+
+// abiVersionC is abiVersion as a C string, made once: Envoy reads it during
+// envoy_dynamic_module_on_program_init.
+var abiVersionC *C.char
+
+func main() {}
+
+//export envoy_dynamic_module_on_program_init
+func envoy_dynamic_module_on_program_init() (v *C.char) {
+	defer func() {
+		if r := recover(); r != nil {
+			v = nil
+		}
+	}()
+	if abiVersion == "" {
+		return nil
+	}
+	if abiVersionC == nil {
+		C.hl_pin()
+		abiVersionC = C.CString(abiVersion)
+	}
+	return abiVersionC
+}
+
+// Envoy's log levels (envoy_dynamic_module_type_log_level).
+const (
+	logDebug = 1
+	logInfo  = 2
+	logWarn  = 3
+	logError = 4
+)
+
+// logf writes to Envoy's log under the dynamic_modules logger, prefixed
+// "hashlb: ".
+func logf(level int, format string, args ...any) {
+	msg := "hashlb: " + fmt.Sprintf(format, args...)
+	C.hl_log(C.int(level), (*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
+
+// policyState is one on_lb_config_new: the policy and its counters.
+type policyState struct {
+	pol    *lbpolicy.Policy
+	envoy  unsafe.Pointer // the config's envoy pointer, for the counters
+	ctrs   [numCounters]C.size_t
+	have   [numCounters]bool
+	counts [numCounters]atomic.Uint64 // also kept here, for the log
+	logged atomic.Int32               // panics logged so far
+}
+
+// The policy's counters, in Envoy's stats under the policy's namespace.
+const (
+	cNoHost = iota
+	cPanic
+	cInconsistent
+	cUpdateError
+	numCounters
+)
+
+var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "update_error"}
+
+func (p *policyState) count(c int) {
+	p.counts[c].Add(1)
+	if p.have[c] {
+		C.hl_increment(p.envoy, p.ctrs[c])
+	}
+}
+
+// recovered handles a panic at an export: logged (the first few), counted.
+func (p *policyState) recovered(where string, r any) {
+	if p != nil {
+		p.count(cPanic)
+		if p.logged.Add(1) > 10 {
+			return
+		}
+	}
+	logf(logError, "%s: recovered from a panic, the choice gets no host: %v", where, r)
+}
+
+// handleOf stores a Go handle in C memory: what Envoy keeps for the module.
+func handleOf(v any) unsafe.Pointer {
+	p := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
+	*(*cgo.Handle)(p) = cgo.NewHandle(v)
+	return p
+}
+
+func valueOf(p unsafe.Pointer) any { return (*(*cgo.Handle)(p)).Value() }
+
+func freeHandle(p unsafe.Pointer) {
+	(*(*cgo.Handle)(p)).Delete()
+	C.free(p)
+}
+
+//export envoy_dynamic_module_on_lb_config_new
+func envoy_dynamic_module_on_lb_config_new(config unsafe.Pointer, name C.hl_buf, data C.hl_buf) (out unsafe.Pointer) {
+	defer func() {
+		if r := recover(); r != nil {
+			logf(logError, "configuration: recovered from a panic: %v", r)
+			out = nil
+		}
+	}()
+	raw := C.GoBytes(unsafe.Pointer(data.ptr), C.int(data.length))
+	pol, err := lbpolicy.ParseConfig(raw)
+	if err != nil {
+		logf(logError, "configuration refused: %v", err)
+		return nil
+	}
+	st := &policyState{pol: pol, envoy: config}
+	for i, n := range counterNames {
+		c := C.hl_define_counter(config, (*C.char)(unsafe.Pointer(unsafe.StringData(n))), C.size_t(len(n)))
+		st.ctrs[i], st.have[i] = c.id, c.result == 0
+	}
+	logf(logInfo, "policy %q: %s", C.GoStringN(name.ptr, C.int(name.length)), pol.Config.LBMethod)
+	return handleOf(st)
+}
+
+//export envoy_dynamic_module_on_lb_config_destroy
+func envoy_dynamic_module_on_lb_config_destroy(p unsafe.Pointer) {
+	defer func() { _ = recover() }()
+	if p != nil {
+		freeHandle(p)
+	}
+}
+
+// lbState is one worker's load balancer.
+type lbState struct {
+	cluster string
+	pol     *policyState
+	w       *lbpolicy.Worker
+	hosts   cHosts
+	ctx     cContext
+}
+
+//export envoy_dynamic_module_on_lb_new
+func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (out unsafe.Pointer) {
+	var pst *policyState
+	defer func() {
+		if r := recover(); r != nil {
+			pst.recovered("new load balancer", r)
+			out = nil
+		}
+	}()
+	pst = valueOf(config).(*policyState)
+	cn := C.hl_cluster_name(lb)
+	name := C.GoStringN(cn.ptr, C.int(cn.length))
+	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lb}}
+	st.ctx.lb = lb
+	st.w.OnHealth = func(healthy, total int) {
+		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
+	}
+	st.update(0, 0)
+	return handleOf(st)
+}
+
+// update rebuilds the worker's services from the host set; added and
+// removed are what Envoy says changed (both 0 for a health change).
+func (st *lbState) update(added, removed int) {
+	warnings, err := st.w.Update(&st.hosts)
+	logf(logInfo, "cluster %s: %d hosts (%d healthy; %d added, %d removed)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount(), added, removed)
+	for _, w := range warnings {
+		logf(logWarn, "%s", w)
+	}
+	if err != nil {
+		st.pol.count(cUpdateError)
+		logf(logError, "%v; every request gets no host until the cluster changes", err)
+	}
+}
+
+//export envoy_dynamic_module_on_lb_choose_host
+func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t) (ok C.bool) {
+	var st *lbState
+	defer func() {
+		if r := recover(); r != nil {
+			if st != nil {
+				st.pol.recovered("choose host", r)
+			} else {
+				(*policyState)(nil).recovered("choose host", r)
+			}
+			ok = false
+		}
+	}()
+	st = valueOf(mod).(*lbState)
+	st.ctx.ctx = ctx
+	i, f := st.w.Choose(&st.hosts, &st.ctx, time.Now())
+	st.ctx.ctx = nil
+	switch f {
+	case lbpolicy.NoFailure:
+		*priority, *index = 0, C.uint32_t(i)
+		return true
+	case lbpolicy.Inconsistent:
+		st.pol.count(cInconsistent)
+	default:
+		st.pol.count(cNoHost)
+	}
+	return false
+}
+
+//export envoy_dynamic_module_on_lb_on_host_membership_update
+func envoy_dynamic_module_on_lb_on_host_membership_update(lb, mod unsafe.Pointer, added, removed C.size_t) {
+	var st *lbState
+	defer func() {
+		if r := recover(); r != nil {
+			if st != nil {
+				st.pol.recovered("host membership update", r)
+			}
+		}
+	}()
+	st = valueOf(mod).(*lbState)
+	st.update(int(added), int(removed))
+}
+
+//export envoy_dynamic_module_on_lb_destroy
+func envoy_dynamic_module_on_lb_destroy(mod unsafe.Pointer) {
+	defer func() { _ = recover() }()
+	if mod != nil {
+		freeHandle(mod)
+	}
+}

@@ -1,0 +1,497 @@
+package envoy
+
+// hashlb as Envoy's load-balancing policy (cmd/hashlb-lbpolicy), in real
+// Envoy 1.38 and later with --concurrency 4: the choices are lbcore's over
+// the cluster's hosts; EDS changes move exactly the keys they must; Envoy's
+// active health checks take a host out and back; the persistence table is
+// one per process; retries walk the ranking; a bad configuration is refused
+// with hashlb's message.
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/lbpolicy"
+	"github.com/hashlb/hashlb/lbcore"
+)
+
+// eachPolicyEnvoy runs f per Envoy that loads the policy, in parallel.
+func eachPolicyEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
+	for _, bin := range envoyrun.LBPolicyBinaries(t) {
+		t.Run(bin.Name(), func(t *testing.T) {
+			t.Parallel()
+			f(t, bin)
+		})
+	}
+}
+
+// corpusEndpoints are the corpus's services as a cluster's endpoints:
+// weights, a hashId and names as endpoint metadata; the disabled one left
+// out (a cluster has no disabled hosts: removing it is how).
+func corpusEndpoints(t testing.TB) []policyEndpoint {
+	var eps []policyEndpoint
+	for i, w := range []int{1, 2, 1, 3, 1} {
+		ep := policyEndpoint{b: envoyrun.StartBackend(t, fmt.Sprintf("s%d", i+1)), weight: w, name: fmt.Sprintf("s%d", i+1)}
+		if i == 3 {
+			ep.hashID = "pool-4"
+		}
+		eps = append(eps, ep)
+	}
+	return eps
+}
+
+// TestLBPolicyCorpus sends the request corpus through every corpus
+// configuration the policy serves (the header-reading hash methods, least
+// connection, round robin), each a cluster of five hosts with weights, a
+// hashId and names from endpoint metadata: a hash decision reaches the host
+// lbcore ranks first over those hosts; the backup method's and the
+// stateful methods' decisions reach a host of the cluster.
+func TestLBPolicyCorpus(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		eps := corpusEndpoints(t)
+		var cs []policyCluster
+		for i, cc := range corpus.Configs {
+			if cc.Whole {
+				continue
+			}
+			data, err := corpus.Rewrite(cc.Complete("[]"), map[string]any{"services": nil, "debugHeader": nil, "upstreamCount": nil})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lbpolicy.ParseConfig(data); err != nil {
+				continue // reads the connection: TestLBPolicyRefusesConfig
+			}
+			cs = append(cs, policyCluster{name: fmt.Sprintf("c%d", i), config: string(data), eps: eps})
+		}
+		if len(cs) < 7 {
+			t.Fatalf("only %d corpus configurations served", len(cs))
+		}
+		e := startPolicy(t, bin, cs)
+		reqs := corpus.AsEnvoyDecodes(corpus.Requests(corpusPerConfig))
+		for _, c := range cs {
+			b, svcs := policyOracle(t, c)
+			hashed := 0
+			for _, r := range reqs {
+				w := toWire(r, []string{e.addr, e.addr, e.addr, e.addr})
+				if w.method == "INVITE" {
+					w.method = "GET" // the oracle's request keeps its method: no method reads it
+				}
+				hs := [][2]string{{":method", w.method}, {":path", w.target}, {":authority", w.host}}
+				hs = append(hs, w.headers...)
+				got, status := e.get(t, c.name, hs)
+				if status != 200 {
+					t.Fatalf("%s: %v: status %d", c.name, hs, status)
+				}
+				seen := w.seen("")
+				want := corpus.Oracle(b, seen)
+				if want.Reason != lbcore.ReasonHash {
+					if !strings.HasPrefix(got, "s") {
+						t.Fatalf("%s: answered by %q", c.name, got)
+					}
+					continue
+				}
+				hashed++
+				if wantName := svcs[want.At(0)].Name; got != wantName {
+					t.Fatalf("%s (%s): %v went to %s, lbcore chose %s", c.name, b.Config().LBMethod, hs, got, wantName)
+				}
+			}
+			if b.Config().LBMethod.IsHash() && hashed < len(reqs)/4 {
+				t.Errorf("%s: only %d of %d requests hashed", c.name, hashed, len(reqs))
+			}
+			t.Logf("%s (%s): %d requests, %d hash decisions as lbcore's", c.name, b.Config().LBMethod, len(reqs), hashed)
+		}
+		if n := e.Stat(t, "dynamicmodulescustom.no_host") + e.Stat(t, "dynamicmodulescustom.panic"); n != 0 {
+			t.Errorf("%d failed choices", n)
+		}
+	})
+}
+
+// keysOf sends GET /k/<i> for i < n and returns the backend of each.
+func keysOf(t testing.TB, e *policyEnvoy, cluster string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		b, st := e.getPath(t, cluster, fmt.Sprintf("/k/%d", i))
+		if st != 200 {
+			t.Fatalf("/k/%d: status %d", i, st)
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// TestLBPolicyMembership rewrites the cluster's EDS file: a host removed
+// loses exactly its keys, to the others; a host added takes about 1/(N+1)
+// of the keys, and only keys that move to it; every answer is lbcore's over
+// the new host set.
+func TestLBPolicyMembership(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 9)
+		c := policyCluster{name: "members", config: `{"lbMethod":"URLHASH"}`}
+		for _, b := range bs[:8] {
+			c.eps = append(c.eps, policyEndpoint{b: b})
+		}
+		e := startPolicy(t, bin, []policyCluster{c})
+		const keys = 1000
+		before := keysOf(t, e, c.name, keys)
+		checkOracle := func(got []string, c policyCluster) {
+			b, _ := policyOracle(t, c)
+			for i, g := range got {
+				r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i), Authority: e.addr, Method: "GET"}
+				d := b.Decide(&r, corpus.Now)
+				if want := backendOf(c, d.At(0)); g != want {
+					t.Fatalf("/k/%d on %s, lbcore over %d hosts: %s", i, g, len(c.eps), want)
+				}
+			}
+		}
+		checkOracle(before, c)
+
+		gone := c.eps[3].b.Name
+		removed := c
+		removed.eps = append(append([]policyEndpoint(nil), c.eps[:3]...), c.eps[4:]...)
+		mark := len(e.Log())
+		writePolicyEDS(t, e.Dir, removed)
+		e.waitHosts(t, c.name, 7, mark)
+		after := keysOf(t, e, c.name, keys)
+		moved := 0
+		for i := range after {
+			switch {
+			case after[i] == gone:
+				t.Fatalf("/k/%d still on the removed host %s", i, gone)
+			case before[i] != gone && after[i] != before[i]:
+				t.Fatalf("/k/%d moved from %s to %s; only %s's keys may move", i, before[i], after[i], gone)
+			case before[i] == gone:
+				moved++
+			}
+		}
+		if moved == 0 {
+			t.Fatalf("the removed host %s had no keys", gone)
+		}
+		checkOracle(after, removed)
+
+		added := c
+		added.eps = append(append([]policyEndpoint(nil), c.eps...), policyEndpoint{b: bs[8]})
+		mark = len(e.Log())
+		writePolicyEDS(t, e.Dir, added)
+		e.waitHosts(t, c.name, 9, mark)
+		grown := keysOf(t, e, c.name, keys)
+		took := 0
+		for i := range grown {
+			if grown[i] != before[i] {
+				if grown[i] != bs[8].Name {
+					t.Fatalf("/k/%d moved from %s to %s, not to the new host", i, before[i], grown[i])
+				}
+				took++
+			}
+		}
+		frac := float64(took) / keys
+		t.Logf("removed %s: %d of %d keys moved (its own); added %s: it took %d (%.3f, 1/9 = %.3f)", gone, moved, keys, bs[8].Name, took, frac, 1.0/9)
+		if frac < 0.6/9 || frac > 1.6/9 {
+			t.Errorf("the added host took %.3f of the keys, want about 1/9", frac)
+		}
+		checkOracle(grown, added)
+	})
+}
+
+// TestLBPolicyHealth: a host whose active health check fails gets no
+// request, only its keys move, to lbcore's next rank, and they come back
+// when it recovers.
+func TestLBPolicyHealth(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 5)
+		c := policyCluster{name: "health", config: `{"lbMethod":"URLHASH"}`, health: true}
+		for _, b := range bs {
+			c.eps = append(c.eps, policyEndpoint{b: b})
+		}
+		e := startPolicy(t, bin, []policyCluster{c})
+		// waitHealthy waits until Envoy's health checks found n hosts
+		// healthy and every thread's policy was told: Envoy runs the
+		// membership update hook on a health change, with nothing added or
+		// removed, and the module logs each.
+		waitHealthy := func(n int, mark int) {
+			t.Helper()
+			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy; 0 added, 0 removed)", n)
+			deadline := time.Now().Add(10 * time.Second)
+			for countLog(e.Log()[mark:], seen) < 5 {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d threads logged %q within 10 s", countLog(e.Log()[mark:], seen), seen)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for e.Stat(t, "cluster.health.membership_healthy") != 5 {
+			if time.Now().After(deadline) {
+				t.Fatal("cluster.health.membership_healthy is not 5 after 10 s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		const keys = 600
+		before := keysOf(t, e, c.name, keys)
+		sick := bs[2]
+		mark := len(e.Log())
+		sick.Fail(503)
+		waitHealthy(4, mark)
+		served := sick.Requests()
+		during := keysOf(t, e, c.name, keys)
+		if n := sick.Requests() - served; n > 5 { // health probes only: 100 ms apart
+			t.Errorf("the unhealthy host got %d requests", n)
+		}
+		b, _ := policyOracle(t, c, sick.Name)
+		moved := 0
+		for i := range during {
+			if during[i] == sick.Name {
+				t.Fatalf("/k/%d went to the unhealthy host", i)
+			}
+			if before[i] != sick.Name && during[i] != before[i] {
+				t.Fatalf("/k/%d moved from %s to %s while only %s is unhealthy", i, before[i], during[i], sick.Name)
+			}
+			if before[i] == sick.Name {
+				moved++
+				r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i), Authority: e.addr, Method: "GET"}
+				d := b.Decide(&r, corpus.Now)
+				if want := backendOf(c, d.At(0)); during[i] != want {
+					t.Fatalf("/k/%d went to %s, lbcore's next rank is %s", i, during[i], want)
+				}
+			}
+		}
+		mark = len(e.Log())
+		sick.Fail(0)
+		waitHealthy(5, mark)
+		after := keysOf(t, e, c.name, keys)
+		for i := range after {
+			if after[i] != before[i] {
+				t.Fatalf("/k/%d on %s after recovery, was on %s", i, after[i], before[i])
+			}
+		}
+		t.Logf("%s unhealthy: its %d keys moved to lbcore's next rank, the rest stayed; all back after recovery", sick.Name, moved)
+	})
+}
+
+// TestLBPolicyPersistence: the persistence table is one per Envoy process,
+// shared by its 4 workers: every request of a user, on connections that
+// the kernel spreads over the workers, reaches the host the first one got,
+// though round robin alone would spread them.
+func TestLBPolicyPersistence(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 5)
+		var eps []policyEndpoint
+		for _, b := range bs {
+			eps = append(eps, policyEndpoint{b: b})
+		}
+		persist := policyCluster{name: "persist", eps: eps,
+			config: `{"lbMethod":"ROUNDROBIN","persistence":{"keys":["${request.header.x-user}"],"tableSize":10000}}`}
+		plain := policyCluster{name: "plain", eps: eps, config: `{"lbMethod":"ROUNDROBIN"}`}
+		e := startPolicy(t, bin, []policyCluster{persist, plain})
+		spread := map[string]bool{}
+		for i := range 20 {
+			b, _ := e.get(t, plain.name, [][2]string{{"x-user", "u0"}, {":path", fmt.Sprint("/p/", i)}})
+			spread[b] = true
+		}
+		if len(spread) < 2 {
+			t.Fatalf("round robin without persistence sent every request to %v", spread)
+		}
+		for u := range 12 {
+			user := fmt.Sprint("user-", u)
+			first := ""
+			for i := range 8 {
+				b, st := e.get(t, persist.name, [][2]string{{"x-user", user}, {":path", fmt.Sprint("/p/", i)}})
+				if st != 200 {
+					t.Fatalf("status %d", st)
+				}
+				if first == "" {
+					first = b
+				} else if b != first {
+					t.Fatalf("%s: request %d reached %s, the first reached %s", user, i, b, first)
+				}
+			}
+		}
+		workers := 0
+		stats, err := e.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, v := range stats {
+			if strings.HasPrefix(name, "listener.") && strings.Contains(name, ".worker_") && strings.HasSuffix(name, ".downstream_cx_total") && v > 0 {
+				workers++
+			}
+		}
+		if workers < 2 {
+			t.Fatalf("the connections reached %d worker(s): the test shows nothing of sharing", workers)
+		}
+		t.Logf("12 users x 8 requests, on connections over %d workers: each user on one host", workers)
+	})
+}
+
+// TestLBPolicyRetries: a retry (retry_on 5xx with the previous_hosts
+// predicate) walks lbcore's ranking: with the first two ranks of a key
+// failing, the third answers, after one attempt on each.
+func TestLBPolicyRetries(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 6)
+		c := policyCluster{name: "retry", config: `{"lbMethod":"URLHASH"}`, retries: true}
+		for _, b := range bs {
+			c.eps = append(c.eps, policyEndpoint{b: b})
+		}
+		e := startPolicy(t, bin, []policyCluster{c})
+		p, err := lbpolicy.ParseConfig([]byte(c.config))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ranked := *p.Config
+		ranked.UpstreamCount = 3
+		_, svcs := policyOracle(t, c)
+		rc, err := ranked.WithServices(append([]lbcore.Service(nil), svcs...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb := lbcore.NewBalancer(rc, 0)
+		byName := map[string]*envoyrun.Backend{}
+		for _, b := range bs {
+			byName[b.Name] = b
+		}
+		for k := range 6 {
+			path := fmt.Sprintf("/retry/%d", k)
+			r := lbcore.Request{Target: path, Authority: e.addr, Method: "GET"}
+			d := rb.Decide(&r, corpus.Now)
+			first, second, third := backendOf(c, d.At(0)), backendOf(c, d.At(1)), backendOf(c, d.At(2))
+			byName[first].Fail(503)
+			byName[second].Fail(503)
+			n1, n2, n3 := byName[first].Requests(), byName[second].Requests(), byName[third].Requests()
+			got, st := e.getPath(t, c.name, path)
+			byName[first].Fail(0)
+			byName[second].Fail(0)
+			if st != 200 || got != third {
+				t.Fatalf("%s: %d from %s; ranking %s, %s, %s with the first two failing", path, st, got, first, second, third)
+			}
+			if byName[first].Requests()-n1 != 1 || byName[second].Requests()-n2 != 1 || byName[third].Requests()-n3 != 1 {
+				t.Fatalf("%s: attempts %d on %s, %d on %s, %d on %s; want one each", path,
+					byName[first].Requests()-n1, first, byName[second].Requests()-n2, second, byName[third].Requests()-n3, third)
+			}
+		}
+		if n := e.Stat(t, "cluster.retry.upstream_rq_retry"); n != 12 {
+			t.Errorf("cluster.retry.upstream_rq_retry = %d, want 12 (two per request)", n)
+		}
+	})
+}
+
+// launchPolicy starts Envoy with the policy as Launch does, expecting it to
+// fail, and returns Envoy's output.
+func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyCluster) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, cs), Dir: dir, Concurrency: 2,
+		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, ReadyTimeout: envoyReady})
+	if err == nil {
+		// The log is flushed every 50 ms: wait for a line written after
+		// the module's.
+		werr := e.WaitLog("starting main dispatch loop", 10*time.Second)
+		log := e.Log()
+		e.Stop()
+		if werr != nil {
+			t.Fatal(werr)
+		}
+		return log, nil
+	}
+	return err.Error(), err
+}
+
+// TestLBPolicyRefusesConfig: a configuration the policy cannot serve, or
+// that lbcore refuses, stops Envoy at load with hashlb's message in its
+// log (the same message lbcore gives the filter for the same JSON).
+func TestLBPolicyRefusesConfig(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		mod, err := envoyrun.BuildLBPolicy("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := envoyrun.StartBackend(t, "b1")
+		for _, c := range []struct{ config, want string }{
+			{`{"lbMethod":"DESTINATIONIPHASH"}`, "hashlb: configuration refused: lbMethod: DESTINATIONIPHASH hashes the address the connection was accepted on"},
+			{`{"lbMethod":"SOURCEIPHASH"}`, "set trustedForwardedHops to 1 or more"},
+			{`{"lbMethod":"URLHASH","services":[]}`, "hashlb: configuration refused: services: not served by the load-balancing policy"},
+			{`{"lbMethod":"URLHASH","hashLength":0}`, "hashlb: configuration refused: hashLength: 0 is out of range"},
+		} {
+			out, err := launchPolicy(t, bin, mod, []policyCluster{{name: "bad", config: c.config, eps: []policyEndpoint{{b: b}}}})
+			if err == nil {
+				t.Errorf("%s: Envoy started", c.config)
+				continue
+			}
+			if !strings.Contains(out, c.want) {
+				t.Errorf("%s: Envoy's output lacks %q:\n%s", c.config, c.want, out)
+			}
+			t.Logf("%s: %s", c.config, lineWith(out, c.want))
+			if !strings.Contains(out, "failed to create in-module load balancer configuration") {
+				t.Errorf("%s: Envoy's output lacks its own refusal:\n%s", c.config, out)
+			}
+		}
+	})
+}
+
+// TestLBPolicyABIVersion: Envoy checks the version the module's program
+// init returns. The module's own is Envoy 1.40.0's (v0.2.0): "matched". A
+// module built with another version loads with Envoy's warning that it is
+// deprecated and should be rebuilt; one that returns no version is refused.
+func TestLBPolicyABIVersion(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		b := envoyrun.StartBackend(t, "b1")
+		cs := []policyCluster{{name: "abi", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}}
+		for _, c := range []struct {
+			ldflags, want string
+			starts        bool
+		}{
+			{"", "Dynamic module ABI version v0.2.0 matched.", true},
+			{"-X main.abiVersion=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
+			{"-X main.abiVersion=", "Failed to initialize dynamic module", false},
+		} {
+			mod, err := envoyrun.BuildLBPolicy(c.ldflags)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := launchPolicy(t, bin, mod, cs)
+			if (err == nil) != c.starts {
+				t.Errorf("%q: started %v, want %v:\n%s", c.ldflags, err == nil, c.starts, out)
+			}
+			if !strings.Contains(out, c.want) {
+				t.Errorf("%q: Envoy's output lacks %q:\n%s", c.ldflags, c.want, out)
+			}
+			t.Logf("%q: %s", c.ldflags, lineWith(out, c.want))
+		}
+	})
+}
+
+// TestLBPolicyNeedsEnvoy138: an Envoy before 1.38 (1.36.4 here) has no
+// dynamic-module load-balancing policy and refuses the bootstrap naming it.
+func TestLBPolicyNeedsEnvoy138(t *testing.T) {
+	for _, bin := range envoyrun.Binaries(t) {
+		if bin.AtLeast(1, 38) {
+			continue
+		}
+		t.Run(bin.Name(), func(t *testing.T) {
+			b := envoyrun.StartBackend(t, "b1")
+			dir := t.TempDir()
+			y := policyYAML(t, dir, []policyCluster{{name: "old", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}})
+			err := envoyrun.Validate(bin, dir, y)
+			if err == nil {
+				t.Fatalf("Envoy %s accepted the policy's bootstrap", bin.Version)
+			}
+			t.Logf("Envoy %s: %s", bin.Version, lineWith(err.Error(), "dynamic_modules"))
+			if !strings.Contains(err.Error(), "dynamic_modules") {
+				t.Errorf("Envoy %s's refusal does not name the dynamic modules policy: %v", bin.Version, err)
+			}
+		})
+	}
+}
+
+// lineWith is the first line of out that contains s.
+func lineWith(out, s string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, s) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,96 @@
+package envoyrun
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// LBPolicyName is the name the load-balancing policy's bootstraps load the
+// module by (dynamic_module_config.name): Envoy opens lib<name>.so in
+// ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+const LBPolicyName = "hashlb_lbpolicy"
+
+var (
+	lbMu   sync.Mutex
+	lbDirs = map[string]string{}
+)
+
+// BuildLBPolicy builds ./cmd/hashlb-lbpolicy as build.sh lbpolicy does (cgo,
+// -buildmode=c-shared), once per process and ldflags, into a directory of
+// its own as lib<LBPolicyName>.so, and returns the directory: what
+// ENVOY_DYNAMIC_MODULES_SEARCH_PATH names. ldflags "" is the module as
+// shipped; a test builds variants with others (-X main.abiVersion=...). The
+// tests build the module from the source they test; a failed build is an
+// error.
+func BuildLBPolicy(ldflags string) (string, error) {
+	lbMu.Lock()
+	defer lbMu.Unlock()
+	if d, ok := lbDirs[ldflags]; ok {
+		return d, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "hashlb-envoyrun-lbpolicy-")
+	if err != nil {
+		return "", err
+	}
+	args := []string{"build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "lib"+LBPolicyName+".so")}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/hashlb-lbpolicy")...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("building ./cmd/hashlb-lbpolicy (needs cgo and a C compiler): %v\n%s", err, b)
+	}
+	lbDirs[ldflags] = dir
+	return dir, nil
+}
+
+// RemoveLBPolicies deletes what BuildLBPolicy built (a TestMain calls it).
+func RemoveLBPolicies() {
+	lbMu.Lock()
+	defer lbMu.Unlock()
+	for k, d := range lbDirs {
+		os.RemoveAll(d)
+		delete(lbDirs, k)
+	}
+}
+
+// LBPolicyBinaries returns the Envoys that can load the load-balancing
+// policy: 1.38 and later (envoy.load_balancing_policies.dynamic_modules
+// with the ABI the module follows). None: fails under CI=true and skips
+// elsewhere, as Binaries does.
+func LBPolicyBinaries(t testing.TB) []Binary {
+	t.Helper()
+	var out, old []Binary
+	for _, b := range Binaries(t) {
+		if b.AtLeast(1, 38) {
+			out = append(out, b)
+		} else {
+			old = append(old, b)
+		}
+	}
+	if len(out) == 0 {
+		var names []string
+		for _, b := range old {
+			names = append(names, b.Version)
+		}
+		err := errors.New("no Envoy 1.38 or later for the load-balancing policy (found " + strings.Join(names, ", ") + "): ./build.sh test installs 1.40.0")
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	return out
+}

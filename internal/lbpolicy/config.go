@@ -1,0 +1,134 @@
+package lbpolicy
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/tidwall/gjson"
+)
+
+// Policy is a validated policy configuration: hashlb's JSON without
+// services, as lbcore parsed it.
+type Policy struct {
+	// Config is the lbcore configuration; its one service is a placeholder
+	// that Worker replaces with the cluster's hosts.
+	Config *lbcore.Config
+	// ranked is Config deciding as many ranks as lbcore names, without
+	// persistence: the failover order retries walk.
+	ranked *lbcore.Config
+	// in is what the decisions read of a request.
+	in lbcore.Inputs
+	// active: the decisions may read active requests (least connection,
+	// bounded load).
+	active bool
+}
+
+// refused are the options of the filter that a load-balancing policy cannot
+// serve, each with the reason and what to do instead. The policy refuses
+// them rather than ignore them: a configuration means what it says.
+var refused = []struct{ path, why string }{
+	{"services", "the policy balances over the cluster's hosts (its endpoints, from EDS or load_assignment); remove it"},
+	{"healthCheck", "the policy follows Envoy's own health of the hosts; configure the cluster's health_checks instead"},
+	{"passiveHealth", "the policy follows Envoy's own health of the hosts; configure the cluster's outlier_detection instead"},
+	{"filterType", "the policy is not a filter: Envoy asks it for a host for HTTP and TCP alike; remove it"},
+	{"upstreamVia", "the policy returns the host itself: no header or filter state carries the choice; remove it"},
+	{"upstreamHeader", "the policy returns the host itself: no header carries the choice; remove it"},
+	{"upstreamCount", "the policy returns one host, and Envoy's retries walk the ranking (retry_host_predicate previous_hosts); remove it"},
+	{"serviceHeader", "a load-balancing policy cannot add request headers; remove it"},
+	{"debugHeader", "a load-balancing policy cannot add response headers; remove it"},
+	{"persistence.fleet", "fleet-wide persistence makes HTTP calls to etcd, which a load-balancing policy cannot make; remove it (the table is per Envoy process)"},
+}
+
+// placeholder is the service the policy's JSON is parsed with: lbcore
+// requires services, the policy gets them from the cluster.
+const placeholder = `"services":[{"name":"placeholder","address":"127.0.0.1:1"}]`
+
+// ParseConfig validates the policy's configuration: hashlb's JSON
+// configuration (docs/configuration.md) without services. lbcore checks it,
+// with the filter's messages; then every option or input the policy cannot
+// serve is refused with the reason. All problems are returned, joined.
+func ParseConfig(data []byte) (*Policy, error) {
+	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
+		_, err := lbcore.ParseConfig(data) // lbcore's message for what is wrong
+		if err == nil {
+			err = errors.New("configuration: not a JSON object")
+		}
+		return nil, err
+	}
+	root := gjson.ParseBytes(data)
+	var errs []error
+	for _, r := range refused {
+		if root.Get(r.path).Exists() {
+			errs = append(errs, fmt.Errorf("%s: not served by the load-balancing policy: %s", r.path, r.why))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	text := strings.TrimSpace(string(data))
+	body := strings.TrimSpace(text[1:])
+	var whole string
+	if body == "}" {
+		whole = "{" + placeholder + "}"
+	} else {
+		whole = "{" + placeholder + "," + body
+	}
+	c, err := lbcore.ParseConfig([]byte(whole))
+	if err != nil {
+		return nil, err
+	}
+	errs = append(errs, connectionProblems(c)...)
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	p := &Policy{Config: c, in: c.Inputs()}
+	r := *c
+	r.UpstreamCount = maxRanks
+	r.Persistence = nil
+	p.ranked = &r
+	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0 ||
+		(c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection)
+	return p, nil
+}
+
+// maxRanks is how many ranks a retry may walk: the most lbcore names.
+const maxRanks = 8
+
+// connectionProblems refuses what reads the connection's addresses: Envoy's
+// load-balancing context carries the request headers (and a route's hash
+// key), not the downstream connection. The client IP is served from
+// x-forwarded-for (trustedForwardedHops ≥ 1; with use_remote_address: true
+// Envoy itself appends the peer's address there).
+func connectionProblems(c *lbcore.Config) []error {
+	var errs []error
+	m := *c
+	m.Persistence = nil
+	in := m.Inputs()
+	switch {
+	case c.LBMethod == lbcore.MethodDestIPHash || c.LBMethod == lbcore.MethodSrcDestIPHash:
+		errs = append(errs, fmt.Errorf("lbMethod: %s hashes the address the connection was accepted on, which Envoy does not give a load-balancing policy; use the filter (envoy.yaml) for it", c.LBMethod))
+	case in.Dest:
+		errs = append(errs, fmt.Errorf("token: reads ${server.ip} or ${server.port}, which Envoy does not give a load-balancing policy"))
+	}
+	if in.Source {
+		what := "token: reads ${client.ip} or ${client.port}"
+		if c.LBMethod == lbcore.MethodSourceIPHash || c.LBMethod == lbcore.MethodSrcIPSrcPortHash {
+			what = "lbMethod: " + c.LBMethod.String() + " hashes the client address"
+		}
+		errs = append(errs, fmt.Errorf("%s, and Envoy gives a load-balancing policy the request headers, not the connection: set trustedForwardedHops to 1 or more (with use_remote_address: true Envoy appends the client's address to x-forwarded-for)", what))
+	}
+	if p := c.Persistence; p != nil {
+		k := *c
+		k.LBMethod, k.Token = lbcore.MethodRoundRobin, nil
+		kin := k.Inputs()
+		if kin.Source {
+			errs = append(errs, fmt.Errorf("persistence.keys: read ${client.ip} or ${client.port}, and Envoy gives a load-balancing policy the request headers, not the connection: set trustedForwardedHops to 1 or more"))
+		}
+		if kin.Dest {
+			errs = append(errs, fmt.Errorf("persistence.keys: read ${server.ip} or ${server.port}, which Envoy does not give a load-balancing policy"))
+		}
+	}
+	return errs
+}
