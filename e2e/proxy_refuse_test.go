@@ -50,8 +50,8 @@ func TestProxyRefusesBeforeListening(t *testing.T) {
 			want: []string{`persistence.fleet.cluster "etcd" reaches no etcd: add -etcd (an etcd server in process) or -cluster etcd=HOST:PORT`}},
 		{name: "backend off loopback", config: `{"services": [{"name": "b1", "address": "192.0.2.1:80"}]}`,
 			want: []string{"demo backend b1: 192.0.2.1:80 is not a loopback address; the demo backends bind loopback only"}},
-		{name: "backends-only, bad configuration", config: fmt.Sprintf(`{"services": [{"name": "b1", "address": %q, "weight": 0}]}`, a),
-			args: []string{"-backends-only"}, want: []string{"services[0].weight: 0 is out of range [1, 100]"}},
+		{name: "backends-only, bad configuration", config: fmt.Sprintf(`{"services": [{"name": "b1", "address": %q, "weight": 101}]}`, a),
+			args: []string{"-backends-only"}, want: []string{"services[0].weight: 101 is out of range [0, 100]"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

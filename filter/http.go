@@ -31,6 +31,10 @@ type httpContext struct {
 	// kept when the context is reused: a value the host was given stays
 	// unchanged until the stream ends (pluginContext.value).
 	upstream, debug []byte
+	// cookie and session are the buffers of the request's Cookie line
+	// without the session's cookie and of the session the response sets
+	// (session.go), kept likewise.
+	cookie, session []byte
 }
 
 // OnHttpRequestHeaders strips client copies of our headers, decides, and sets
@@ -60,11 +64,15 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	dropForged(p.cfg)
 	req := p.readRequest()
 	defer p.doneRequest()
+	if p.cfg.Session != nil {
+		h.stripSession(req)
+	}
 
-	// Persistence needs the time in seconds (entries live 10 minutes or
-	// more): the last tick's, so a request reads no clock (plugin.go, now).
+	// Persistence and sessions need the time in seconds (entries live 10
+	// minutes or more, sessions a minute): the last tick's, so a request
+	// reads no clock (plugin.go, now).
 	var now time.Time
-	if p.cfg.Persistence != nil {
+	if p.cfg.Persistence != nil || p.cfg.Session != nil {
 		now = p.now
 	}
 	// Into the context's own Decision: returning one by value costs two
@@ -114,6 +122,12 @@ func (h *httpContext) decided(d *lbcore.Decision) types.Action {
 	p := h.p
 	h.method, h.reason = d.Method, d.Reason
 	p.m.decision(d.Reason)
+	if p.cfg.Session != nil {
+		if d != &h.dec { // a request resumed after the fleet: the response reads h.dec
+			h.dec = *d
+		}
+		p.m.sessionSeen(d)
+	}
 	if p.cfg.Persistence != nil {
 		p.m.persisted(d)
 	}
@@ -221,6 +235,9 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 			p.health.passive(h.chosen, status)
 		}
 		arenaStop()
+	}
+	if h.p.cfg != nil && h.p.cfg.Session != nil && h.chosen >= 0 && !h.local {
+		h.setSession()
 	}
 	if h.p.cfg != nil && h.p.cfg.DebugHeader {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.decisionText())

@@ -18,6 +18,7 @@ type metrics struct {
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
 	healthUp      []proxywasm.MetricCounter  // per service: selectable again (active checks passed, or an ejection ended)
 	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
+	session       []proxywasm.MetricCounter  // per lbcore.SessionState (from absent), then issued, refreshed
 
 	// pend is what this worker counted on the request path and has not yet
 	// given the host: each metric is a host call, so the request path only
@@ -30,6 +31,7 @@ type metrics struct {
 		decisions []uint64 // per lbcore.Reason
 		capped    uint64
 		persist   [len(persistNames)]uint64
+		session   []uint64
 	}
 }
 
@@ -141,6 +143,14 @@ func defineMetrics(c *lbcore.Config, ids *metricIDs, prev *prevMetrics) *metrics
 	for _, r := range lbcore.Reasons() {
 		m.decisions = append(m.decisions, ids.counter("hashlb.decision."+r))
 	}
+	if c.Session != nil {
+		// hashlb.session_<state> per request, hashlb.session_issued and
+		// hashlb.session_refreshed per response that carries one.
+		for _, s := range append(lbcore.SessionStates()[lbcore.SessionAbsent:], "issued", "refreshed") {
+			m.session = append(m.session, ids.counter("hashlb.session_"+s))
+		}
+		m.pend.session = make([]uint64, len(m.session))
+	}
 	m.pend.requests = make([]uint64, len(c.Services))
 	m.pend.active = make([]int64, len(c.Services))
 	m.pend.decisions = make([]uint64, len(m.decisions))
@@ -169,6 +179,12 @@ func (m *metrics) flush() {
 			m.decisions[i].Increment(n)
 		}
 	}
+	for i, n := range p.session {
+		if n != 0 {
+			p.session[i] = 0
+			m.session[i].Increment(n)
+		}
+	}
 	if p.capped != 0 {
 		m.capped.Increment(p.capped)
 		p.capped = 0
@@ -184,6 +200,24 @@ func (m *metrics) flush() {
 func (m *metrics) decision(r lbcore.Reason) {
 	if int(r) < len(m.pend.decisions) {
 		m.pend.decisions[r]++
+	}
+}
+
+// sessionSeen counts what a request's session came to.
+func (m *metrics) sessionSeen(d *lbcore.Decision) {
+	if i := int(d.Session) - int(lbcore.SessionAbsent); i >= 0 && i < len(m.pend.session)-2 {
+		m.pend.session[i]++
+	}
+}
+
+// sessionSet counts a response that carries a session: issued, or refreshed.
+func (m *metrics) sessionSet(d *lbcore.Decision) {
+	if n := len(m.pend.session); n >= 2 {
+		if d.Refreshes() {
+			m.pend.session[n-1]++
+		} else {
+			m.pend.session[n-2]++
+		}
 	}
 }
 

@@ -131,6 +131,10 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// must not read each other's buckets.
 	ns := "hashlb/" + root
 	bal.EnablePersistence(sharedStore{}, ns)
+	if err := enableSession(bal, cfg); err != nil {
+		proxywasm.LogErrorf("hashlb: config: %v", err)
+		return types.OnPluginStartStatusFailed
+	}
 	var fl *fleetLevel
 	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
 		fl = newFleet(p, bal, cfg.Persistence, pluginRootID())
@@ -292,7 +296,7 @@ func (p *pluginContext) newHTTP(id uint32) types.HttpContext {
 		h := p.free[n-1]
 		p.free[n-1] = nil
 		p.free = p.free[:n-1]
-		*h = httpContext{p: p, id: id, chosen: -1, upstream: h.upstream[:0], debug: h.debug[:0]}
+		*h = httpContext{p: p, id: id, chosen: -1, upstream: h.upstream[:0], debug: h.debug[:0], cookie: h.cookie[:0], session: h.session[:0]}
 		return h
 	}
 	return &httpContext{p: p, id: id, chosen: -1}

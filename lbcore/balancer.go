@@ -29,9 +29,11 @@ const (
 	ReasonRoundRobin
 	// ReasonNoService: nothing is selectable; the request gets a 503.
 	ReasonNoService
+	// ReasonSession: the request's session named a selectable service.
+	ReasonSession
 )
 
-var reasonNames = [...]string{"hash", "bounded_load", "persistence", "backup", "least_connection", "round_robin", "no_service"}
+var reasonNames = [...]string{"hash", "bounded_load", "persistence", "backup", "least_connection", "round_robin", "no_service", "session"}
 
 // String returns the reason's metric label, for example "persistence".
 func (r Reason) String() string {
@@ -62,9 +64,17 @@ type Decision struct {
 	// the table has a fleet level; the decision is the method's proposal,
 	// not stored. The caller asks the fleet, then calls DecideFleet with its
 	// answer (or DecideLocal when it cannot).
-	Ask    bool
-	n      int
-	ranked [maxUpstreamCount]int32
+	Ask bool
+	// Session is what the request's session value came to (SessionOff
+	// without a session block).
+	Session SessionState
+	// sessRefresh: a valid session due for the idle refresh; sessIssued is
+	// its issue time; sessSvc the service a signed session named, or -1.
+	sessRefresh bool
+	sessIssued  uint32
+	sessSvc     int32
+	n           int
+	ranked      [maxUpstreamCount]int32
 }
 
 // Len returns how many services the decision names (0 for ReasonNoService).
@@ -86,6 +96,10 @@ func (d *Decision) reset() {
 	d.EmptyKey = false
 	d.Capped = false
 	d.Ask = false
+	d.Session = SessionOff
+	d.sessRefresh = false
+	d.sessIssued = 0
+	d.sessSvc = -1
 	d.n = 0
 }
 
@@ -126,9 +140,11 @@ type Balancer struct {
 
 	rank []rankEntry // per service, what ranking reads (hrw.go)
 
+	sess *sessionKeys // session persistence; nil without a session block or before EnableSession
+
 	cache     *rankCache // ranking prefixes of recent keys; nil for a small pool (rankcache.go)
-	selN      int        // selectable services
-	selActive int64      // active requests over the selectable services
+	selN      int        // pickable services (selectable, weight above 0)
+	selActive int64      // active requests over the pickable services
 }
 
 // NewBalancer returns a Balancer for c. seed varies the tie-breaking and
@@ -172,7 +188,7 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		total += c.Services[i].Weight
 	}
 	for i := range c.Services {
-		if c.Services[i].Enabled {
+		if b.pickable(i) {
 			b.selN++
 		}
 	}
@@ -184,7 +200,9 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 	// sequence, so that workers do not all send their first request to the
 	// first service: advance by seed mod Σweight picks (capped; a rotation of
 	// a longer cycle is as good).
-	b.rrAdvance(b.seq % uint64(min(total, 1024)))
+	if total > 0 {
+		b.rrAdvance(b.seq % uint64(min(total, 1024)))
+	}
 	return b
 }
 
@@ -193,13 +211,13 @@ func (b *Balancer) Config() *Config { return b.cfg }
 
 // SetDown marks service i DOWN (not selectable) or UP.
 func (b *Balancer) SetDown(i int, down bool) {
-	was := b.selectable(i)
+	was := b.pickable(i)
 	b.down[i] = down
 	b.rank[i].mask = 0
-	if b.selectable(i) {
+	if b.pickable(i) {
 		b.rank[i].mask = ^uint64(0)
 	}
-	switch now := b.selectable(i); {
+	switch now := b.pickable(i); {
 	case now && !was:
 		b.selN++
 		b.selActive += b.active[i]
@@ -213,7 +231,7 @@ func (b *Balancer) SetDown(i int, down bool) {
 // bounded load see it.
 func (b *Balancer) SetActive(i int, n int64) {
 	n = max(n, 0)
-	if b.selectable(i) {
+	if b.pickable(i) {
 		b.selActive += n - b.active[i]
 	}
 	b.active[i] = n
@@ -226,6 +244,11 @@ func (b *Balancer) Active(i int) int64 { return b.active[i] }
 func (b *Balancer) Selectable(i int) bool { return b.selectable(i) }
 
 func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.down[i] }
+
+// pickable reports whether service i may take new keys and picks:
+// selectable with a weight above 0. A service of weight 0 keeps the
+// sessions and persistence entries it has (selectable) and gets nothing new.
+func (b *Balancer) pickable(i int) bool { return b.selectable(i) && b.services[i].Weight > 0 }
 
 // Decide chooses services for r. It never fails: with no selectable service
 // the decision is ReasonNoService and names none. now is used only by the
@@ -257,6 +280,10 @@ func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMo
 		b.x.capped, b.x.m.steps, b.x.work = false, 0, 0
 		b.seq++
 		d.reset()
+		if b.sess != nil && b.sessionDecide(d, r, now) {
+			d.Capped = b.x.capped
+			return
+		}
 		if b.table != nil {
 			b.decidePersistent(d, r, now, mode, force)
 			d.Capped = b.x.capped

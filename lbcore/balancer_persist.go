@@ -106,9 +106,9 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 			chose = true
 			// Resolve may ask again after a lost race; what it has
 			// reported so far in d.Persist stays.
-			out := d.Persist
+			out, sess, svc := d.Persist, d.Session, d.sessSvc
 			d.reset()
-			d.Persist = out
+			d.Persist, d.Session, d.sessSvc = out, sess, svc
 			b.decide(d, r, now, methodOnly, 0)
 			if d.Len() == 0 {
 				return 0, false

@@ -33,6 +33,9 @@ type Config struct {
 	HealthCheck *HealthCheck
 	// PassiveHealth configures ejection on failures; nil when off.
 	PassiveHealth *PassiveHealth
+	// Session configures session persistence (an inserted cookie or header
+	// naming the service); nil when off.
+	Session *Session
 	// UpstreamVia is how the choice reaches Envoy (default header; header or
 	// filterState, which filterType network always uses).
 	UpstreamVia string
@@ -62,7 +65,8 @@ type Service struct {
 	Address string
 	// Addr is Address parsed.
 	Addr netip.AddrPort
-	// Weight is the service's share of keys (default 1, 1–100).
+	// Weight is the service's share of keys (default 1, 0–100); 0 takes no
+	// new keys or picks but keeps its sessions and persistence entries.
 	Weight int
 	// Enabled is false for a service taken out of rotation (default true).
 	Enabled bool

@@ -51,7 +51,7 @@ func TestFastServicesDeclines(t *testing.T) {
 		`[{"name":"a","address":"10.0.0.01:80"}]`,
 		`[{"name":"a","address":"[::ffff:10.0.0.1]:80"}]`,
 		`[{"name":"a","address":"10.0.0.1:0"}]`,
-		`[{"name":"a","address":"10.0.0.1:80","weight":0}]`,
+		`[{"name":"a","address":"10.0.0.1:80","weight":-1}]`,
 		`[{"name":"a","address":"10.0.0.1:80","weight":1.5}]`,
 		`[{"name":"a","address":"10.0.0.1:80","enabled":"yes"}]`,
 		`[{"name":"a","address":"10.0.0.1:80","hashId":""}]`,

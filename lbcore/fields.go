@@ -84,6 +84,17 @@ const (
 	fConsecutiveFailures
 	fEjectionTime
 	fFailureStatuses
+	fSession
+	fSessionType
+	fSessionName
+	fSessionPath
+	fSessionDomain
+	fSessionSecure
+	fSessionHTTPOnly
+	fSessionSameSite
+	fSessionLifetime
+	fSessionAbsoluteTimeout
+	fSessionIdleTimeout
 	fUpstreamVia
 	fUpstreamHeader
 	fUpstreamCount
@@ -121,8 +132,8 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "Unique name, used in the x-hashlb-service header, metrics (hashlb.service.<name>.requests) and logs. An HTTP token: letters, digits and !#$%&'*+-.^_`|~."},
 	fServiceAddress: {Path: "services[].address", Type: "string", Format: "address", Required: true,
 		Doc: "ip:port or [v6]:port, written canonically (as Envoy reports the endpoint). Unique."},
-	fServiceWeight: {Path: "services[].weight", Type: "integer", Default: 1, Min: 1, Max: 100,
-		Doc: "Share of keys (and of round-robin/least-connection traffic) relative to the other services."},
+	fServiceWeight: {Path: "services[].weight", Type: "integer", Default: 1, Min: 0, Max: 100,
+		Doc: "Share of keys (and of round-robin/least-connection traffic) relative to the other services. 0 drains the service: it takes no new keys or picks, and keeps the sessions and persistence entries it has (Gateway API weight 0)."},
 	fServiceEnabled: {Path: "services[].enabled", Type: "boolean", Default: true,
 		Doc: "false takes the service out of rotation; its keys move to their next-ranked services."},
 	fServiceHashID: {Path: "services[].hashId", Type: "string", NonEmpty: true,
@@ -181,6 +192,28 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "How long an ejected service stays out, 1s to 1h."},
 	fFailureStatuses: {Path: "passiveHealth.failureStatuses", Type: "string", Format: "statuses", Default: "502-504",
 		Doc: "Response codes that count as failures, e.g. 502-504."},
+	fSession: {Path: "session", Type: "object",
+		Doc: "Session persistence: the response carries a signed cookie (or header) naming the chosen service, and a request that brings a valid one back goes to that service while it is selectable, before persistence, hashing and weights. The key comes from the VM's environment variable HASHLB_SESSION_KEY (32 bytes or more); without it the plugin refuses to start."},
+	fSessionType: {Path: "session.type", Type: "string", Required: true, Enum: []string{SessionCookie, SessionHeader},
+		Doc: "cookie: a Set-Cookie on the response, read back from the Cookie header; header: a response header the client sends back as a request header (for API clients)."},
+	fSessionName: {Path: "session.name", Type: "string", Format: "name", Default: "hashlb-session",
+		Doc: "The cookie's or header's name (a header name is lower-cased), at most 128 bytes. The client's copies are removed before the request goes upstream. Give each hashlb plugin its own name: sessions are never shared between names."},
+	fSessionPath: {Path: "session.path", Type: "string", Format: "path", Default: "/",
+		Doc: "The cookie's Path attribute (cookie sessions); no ';' or ','."},
+	fSessionDomain: {Path: "session.domain", Type: "string", NonEmpty: true,
+		Doc: "The cookie's Domain attribute (cookie sessions), e.g. example.com; absent: a host-only cookie."},
+	fSessionSecure: {Path: "session.secure", Type: "boolean", Default: false,
+		Doc: "Adds the cookie attribute Secure: the browser sends the cookie over HTTPS only. Required with sameSite None."},
+	fSessionHTTPOnly: {Path: "session.httpOnly", Type: "boolean", Default: true,
+		Doc: "Adds the cookie attribute HttpOnly: scripts in the page cannot read the cookie."},
+	fSessionSameSite: {Path: "session.sameSite", Type: "string", Enum: []string{"Strict", "Lax", "None"},
+		Doc: "The cookie's SameSite attribute; absent: none is written (browsers then treat it as Lax)."},
+	fSessionLifetime: {Path: "session.lifetime", Type: "string", Default: LifetimeSession, Enum: []string{LifetimeSession, LifetimePermanent},
+		Doc: "session: no Max-Age, the browser drops the cookie when it closes; permanent: Max-Age = absoluteTimeout (Gateway API lifetimeType Permanent). Either way hashlb honours a session at most absoluteTimeout."},
+	fSessionAbsoluteTimeout: {Path: "session.absoluteTimeout", Type: "string", Format: "duration", Default: "1d", Min: "1m", Max: "365d",
+		Doc: "How long after its issue a session is honoured, 1m to 365d; past it the request is balanced again and gets a new session."},
+	fSessionIdleTimeout: {Path: "session.idleTimeout", Type: "string", Format: "duration", Min: "1m", Max: "365d",
+		Doc: "When set, a session unused this long ends, 1m to 365d and at most absoluteTimeout; a response re-issues a session last used more than a tenth of it ago. Absent: no idle expiry."},
 	fUpstreamVia: {Path: "upstreamVia", Type: "string", Default: ViaHeader, Enum: []string{ViaHeader, ViaFilterState},
 		Doc: "How the choice reaches Envoy: header sets upstreamHeader; filterState sets Envoy's filter state envoy.network.transport_socket.original_dst_address (set_envoy_filter_state, Envoy 1.28 or later), which an ORIGINAL_DST cluster reads before any header, so the client never sees or forges it. filterType network always uses filterState."},
 	fUpstreamHeader: {Path: "upstreamHeader", Type: "string", Format: "header", Default: "x-envoy-original-dst-host",

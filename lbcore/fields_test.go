@@ -266,6 +266,16 @@ func configWith(path, raw string) string {
 			if name == "timeout" { // let the timeout reach its maximum
 				obj["interval"] = "1h"
 			}
+		case "session":
+			if name != "type" {
+				obj["type"] = "cookie"
+			}
+			if name == "idleTimeout" { // let the idle timeout reach its maximum
+				obj["absoluteTimeout"] = "365d"
+			}
+			if name == "sameSite" { // None needs Secure
+				obj["secure"] = true
+			}
 		}
 		set(obj, name)
 		root[parent] = obj
@@ -319,6 +329,9 @@ func configValue(t *testing.T, c *Config, path string) any {
 	case Method:
 		return x.String()
 	case time.Duration:
+		if x == 0 {
+			return nil // a duration without a default, absent
+		}
 		return FormatDuration(x)
 	case StatusSet:
 		return x.String()
@@ -536,7 +549,7 @@ func configDocs(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	prefix := map[string]string{"Config": "", "Service": "services[].", "Persistence": "persistence.",
-		"Fleet": "persistence.fleet.", "HealthCheck": "healthCheck.", "PassiveHealth": "passiveHealth."}
+		"Fleet": "persistence.fleet.", "HealthCheck": "healthCheck.", "PassiveHealth": "passiveHealth.", "Session": "session."}
 	paths := map[string]string{} // lower-case path → path
 	for _, f := range fieldTable {
 		paths[strings.ToLower(f.Path)] = f.Path

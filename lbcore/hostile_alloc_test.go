@@ -19,11 +19,16 @@ func TestHostileInputsAllocateNothing(t *testing.T) {
 		{"xff", `{"lbMethod": "SOURCEIPHASH", "trustedForwardedHops": 1, "netmask": "255.255.255.0", "persistence": {"keys": ["${client.ip | mask(24)}", "${client.port}${server.ip}"]}, ` + svcs + `}`},
 		{"functions", `{"lbMethod": "TOKEN", "token": "${request.host | lower | prefix(8) || sip.callid | upper | suffix(4)}${request.query.user | default(\"-\")}${request.method}${request.path | replace(\"^/([^/]*)\", \"$1\")}", ` + svcs + `}`},
 		{"domain", `{"lbMethod": "DOMAINHASH", "upstreamCount": 3, "hashBalanceFactor": 150, ` + svcs + `}`},
+		{"session cookie", `{"lbMethod": "URLHASH", "upstreamCount": 2, "session": {"type": "cookie", "name": "session", "idleTimeout": "10m"}, "persistence": {"keys": ["${client.ip}"]}, ` + svcs + `}`},
+		{"session header", `{"lbMethod": "ROUNDROBIN", "session": {"type": "header", "name": "authorization"}, ` + svcs + `}`},
 	}
 	for _, c := range configs {
 		t.Run(c.name, func(t *testing.T) {
 			b := NewBalancer(mustConfig(t, c.config), 1)
 			b.EnablePersistence(NewMemStore(), "x")
+			if err := b.EnableSession(testSessionKey); err != nil {
+				t.Fatal(err)
+			}
 			for i, hr := range hostile.Requests() {
 				r := Request{Source: hr.Source, Dest: hr.Dest}
 				for _, h := range hr.Headers {

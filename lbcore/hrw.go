@@ -34,7 +34,7 @@ func weightedScore(k, id uint64, w int) float64 {
 // health slice beside it) and call nothing (RATIONALE.md, "Cost per request").
 type rankEntry struct {
 	id   uint64 // Service.ID
-	mask uint64 // all ones when the service is selectable (enabled and not down), else 0
+	mask uint64 // all ones when the service is pickable (enabled, not down, weight above 0), else 0
 }
 
 // newRank returns the rank entries of svcs, all UP, padded with entries that
@@ -44,7 +44,7 @@ func newRank(svcs []Service) []rankEntry {
 	es := make([]rankEntry, (len(svcs)+3)&^3)
 	for i := range svcs {
 		es[i].id = svcs[i].ID
-		if svcs[i].Enabled {
+		if svcs[i].Enabled && svcs[i].Weight > 0 {
 			es[i].mask = ^uint64(0)
 		}
 	}

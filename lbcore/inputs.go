@@ -41,6 +41,14 @@ func (c *Config) Inputs() Inputs {
 	if client {
 		c.clientInputs(&in)
 	}
+	if s := c.Session; s != nil {
+		if s.Type == SessionCookie {
+			in.header("cookie")
+			in.AllCopies = true
+		} else {
+			in.header(s.Name)
+		}
+	}
 	return in
 }
 

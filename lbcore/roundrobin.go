@@ -20,7 +20,7 @@ func (b *Balancer) roundRobin(d *Decision) {
 func (b *Balancer) rrPick() int {
 	best, total := -1, int64(0)
 	for i := range b.services {
-		if !b.selectable(i) {
+		if !b.pickable(i) {
 			continue
 		}
 		w := int64(b.services[i].Weight)
@@ -49,7 +49,7 @@ func (b *Balancer) rrAdvance(k uint64) {
 	}
 	m, w := int64(0), -1
 	for i := range b.services {
-		if !b.selectable(i) {
+		if !b.pickable(i) {
 			continue
 		}
 		if w >= 0 && b.services[i].Weight != w {
@@ -67,7 +67,7 @@ func (b *Balancer) rrAdvance(k uint64) {
 	}
 	q, r, j := int64(k)/m, int64(k)%m, int64(0)
 	for i := range b.services {
-		if !b.selectable(i) {
+		if !b.pickable(i) {
 			continue
 		}
 		picks := q

@@ -104,6 +104,8 @@ func parseConfig(data []byte, text string) (*Config, error) {
 			c.HealthCheck = d.healthCheck(name, v)
 		case "passiveHealth":
 			c.PassiveHealth = d.passiveHealth(name, v)
+		case "session":
+			c.Session = d.session(name, v)
 		case "upstreamHeader":
 			c.UpstreamHeader = d.headerName(fUpstreamHeader, name, v)
 		case "upstreamCount":
@@ -137,6 +139,7 @@ func parseConfig(data []byte, text string) (*Config, error) {
 	}
 	d.ownHeadersUnread(c)
 	d.steering(c, &set)
+	d.sessionChecks(c)
 	if err := errors.Join(d.errs...); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,399 @@
+package lbcore
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"hash"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Session configures session persistence: on a response hashlb inserts a
+// cookie (or header) naming the chosen service, and a request that brings
+// a valid one back goes to that service, whatever the method, the
+// persistence table or the weights say, while the service is selectable
+// (docs/persistence.md#session-persistence).
+type Session struct {
+	// Type is SessionCookie or SessionHeader (required).
+	Type string
+	// Name is the cookie's name, or the header's (lower-case) name
+	// (default hashlb-session).
+	Name string
+	// Path is the cookie's Path attribute (default /).
+	Path string
+	// Domain is the cookie's Domain attribute; "" leaves it out (host-only cookie).
+	Domain string
+	// Secure adds the cookie attribute Secure (default false).
+	Secure bool
+	// HTTPOnly adds the cookie attribute HttpOnly (default true).
+	HTTPOnly bool
+	// SameSite is the cookie's SameSite attribute, Strict, Lax or None; ""
+	// leaves it out.
+	SameSite string
+	// Lifetime is "session" (no Max-Age: the browser drops the cookie when it
+	// closes) or "permanent" (Max-Age = AbsoluteTimeout) (default session).
+	Lifetime string
+	// AbsoluteTimeout is how long after its issue a session is honoured
+	// (default 1d, 1m–365d).
+	AbsoluteTimeout time.Duration
+	// IdleTimeout, when not 0, ends a session unused that long (1m–365d, at
+	// most AbsoluteTimeout); 0: no idle expiry.
+	IdleTimeout time.Duration
+}
+
+// The session types.
+const (
+	SessionCookie = "cookie"
+	SessionHeader = "header"
+)
+
+// The session lifetimes of a cookie.
+const (
+	LifetimeSession   = "session"
+	LifetimePermanent = "permanent"
+)
+
+// SessionKeyEnv is the VM's environment variable (Envoy:
+// vm_config.environment_variables) that holds the key sessions are signed
+// with. Proxies that share it honour each other's sessions.
+const SessionKeyEnv = "HASHLB_SESSION_KEY"
+
+// MinSessionKeyBytes is the shortest key EnableSession accepts: 32 bytes,
+// e.g. the 44 characters of `openssl rand -base64 32`.
+const MinSessionKeyBytes = 32
+
+// maxSessionName bounds a session's cookie or header name.
+const maxSessionName = 128
+
+// sessionRefreshDivisor: a valid session whose last use is older than
+// IdleTimeout/sessionRefreshDivisor is re-issued on the response with the
+// time of this use, so a client active at least every 90 % of IdleTimeout
+// keeps its session (docs/persistence.md#session-persistence).
+const sessionRefreshDivisor = 10
+
+// The session value: version, the service's tag, issue and last-use time
+// (Unix seconds, big-endian), then the MAC of what precedes it under the
+// session's name; base64url without padding.
+const (
+	sessionVersion = 1
+	sessionTagEnd  = 1 + 8
+	sessionBody    = sessionTagEnd + 4 + 4 // what the MAC covers
+	sessionMACLen  = 16                    // HMAC-SHA256 truncated to 128 bits
+	sessionRawLen  = sessionBody + sessionMACLen
+	// SessionValueLen is the length of a session value as hashlb writes it.
+	SessionValueLen = (sessionRawLen*8 + 5) / 6
+)
+
+var sessionB64 = base64.RawURLEncoding
+
+// SessionState is what a request's session value came to.
+type SessionState uint8
+
+// The session states.
+const (
+	// SessionOff: the configuration has no session block.
+	SessionOff SessionState = iota
+	// SessionAbsent: the request carried no session value.
+	SessionAbsent
+	// SessionValid: a valid session named a selectable service, which
+	// was chosen.
+	SessionValid
+	// SessionForged: the value is not one hashlb wrote with this key and
+	// name (malformed, truncated, too long, tampered with, or signed with
+	// another key); it selects nothing.
+	SessionForged
+	// SessionExpired: issued absoluteTimeout ago or more.
+	SessionExpired
+	// SessionIdle: unused for idleTimeout or more.
+	SessionIdle
+	// SessionUnknown: signed by hashlb but names no service of this
+	// configuration (the service is gone).
+	SessionUnknown
+	// SessionUnselectable: names a service that is disabled, DOWN or ejected.
+	SessionUnselectable
+)
+
+var sessionStateNames = [...]string{"off", "absent", "valid", "forged", "expired", "idle", "unknown_service", "unselectable"}
+
+// String returns the state's name, for example "forged".
+func (s SessionState) String() string {
+	if int(s) < len(sessionStateNames) {
+		return sessionStateNames[s]
+	}
+	return "unknown"
+}
+
+// SessionStates returns every state's name, in SessionState order.
+func SessionStates() []string { return sessionStateNames[:] }
+
+// sessionKeys is what a Balancer needs to check and issue sessions.
+type sessionKeys struct {
+	cfg  *Session
+	mac  hash.Hash      // HMAC-SHA256 with the key; Reset before each use
+	ctx  []byte         // what the MAC covers before the value: domain separation and the name
+	tags []uint64       // per service: its tag in a value
+	idx  map[uint64]int // tag → service index
+	raw  [sessionRawLen]byte
+	sum  [sha256.Size]byte
+	out  [SessionValueLen]byte
+}
+
+// EnableSession attaches the key sessions are signed with (the VM's
+// HASHLB_SESSION_KEY). It does nothing without a session block, and fails
+// for a key shorter than MinSessionKeyBytes: without a key nobody can tell a
+// session hashlb issued from one a client wrote, and a client must never
+// choose its upstream.
+func (b *Balancer) EnableSession(key []byte) error {
+	s := b.cfg.Session
+	if s == nil {
+		return nil
+	}
+	if len(key) == 0 {
+		return fmt.Errorf("session: no key: set the VM's environment variable %s to a secret of %d bytes or more (the same on every proxy that shares sessions)", SessionKeyEnv, MinSessionKeyBytes)
+	}
+	if len(key) < MinSessionKeyBytes {
+		return fmt.Errorf("session: the key in %s has %d bytes, want %d or more (e.g. openssl rand -base64 32)", SessionKeyEnv, len(key), MinSessionKeyBytes)
+	}
+	k := &sessionKeys{cfg: s, mac: hmac.New(sha256.New, key), tags: make([]uint64, len(b.services)), idx: make(map[uint64]int, len(b.services))}
+	k.ctx = append(append(append([]byte(nil), "hashlb-session\x00"...), s.Type...), 0)
+	k.ctx = append(append(k.ctx, s.Name...), 0)
+	for i := range b.services {
+		sv := &b.services[i]
+		id := sv.HashID
+		if id == "" {
+			id = sv.Address
+		}
+		// The tag is keyed: a value shows no address, and without the key
+		// nobody can tell which service a value names.
+		k.mac.Reset()
+		k.mac.Write([]byte("hashlb-session-service\x00"))
+		k.mac.Write([]byte(id))
+		sum := k.mac.Sum(k.sum[:0])
+		t := binary.BigEndian.Uint64(sum)
+		if j, dup := k.idx[t]; dup {
+			return fmt.Errorf("session: services %s and %s have the same session tag (a 2^-64 event): change a hashId", b.services[j].Name, sv.Name)
+		}
+		k.tags[i], k.idx[t] = t, i
+	}
+	// The first Reset of an HMAC keeps its padded key's state, so later
+	// ones copy it back (no allocation per request).
+	k.mac.Reset()
+	b.sess = k
+	return nil
+}
+
+// SessionEnabled reports whether the Balancer checks and issues sessions.
+func (b *Balancer) SessionEnabled() bool { return b.sess != nil }
+
+// sign writes the MAC of k.raw's body into k.sum.
+func (k *sessionKeys) sign() []byte {
+	k.mac.Reset()
+	k.mac.Write(k.ctx)
+	k.mac.Write(k.raw[:sessionBody])
+	return k.mac.Sum(k.sum[:0])[:sessionMACLen]
+}
+
+// sessionValue finds the request's session value: the first cookie called
+// Name in the cookie headers (the first MaxScanBytes), or the first copy of
+// the header Name. ok is false when there is none.
+func (s *Session) value(r *Request, x *evalCtx) (v string, ok bool) {
+	if s.Type == SessionHeader {
+		for _, h := range r.Headers {
+			if len(h[0]) == len(s.Name) && strings.EqualFold(h[0], s.Name) {
+				return h[1], true
+			}
+		}
+		return "", false
+	}
+	budget := MaxScanBytes
+	for _, h := range r.Headers {
+		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
+			continue
+		}
+		rest := h[1]
+		if len(rest) > budget {
+			rest = rest[:budget]
+			x.capped = true
+		}
+		budget -= len(rest)
+		for rest != "" {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, ";")
+			k, val, found := strings.Cut(pair, "=")
+			if found && strings.TrimSpace(k) == s.Name {
+				return strings.TrimSpace(val), true
+			}
+		}
+		if budget == 0 {
+			break
+		}
+	}
+	return "", false
+}
+
+// sessionDecide checks the request's session. A valid one naming a
+// selectable service fills d (ReasonSession) and returns true; otherwise it
+// notes in d what the value came to and the method decides.
+func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
+	k := b.sess
+	d.Session, d.sessSvc = SessionAbsent, -1
+	v, ok := k.cfg.value(r, &b.x)
+	if !ok {
+		return false
+	}
+	d.Session = SessionForged
+	if len(v) != SessionValueLen {
+		return false
+	}
+	// Decoded into the fixed buffer: the length above makes it exactly
+	// sessionRawLen bytes, or an error.
+	n, err := sessionB64.Decode(k.raw[:], stringBytes(v))
+	if err != nil || n != sessionRawLen || k.raw[0] != sessionVersion {
+		return false
+	}
+	var mac [sessionMACLen]byte
+	copy(mac[:], k.raw[sessionBody:])
+	if subtle.ConstantTimeCompare(k.sign(), mac[:]) != 1 {
+		return false
+	}
+	tag := binary.BigEndian.Uint64(k.raw[1:sessionTagEnd])
+	issued := binary.BigEndian.Uint32(k.raw[sessionTagEnd:])
+	last := binary.BigEndian.Uint32(k.raw[sessionTagEnd+4:])
+	nowS := now.Unix()
+	// A time ahead of this proxy's clock (another proxy's, a little ahead)
+	// counts as now.
+	age, idle := max(nowS-int64(issued), 0), max(nowS-int64(last), 0)
+	switch {
+	case age >= int64(k.cfg.AbsoluteTimeout/time.Second):
+		d.Session = SessionExpired
+		return false
+	case k.cfg.IdleTimeout > 0 && idle >= int64(k.cfg.IdleTimeout/time.Second):
+		d.Session = SessionIdle
+		return false
+	}
+	i, known := k.idx[tag]
+	if !known {
+		d.Session = SessionUnknown
+		return false
+	}
+	d.sessSvc = int32(i)
+	if !b.selectable(i) {
+		d.Session = SessionUnselectable
+		return false
+	}
+	d.Session, d.sessIssued = SessionValid, issued
+	d.sessRefresh = k.cfg.IdleTimeout > 0 && idle >= max(int64(k.cfg.IdleTimeout/time.Second)/sessionRefreshDivisor, 1)
+	d.Reason, d.Method = ReasonSession, b.cfg.LBMethod
+	d.add(i)
+	if b.want > 1 {
+		b.failover(d, r, i)
+	}
+	return true
+}
+
+// SessionService returns the index of the service the request's session
+// named, or -1 (none, forged, expired, idle, or unknown).
+func (d *Decision) SessionService() int { return int(d.sessSvc) }
+
+// SetsSession reports whether the response to the request carries a session
+// value: the decision names a service and the request had no valid session
+// for it, or its session is due for the idle refresh.
+func (d *Decision) SetsSession() bool {
+	return d.Session != SessionOff && d.n > 0 && !d.Ask && (d.Session != SessionValid || d.sessRefresh)
+}
+
+// Refreshes reports whether the response re-issues a valid session (the
+// idle refresh) rather than starting a new one.
+func (d *Decision) Refreshes() bool { return d.Session == SessionValid && d.sessRefresh }
+
+// AppendSessionValue appends the session value the response to decision d
+// carries (SetsSession) to dst: d's first service, issued now (or when the
+// valid session it refreshes was issued), last used now. It allocates
+// nothing when dst has room for SessionValueLen bytes.
+func (b *Balancer) AppendSessionValue(dst []byte, d *Decision, now time.Time) []byte {
+	k := b.sess
+	if k == nil || d.n == 0 {
+		return dst
+	}
+	nowS := uint32(max(now.Unix(), 0))
+	issued := nowS
+	if d.Session == SessionValid {
+		issued = d.sessIssued
+	}
+	k.raw[0] = sessionVersion
+	binary.BigEndian.PutUint64(k.raw[1:], k.tags[d.ranked[0]])
+	binary.BigEndian.PutUint32(k.raw[sessionTagEnd:], issued)
+	binary.BigEndian.PutUint32(k.raw[sessionTagEnd+4:], nowS)
+	copy(k.raw[sessionBody:], k.sign())
+	sessionB64.Encode(k.out[:], k.raw[:])
+	return append(dst, k.out[:]...)
+}
+
+// AppendSetCookie appends the Set-Cookie header value of the response to
+// decision d (a cookie session) to dst: name=value and the configured
+// attributes, Max-Age for a permanent cookie (absoluteTimeout, or what is
+// left of it for a refreshed session).
+func (b *Balancer) AppendSetCookie(dst []byte, d *Decision, now time.Time) []byte {
+	k := b.sess
+	if k == nil || d.n == 0 {
+		return dst
+	}
+	s := k.cfg
+	dst = append(append(dst, s.Name...), '=')
+	dst = b.AppendSessionValue(dst, d, now)
+	dst = append(append(dst, "; Path="...), s.Path...)
+	if s.Domain != "" {
+		dst = append(append(dst, "; Domain="...), s.Domain...)
+	}
+	if s.Lifetime == LifetimePermanent {
+		left := int64(s.AbsoluteTimeout / time.Second)
+		if d.Session == SessionValid {
+			left -= max(now.Unix()-int64(d.sessIssued), 0)
+		}
+		dst = strconv.AppendInt(append(dst, "; Max-Age="...), max(left, 1), 10)
+	}
+	if s.Secure {
+		dst = append(dst, "; Secure"...)
+	}
+	if s.HTTPOnly {
+		dst = append(dst, "; HttpOnly"...)
+	}
+	if s.SameSite != "" {
+		dst = append(append(dst, "; SameSite="...), s.SameSite...)
+	}
+	return dst
+}
+
+// StripSessionCookie appends cookie header line without the cookies called
+// name to dst, pairs separated by "; ". found is false, and dst unchanged,
+// when the line has no such cookie (the line then goes on as it is).
+func StripSessionCookie(dst []byte, line, name string) (out []byte, found bool) {
+	start := len(dst)
+	rest, first := line, true
+	for rest != "" {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, ";")
+		k, _, _ := strings.Cut(pair, "=")
+		if strings.TrimSpace(k) == name {
+			found = true
+			continue
+		}
+		p := strings.TrimSpace(pair)
+		if p == "" {
+			continue
+		}
+		if !first {
+			dst = append(dst, "; "...)
+		}
+		dst, first = append(dst, p...), false
+	}
+	if !found {
+		return dst[:start], false
+	}
+	return dst, true
+}
