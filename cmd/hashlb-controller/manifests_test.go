@@ -118,6 +118,8 @@ func TestManifests(t *testing.T) {
 		"discovery.k8s.io/endpointslices get,list,watch",
 		"events.k8s.io/events create,patch",
 		"extensions.istio.io/wasmplugins get,list,patch,watch",
+		"gateway.networking.k8s.io/httproutes get,list,watch",
+		"gateway.networking.k8s.io/referencegrants get,list,watch",
 	}
 	if got := ruleSet(cr.Rules); !slices.Equal(got, wantCluster) {
 		t.Errorf("ClusterRole rules =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(wantCluster, "\n"))

@@ -103,6 +103,9 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
+	if err := addGatewayScheme(scheme); err != nil {
+		return nil, err
+	}
 	mo := manager.Options{
 		Scheme:                        scheme,
 		Logger:                        o.Logger,
@@ -186,7 +189,12 @@ func Setup(mgr manager.Manager, r *Reconciler) error {
 		}
 		return out
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	newList := func() *unstructured.UnstructuredList {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(WasmPluginGVK.GroupVersion().WithKind("WasmPluginList"))
+		return list
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named(Name).
 		For(NewWasmPlugin()).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
@@ -197,7 +205,9 @@ func Setup(mgr manager.Manager, r *Reconciler) error {
 				return byService(ctx, o.GetNamespace(), s)
 			}
 			return nil
-		})).
-		WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1}).
-		Complete(r)
+		}))
+	if err := setupSessions(mgr, r, b, byService, newList); err != nil {
+		return err
+	}
+	return b.WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1}).Complete(r)
 }

@@ -54,6 +54,8 @@ type Reconciler struct {
 	// ECDS, when not nil, also writes each plugin's Envoy ECDS file.
 	ECDS *ECDS
 
+	gateway gatewayKinds // the Gateway API kinds served (session.go)
+
 	now   func() time.Time // time.Now when nil (tests set a fake clock)
 	mu    sync.Mutex
 	state map[types.NamespacedName]*writeState
@@ -143,9 +145,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 	case err == nil:
 		u.services, u.total, u.enabled = generic(list)
 	}
+	if err == nil { // the session block the HTTPRoutes ask for (session.go)
+		u.session, err = r.planSession(ctx, wp, sel.Service, []string{"spec", "pluginConfig"})
+	}
 	var cfg map[string]any
 	if err == nil {
-		cfg, err = newConfigJSON(wp, u.services)
+		cfg, err = u.session.config(wp, u.services)
+		u.note = clip(joinNotes(u.note, u.session.problem))
 	}
 	if err != nil {
 		var bad *badInput
@@ -163,7 +169,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 		}
 		u.ecdsStale = r.ECDS.Stale(wp, u.ecdsFile)
 	}
-	if !u.changed && !u.annotationStale && !u.ecdsStale {
+	if !u.changed && !u.annotationStale && !u.ecdsStale && !u.session.stale() {
 		r.settled(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
@@ -191,12 +197,13 @@ type update struct {
 	annotationStale bool   // hashlb.io/error is not note
 	ecdsFile        []byte // the ECDS file's content; nil without -ecds-dir
 	ecdsStale       bool   // the file on disk differs from ecdsFile
+	session         *sessionPlan
 }
 
 // apply writes the services and hashlb.io/error and the ECDS file, as u
 // says, and records the change.
 func (r *Reconciler) apply(ctx context.Context, u update) error {
-	if u.changed || u.annotationStale {
+	if u.changed || u.annotationStale || u.session.stale() {
 		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": u.services}}}
 		if u.annotationStale {
 			var note any // nil removes the annotation
@@ -205,6 +212,7 @@ func (r *Reconciler) apply(ctx context.Context, u update) error {
 			}
 			body["metadata"] = map[string]any{"annotations": map[string]any{AnnotationError: note}}
 		}
+		u.session.patchInto(body)
 		if err := r.patch(ctx, u.wp, body); err != nil {
 			return err
 		}
@@ -214,6 +222,7 @@ func (r *Reconciler) apply(ctx context.Context, u update) error {
 			return err
 		}
 	}
+	u.session.record(r, u.wp, u.annotationStale)
 	switch {
 	case u.changed && u.note != "":
 		r.Recorder.Eventf(u.wp, nil, corev1.EventTypeWarning, ReasonDisabled, "UpdateServices",
@@ -351,10 +360,7 @@ func sameJSON(current any, list []any) bool {
 // annotation and a Warning event, once per distinct reason. The services
 // stay as they are.
 func (r *Reconciler) reject(ctx context.Context, wp *unstructured.Unstructured, cause error) error {
-	msg := cause.Error()
-	if len(msg) > maxMessage {
-		msg = msg[:maxMessage-3] + "..."
-	}
+	msg := clip(cause.Error())
 	if wp.GetAnnotations()[AnnotationError] == msg {
 		return nil
 	}
@@ -369,6 +375,14 @@ func (r *Reconciler) reject(ctx context.Context, wp *unstructured.Unstructured, 
 		"%s; keeping the %d services already in spec.pluginConfig.services", msg, kept)
 	logf.FromContext(ctx).Info("services not updated", "reason", msg, "kept", kept)
 	return nil
+}
+
+// clip bounds msg to maxMessage bytes.
+func clip(msg string) string {
+	if len(msg) > maxMessage {
+		msg = msg[:maxMessage-3] + "..."
+	}
+	return msg
 }
 
 // patch applies a JSON merge patch: only the keys in body change. The patch

@@ -1,8 +1,9 @@
 // Package testenv starts a real Kubernetes control plane for the
 // controller's tests: controller-runtime's envtest, with a kube-apiserver
 // built here from the Go module k8s.io/kubernetes (pinned by the wrapper
-// module in ../envtestbin) and etcd, with a stand-in WasmPlugin CRD
-// installed.
+// module in ../envtestbin) and etcd, with a stand-in WasmPlugin CRD and the
+// experimental channel's HTTPRoute and ReferenceGrant CRDs, read from the
+// module cache's copy of sigs.k8s.io/gateway-api, installed.
 //
 // The kube-apiserver binary is built once and cached outside the
 // repository (os.UserCacheDir()/hashlb/envtest/<version>-<hash>, or
@@ -63,8 +64,12 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	gateway, err := GatewayAPICRDs(root, "experimental")
+	if err != nil {
+		return nil, err
+	}
 	te := &envtest.Environment{
-		CRDDirectoryPaths:        []string{filepath.Join(root, "internal", "testenv", "testdata")},
+		CRDDirectoryPaths:        append([]string{filepath.Join(root, "internal", "testenv", "testdata")}, gateway...),
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: 2 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
