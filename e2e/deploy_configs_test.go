@@ -5,13 +5,13 @@ package e2e
 //   configs/*.json (but schema.json)  lbcore.ParseConfig and the schema, plus
 //                                     what the example is meant to show
 //   configs/schema.json               TestSchemaMatchesFields
-//   configs/envoy-*.yaml              Envoy bootstrap checks (envoy_test.go)
+//   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
 //   configs/istio/controller/*.yaml   cmd/hashlb-controller/manifests_test.go (its own module)
-//   configs/istio/*.yaml              Istio checks (istio_test.go)
-//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
+//   configs/istio/*.yaml              Istio checks (deploy_istio_test.go)
+//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (deploy_istio_tcp_test.go)
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
 //                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
