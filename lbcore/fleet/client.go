@@ -416,7 +416,11 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 	c.clock(now)
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
-		c.handle(cl, now, nil, errNoAnswer)
+		err := errNoAnswer
+		if !c.mono.Before(cl.sent.Add(cl.timeout - time.Millisecond)) {
+			err = errTimeout // no answer within its timeout
+		}
+		c.handle(cl, now, nil, err)
 		c.freeCall(cl)
 	}
 }
