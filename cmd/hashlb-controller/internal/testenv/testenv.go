@@ -1,8 +1,9 @@
 // Package testenv starts a real Kubernetes control plane for the
 // controller's tests: controller-runtime's envtest, with a kube-apiserver
 // built here from the Go module k8s.io/kubernetes (pinned by the wrapper
-// module in ../envtestbin) and etcd, with a stand-in WasmPlugin CRD
-// installed.
+// module in ../envtestbin) and etcd, with stand-ins for Istio's WasmPlugin
+// and TrafficExtension CRDs installed (testdata/; each file names its
+// source).
 //
 // The kube-apiserver binary is built once and cached outside the
 // repository (os.UserCacheDir()/hashlb/envtest/<version>-<hash>, or
