@@ -8,7 +8,9 @@ package envoy
 // (URLHASH + override_host). ./build.sh bench runs it with the other
 // BenchmarkEnvoy*:
 //
-//	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoyLBPolicy' -benchtime 1x -peers.versions 1.40.0 -peers.out dist/envoy-lbpolicy.md
+//	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoyLBPolicy' -benchtime 1x -peers.versions 1.40.0 -peers.out dist/envoy-peers.md
+//
+// writes its table to dist/envoy-peers-lbpolicy.md.
 //
 // It reports; it asserts only that every request was answered 2xx and that
 // the hashlb rows went where lbcore says.
@@ -73,7 +75,10 @@ func BenchmarkEnvoyLBPolicy(b *testing.B) {
 	b.StopTimer()
 	fmt.Printf("\n%s", out.String())
 	if *peerOut != "" {
-		if err := os.WriteFile(*peerOut, []byte(out.String()), 0o644); err != nil {
+		// Beside BenchmarkEnvoyPeers's table, which -bench 'BenchmarkEnvoy'
+		// (./build.sh bench) writes to -peers.out in the same run.
+		file := strings.TrimSuffix(*peerOut, ".md") + "-lbpolicy.md"
+		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
