@@ -83,8 +83,7 @@ type Worker struct {
 	ranked *lbcore.Balancer
 
 	// OnHealth, when set, is told of a change of the healthy count a choice
-	// found (not of the scan of an update): Envoy tells a load balancer of
-	// membership changes only.
+	// found (not of the scan of an update): one no membership hook told.
 	OnHealth func(healthy, total int)
 
 	req  lbcore.Request
@@ -94,10 +93,10 @@ type Worker struct {
 }
 
 // rescanEvery is how many choices pass, while some host is not healthy,
-// between two reads of every host's health: Envoy tells a load balancer of
-// membership changes but not of health changes, and a change that leaves
-// the healthy count as it was is otherwise seen only when it touches the
-// chosen host.
+// between two reads of every host's health. Envoy 1.40 runs the membership
+// hook on health changes too (Update rescans then); the choice's own checks
+// (the healthy count, the chosen host's place among the healthy hosts, and
+// this rescan) keep the worker right should a change reach it otherwise.
 const rescanEvery = 4096
 
 // NewWorker returns the policy's worker for the cluster named cluster.
