@@ -15,7 +15,7 @@ package e2e
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
 //                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
-//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (istio_ambient_test.go)
+//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
 
 import (
 	"io/fs"
