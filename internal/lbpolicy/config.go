@@ -20,9 +20,10 @@ type Policy struct {
 	ranked *lbcore.Config
 	// in is what the decisions read of a request.
 	in lbcore.Inputs
-	// active: the decisions may read active requests (least connection,
-	// bounded load).
-	active bool
+	// active: the decisions read active requests (least connection,
+	// bounded load); activeBackup: the backup method does (a hash method's
+	// least-connection backup).
+	active, activeBackup bool
 }
 
 // refused are the options of the filter that a load-balancing policy cannot
@@ -88,8 +89,8 @@ func ParseConfig(data []byte) (*Policy, error) {
 	r.UpstreamCount = maxRanks
 	r.Persistence = nil
 	p.ranked = &r
-	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0 ||
-		(c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection)
+	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0
+	p.activeBackup = c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection
 	return p, nil
 }
 
