@@ -6,6 +6,8 @@ package e2e
 //                                     what the example is meant to show
 //   configs/schema.json               TestSchemaMatchesFields
 //   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
+//   configs/envoy-lbpolicy*.yaml      the load-balancing policy's bootstrap and its
+//                                     endpoints file (deploy_lbpolicy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
@@ -149,6 +151,22 @@ func TestConfigsDirCovered(t *testing.T) {
 			}
 		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
 			// Checked by the controller module's TestManifests and TestRBAC.
+		case rel == "envoy-lbpolicy.yaml":
+			if _, err := checkLBPolicyBootstrap(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "envoy-lbpolicy-endpoints.yaml":
+			boot, err := os.ReadFile(filepath.Join(filepath.Dir(p), "envoy-lbpolicy.yaml"))
+			if err != nil {
+				return err
+			}
+			users, err := checkLBPolicyBootstrap(boot)
+			if err == nil {
+				err = checkLBPolicyEndpoints(data, users)
+			}
+			if err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
 		case path.Dir(rel) == "." && strings.HasPrefix(rel, "envoy-") && path.Ext(rel) == ".yaml":
 			if err := checkBootstrapFile(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)

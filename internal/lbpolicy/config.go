@@ -47,7 +47,7 @@ var refused = []struct{ path, why string }{
 const placeholder = `"services":[{"name":"placeholder","address":"127.0.0.1:1"}]`
 
 // ParseConfig validates the policy's configuration: hashlb's JSON
-// configuration (docs/configuration.md) without services. lbcore checks it,
+// configuration (docs/config.md) without services. lbcore checks it,
 // with the filter's messages; then every option or input the policy cannot
 // serve is refused with the reason. All problems are returned, joined.
 func ParseConfig(data []byte) (*Policy, error) {
