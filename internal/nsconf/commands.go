@@ -121,7 +121,7 @@ var (
 			"-soPersistenceTimeOut", "-soBackupAction", "-healthThreshold").
 		warn("per-request balancing of UDP or MAC-mode forwarding is not translated: hashlb balances HTTP requests", []string{"DISABLED", "IP"},
 			"-sessionless", "-m", "-tosId", "-connfailover").
-		warn("TOKEN's -dataLength/-dataOffset read the TCP payload, which hashlb (an HTTP filter) does not see", nil, "-dataLength", "-dataOffset").
+		warn("TOKEN's -dataLength/-dataOffset read the TCP payload, which hashlb does not read (as an HTTP filter it sees requests, as a network filter only the connection's addresses)", nil, "-dataLength", "-dataOffset").
 		warn("slow start (-newServiceRequest) is not translated: hashlb sends a returning service its full share at once", nil,
 			"-newServiceRequest", "-newServiceRequestIncrementInterval").
 		warn(whyAutoScale, nil, "-minAutoscaleMembers", "-maxAutoscaleMembers").
