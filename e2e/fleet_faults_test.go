@@ -2,7 +2,7 @@ package e2e
 
 // The fleet after faults, against Debian's etcd 3.4 binary
 // (HASHLB_ETCD_BIN; ./build.sh test installs it) and go.mod's etcd 3.7,
-// embedded in a child process (etcdchild_test.go): three hostsim proxies of
+// embedded in a child process (fleet_etcd_child_test.go): three hostsim proxies of
 // two workers under steady load over a fixed key set sent to random
 // proxies, each proxy reaching etcd through its own front (a TCP forwarder
 // that can refuse, reset, delay or cut it off). For each fault: no trap,

@@ -66,7 +66,7 @@ func hostileConfig(c string) []byte {
 // its size in steps until it has been through enough collections, and a
 // configuration that reads little makes little garbage: the URLHASH,
 // CALLIDHASH and DOMAINHASH VMs settle at 8–9 MiB after 4000–8000 requests of
-// this corpus (on main too), TOKEN at 10–11.5 MiB after about 5500, the
+// this corpus, TOKEN at 10–11.5 MiB after about 5500, the
 // others after 2000. The weights put every VM's halfway point beyond that at
 // little cost: the requests of the light configurations are the cheapest.
 var hostileStressConfigs = []struct {
@@ -94,7 +94,7 @@ var hostileStressConfigs = []struct {
 // run is taken to have stalled its worker: a hang detector, not a latency
 // bound, generous for a loaded machine (a fixed module answers each of these
 // requests in milliseconds, yet on a shared 2-core machine every worker once
-// paused 8 s at once); on main a 16 KiB replace() input took 45 s.
+// paused 8 s at once); without replace()'s caps a 16 KiB input takes 45 s.
 const hostileHang = 30 * time.Second
 
 // hostileStressRounds returns the number of rounds: 3000 in CI (456000
@@ -430,10 +430,10 @@ func reasonOf(debug string) string {
 	return strings.TrimPrefix(debug[strings.LastIndex(debug, ";")+1:], " reason=")
 }
 
-// TestHostileDeepJWT: a JWT whose payload nests arrays or
-// objects deeply made the JSON walk recurse once per level. On main a 13 KiB
-// Authorization header trapped V8; wazero's larger stack needs about 900 KB,
-// and smaller payloads still grew linear memory by 50–150 MiB for good. The
+// TestHostileDeepJWT: a JWT whose payload nests arrays or objects deeply
+// makes a recursive JSON walk recurse once per level: a 13 KiB Authorization
+// header traps V8 that way; wazero's larger stack needs about 900 KB, and
+// smaller payloads still grow linear memory by 50–150 MiB for good. The
 // worker must stay alive, route the request by the backup method (the claim
 // is unreadable), serve the next request normally, and keep its memory.
 func TestHostileDeepJWT(t *testing.T) {
@@ -465,8 +465,8 @@ func TestHostileDeepJWT(t *testing.T) {
 		name string
 		req  hostile.Request
 	}
-	// Within Envoy's header limit: no growth at all is expected (on main the
-	// 60 KiB one alone grew memory by 8 MiB).
+	// Within Envoy's header limit: no growth at all is expected (a recursive
+	// walk grows memory by 8 MiB for the 60 KiB one alone).
 	small := []deepReq{
 		{"array, 13 KiB header", corpusFind(t, "jwt-deep-array", fmt.Sprintf("/deep/%d/0", 13<<10))},
 		{"object, 13 KiB header", corpusFind(t, "jwt-deep-object", fmt.Sprintf("/deep/%d/0", 13<<10))},
@@ -474,7 +474,8 @@ func TestHostileDeepJWT(t *testing.T) {
 		{"array, 60 KiB header", corpusFind(t, "jwt-deep-array", fmt.Sprintf("/deep/%d/0", hostile.MaxValue))},
 		{"object, 60 KiB header", corpusFind(t, "jwt-deep-object", fmt.Sprintf("/deep/%d/0", hostile.MaxValue))},
 	}
-	// Beyond it (a host with a raised limit): enough to overflow wazero's stack on main.
+	// Beyond it (a host with a raised limit): enough to overflow wazero's stack
+	// under a recursive walk.
 	large := []deepReq{
 		{"array, 1 MiB payload", bearer(strings.Repeat("[", mib/2) + strings.Repeat("]", mib/2))},
 		{"object, 1 MiB payload", bearer(strings.Repeat(`{"a":`, mib/6) + "1" + strings.Repeat("}", mib/6))},
@@ -482,7 +483,7 @@ func TestHostileDeepJWT(t *testing.T) {
 	}
 	send := func(deep []deepReq) {
 		for i, d := range deep {
-			for range 2 { // on main, two such requests killed both workers of hashlb-proxy
+			for range 2 { // under a recursive walk, two such requests kill both workers of hashlb-proxy
 				got, err := runOn(h, 0, corpusRequestOf(d.req))
 				if err == nil {
 					err = h.Err(0)
@@ -518,15 +519,15 @@ func TestHostileDeepJWT(t *testing.T) {
 	middle := grown("the deep requests within 60 KiB", before, 2*mib)
 	send(large)
 	// These carry 8 MiB of headers, which the module copies in (a flat 1.4 MB
-	// header grows memory by about 4.5 MiB); on main 800 KB of nesting grew it
-	// by 130 MiB before the stack overflowed.
+	// header grows memory by about 4.5 MiB); under a recursive walk 800 KB of
+	// nesting grows it by 130 MiB before the stack overflows.
 	grown("the 1 MiB deep requests", middle, 16*mib)
 }
 
 // TestHostileReplaceQuadratic: replace() with an
 // unanchored pattern whose greedy branch fails and whose short branch matches
-// ("a.*b|a") rescanned the rest of the input after every match: 16 KiB of
-// 'a' in the path took 45 s in the guest on main, the worker blocked.
+// ("a.*b|a") rescans the rest of the input after every match: uncapped, 16 KiB
+// of 'a' in the path takes 45 s in the guest, the worker blocked.
 func TestHostileReplaceQuadratic(t *testing.T) {
 	wasm := hostileModule(t)
 	for _, tc := range []struct{ name, config, path string }{

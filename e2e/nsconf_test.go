@@ -153,7 +153,9 @@ func TestNSConfImportedConfigsRoute(t *testing.T) {
 				}
 				oracle := lbcore.NewBalancer(c, 0)
 				ctx := context.Background()
-				h, err := hostsim.New(ctx, wasm, hostsim.Config{Workers: 2, PluginConfig: js, LogLevel: hostsim.LogWarn})
+				// A COOKIEINSERT vserver becomes a session block, which needs the key.
+				h, err := hostsim.New(ctx, wasm, hostsim.Config{Workers: 2, PluginConfig: js, LogLevel: hostsim.LogWarn,
+					Env: map[string]string{lbcore.SessionKeyEnv: "nsconf-e2e-session-key-0123456789abcdef0123"}})
 				if err != nil {
 					t.Fatalf("hostsim.New: %v\n%s", err, js)
 				}

@@ -80,7 +80,7 @@ func (h *host) connect(src, dst string) types.Action {
 // filter tests cannot run against the .wasm here: the SDK's wazero runner
 // (proxytest.NewWasmVMContext) creates HTTP contexts only (its
 // NewTcpContext returns nil). The compiled module's connections are tested
-// under hostsim (e2e/tcp_test.go) and in V8 (e2e/tcp_v8_test.go).
+// under hostsim (e2e/tcp_test.go) and in V8 (e2e/v8_tcp_test.go).
 func nativeRunner(t *testing.T, f func(t *testing.T, newHost newHostFunc)) {
 	t.Run("native", func(t *testing.T) {
 		f(t, func(t *testing.T, config string) *host { return startHost(t, &vmContext{}, config) })

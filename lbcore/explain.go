@@ -105,6 +105,31 @@ type Explanation struct {
 	WorkerState bool
 	// Persistence is set when the configuration has persistence.
 	Persistence *PersistExplanation
+	// Session is set when the configuration has a session block.
+	Session *SessionExplanation
+}
+
+// SessionExplanation is what a request's session came to, and what the
+// response carries.
+type SessionExplanation struct {
+	// Value is the session value the request carried; Found is false when
+	// it carried none.
+	Value string
+	Found bool
+	// Checked is false when the Balancer has no key (EnableSession was not
+	// called): the value was not checked and Decision ignores it.
+	Checked bool
+	// State is Decision.Session.
+	State SessionState
+	// Service is the index of the service a signed value names, or -1.
+	Service int
+	// Issued and LastUse are a signed value's times; Expires is when
+	// absoluteTimeout ends it, IdleEnds when idleTimeout would (zero
+	// without one).
+	Issued, LastUse, Expires, IdleEnds time.Time
+	// Header is what the response adds: set-cookie or the session header,
+	// and its value; empty when it sets nothing (Decision.SetsSession).
+	Header [2]string
 }
 
 // Explain returns how Decide would decide r at now, without changing the
@@ -156,6 +181,9 @@ func (b *Balancer) Explain(r *Request, now time.Time) Explanation {
 		d := &e.Decision
 		pe.Stored = d.Persist.Miss && !d.Persist.GaveUp && d.Len() > 0
 		e.Persistence = pe
+	}
+	if s := c.Session; s != nil {
+		e.Session = w.explainSession(r, &e.Decision, now)
 	}
 	d := &e.Decision
 	e.WorkerState = d.Reason == ReasonBackup || d.Reason == ReasonLeastConnection ||

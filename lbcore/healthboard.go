@@ -30,7 +30,10 @@ type HealthBoard struct {
 	ids   []uint64
 	gens  []uint32
 	lost  []bool
-	err   error
+	// seen[i] is the last record of service i's own this board read or
+	// wrote: what a slot that stopped being its own reads as.
+	seen []ServiceHealth
+	err  error
 	// record and lease are Update's and TakeLease's encodings, reused: the
 	// Store may be an interface the compiler cannot see through, so a
 	// buffer on the stack would move to the heap on every call.
@@ -50,7 +53,7 @@ func NewHealthBoard(s Store, namespace string, services []Service, me uint64) *H
 	for i := range services {
 		b.ids[i] = services[i].ID
 	}
-	b.keys, b.lost = make([]string, len(services)), make([]bool, len(services))
+	b.keys, b.lost, b.seen = make([]string, len(services)), make([]bool, len(services)), make([]ServiceHealth, len(services))
 	b.slots, b.gens, b.err = claimSlots(s, b.table, b.marker, b.ids)
 	if b.err != nil {
 		b.gens = make([]uint32, len(services))
@@ -70,17 +73,25 @@ func (b *HealthBoard) own(i int, v []byte) bool {
 	return len(v) == slotHead+healthSize && binary.LittleEndian.Uint64(v) == b.ids[i] && binary.LittleEndian.Uint32(v[8:]) == b.gens[i]
 }
 
-// Read returns service i's record; a missing, unreadable or another
-// service's one reads as a healthy service.
+// Read returns service i's record. A missing or unreadable one reads as a
+// healthy service; another service's (the slot was reused: this
+// configuration was replaced, or its own record is not written yet) as the
+// last record of its own this board saw, so a draining configuration keeps
+// its view of a service that left, and a new one that saw none reads it as
+// healthy.
 func (b *HealthBoard) Read(i int) ServiceHealth {
-	if b.keys[i] == "" || b.lost[i] {
+	if b.keys[i] == "" {
 		return ServiceHealth{}
 	}
 	v, _, err := b.store.Get(b.keys[i])
-	if err != nil || !b.own(i, v) {
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return ServiceHealth{}
 	}
+	if err != nil || !b.own(i, v) {
+		return b.seen[i]
+	}
 	s, _ := DecodeHealth(v[slotHead:])
+	b.seen[i] = s
 	return s
 }
 
@@ -146,6 +157,7 @@ func (b *HealthBoard) Update(i int, f func(*ServiceHealth) bool) (c Change, ok b
 		// record at once may lose one observation, which the next probe or
 		// response repeats; health records never carry mappings that matter.
 		if err := b.store.Set(b.keys[i], b.encode(i, &b.after), cas); err == nil {
+			b.seen[i] = b.after
 			return c, true
 		} else if !errors.Is(err, ErrCASMismatch) {
 			return c, false

@@ -94,8 +94,8 @@ func TestHealthSlotReused(t *testing.T) {
 	if s := cur.Read(1); !s.Pending {
 		t.Errorf("the new service's record after the old board's write: %+v, want Pending", s)
 	}
-	if s := old.Read(1); s.Pending || s.Down {
-		t.Errorf("the old board reads the new service's record %+v", s)
+	if s := old.Read(1); s.Pending || !s.Down {
+		t.Errorf("the old board (draining) reads %+v; want its own last record, DOWN, not the new service's", s)
 	}
 	// 12 leaves and 11 returns: 11's slot went to 12, so 11 is a new service.
 	back := NewHealthBoard(st, "ns", idServices(10, 11), 2)

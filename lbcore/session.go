@@ -264,6 +264,10 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 	tag := binary.BigEndian.Uint64(k.raw[1:sessionTagEnd])
 	issued := binary.BigEndian.Uint32(k.raw[sessionTagEnd:])
 	last := binary.BigEndian.Uint32(k.raw[sessionTagEnd+4:])
+	i, known := k.idx[tag]
+	if known {
+		d.sessSvc = int32(i)
+	}
 	nowS := now.Unix()
 	// A time ahead of this proxy's clock (another proxy's, a little ahead)
 	// counts as now.
@@ -275,14 +279,10 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 	case k.cfg.IdleTimeout > 0 && idle >= int64(k.cfg.IdleTimeout/time.Second):
 		d.Session = SessionIdle
 		return false
-	}
-	i, known := k.idx[tag]
-	if !known {
+	case !known:
 		d.Session = SessionUnknown
 		return false
-	}
-	d.sessSvc = int32(i)
-	if !b.selectable(i) {
+	case !b.selectable(i):
 		d.Session = SessionUnselectable
 		return false
 	}
@@ -296,8 +296,40 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 	return true
 }
 
+// explainSession describes r's session for Explain: d is w's decision.
+func (b *Balancer) explainSession(r *Request, d *Decision, now time.Time) *SessionExplanation {
+	s := b.cfg.Session
+	se := &SessionExplanation{Service: d.SessionService(), State: d.Session, Checked: b.sess != nil}
+	var x evalCtx
+	se.Value, se.Found = s.value(r, &x)
+	if !se.Checked {
+		se.Service = -1
+		return se
+	}
+	if d.Session != SessionForged && d.Session != SessionAbsent {
+		// Signed: the times are those the check read.
+		k := b.sess
+		sessionB64.Decode(k.raw[:], stringBytes(se.Value))
+		se.Issued = time.Unix(int64(binary.BigEndian.Uint32(k.raw[sessionTagEnd:])), 0)
+		se.LastUse = time.Unix(int64(binary.BigEndian.Uint32(k.raw[sessionTagEnd+4:])), 0)
+		se.Expires = se.Issued.Add(s.AbsoluteTimeout)
+		if s.IdleTimeout > 0 {
+			se.IdleEnds = se.LastUse.Add(s.IdleTimeout)
+		}
+	}
+	if d.SetsSession() {
+		if s.Type == SessionCookie {
+			se.Header = [2]string{"set-cookie", string(b.AppendSetCookie(nil, d, now))}
+		} else {
+			se.Header = [2]string{s.Name, string(b.AppendSessionValue(nil, d, now))}
+		}
+	}
+	return se
+}
+
 // SessionService returns the index of the service the request's session
-// named, or -1 (none, forged, expired, idle, or unknown).
+// named (also an expired or idle one), or -1 (none, forged, or a service
+// the configuration does not have).
 func (d *Decision) SessionService() int { return int(d.sessSvc) }
 
 // SetsSession reports whether the response to the request carries a session

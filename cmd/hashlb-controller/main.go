@@ -1,5 +1,5 @@
-// Command hashlb-controller keeps the services of every Istio WasmPlugin
-// annotated hashlb.io/service equal to that Service's ready endpoints
+// Command hashlb-controller keeps the services of every Istio WasmPlugin and
+// TrafficExtension annotated hashlb.io/service equal to that Service's endpoints
 // (docs/controller.md).
 //
 //	hashlb-controller [-kubeconfig FILE] [-leader-elect] [-ecds-dir DIR] ...
@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -50,9 +51,19 @@ func parseFlags(args []string) (*config, error) {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "reconcile only while holding the leader-election Lease (run several replicas)")
 	fs.StringVar(&o.LeaderElectionID, "leader-elect-id", controller.Name, "name of the leader-election Lease")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-elect-namespace", "", "namespace of the Lease (default: the pod's namespace)")
+	kinds := fs.String("kinds", "", "comma-separated kinds to keep in step, of WasmPlugin and TrafficExtension (default: each one the API server serves)")
 	c.zap.BindFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *kinds != "" {
+		for _, name := range strings.Split(*kinds, ",") {
+			k := controller.KindByName(strings.TrimSpace(name))
+			if k == nil {
+				return nil, fmt.Errorf("-kinds: %q is not WasmPlugin or TrafficExtension", name)
+			}
+			o.Kinds = append(o.Kinds, k)
+		}
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))

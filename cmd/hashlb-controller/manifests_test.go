@@ -117,6 +117,7 @@ func TestManifests(t *testing.T) {
 		"/services get,list,watch",
 		"discovery.k8s.io/endpointslices get,list,watch",
 		"events.k8s.io/events create,patch",
+		"extensions.istio.io/trafficextensions get,list,patch,watch",
 		"extensions.istio.io/wasmplugins get,list,patch,watch",
 		"gateway.networking.k8s.io/httproutes get,list,watch",
 		"gateway.networking.k8s.io/referencegrants get,list,watch",

@@ -13,8 +13,12 @@ package main
 //
 // What the binary itself showed (docs/deploy.md, "The load-balancing
 // policy"): it logs "Dynamic module ABI version v0.2.0 matched." for this
-// module; the hooks are called with a host set at priority 0; membership
-// updates arrive on each worker, health changes do not.
+// module; a load balancer is made on the main thread and on each worker,
+// first with no hosts, then told of the host set by the membership hook, on
+// its own thread; the hook runs on health changes too (0 added, 0 removed);
+// host health reads in Envoy's Host::Health order (unhealthy 0, degraded 1,
+// healthy 2; other versions of abi.h list healthy first); the chosen index
+// is one of the priority's healthy hosts.
 //
 // Every buffer is a pointer and a length; Envoy's strings are valid until the
 // hook that got them returns. The callbacks are Envoy's exported symbols,

@@ -9,8 +9,6 @@
 
 // A buffer: envoy_dynamic_module_type_envoy_buffer and _module_buffer.
 typedef struct { const char* ptr; size_t length; } hl_buf;
-// A header: envoy_dynamic_module_type_envoy_http_header.
-typedef struct { const char* key_ptr; size_t key_length; const char* value_ptr; size_t value_length; } hl_header;
 
 // Common callbacks.
 void envoy_dynamic_module_callback_log(int level, hl_buf message);
@@ -38,8 +36,8 @@ uint64_t envoy_dynamic_module_callback_lb_get_host_stat(void* lb, uint32_t prior
 bool envoy_dynamic_module_callback_lb_get_host_metadata_string(void* lb, uint32_t priority, size_t index, hl_buf filter_name, hl_buf key, hl_buf* result);
 
 // Request callbacks: ctx is the LoadBalancerContext of one choice.
-size_t envoy_dynamic_module_callback_lb_context_get_downstream_headers_size(void* ctx);
-bool envoy_dynamic_module_callback_lb_context_get_downstream_headers(void* ctx, hl_header* result);
+// The index-th value of header key, and (in *total) how many it has.
+bool envoy_dynamic_module_callback_lb_context_get_downstream_header(void* ctx, hl_buf key, hl_buf* result, size_t index, size_t* total);
 bool envoy_dynamic_module_callback_lb_context_should_select_another_host(void* lb, void* ctx, uint32_t priority, size_t index);
 
 // The host stat of rq_active (envoy_dynamic_module_type_host_stat_RqActive:
@@ -72,6 +70,19 @@ static inline hl_buf hl_host_metadata(void* lb, size_t i, const char* key, size_
 		b.length = 0;
 	}
 	return b;
+}
+typedef struct { const char* ptr; size_t length; size_t total; } hl_value;
+static inline hl_value hl_request_header(void* ctx, const char* key, size_t key_len, size_t index) {
+	hl_buf k = {key, key_len};
+	hl_buf b = {0, 0};
+	size_t total = 0;
+	hl_value v = {0, 0, 0};
+	if (envoy_dynamic_module_callback_lb_context_get_downstream_header(ctx, k, &b, index, &total)) {
+		v.ptr = b.ptr;
+		v.length = b.length;
+	}
+	v.total = total;
+	return v;
 }
 static inline uint64_t hl_host_active(void* lb, size_t i) {
 	return envoy_dynamic_module_callback_lb_get_host_stat(lb, 0, i, HL_STAT_RQ_ACTIVE);

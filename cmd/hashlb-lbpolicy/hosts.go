@@ -48,36 +48,15 @@ func (h *cHosts) Metadata(i int, key string) string {
 }
 func (h *cHosts) ActiveRequests(i int) int64 { return int64(C.hl_host_active(h.lb, C.size_t(i))) }
 
-// cContext is lbpolicy.Context over the ABI's context callbacks. Its header
-// array is C memory, grown as needed and kept for the worker's next choice.
-type cContext struct {
-	lb, ctx unsafe.Pointer
-	arr     *C.hl_header
-	cap     int
-}
+// cContext is lbpolicy.Context over the ABI's context callbacks.
+type cContext struct{ lb, ctx unsafe.Pointer }
 
-func (c *cContext) Headers(dst [][2]string) [][2]string {
+func (c *cContext) Header(name string, i int) (string, int) {
 	if c.ctx == nil {
-		return dst
+		return "", 0
 	}
-	n := int(C.envoy_dynamic_module_callback_lb_context_get_downstream_headers_size(c.ctx))
-	if n == 0 {
-		return dst
-	}
-	if n > c.cap {
-		c.cap = max(n, 2*c.cap, 32)
-		c.arr = (*C.hl_header)(C.realloc(unsafe.Pointer(c.arr), C.size_t(c.cap)*C.size_t(unsafe.Sizeof(C.hl_header{}))))
-	}
-	if !C.envoy_dynamic_module_callback_lb_context_get_downstream_headers(c.ctx, c.arr) {
-		return dst
-	}
-	for _, h := range unsafe.Slice(c.arr, n) {
-		dst = append(dst, [2]string{
-			str(C.hl_buf{ptr: h.key_ptr, length: h.key_length}),
-			str(C.hl_buf{ptr: h.value_ptr, length: h.value_length}),
-		})
-	}
-	return dst
+	v := C.hl_request_header(c.ctx, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)), C.size_t(i))
+	return str(C.hl_buf{ptr: v.ptr, length: v.length}), int(v.total)
 }
 
 func (c *cContext) ShouldSelectAnotherHost(i int) bool {

@@ -28,6 +28,10 @@ import (
 // makes the init return no version.
 var abiVersion = "v0.2.0"
 
+// testPanic, set by a test build (-ldflags -X main.testPanic=choose),
+// makes every choice panic, to show that a panic stays in the module.
+var testPanic string
+
 // abiVersionC is abiVersion as a C string, made once: Envoy reads it during
 // envoy_dynamic_module_on_program_init.
 var abiVersionC *C.char
@@ -208,6 +212,9 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 		}
 	}()
 	st = valueOf(mod).(*lbState)
+	if testPanic == "choose" {
+		panic("the test build's panic")
+	}
 	st.ctx.ctx = ctx
 	i, f := st.w.Choose(&st.hosts, &st.ctx, time.Now())
 	st.ctx.ctx = nil

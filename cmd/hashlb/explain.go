@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/netip"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -30,6 +31,12 @@ configurations, -config chooses one. A connection (a network filter) is
 
 Persistence is explained for an empty table: the request's key is shown, and
 the method's choice is what the table would store.
+
+A session (the configuration's session block) is checked with the key the
+proxies use: HASHLB_SESSION_KEY in this command's environment, or
+-session-key-file. The report says whether the request's session is valid,
+forged, expired, idle or names a service gone or not selectable, and what
+the response would set. Without a key the session is not checked.
 
 Exit status: 0 when the request was explained and a service chosen, 1 when
 no service is selectable (the module answers 503; the report is printed) or
@@ -79,6 +86,10 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	seed := fset.Uint64("seed", 0, "the worker's seed `N`: round robin and least connection depend on the worker, and what a\n"+
 		"fresh worker with this seed picks is shown")
 	asJSON := fset.Bool("json", false, "print the report as JSON")
+	keyFile := fset.String("session-key-file", "", "read the session key from `FILE` (its bytes, a final newline dropped)\n"+
+		"instead of the environment variable "+lbcore.SessionKeyEnv)
+	at := fset.String("at", "", "decide as at `TIME` (RFC 3339, e.g. 2026-01-01T12:00:00Z) instead of now: a session's\n"+
+		"issue and last-use times are compared with it")
 	fset.Var(&headers, "header", "a request header `'name: value'` (repeatable); host is :authority, as Envoy stores\n"+
 		"HTTP/1's Host; client copies of upstreamHeader and serviceHeader are removed, as the module does")
 	usageErr := c.usageErr
@@ -100,6 +111,14 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 				return usageErr("-%s %s: %v", a.flag, a.value, err)
 			}
 		}
+	}
+	now := time.Now()
+	if *at != "" {
+		t, err := time.Parse(time.RFC3339, *at)
+		if err != nil {
+			return usageErr("-at %s: not an RFC 3339 time such as 2026-01-01T12:00:00Z", *at)
+		}
+		now = t
 	}
 	file := files[0]
 
@@ -133,6 +152,23 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 
 	b := lbcore.NewBalancer(cfg, *seed)
+	if cfg.Session != nil {
+		key := os.Getenv(lbcore.SessionKeyEnv)
+		if *keyFile != "" {
+			k, err := os.ReadFile(*keyFile)
+			if err != nil {
+				fmt.Fprintf(stderr, "hashlb explain: -session-key-file: %v\n", err)
+				return 1
+			}
+			key = strings.TrimSuffix(string(k), "\n")
+		}
+		if key != "" {
+			if err := b.EnableSession([]byte(key)); err != nil {
+				fmt.Fprintf(stderr, "hashlb explain: %v\n", err)
+				return 1
+			}
+		}
+	}
 	if *down != "" {
 		for _, name := range strings.Split(*down, ",") {
 			i := serviceNamed(cfg, strings.TrimSpace(name))
@@ -167,7 +203,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		req.Authority = absoluteHost(*target)
 	}
 
-	x := b.Explain(&req, time.Now())
+	x := b.Explain(&req, now)
 	r := newReport(file, e.Where, cfg, &req, &x, stripped, *seed)
 	if *asJSON {
 		out, err := json.MarshalIndent(r, "", "  ")
@@ -270,6 +306,7 @@ type report struct {
 	WorkerNote  string     `json:"workerNote,omitempty"`
 	Capped      bool       `json:"capped"`
 	Persist     *persist   `json:"persistence"`
+	Session     *session   `json:"session,omitempty"`
 
 	upstreamCount int
 }
@@ -311,6 +348,23 @@ type persist struct {
 	EmptyKey string       `json:"emptyKey"`
 	Stored   bool         `json:"stored"`
 	Outcome  string       `json:"outcome"`
+}
+
+// session is what the request's session came to.
+type session struct {
+	Type    string `json:"type"`
+	Name    string `json:"name"`
+	Checked bool   `json:"checked"`
+	Found   bool   `json:"found"`
+	State   string `json:"state"`
+	Service string `json:"service,omitempty"`
+	Issued  string `json:"issued,omitempty"`
+	LastUse string `json:"lastUse,omitempty"`
+	Expires string `json:"expires,omitempty"`
+	Idle    string `json:"idleEnds,omitempty"`
+	Outcome string `json:"outcome"`
+	// Sets is the header the response adds, name and value; nil for none.
+	Sets *[2]string `json:"sets"`
 }
 
 type persistKey struct {
@@ -426,7 +480,64 @@ func newReport(file, where string, cfg *lbcore.Config, req *lbcore.Request, x *l
 		}
 		r.Persist = rp
 	}
+	if s := x.Session; s != nil {
+		r.Session = sessionReport(cfg, s, r.Chosen)
+	}
 	return r
+}
+
+// sessionReport describes the request's session and what the response sets.
+func sessionReport(cfg *lbcore.Config, s *lbcore.SessionExplanation, chosen *svcRef) *session {
+	sc := cfg.Session
+	out := &session{Type: sc.Type, Name: sc.Name, Checked: s.Checked, Found: s.Found, State: s.State.String()}
+	stamp := func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	out.Issued, out.LastUse, out.Expires, out.Idle = stamp(s.Issued), stamp(s.LastUse), stamp(s.Expires), stamp(s.IdleEnds)
+	named := ""
+	if s.Service >= 0 {
+		named = cfg.Services[s.Service].Name
+		out.Service = named
+	}
+	what := sc.Type + " " + sc.Name
+	switch {
+	case !s.Checked:
+		out.State = "not checked"
+		out.Outcome = fmt.Sprintf("no key (set %s or -session-key-file): the %s is not checked, and the request is decided as if it carried none", lbcore.SessionKeyEnv, what)
+	case s.State == lbcore.SessionAbsent:
+		out.Outcome = fmt.Sprintf("the request carries no %s: the method decides", what)
+	case s.State == lbcore.SessionValid:
+		out.Outcome = fmt.Sprintf("valid: names %s, which is selectable, so it is chosen before persistence, hashing and weights", named)
+	case s.State == lbcore.SessionForged:
+		out.Outcome = fmt.Sprintf("forged: the %s is not a value hashlb signed with this key and name (malformed, altered, or another key's); it selects nothing, and the method decides", what)
+	case s.State == lbcore.SessionExpired:
+		out.Outcome = fmt.Sprintf("expired: issued more than absoluteTimeout %s ago (for %s); the method decides", duration(sc.AbsoluteTimeout), named)
+	case s.State == lbcore.SessionIdle:
+		out.Outcome = fmt.Sprintf("idle: unused for idleTimeout %s or more (for %s); the method decides", duration(sc.IdleTimeout), named)
+	case s.State == lbcore.SessionUnknown:
+		out.Outcome = "signed, but names a service this configuration does not have (gone); the method decides"
+	case s.State == lbcore.SessionUnselectable:
+		out.Outcome = fmt.Sprintf("names %s, which is disabled, DOWN or ejected: the request falls back to the method", named)
+	}
+	switch {
+	case s.Header[0] != "":
+		h := s.Header
+		out.Sets = &h
+		if s.State == lbcore.SessionValid {
+			out.Outcome += fmt.Sprintf("; last used over a tenth of idleTimeout ago, so the response re-issues it with this use")
+		} else if chosen != nil {
+			out.Outcome += fmt.Sprintf("; the response starts a new session for %s", chosen.Name)
+		}
+	case s.Checked && s.State == lbcore.SessionValid:
+		out.Outcome += "; the response sets nothing"
+	}
+	if s.Found {
+		out.Outcome += fmt.Sprintf("; the %s is removed before the request goes upstream", what)
+	}
+	return out
 }
 
 // settings lists the configuration fields that shape lbMethod's key and
@@ -673,6 +784,20 @@ func (r *report) write(out io.Writer) {
 		line("input caps", "hit: an input was longer or deeper than a cap and was cut before deciding (docs/config.md, Input caps)")
 	} else {
 		line("input caps", "none hit")
+	}
+	if s := r.Session; s != nil {
+		line("session", "%s %s: %s", s.Type, s.Name, s.State)
+		if s.Issued != "" {
+			idle := ""
+			if s.Idle != "" {
+				idle = ", idle at " + s.Idle
+			}
+			cont("issued %s, last used %s; ends %s%s", s.Issued, s.LastUse, s.Expires, idle)
+		}
+		cont("%s", s.Outcome)
+		if s.Sets != nil {
+			cont("response: %s: %s", s.Sets[0], s.Sets[1])
+		}
 	}
 	p := r.Persist
 	if p == nil {

@@ -214,9 +214,9 @@ func TestNSConfOutputs(t *testing.T) {
 		wantReport []string
 	}{
 		{name: "stdout", args: []string{"ns.conf"}, wantStdout: "stdout.golden",
-			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 6 warnings; 2 configurations"}, wantExit: 1},
+			wantReport: []string{"ns.conf: 14 lines: 10 translated, 1 ignored, 0 ignored (built-in), 2 not translated, 1 failed; 7 warnings; 2 configurations"}, wantExit: 1},
 		{name: "one vserver", args: []string{"ns.conf", "-vserver", "vs_static"}, wantStdout: "want/vs_static.json",
-			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 ignored (built-in), 0 not translated, 0 failed; 3 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
+			wantReport: []string{"ns.conf: lb vserver vs_static: 7 lines: 7 translated, 0 ignored, 0 ignored (built-in), 0 not translated, 0 failed; 4 warnings; 1 configuration; 7 lines about other vservers or none not listed"}},
 		{name: "flags before the file", args: []string{"-vserver", "vs_shop", "ns.conf"}, wantStdout: "want/vs_shop.json", wantExit: 1,
 			wantReport: []string{"ns.conf:12: failed: bind lb vserver vs_shop web3_http: web3_http not written: its server web3 (ns.conf:3) is a domain name, not an IP address"}},
 		{name: "no such vserver", args: []string{"ns.conf", "-vserver", "vs_nope"}, wantExit: 1,

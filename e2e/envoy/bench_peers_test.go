@@ -34,6 +34,7 @@ const (
 	peerHashlb                     // hashlb (Wasm) + override_host
 	peerNoop                       // the no-op Wasm module + ROUND_ROBIN
 	peerOverride                   // override_host on a header the client sends, no Wasm
+	peerPolicy                     // hashlb as the load-balancing policy (the dynamic module), no Wasm
 )
 
 // peerSpec is one row of the table.
@@ -43,7 +44,8 @@ type peerSpec struct {
 	// endpoints are the cluster's addresses ("127.0.0.1:PORT"), in order;
 	// hashlb's services are the same, named s0…
 	endpoints []string
-	// plugin is hashlb's configuration (peerHashlb).
+	// plugin is hashlb's configuration (peerHashlb; peerPolicy: the
+	// policy's, without services).
 	plugin []byte
 }
 
@@ -80,6 +82,22 @@ func (p peerSpec) bootstrap() []byte {
                   typed_config:
                     "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
 `
+	}
+	if p.kind == peerPolicy {
+		// The module at lib<name>.so of the work dir (peerVersion links it).
+		quoted, _ := json.Marshal(string(p.plugin))
+		lb = fmt.Sprintf(`    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: hashlb
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
+            dynamic_module_config: { name: %s, do_not_close: true }
+            lb_policy_name: hashlb
+            lb_policy_config:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: %s
+`, envoyrun.LBPolicyName, quoted)
 	}
 	if p.kind == peerHashlb || p.kind == peerNoop {
 		module, value := "dist/hashlb.wasm", p.plugin

@@ -148,6 +148,9 @@ func peerVersion(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 				b.Fatal(err)
 			}
 		}
+		if p.kind == peerPolicy {
+			peerLinkPolicy(b, dir)
+		}
 		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 		r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
 		if p.kind == peerOverride {
@@ -251,6 +254,8 @@ func peerCheck(b *testing.B, r *peerRun, targets []string) {
 	case peerOverride:
 		rank := peerRankedHeader(b, peerPlugin(r.endpoints, false))
 		want = func(t string) string { first, _, _ := strings.Cut(rank(t)[1], ","); return first }
+	case peerPolicy:
+		want = peerPolicyWant(b, r.peerSpec)
 	}
 	get := func(i int) string {
 		c, err := net.Dial("tcp", r.addr)
@@ -393,6 +398,8 @@ func peerGoal(r *peerRun, by map[string]*peerRun) (goal, verdict string) {
 	case pHashlbN:
 		rps, lo, hi := peerRatios(r.rps, by[pMaglevN].rps)
 		return fmt.Sprintf("req/s ≥ 0.90× maglev 10⁴ (%.3f, %.2f–%.2f)", rps, lo, hi), verdictOf(rps >= 0.90)
+	case pPolicy, pPolicyN:
+		return peerPolicyGoal(r, by)
 	}
 	return "", ""
 }

@@ -4,7 +4,7 @@ package envoy
 // (HASHLB_ETCD_BIN, else /usr/bin/etcd) as a process on free loopback
 // ports that a test can SIGKILL and start again on the same ports and data
 // directory, so that the Envoys' hashlb_etcd cluster keeps pointing at it.
-// The flags are those of e2e/etcd_helpers_test.go (etcdCommand).
+// The flags are those of e2e/fleet_etcd_helpers_test.go (etcdCommand).
 
 import (
 	"bytes"

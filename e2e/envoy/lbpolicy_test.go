@@ -198,7 +198,8 @@ func TestLBPolicyMembership(t *testing.T) {
 
 // TestLBPolicyHealth: a host whose active health check fails gets no
 // request, only its keys move, to lbcore's next rank, and they come back
-// when it recovers.
+// when it recovers; with no healthy host a request gets Envoy's 503 and the
+// policy counts it (no_host).
 func TestLBPolicyHealth(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		bs := envoyrun.StartBackends(t, 5)
@@ -258,8 +259,23 @@ func TestLBPolicyHealth(t *testing.T) {
 				}
 			}
 		}
+		// Every host failing: no host to give, Envoy's 503, counted.
+		noHost := e.Stat(t, "dynamicmodulescustom.no_host")
 		mark = len(e.Log())
-		sick.Fail(0)
+		for _, b := range bs {
+			b.Fail(503)
+		}
+		waitHealthy(0, mark)
+		if got, st := e.getPath(t, c.name, "/k/1"); st != 503 || got != "" {
+			t.Fatalf("no healthy host: %d from %q, want Envoy's 503", st, got)
+		}
+		if n := e.Stat(t, "dynamicmodulescustom.no_host"); n <= noHost {
+			t.Errorf("dynamicmodulescustom.no_host stayed %d with no healthy host", n)
+		}
+		mark = len(e.Log())
+		for _, b := range bs {
+			b.Fail(0)
+		}
 		waitHealthy(5, mark)
 		after := keysOf(t, e, c.name, keys)
 		for i := range after {
@@ -459,6 +475,42 @@ func TestLBPolicyABIVersion(t *testing.T) {
 				t.Errorf("%q: Envoy's output lacks %q:\n%s", c.ldflags, c.want, out)
 			}
 			t.Logf("%q: %s", c.ldflags, lineWith(out, c.want))
+		}
+	})
+}
+
+// TestLBPolicyPanicIsRecovered: a Go panic in a choice (a test build whose
+// every choice panics) stays in the module: the request gets Envoy's 503,
+// the panic is counted and logged, and Envoy serves on.
+func TestLBPolicyPanicIsRecovered(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		mod, err := envoyrun.BuildLBPolicy("-X main.testPanic=choose")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := envoyrun.StartBackend(t, "b1")
+		dir := t.TempDir()
+		c := policyCluster{name: "panic", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}
+		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, []policyCluster{c}), Dir: dir, Concurrency: 4,
+			Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}})}
+		e.addr = e.MustListener(t, "main")
+		for i := range 5 {
+			got, st := e.get(t, c.name, [][2]string{{":path", fmt.Sprint("/p/", i)}})
+			if st != 503 || got != "" {
+				t.Fatalf("request %d: %d from %q, want Envoy's 503", i, st, got)
+			}
+		}
+		if n := e.Stat(t, "dynamicmodulescustom.panic"); n != 5 {
+			t.Errorf("dynamicmodulescustom.panic = %d, want 5", n)
+		}
+		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", 5*time.Second); err != nil {
+			t.Error(err)
+		}
+		if body, code, err := e.Get("/ready"); err != nil || code != 200 {
+			t.Errorf("Envoy after the panics: /ready %d %q %v", code, body, err)
+		}
+		if b.Requests() != 0 {
+			t.Errorf("the backend got %d requests", b.Requests())
 		}
 	})
 }

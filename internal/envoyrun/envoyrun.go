@@ -132,9 +132,10 @@ type Options struct {
 	// Env are more environment variables ("NAME=value"), for example
 	// ENVOY_DYNAMIC_MODULES_SEARCH_PATH for a dynamic module.
 	Env []string
-	// ReadyTimeout is how long Launch waits for /ready (default 60 s). V8
-	// compiles the module before the first listener is ready: about 17 s
-	// per Envoy on a 2-core machine at load average 20.
+	// ReadyTimeout is how long Launch waits for /ready (default 3 min). V8
+	// compiles the module before the first listener is ready, which takes
+	// tens of seconds per Envoy on a loaded 2-core machine (more than a
+	// minute has been seen); the wait ends as soon as Envoy is ready.
 	ReadyTimeout time.Duration
 }
 
@@ -217,7 +218,7 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 	}
 	go func() { e.exitErr = e.cmd.Wait(); close(e.done) }()
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 60 * time.Second
+		o.ReadyTimeout = 3 * time.Minute
 	}
 	deadline := time.Now().Add(o.ReadyTimeout)
 	for {

@@ -20,9 +20,10 @@ type Policy struct {
 	ranked *lbcore.Config
 	// in is what the decisions read of a request.
 	in lbcore.Inputs
-	// active: the decisions may read active requests (least connection,
-	// bounded load).
-	active bool
+	// active: the decisions read active requests (least connection,
+	// bounded load); activeBackup: the backup method does (a hash method's
+	// least-connection backup).
+	active, activeBackup bool
 }
 
 // refused are the options of the filter that a load-balancing policy cannot
@@ -46,7 +47,7 @@ var refused = []struct{ path, why string }{
 const placeholder = `"services":[{"name":"placeholder","address":"127.0.0.1:1"}]`
 
 // ParseConfig validates the policy's configuration: hashlb's JSON
-// configuration (docs/configuration.md) without services. lbcore checks it,
+// configuration (docs/config.md) without services. lbcore checks it,
 // with the filter's messages; then every option or input the policy cannot
 // serve is refused with the reason. All problems are returned, joined.
 func ParseConfig(data []byte) (*Policy, error) {
@@ -88,8 +89,8 @@ func ParseConfig(data []byte) (*Policy, error) {
 	r.UpstreamCount = maxRanks
 	r.Persistence = nil
 	p.ranked = &r
-	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0 ||
-		(c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection)
+	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0
+	p.activeBackup = c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection
 	return p, nil
 }
 

@@ -61,5 +61,16 @@ type fakeCtx struct {
 	avoid   map[int]bool
 }
 
-func (c *fakeCtx) Headers(dst [][2]string) [][2]string { return append(dst, c.headers...) }
-func (c *fakeCtx) ShouldSelectAnotherHost(i int) bool  { return c.avoid[i] }
+func (c *fakeCtx) Header(name string, i int) (string, int) {
+	v, n := "", 0
+	for _, kv := range c.headers {
+		if kv[0] == name {
+			if n == i {
+				v = kv[1]
+			}
+			n++
+		}
+	}
+	return v, n
+}
+func (c *fakeCtx) ShouldSelectAnotherHost(i int) bool { return c.avoid[i] }

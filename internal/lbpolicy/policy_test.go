@@ -191,7 +191,7 @@ func TestServiceIdentity(t *testing.T) {
 }
 
 // A host that goes unhealthy loses exactly its keys, which come back when it
-// recovers, though Envoy says nothing of health changes to the policy.
+// recovers, seen by the choices alone (no Update between).
 func TestHealthMovesOnlyItsKeys(t *testing.T) {
 	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(8)

@@ -42,9 +42,10 @@ type Hosts interface {
 
 // Context is the request Envoy is choosing a host for.
 type Context interface {
-	// Headers appends the downstream request headers (names lower-case,
-	// pseudo-headers included) to dst; none for a TCP connection.
-	Headers(dst [][2]string) [][2]string
+	// Header returns the i-th value of the downstream request header name
+	// (lower-case; pseudo-headers such as :path included) and how many
+	// values it has (0: none; always 0 for a TCP connection).
+	Header(name string, i int) (value string, n int)
 	// ShouldSelectAnotherHost is Envoy's retry predicate for host i (an
 	// index of Hosts): true for a host a retry should avoid.
 	ShouldSelectAnotherHost(i int) bool
@@ -83,31 +84,29 @@ type Worker struct {
 	ranked *lbcore.Balancer
 
 	// OnHealth, when set, is told of a change of the healthy count a choice
-	// found (not of the scan of an update): Envoy tells a load balancer of
-	// membership changes only.
+	// found (not of the scan of an update): one no membership hook told.
 	OnHealth func(healthy, total int)
 
-	req  lbcore.Request
-	hdrs [][2]string
-	d    lbcore.Decision
-	dr   lbcore.Decision
+	req     lbcore.Request
+	backups int // choices left in which a backup decision was recent (readActive)
+	d       lbcore.Decision
+	dr      lbcore.Decision
 }
 
 // rescanEvery is how many choices pass, while some host is not healthy,
-// between two reads of every host's health: Envoy tells a load balancer of
-// membership changes but not of health changes, and a change that leaves
-// the healthy count as it was is otherwise seen only when it touches the
-// chosen host.
+// between two reads of every host's health. Envoy 1.40 runs the membership
+// hook on health changes too (Update rescans then); the choice's own checks
+// (the healthy count, the chosen host's place among the healthy hosts, and
+// this rescan) keep the worker right should a change reach it otherwise.
 const rescanEvery = 4096
 
 // NewWorker returns the policy's worker for the cluster named cluster.
 func (p *Policy) NewWorker(cluster string) *Worker {
 	return &Worker{
-		pol:  p,
-		ns:   "hashlb/" + cluster,
-		st:   newWorkerStore(processStore),
-		hdrs: make([][2]string, 0, 32),
-		req:  lbcore.Request{Headers: make([][2]string, 0, 8)},
+		pol: p,
+		ns:  "hashlb/" + cluster,
+		st:  newWorkerStore(processStore),
+		req: lbcore.Request{Headers: make([][2]string, 0, 8)},
 	}
 }
 
@@ -192,6 +191,14 @@ func (w *Worker) scan(h Hosts) {
 	w.since = 0
 }
 
+// backupWindow is how many choices after a backup decision the active
+// requests stay read for a least-connection backup: a hash method's backup
+// decides only for requests without the method's input, and reading the
+// hosts' rq_active for every request that has it would be spent for nothing.
+// The first backup decision after a long time without one sees the counts
+// of the last read.
+const backupWindow = 64
+
 // readActive gives lbcore every host's active requests, at most every
 // ⌈n/8⌉ choices so that a large cluster costs at most about 8 reads per
 // choice (every choice up to 8 hosts).
@@ -234,12 +241,18 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, Failure) {
 		}
 	}
 	w.since++
-	if w.pol.active {
+	if w.pol.active || w.backups > 0 {
 		w.readActive(h)
 	}
 	req := w.fill(c)
 	for attempt := 0; ; attempt++ {
 		w.bal.DecideInto(&w.d, req, now)
+		if w.backups > 0 {
+			w.backups--
+		}
+		if w.pol.activeBackup && w.d.Reason == lbcore.ReasonBackup {
+			w.backups = backupWindow
+		}
 		if w.d.Len() == 0 {
 			return 0, NoHost
 		}
@@ -290,32 +303,39 @@ func (w *Worker) healthyIndex(h Hosts, i, hc int) (int, bool) {
 	return k, h.HealthyAddress(k) == w.addrs[i]
 }
 
-// fill builds the lbcore request from what the decisions read.
+// maxCopies bounds how many copies of one header a request is read with.
+const maxCopies = 64
+
+// fill builds the lbcore request from what the decisions read
+// (lbcore.Config.Inputs), one header at a time.
 func (w *Worker) fill(c Context) *lbcore.Request {
 	in := &w.pol.in
 	req := &w.req
 	if !in.Target && !in.Authority && !in.Method && len(in.Headers) == 0 {
 		return req
 	}
-	w.hdrs = c.Headers(w.hdrs[:0])
-	for _, kv := range w.hdrs {
-		switch kv[0] {
-		case ":path":
-			req.Target = kv[1]
-		case ":authority":
-			req.Authority = kv[1]
-		case ":method":
-			req.Method = kv[1]
-		default:
-			for _, name := range in.Headers {
-				if name == kv[0] {
-					req.Headers = append(req.Headers, kv)
-					break
-				}
-			}
+	if in.Target {
+		req.Target, _ = c.Header(":path", 0)
+	}
+	if in.Authority {
+		req.Authority, _ = c.Header(":authority", 0)
+	}
+	if in.Method {
+		req.Method, _ = c.Header(":method", 0)
+	}
+	for _, name := range in.Headers {
+		v, n := c.Header(name, 0)
+		if n == 0 {
+			continue
+		}
+		req.Headers = append(req.Headers, [2]string{name, v})
+		// Every copy where the decision reads them all (x-forwarded-for
+		// right to left, cookie), in order, as the filter reads them.
+		for i := 1; in.AllCopies && i < n && i < maxCopies; i++ {
+			v, _ := c.Header(name, i)
+			req.Headers = append(req.Headers, [2]string{name, v})
 		}
 	}
-	clear(w.hdrs)
 	return req
 }
 

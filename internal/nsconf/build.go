@@ -33,6 +33,7 @@ type outConfig struct {
 	backup       string
 	persistKeys  []string
 	expire       string
+	session      *outSession // COOKIEINSERT
 	health       *outHealth
 	monitor      *monitor // the monitor health comes from
 	passive      *outPassive
@@ -67,7 +68,6 @@ var (
 	}
 	// whyPersistence says why a persistence type is not translated.
 	whyPersistence = map[string]string{
-		"COOKIEINSERT":   "hashlb does not insert cookies (it never adds Set-Cookie to responses); if the application sets its own cookie, RULE persistence on HTTP.REQ.COOKIE.VALUE(\"name\") translates",
 		"SSLSESSION":     "TLS session ids are not visible to a Wasm HTTP filter (Envoy terminates TLS before hashlb sees the request)",
 		"CUSTOMSERVERID": "the request would name its own server: hashlb never lets a client choose its upstream",
 		"URLPASSIVE":     "the request would name its own server: hashlb never lets a client choose its upstream",
@@ -114,6 +114,9 @@ func (t *translator) build() []Output {
 			used[e] = true
 		}
 		desc := fmt.Sprintf("%s (%s, %d service%s", file, cfg.lbMethod, len(cfg.services), plural(len(cfg.services)))
+		if cfg.session != nil {
+			desc += ", session cookie"
+		}
 		if len(cfg.persistKeys) > 0 {
 			desc += ", persistence"
 		}
@@ -482,8 +485,24 @@ func (t *translator) persistence(v *vserver, cfg *outConfig, warnAt func(int, st
 	// -persistMask and -v6persistmasklen: "Persistence mask for IP based
 	// persistence types" (NITRO lbvserver, persistmask), so every address
 	// the key holds is masked.
+	if p != "COOKIEINSERT" {
+		for _, f := range []struct {
+			flag string
+			s    setting
+		}{{"-cookieName", v.cookieName}, {"-cookieDomain", v.cookieDomain}, {"-httpOnlyCookieFlag", v.httpOnly}} {
+			if f.s.line != 0 {
+				warnAt(f.s.line, "%s %s: not translated: it is COOKIEINSERT's, and -persistenceType is not", f.flag, f.s.s)
+			}
+		}
+		if v.persistBackup.line != 0 && v.persistBackup.s != "NONE" {
+			warnAt(v.persistBackup.line, "-persistenceBackup %s: not translated: hashlb keeps one persistence key; the backup is translated for COOKIEINSERT only", v.persistBackup.s)
+		}
+	}
 	switch p {
 	case "", "NONE":
+		return
+	case "COOKIEINSERT":
+		t.cookieInsert(v, cfg, v4, v6, warnAt)
 		return
 	case "SOURCEIP":
 		cfg.persistKeys = []string{ipKey("client.ip", v4, v6)}
@@ -520,6 +539,80 @@ func (t *translator) persistence(v *vserver, cfg *outConfig, warnAt func(int, st
 		minutes = least
 	}
 	cfg.expire = duration(minutes)
+}
+
+// outSession is the session block COOKIEINSERT becomes.
+type outSession struct {
+	name, domain, lifetime, absolute, idle string
+	httpOnly                               *bool
+}
+
+// cookieInsert translates COOKIEINSERT: hashlb's session cookie, signed
+// and naming the service by a keyed tag where NetScaler's NSC_ cookie
+// encodes the service's IP and port (docs/nsconf.md). -timeout is in
+// minutes, the inactivity after which NetScaler ends the session; 0 is a
+// session cookie with no expiry (NetScaler's http-cookie-persistence page).
+// So a timeout becomes idleTimeout with a permanent cookie kept for a day
+// (NetScaler's longest timeout, 1440 minutes), and 0 a session cookie
+// honoured for hashlb's default absoluteTimeout of a day. -persistenceBackup
+// SOURCEIP, what NetScaler uses when the client sends no cookie, becomes
+// hashlb's persistence on the client IP, the fallback for a request
+// without a valid session.
+func (t *translator) cookieInsert(v *vserver, cfg *outConfig, v4, v6 int, warnAt func(int, string, ...any)) {
+	s := &outSession{}
+	if n := v.cookieName; n.line != 0 {
+		if isCookieToken(n.s) && len(n.s) <= 128 {
+			s.name = n.s
+		} else {
+			warnAt(n.line, "-cookieName %q: not a cookie name hashlb accepts (a token of at most 128 bytes): the default hashlb-session is used", n.s)
+		}
+	}
+	if d := v.cookieDomain; d.line != 0 {
+		s.domain = d.s
+	}
+	if h := v.httpOnly; h.line != 0 {
+		on := h.s == "ENABLED"
+		s.httpOnly = &on
+	}
+	switch {
+	case v.timeout.line == 0:
+		// NetScaler's default, 2 minutes of inactivity.
+		s.lifetime, s.absolute, s.idle = "permanent", "1d", "2m"
+		warnAt(v.persistType.line, "no -timeout: NetScaler's default is 2 minutes; written as idleTimeout 2m with a permanent cookie kept for 1d")
+	case v.timeout.n == 0:
+		s.lifetime = "session"
+	default:
+		s.lifetime, s.absolute, s.idle = "permanent", "1d", duration(v.timeout.n)
+	}
+	cfg.session = s
+	warnAt(v.persistType.line, "-persistenceType COOKIEINSERT: hashlb signs its session cookie with the VM's %s (%d bytes or more, the same on every proxy); without it the plugin refuses to start. NetScaler's NSC_ cookies are not read: their clients start a new session", lbcore.SessionKeyEnv, lbcore.MinSessionKeyBytes)
+	if b := v.persistBackup; b.line != 0 && b.s == "SOURCEIP" {
+		cfg.persistKeys = []string{ipKey("client.ip", v4, v6)}
+		minutes, given := 2, "no -backupPersistenceTimeout: NetScaler's default is 2 minutes"
+		if v.backupTimeout.line != 0 {
+			minutes, given = v.backupTimeout.n, fmt.Sprintf("-backupPersistenceTimeout %d (minutes)", v.backupTimeout.n)
+		}
+		if minutes < 10 {
+			warnAt(b.line, "%s: persistence.expire written as 10m, hashlb's least (clamped)", given)
+			minutes = 10
+		}
+		cfg.expire = duration(minutes)
+	}
+}
+
+// isCookieToken reports whether s is an HTTP token (RFC 9110 5.6.2), what
+// a cookie name must be.
+func isCookieToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // ipKey is the persistence key of an address variable masked to v4 bits for
@@ -627,6 +720,26 @@ func (cfg *outConfig) json() []byte {
 	if len(cfg.persistKeys) > 0 {
 		fields = append(fields, fmt.Sprintf("  \"persistence\": {\n    \"keys\": %s,\n    \"expire\": %s\n  }",
 			jsonText(cfg.persistKeys), jsonText(cfg.expire)))
+	}
+	if s := cfg.session; s != nil {
+		f := []string{`"type": "cookie"`}
+		if s.name != "" {
+			f = append(f, `"name": `+jsonText(s.name))
+		}
+		if s.domain != "" {
+			f = append(f, `"domain": `+jsonText(s.domain))
+		}
+		if s.httpOnly != nil {
+			f = append(f, `"httpOnly": `+jsonText(*s.httpOnly))
+		}
+		f = append(f, `"lifetime": `+jsonText(s.lifetime))
+		if s.absolute != "" {
+			f = append(f, `"absoluteTimeout": `+jsonText(s.absolute))
+		}
+		if s.idle != "" {
+			f = append(f, `"idleTimeout": `+jsonText(s.idle))
+		}
+		fields = append(fields, "  \"session\": {"+strings.Join(f, ", ")+"}")
 	}
 	if cfg.health != nil {
 		fields = append(fields, "  \"healthCheck\": "+cfg.health.json())

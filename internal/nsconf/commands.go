@@ -102,7 +102,8 @@ var (
 	// lbVserverFlags serve add lb vserver and set lb vserver.
 	lbVserverFlags = flagSet{}.
 			use("-lbMethod", "-hashLength", "-netmask", "-v6netmasklen", "-backupLBMethod", "-rule",
-			"-persistenceType", "-persistMask", "-v6persistmasklen", "-timeout", "-state").
+			"-persistenceType", "-persistMask", "-v6persistmasklen", "-timeout", "-state",
+			"-cookieName", "-cookieDomain", "-httpOnlyCookieFlag", "-persistenceBackup", "-backupPersistenceTimeout").
 		// The listener, the connection and the appliance: Envoy's side.
 		quiet("-range", "-IPPattern", "-IPMask", "-IPset", "-td", "-comment", "-cltTimeout", "-appflowLog",
 			"-tcpProfileName", "-httpProfileName", "-dbProfileName", "-netProfile", "-dnsProfileName",
@@ -113,16 +114,14 @@ var (
 			"-processLocal", "-retainConnectionsOnCluster", "-redirectFromPort", "-httpsRedirectUrl",
 			"-oracleServerVersion", "-mssqlServerVersion", "-mysqlProtocolVersion", "-mysqlServerVersion",
 			"-mysqlCharacterSet", "-mysqlServerCapabilities", "-lbprofilename", "-devno", "-pq", "-sc",
-			"-trofsPersistence", "-cookieDomain", "-httpOnlyCookieFlag").
-		warn("backup persistence is not translated: hashlb keeps one persistence key", []string{"NONE"}, "-persistenceBackup", "-backupPersistenceTimeout").
-		warn("the cookie of COOKIEINSERT persistence is not translated (hashlb does not insert cookies)", nil, "-cookieName").
+			"-trofsPersistence").
 		warn("response rules are not translated: hashlb keys persistence on the request only", []string{"NONE"}, "-resRule").
 		warn("backup vservers, spillover and redirects when DOWN are not translated: configure Envoy's fallback by hand", []string{"DISABLED", "NONE"},
 			"-backupVServer", "-redirectURL", "-disablePrimaryOnDown", "-soMethod", "-soThreshold", "-soPersistence",
 			"-soPersistenceTimeOut", "-soBackupAction", "-healthThreshold").
 		warn("per-request balancing of UDP or MAC-mode forwarding is not translated: hashlb balances HTTP requests", []string{"DISABLED", "IP"},
 			"-sessionless", "-m", "-tosId", "-connfailover").
-		warn("TOKEN's -dataLength/-dataOffset read the TCP payload, which hashlb (an HTTP filter) does not see", nil, "-dataLength", "-dataOffset").
+		warn("TOKEN's -dataLength/-dataOffset read the TCP payload, which hashlb does not read (as an HTTP filter it sees requests, as a network filter only the connection's addresses)", nil, "-dataLength", "-dataOffset").
 		warn("slow start (-newServiceRequest) is not translated: hashlb sends a returning service its full share at once", nil,
 			"-newServiceRequest", "-newServiceRequestIncrementInterval").
 		warn(whyAutoScale, nil, "-minAutoscaleMembers", "-maxAutoscaleMembers").

@@ -99,6 +99,8 @@ type setting struct {
 type vsSettings struct {
 	lbMethod, hashLength, netmask, v6netmasklen, backup, rule setting
 	persistType, persistMask, v6persist, timeout, state       setting
+	// COOKIEINSERT's cookie and its backup persistence.
+	cookieName, cookieDomain, httpOnly, persistBackup, backupTimeout setting
 }
 
 type vserver struct {
@@ -716,6 +718,9 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		// types that do not require a rule").
 		number("-timeout", 0, 1440, &s.timeout),
 		enum("-state", []string{"ENABLED", "DISABLED"}, &s.state),
+		enum("-persistenceBackup", []string{"SOURCEIP", "NONE"}, &s.persistBackup),
+		number("-backupPersistenceTimeout", 2, 1440, &s.backupTimeout),
+		enum("-httpOnlyCookieFlag", []string{"ENABLED", "DISABLED"}, &s.httpOnly),
 	} {
 		if err != nil {
 			return s, err
@@ -723,6 +728,12 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 	}
 	if v, ok := c.value("-rule"); ok {
 		s.rule = setting{s: v, line: line}
+	}
+	if v, ok := c.value("-cookieName"); ok {
+		s.cookieName = setting{s: v, line: line}
+	}
+	if v, ok := c.value("-cookieDomain"); ok {
+		s.cookieDomain = setting{s: v, line: line}
 	}
 	return s, nil
 }

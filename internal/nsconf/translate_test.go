@@ -128,16 +128,40 @@ func TestTranslate(t *testing.T) {
 		{
 			name: "persistence hashlb cannot do",
 			src: servers + "add service a s1 HTTP 80\n" +
-				"add lb vserver c HTTP -persistenceType COOKIEINSERT -cookieName SRV\nbind lb vserver c a\n" +
+				"add lb vserver c HTTP -persistenceType SOURCEIP -cookieName SRV -persistenceBackup SOURCEIP\nbind lb vserver c a\n" +
 				"add lb vserver s SSL -persistenceType SSLSESSION\nbind lb vserver s a\n" +
 				"add lb vserver r HTTP -persistenceType RULE\nbind lb vserver r a\n",
 			report: []string{
-				`ns.conf:5: warning: -cookieName SRV: not translated: the cookie of COOKIEINSERT persistence is not translated (hashlb does not insert cookies)`,
-				`ns.conf:5: warning: -persistenceType COOKIEINSERT: not translated: hashlb does not insert cookies (it never adds Set-Cookie to responses); if the application sets its own cookie, RULE persistence on HTTP.REQ.COOKIE.VALUE("name") translates`,
+				`ns.conf:5: warning: -cookieName SRV: not translated: it is COOKIEINSERT's, and -persistenceType is not`,
+				`ns.conf:5: warning: -persistenceBackup SOURCEIP: not translated: hashlb keeps one persistence key; the backup is translated for COOKIEINSERT only`,
 				"ns.conf:7: warning: -persistenceType SSLSESSION: not translated: TLS session ids are not visible to a Wasm HTTP filter (Envoy terminates TLS before hashlb sees the request)",
 				"ns.conf:9: warning: -persistenceType RULE: not translated: no -rule says what to persist on",
 			},
-			out: map[string][]string{"c.json": {`"services"`}, "s.json": {`"services"`}},
+			out: map[string][]string{"c.json": {`"keys": ["${client.ip}"]`}, "s.json": {`"services"`}},
+		},
+		{
+			// NetScaler's http-cookie-persistence page: -timeout is the
+			// inactivity in minutes, 0 a session cookie; the backup
+			// persistence applies when the client sends no cookie.
+			name: "COOKIEINSERT becomes the session block, SOURCEIP backup the persistence",
+			src: servers + "add service a s1 HTTP 80\nadd service b s2 HTTP 80\n" +
+				"add lb vserver c HTTP -lbMethod ROUNDROBIN -persistenceType COOKIEINSERT -timeout 0 -cookieName SRV -cookieDomain example.com -persistenceBackup SOURCEIP -backupPersistenceTimeout 30 -persistMask 255.255.255.0\n" +
+				"bind lb vserver c a\nbind lb vserver c b\n" +
+				"add lb vserver p HTTP -persistenceType COOKIEINSERT -timeout 60 -httpOnlyCookieFlag DISABLED\nbind lb vserver p a\n" +
+				"add lb vserver d HTTP -persistenceType COOKIEINSERT -cookieName \"a b\"\nbind lb vserver d a\n",
+			report: []string{
+				"ns.conf:6: translated: add lb vserver c: c.json (ROUNDROBIN, 2 services, session cookie, persistence, passiveHealth)",
+				"ns.conf:6: warning: -persistenceType COOKIEINSERT: hashlb signs its session cookie with the VM's HASHLB_SESSION_KEY (32 bytes or more, the same on every proxy); without it the plugin refuses to start. NetScaler's NSC_ cookies are not read: their clients start a new session",
+				"ns.conf:9: translated: add lb vserver p: p.json (LEASTCONNECTION, 1 service, session cookie, passiveHealth)",
+				`ns.conf:11: warning: -cookieName "a b": not a cookie name hashlb accepts (a token of at most 128 bytes): the default hashlb-session is used`,
+				"ns.conf:11: warning: no -timeout: NetScaler's default is 2 minutes; written as idleTimeout 2m with a permanent cookie kept for 1d",
+			},
+			out: map[string][]string{
+				"c.json": {`"session": {"type": "cookie", "name": "SRV", "domain": "example.com", "lifetime": "session"}`,
+					`"keys": ["${client.ip | replace(\".*:.*\", \"\") | mask(24) || client.ip}"]`, `"expire": "30m"`},
+				"p.json": {`"session": {"type": "cookie", "httpOnly": false, "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "1h"}`},
+				"d.json": {`"session": {"type": "cookie", "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "2m"}`},
+			},
 		},
 		{
 			name: "usePortForHashLb NO hashes the IP; two ports of one IP collide",

@@ -18,8 +18,12 @@ import (
 //
 // The rules:
 //   - A miss sends create-if-absent with the method's proposal; the stored
-//     service wins. A stale, unknown or unselectable one is replaced with a
-//     compare on mod_revision (at most twice).
+//     service wins. A stale one is replaced with a compare on mod_revision
+//     (at most twice). A live one this proxy cannot use (unknown, or not
+//     selectable here) is left for the others: the key's second choice
+//     (AltSuffix) is served, and the local entry goes back to the fleet's
+//     service one tick after it is selectable here again (divert).
+//   - Nothing is written naming a service not selectable here.
 //   - A miss that cannot ask etcd (etcd down, the call failed or timed out,
 //     retries ran out) is decided with its proposal, and its key is queued
 //     for reconciliation: once etcd answers, the tick sends create-if-absent
@@ -33,7 +37,13 @@ import (
 //   - A hit in a later slot than its previous use refreshes the stamp: the
 //     same create-if-absent, then a replace on mod_revision; one that loses
 //     follows the winner.
-//   - "lease not found" on any put forgets that lease and grants a new one.
+//   - "lease not found" on any put forgets that lease and grants a new one;
+//     "invalid auth token" authenticates again. Neither is a failure of
+//     etcd (retryable), on any path. At most one grant and one
+//     authenticate are in flight: transactions wait on them (waitRoot).
+//   - Budgets, probes, backoffs and deadlines run on a monotonic clock made
+//     of the wall clock's forward steps (clock); stamps and slots on the
+//     wall clock.
 //   - Creates are limited to lbcore.Fleet.CreatesPerSecond per worker (a
 //     token is taken when the call is sent and given back when the key
 //     turned out to exist; refreshes of keys in use take none): over it a
@@ -44,7 +54,7 @@ import (
 //     count grows by at most the budget per worker and second, plus the
 //     keys in use that a refresh finds gone.
 //   - With credentials, every call carries the token of
-//     /v3/auth/authenticate; one etcd refuses is renewed once per call.
+//     /v3/auth/authenticate, the worker's one in flight.
 type Client struct {
 	cfg      *lbcore.Fleet
 	svcs     Services
@@ -416,7 +426,11 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 	c.clock(now)
 	if cl := c.calls[id]; cl != nil {
 		delete(c.calls, id)
-		c.handle(cl, now, nil, errNoAnswer)
+		err := errNoAnswer
+		if !c.mono.Before(cl.sent.Add(cl.timeout - time.Millisecond)) {
+			err = errTimeout // no answer within its timeout
+		}
+		c.handle(cl, now, nil, err)
 		c.freeCall(cl)
 	}
 }

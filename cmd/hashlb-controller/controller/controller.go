@@ -1,22 +1,24 @@
 // Package controller keeps the services of every annotated Istio WasmPlugin
-// equal to its Service's endpoints: it watches WasmPlugins, Services and
-// EndpointSlices, computes the list with package services, checks the whole
-// plugin configuration with lbcore, and patches spec.pluginConfig.services
-// (optionally also writing an Envoy ECDS file). docs/controller.md explains
+// and TrafficExtension equal to its Service's endpoints: it watches them,
+// Services and EndpointSlices, computes the list with package services,
+// checks the whole plugin configuration with lbcore, and patches the
+// pluginConfig's services (spec.pluginConfig.services of a WasmPlugin,
+// spec.wasm.pluginConfig.services of a TrafficExtension), optionally also
+// writing an Envoy ECDS file. docs/controller.md explains
 // it for operators.
 package controller
 
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -31,10 +33,6 @@ import (
 
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/services"
 )
-
-// WasmPluginGVK is Istio's WasmPlugin kind. The controller handles it as
-// unstructured data, so it needs no Istio client library.
-var WasmPluginGVK = schema.GroupVersionKind{Group: "extensions.istio.io", Version: "v1alpha1", Kind: "WasmPlugin"}
 
 // Name is the controller's name: its events' reporting controller and the
 // default leader-election lease.
@@ -66,6 +64,9 @@ type Options struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Logger receives the controller's structured logs.
 	Logger logr.Logger
+	// Kinds are the kinds kept in step (default: every kind the API server
+	// serves of WasmPlugin and TrafficExtension).
+	Kinds []*Kind
 	// WrapClient, when set, wraps the client the controller writes with
 	// (tests count the writes of each replica).
 	WrapClient func(client.Client) client.Client
@@ -147,40 +148,90 @@ func NewManager(cfg *rest.Config, o Options) (manager.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	r := &Reconciler{
-		Client:   mgr.GetClient(),
-		Reader:   mgr.GetAPIReader(),
-		Recorder: mgr.GetEventRecorder(Name),
-		Debounce: o.Debounce,
-	}
-	if o.ECDSDir != "" {
-		r.ECDS = &ECDS{Dir: o.ECDSDir, Module: o.ECDSModule}
-	}
-	if err := Setup(mgr, r); err != nil {
+	kinds, err := servedKinds(mgr, o.Kinds)
+	if err != nil {
 		return nil, err
+	}
+	var ecds *ECDS
+	if o.ECDSDir != "" {
+		ecds = &ECDS{Dir: o.ECDSDir, Module: o.ECDSModule}
+	}
+	for _, k := range kinds {
+		r := &Reconciler{
+			Kind:     k,
+			Client:   mgr.GetClient(),
+			Reader:   mgr.GetAPIReader(),
+			Recorder: mgr.GetEventRecorder(Name),
+			Debounce: o.Debounce,
+			ECDS:     ecds,
+		}
+		if err := Setup(mgr, r); err != nil {
+			return nil, err
+		}
 	}
 	return mgr, nil
 }
 
-// NewWasmPlugin returns an empty unstructured WasmPlugin.
-func NewWasmPlugin() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(WasmPluginGVK)
-	return u
+// servedKinds returns the kinds of want (every kind when empty) that the
+// API server serves. A kind whose CRD is not installed (TrafficExtension
+// before Istio 1.30) is skipped with a log line when want is empty, and is an
+// error when want names it; none served at all is an error.
+func servedKinds(mgr manager.Manager, want []*Kind) ([]*Kind, error) {
+	all := len(want) == 0
+	if all {
+		want = Kinds
+	}
+	log := mgr.GetLogger()
+	var out []*Kind
+	for _, k := range want {
+		_, err := mgr.GetRESTMapper().RESTMapping(k.GVK.GroupKind(), k.GVK.Version)
+		switch {
+		case err == nil:
+			out = append(out, k)
+		case meta.IsNoMatchError(err) && all:
+			log.Info("kind not served by the API server (its CRD is not installed); not watched until the controller restarts",
+				"kind", k.GVK.String())
+		default:
+			return nil, fmt.Errorf("%s: %w", k.GVK, err)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("the API server serves none of %s: install Istio's CRDs first", kindNames(want))
+	}
+	return out, nil
+}
+
+func kindNames(ks []*Kind) string {
+	var names []string
+	for _, k := range ks {
+		names = append(names, k.GVK.Kind)
+	}
+	return strings.Join(names, ", ")
+}
+
+// KindByName returns the kind named name (case-insensitive: wasmplugin,
+// trafficextension), or nil.
+func KindByName(name string) *Kind {
+	for _, k := range Kinds {
+		if strings.EqualFold(k.GVK.Kind, name) || strings.EqualFold(k.Resource, name) {
+			return k
+		}
+	}
+	return nil
 }
 
 // Setup registers r's index and watches with mgr.
 func Setup(mgr manager.Manager, r *Reconciler) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), NewWasmPlugin(), indexService, func(o client.Object) []string {
+	kind := r.kind()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), kind.New(), indexService, func(o client.Object) []string {
 		return serviceIndexKey(o.GetAnnotations())
 	}); err != nil {
-		return fmt.Errorf("index WasmPlugins by %s: %w", services.AnnotationService, err)
+		return fmt.Errorf("index %ss by %s: %w", kind.GVK.Kind, services.AnnotationService, err)
 	}
 	byService := func(ctx context.Context, namespace, service string) []reconcile.Request {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(WasmPluginGVK.GroupVersion().WithKind("WasmPluginList"))
+		list := kind.NewList()
 		if err := mgr.GetClient().List(ctx, list, client.InNamespace(namespace), client.MatchingFields{indexService: service}); err != nil {
-			mgr.GetLogger().Error(err, "list WasmPlugins", "namespace", namespace, "service", service)
+			mgr.GetLogger().Error(err, "list "+kind.Resource, "namespace", namespace, "service", service)
 			return nil
 		}
 		out := make([]reconcile.Request, len(list.Items))
@@ -189,14 +240,9 @@ func Setup(mgr manager.Manager, r *Reconciler) error {
 		}
 		return out
 	}
-	newList := func() *unstructured.UnstructuredList {
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(WasmPluginGVK.GroupVersion().WithKind("WasmPluginList"))
-		return list
-	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		Named(Name).
-		For(NewWasmPlugin()).
+		Named(kind.Controller).
+		For(kind.New()).
 		Watches(&corev1.Service{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return byService(ctx, o.GetNamespace(), o.GetName())
 		})).
@@ -206,7 +252,7 @@ func Setup(mgr manager.Manager, r *Reconciler) error {
 			}
 			return nil
 		}))
-	if err := setupSessions(mgr, r, b, byService, newList); err != nil {
+	if err := setupSessions(mgr, r, b, byService, kind.NewList); err != nil {
 		return err
 	}
 	return b.WithOptions(crcontroller.Options{MaxConcurrentReconciles: 1}).Complete(r)

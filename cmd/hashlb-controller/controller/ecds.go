@@ -37,23 +37,34 @@ type ECDS struct {
 }
 
 // Path is the file of one WasmPlugin.
-func (e *ECDS) Path(key types.NamespacedName) string {
+func (e *ECDS) Path(key types.NamespacedName) string { return e.pathOf(WasmPlugin, key) }
+
+// pathOf is the file of one object of kind k: <namespace>_<name>.json for a
+// WasmPlugin, <namespace>_<name>_trafficextension.json for a
+// TrafficExtension, so that the two kinds' objects of one name (a migration
+// from one to the other) never share a file.
+func (e *ECDS) pathOf(k *Kind, key types.NamespacedName) string {
 	// Namespaces are DNS labels and names DNS subdomains: neither holds '_'.
-	return filepath.Join(e.Dir, key.Namespace+"_"+key.Name+".json")
+	suffix := ""
+	if k != WasmPlugin {
+		suffix = "_" + strings.ToLower(k.GVK.Kind)
+	}
+	return filepath.Join(e.Dir, key.Namespace+"_"+key.Name+suffix+".json")
 }
 
 // Resource is the file's content for wp with plugin configuration cfg.
 func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]byte, error) {
+	kind := kindOf(wp)
 	config, err := json.Marshal(cfg) // map keys sorted: the same config, the same bytes
 	if err != nil {
-		return nil, badf("spec.pluginConfig: %v", err)
+		return nil, badf("%s: %v", kind.Field("pluginConfig"), err)
 	}
 	module := e.Module
-	if url, _, _ := unstructured.NestedString(wp.Object, "spec", "url"); strings.HasPrefix(url, "file://") {
+	if url, _, _ := unstructured.NestedString(wp.Object, kind.Path("url")...); strings.HasPrefix(url, "file://") {
 		module = strings.TrimPrefix(url, "file://")
 	}
 	wasmType := httpWasmType
-	if t, _, _ := unstructured.NestedString(wp.Object, "spec", "type"); strings.EqualFold(t, "NETWORK") {
+	if t, _, _ := unstructured.NestedString(wp.Object, kind.Path("type")...); strings.EqualFold(t, "NETWORK") {
 		wasmType = networkWasmType
 	}
 	plugin := map[string]any{
@@ -73,10 +84,10 @@ func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]by
 		"failure_policy": "FAIL_RELOAD",
 		"configuration":  map[string]any{"@type": stringValueType, "value": string(config)},
 	}
-	if root, _, _ := unstructured.NestedString(wp.Object, "spec", "pluginName"); root != "" {
+	if root, _, _ := unstructured.NestedString(wp.Object, kind.Path("pluginName")...); root != "" {
 		plugin["root_id"] = root
 	}
-	env, err := environment(wp, "spec")
+	env, err := environment(wp, kind.Wasm...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,13 +111,13 @@ func (e *ECDS) Resource(wp *unstructured.Unstructured, cfg map[string]any) ([]by
 
 // Stale reports whether wp's file differs from data.
 func (e *ECDS) Stale(wp *unstructured.Unstructured, data []byte) bool {
-	old, err := os.ReadFile(e.Path(types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()}))
+	old, err := os.ReadFile(e.pathOf(kindOf(wp), types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()}))
 	return err != nil || !bytes.Equal(old, data)
 }
 
 // Write replaces wp's file with data atomically (write, sync, rename).
 func (e *ECDS) Write(wp *unstructured.Unstructured, data []byte) error {
-	path := e.Path(types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()})
+	path := e.pathOf(kindOf(wp), types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()})
 	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
 		return err
 	}
@@ -135,10 +146,10 @@ func (e *ECDS) Write(wp *unstructured.Unstructured, data []byte) error {
 	return nil
 }
 
-// Remove deletes the file of a WasmPlugin that is gone or no longer
+// Remove deletes the file of an object of kind k that is gone or no longer
 // annotated. Envoy keeps the configuration it last read.
-func (e *ECDS) Remove(key types.NamespacedName) error {
-	if err := os.Remove(e.Path(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+func (e *ECDS) Remove(k *Kind, key types.NamespacedName) error {
+	if err := os.Remove(e.pathOf(k, key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	return nil

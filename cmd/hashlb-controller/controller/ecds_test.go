@@ -365,6 +365,35 @@ func TestECDSResource(t *testing.T) {
 			}
 		})
 	}
+	// A TrafficExtension has the same fields under spec.wasm, and a file of
+	// its own beside a WasmPlugin of the same name.
+	te := TrafficExtension.New()
+	te.SetNamespace("demo")
+	te.SetName("hashlb")
+	te.Object["spec"] = map[string]any{"phase": "STATS", "wasm": map[string]any{
+		"url": "file:///var/local/wasm/hashlb.wasm", "pluginName": "hashlb_root",
+		"vmConfig": map[string]any{"env": []any{map[string]any{"name": "HASHLB_ETCD_PASSWORD", "valueFrom": "HOST"}}},
+	}}
+	e := &ECDS{Dir: "/etc/hashlb/ecds", Module: "/etc/envoy/hashlb.wasm"}
+	data, err := e.Resource(te, map[string]any{"services": []any{map[string]any{"name": "a", "address": "10.0.0.1:80"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr, tec, w := &discoveryv3.DiscoveryResponse{}, &corev3.TypedExtensionConfig{}, &wasmfilterv3.Wasm{}
+	if err := strict(data, dr); err != nil || dr.GetResources()[0].UnmarshalTo(tec) != nil || tec.GetTypedConfig().UnmarshalTo(w) != nil {
+		t.Fatalf("TrafficExtension's ECDS file: %v", err)
+	}
+	pc := w.GetConfig()
+	if pc.GetVmConfig().GetCode().GetLocal().GetFilename() != "/var/local/wasm/hashlb.wasm" || pc.GetRootId() != "hashlb_root" ||
+		!slices.Equal(pc.GetVmConfig().GetEnvironmentVariables().GetHostEnvKeys(), []string{"HASHLB_ETCD_PASSWORD"}) {
+		t.Errorf("TrafficExtension's ECDS file: module %q root_id %q env %v, want spec.wasm's url, pluginName and vmConfig.env",
+			pc.GetVmConfig().GetCode().GetLocal().GetFilename(), pc.GetRootId(), pc.GetVmConfig().GetEnvironmentVariables())
+	}
+	key := types.NamespacedName{Namespace: "demo", Name: "hashlb"}
+	if a, b := e.pathOf(WasmPlugin, key), e.pathOf(TrafficExtension, key); a == b || b != "/etc/hashlb/ecds/demo_hashlb_trafficextension.json" {
+		t.Errorf("ECDS files of WasmPlugin and TrafficExtension demo/hashlb: %s and %s, want two files, the second demo_hashlb_trafficextension.json", a, b)
+	}
+
 	// An entry Istio's schema refuses is reported, not dropped.
 	for _, bad := range []map[string]any{
 		{"name": "X", "valueFrom": "SECRET"},

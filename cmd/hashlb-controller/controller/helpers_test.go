@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"strings"
@@ -66,10 +67,25 @@ var nsSeq atomic.Int64
 
 // kube is a test's direct (uncached) client and its own namespace.
 type kube struct {
-	t   *testing.T
-	c   client.Client
-	cfg *rest.Config
-	ns  string
+	t    *testing.T
+	c    client.Client
+	cfg  *rest.Config
+	ns   string
+	kind *Kind // of the objects k.wasmPlugin creates and k.get reads
+}
+
+// forKinds runs f as a parallel subtest for each kind the controller keeps
+// in step: the same case for a WasmPlugin and for a TrafficExtension.
+func forKinds(t *testing.T, f func(t *testing.T, k *kube)) {
+	t.Parallel()
+	for _, kind := range Kinds {
+		t.Run(kind.GVK.Kind, func(t *testing.T) {
+			t.Parallel()
+			k := newKube(t)
+			k.kind = kind
+			f(t, k)
+		})
+	}
 }
 
 func newKube(t *testing.T) *kube {
@@ -91,10 +107,10 @@ func newKube(t *testing.T) *kube {
 	if err := c.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
 		t.Fatal(err)
 	}
-	return &kube{t: t, c: c, cfg: cfg, ns: name}
+	return &kube{t: t, c: c, cfg: cfg, ns: name, kind: WasmPlugin}
 }
 
-// writes counts the controller's patches of WasmPlugins.
+// writes counts the controller's patches of WasmPlugins and TrafficExtensions.
 type writes struct {
 	client.Client
 	patches   atomic.Int64 // patches that succeeded
@@ -115,7 +131,7 @@ func (w *writes) hooks(before, after func(obj client.Object, body []byte)) {
 }
 
 func (w *writes) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if obj.GetObjectKind().GroupVersionKind() != WasmPluginGVK {
+	if obj.GetObjectKind().GroupVersionKind().Group != WasmPlugin.GVK.Group {
 		return w.Client.Patch(ctx, obj, patch, opts...)
 	}
 	body, err := patch.Data(obj)
@@ -276,20 +292,29 @@ func pods(prefix string, net, n int) []ep {
 	return out
 }
 
-// wasmPlugin creates a WasmPlugin with the given annotations and pluginConfig.
+// wasmPlugin creates a WasmPlugin (a TrafficExtension when k.kind says so)
+// with the given annotations and pluginConfig.
 func (k *kube) wasmPlugin(name string, ann map[string]string, pluginConfig map[string]any) *unstructured.Unstructured {
 	k.t.Helper()
-	wp := NewWasmPlugin()
+	wp := k.kind.New()
 	wp.SetNamespace(k.ns)
 	wp.SetName(name)
 	wp.SetAnnotations(ann)
-	wp.Object["spec"] = map[string]any{
+	wasm := map[string]any{
 		"url":          "oci://registry.example.com/hashlb/hashlb:v0.1.0",
-		"phase":        "STATS",
 		"failStrategy": "FAIL_CLOSE",
-		"selector":     map[string]any{"matchLabels": map[string]any{"app": "frontend"}},
 		"pluginConfig": pluginConfig,
 	}
+	spec := map[string]any{
+		"phase":    "STATS",
+		"selector": map[string]any{"matchLabels": map[string]any{"app": "frontend"}},
+	}
+	if k.kind == TrafficExtension {
+		spec["wasm"] = wasm
+	} else {
+		maps.Copy(spec, wasm)
+	}
+	wp.Object["spec"] = spec
 	if err := k.c.Create(context.Background(), wp); err != nil {
 		k.t.Fatal(err)
 	}
@@ -298,16 +323,16 @@ func (k *kube) wasmPlugin(name string, ann map[string]string, pluginConfig map[s
 
 func (k *kube) get(name string) *unstructured.Unstructured {
 	k.t.Helper()
-	wp := NewWasmPlugin()
+	wp := k.kind.New()
 	if err := k.c.Get(context.Background(), types.NamespacedName{Namespace: k.ns, Name: name}, wp); err != nil {
 		k.t.Fatal(err)
 	}
 	return wp
 }
 
-// servicesOf is the WasmPlugin's spec.pluginConfig.services as compact JSON.
+// servicesOf is the object's pluginConfig.services as compact JSON.
 func servicesOf(wp *unstructured.Unstructured) string {
-	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
+	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", "services")...)
 	if !found {
 		return "<none>"
 	}
@@ -353,8 +378,8 @@ func (k *kube) waitFor(name string, timeout time.Duration, what string, cond fun
 			return time.Since(start)
 		}
 		if time.Since(start) > timeout {
-			k.t.Fatalf("after %v, WasmPlugin %s/%s: want %s; services = %s, annotations = %v",
-				timeout, k.ns, name, what, servicesOf(wp), wp.GetAnnotations())
+			k.t.Fatalf("after %v, %s %s/%s: want %s; services = %s, annotations = %v",
+				timeout, k.kind.GVK.Kind, k.ns, name, what, servicesOf(wp), wp.GetAnnotations())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -390,7 +415,7 @@ func (k *kube) events(name, reason string) []eventsv1.Event {
 	}
 	var out []eventsv1.Event
 	for _, e := range list.Items {
-		if e.Regarding.Name == name && e.Regarding.Kind == "WasmPlugin" && e.Reason == reason {
+		if e.Regarding.Name == name && e.Regarding.Kind == k.kind.GVK.Kind && e.Reason == reason {
 			out = append(out, e)
 		}
 	}
@@ -408,8 +433,8 @@ func (k *kube) waitEvent(name, reason, sub string, timeout time.Duration) events
 			}
 		}
 		if time.Since(start) > timeout {
-			k.t.Fatalf("after %v: no %s event about WasmPlugin %s/%s with a note containing %q (got %v)",
-				timeout, reason, k.ns, name, sub, notes(k.events(name, reason)))
+			k.t.Fatalf("after %v: no %s event about %s %s/%s with a note containing %q (got %v)",
+				timeout, reason, k.kind.GVK.Kind, k.ns, name, sub, notes(k.events(name, reason)))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -425,10 +450,9 @@ func notes(evs []eventsv1.Event) []string {
 
 // without returns a deep copy of the object's spec with pluginConfig.services removed.
 func specWithoutServices(wp *unstructured.Unstructured) map[string]any {
-	spec, _, _ := unstructured.NestedMap(wp.Object, "spec")
-	if pc, ok := spec["pluginConfig"].(map[string]any); ok {
-		delete(pc, "services")
-	}
+	obj := wp.DeepCopy()
+	unstructured.RemoveNestedField(obj.Object, kindOf(wp).Path("pluginConfig", "services")...)
+	spec, _, _ := unstructured.NestedMap(obj.Object, "spec")
 	return spec
 }
 

@@ -68,4 +68,9 @@ func TestRBAC(t *testing.T) {
 	k.waitEvent("hashlb", ReasonUpdated, "2 services", settle)
 	k.waitError("missing", "not found", settle)
 	k.waitEvent("missing", ReasonRejected, "not found", settle)
+	// And a TrafficExtension, with the same rules.
+	k.kind = TrafficExtension
+	k.wasmPlugin("hashlb", annotated("web"), basicConfig())
+	k.waitServices("hashlb", want(8080, p...), settle)
+	k.waitEvent("hashlb", ReasonUpdated, "2 services", settle)
 }

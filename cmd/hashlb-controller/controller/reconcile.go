@@ -45,6 +45,8 @@ const maxMessage = 1000
 // endpoints.
 type Reconciler struct {
 	Client client.Client
+	// Kind is the kind of object reconciled (WasmPlugin when nil).
+	Kind *Kind
 	// Reader reads an object again, from the API server, after a patch
 	// conflict (the manager's API reader; Client when nil).
 	Reader   client.Reader
@@ -59,6 +61,22 @@ type Reconciler struct {
 	now   func() time.Time // time.Now when nil (tests set a fake clock)
 	mu    sync.Mutex
 	state map[types.NamespacedName]*writeState
+}
+
+func (r *Reconciler) kind() *Kind {
+	if r.Kind != nil {
+		return r.Kind
+	}
+	return WasmPlugin
+}
+
+// nested is the JSON merge patch body that sets the field at path to v.
+func nested(path []string, v any) map[string]any {
+	var out any = v
+	for i := len(path) - 1; i >= 0; i-- {
+		out = map[string]any{path[i]: out}
+	}
+	return out.(map[string]any)
 }
 
 func (r *Reconciler) clock() time.Time {
@@ -88,7 +106,7 @@ const maxConflicts = 5
 // server, not the cache (which may not have seen the change yet), and
 // everything is computed and validated again on that fresh object.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	wp := NewWasmPlugin()
+	wp := r.kind().New()
 	if err := r.Client.Get(ctx, req.NamespacedName, wp); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, r.forget(req.NamespacedName)
@@ -102,7 +120,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		logf.FromContext(ctx).Info("the object changed while it was being updated; reading it again",
 			"resourceVersion", wp.GetResourceVersion())
-		wp = NewWasmPlugin()
+		wp = r.kind().New()
 		reader := r.Reader
 		if reader == nil {
 			reader = r.Client
@@ -129,7 +147,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 	if err == nil {
 		list, err = r.endpoints(ctx, wp.GetNamespace(), sel)
 	}
-	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "services")
+	current, _, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", "services")...)
 	u := update{wp: wp, sel: sel}
 	var none *noEndpoints
 	switch {
@@ -140,13 +158,13 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 		if u.services, u.total = disabled(current); u.total == 0 {
 			break // nothing listed to disable: the error below
 		}
-		u.note = fmt.Sprintf("%s: every service in %s disabled", none.Error(), servicesField)
+		u.note = fmt.Sprintf("%s: every service in %s disabled", none.Error(), kindOf(wp).Field("pluginConfig", "services"))
 		err = nil
 	case err == nil:
 		u.services, u.total, u.enabled = generic(list)
 	}
 	if err == nil { // the session block the HTTPRoutes ask for (session.go)
-		u.session, err = r.planSession(ctx, wp, sel.Service, []string{"spec", "pluginConfig"})
+		u.session, err = r.planSession(ctx, wp, sel.Service, kindOf(wp).Path("pluginConfig"))
 	}
 	var cfg map[string]any
 	if err == nil {
@@ -183,9 +201,6 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 	return ctrl.Result{}, nil
 }
 
-// servicesField names the field the controller writes, for messages.
-const servicesField = "spec.pluginConfig.services"
-
 // update is what one reconcile found out of date.
 type update struct {
 	wp              *unstructured.Unstructured
@@ -204,7 +219,7 @@ type update struct {
 // says, and records the change.
 func (r *Reconciler) apply(ctx context.Context, u update) error {
 	if u.changed || u.annotationStale || u.session.stale() {
-		body := map[string]any{"spec": map[string]any{"pluginConfig": map[string]any{"services": u.services}}}
+		body := nested(kindOf(u.wp).Path("pluginConfig", "services"), u.services)
 		if u.annotationStale {
 			var note any // nil removes the annotation
 			if u.note != "" {
@@ -317,9 +332,10 @@ func newConfig(wp *unstructured.Unstructured, list []services.Service) (map[stri
 
 // newConfigJSON is newConfig with the services as JSON values.
 func newConfigJSON(wp *unstructured.Unstructured, list []any) (map[string]any, error) {
-	cfg, found, err := unstructured.NestedMap(wp.Object, "spec", "pluginConfig")
+	kind := kindOf(wp)
+	cfg, found, err := unstructured.NestedMap(wp.Object, kind.Path("pluginConfig")...)
 	if err != nil {
-		return nil, badf("spec.pluginConfig: %v", err)
+		return nil, badf("%s: %v", kind.Field("pluginConfig"), err)
 	}
 	if !found {
 		cfg = map[string]any{}
@@ -330,7 +346,7 @@ func newConfigJSON(wp *unstructured.Unstructured, list []any) (map[string]any, e
 	cfg["services"] = list
 	data, err := json.Marshal(cfg)
 	if err != nil {
-		return nil, badf("spec.pluginConfig: %v", err)
+		return nil, badf("%s: %v", kind.Field("pluginConfig"), err)
 	}
 	if _, err := lbcore.ParseConfig(data); err != nil {
 		return nil, badf("lbcore refuses the configuration with the %d services found: %s",
@@ -365,14 +381,14 @@ func (r *Reconciler) reject(ctx context.Context, wp *unstructured.Unstructured, 
 		return nil
 	}
 	kept := 0
-	if cur, ok, _ := unstructured.NestedSlice(wp.Object, "spec", "pluginConfig", "services"); ok {
+	if cur, ok, _ := unstructured.NestedSlice(wp.Object, kindOf(wp).Path("pluginConfig", "services")...); ok {
 		kept = len(cur)
 	}
 	if err := r.patch(ctx, wp, map[string]any{"metadata": map[string]any{"annotations": map[string]any{AnnotationError: msg}}}); err != nil {
 		return err
 	}
 	r.Recorder.Eventf(wp, nil, corev1.EventTypeWarning, ReasonRejected, "UpdateServices",
-		"%s; keeping the %d services already in spec.pluginConfig.services", msg, kept)
+		"%s; keeping the %d services already in %s", msg, kept, kindOf(wp).Field("pluginConfig", "services"))
 	logf.FromContext(ctx).Info("services not updated", "reason", msg, "kept", kept)
 	return nil
 }
@@ -453,7 +469,7 @@ func (r *Reconciler) forget(key types.NamespacedName) error {
 	delete(r.state, key)
 	r.mu.Unlock()
 	if r.ECDS != nil {
-		return r.ECDS.Remove(key)
+		return r.ECDS.Remove(r.kind(), key)
 	}
 	return nil
 }

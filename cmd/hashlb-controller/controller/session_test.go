@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,13 +47,12 @@ func (k *kube) gw() client.Client {
 // the session key.
 func sessionPlugin(k *kube, name, svc string, withKey bool) *unstructured.Unstructured {
 	k.t.Helper()
-	wp := NewWasmPlugin()
+	wp := k.kind.New()
 	wp.SetNamespace(k.ns)
 	wp.SetName(name)
 	wp.SetAnnotations(annotated(svc))
-	wp.Object["spec"] = map[string]any{
-		"url":      "oci://registry.example.com/hashlb/hashlb:v0.1.0",
-		"selector": map[string]any{"matchLabels": map[string]any{"app": "frontend"}},
+	wasm := map[string]any{
+		"url": "oci://registry.example.com/hashlb/hashlb:v0.1.0",
 		"pluginConfig": map[string]any{
 			"lbMethod":      "SOURCEIPHASH",
 			"upstreamCount": int64(2),
@@ -61,8 +61,15 @@ func sessionPlugin(k *kube, name, svc string, withKey bool) *unstructured.Unstru
 		},
 	}
 	if withKey {
-		wp.Object["spec"].(map[string]any)["vmConfig"] = map[string]any{"env": []any{map[string]any{"name": sessionKeyEnv, "valueFrom": "HOST"}}}
+		wasm["vmConfig"] = map[string]any{"env": []any{map[string]any{"name": sessionKeyEnv, "valueFrom": "HOST"}}}
 	}
+	spec := map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "frontend"}}}
+	if k.kind == TrafficExtension {
+		spec["wasm"] = wasm
+	} else {
+		maps.Copy(spec, wasm)
+	}
+	wp.Object["spec"] = spec
 	if err := k.c.Create(context.Background(), wp); err != nil {
 		k.t.Fatal(err)
 	}
@@ -113,7 +120,7 @@ func (k *kube) deleteObj(c client.Client, o client.Object) {
 
 // sessionOf is the WasmPlugin's spec.pluginConfig.session as compact JSON.
 func sessionOf(wp *unstructured.Unstructured) string {
-	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, "spec", "pluginConfig", "session")
+	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", "session")...)
 	if !found {
 		return "<none>"
 	}
@@ -154,11 +161,9 @@ func cookie(name, timeout string, lifetime gwv1.CookieLifetimeType) *gwv1.Sessio
 // specBesides is the object's spec without pluginConfig.services and
 // pluginConfig.session: what the controller must leave exactly as it is.
 func specBesides(wp *unstructured.Unstructured) map[string]any {
-	spec := specWithoutServices(wp)
-	if pc, ok := spec["pluginConfig"].(map[string]any); ok {
-		delete(pc, "session")
-	}
-	return spec
+	obj := wp.DeepCopy()
+	unstructured.RemoveNestedField(obj.Object, kindOf(wp).Path("pluginConfig", "session")...)
+	return specWithoutServices(obj)
 }
 
 // TestSessionFromHTTPRoute: a route rule with cookie persistence naming the
@@ -166,9 +171,9 @@ func specBesides(wp *unstructured.Unstructured) map[string]any {
 // the services, every other key untouched; a change of the route changes
 // the block (header type, keys the new one lacks removed); the persistence
 // removed, or the route deleted, removes the block and its annotation.
-func TestSessionFromHTTPRoute(t *testing.T) {
-	t.Parallel()
-	k := newKube(t)
+func TestSessionFromHTTPRoute(t *testing.T) { forKinds(t, testSessionFromHTTPRoute) }
+
+func testSessionFromHTTPRoute(t *testing.T, k *kube) {
 	gw := k.gw()
 	k.controller(Options{Debounce: sessionDebounce})
 	k.service("web")
@@ -196,7 +201,7 @@ func TestSessionFromHTTPRoute(t *testing.T) {
 	}
 	k.waitEvent("hashlb", ReasonSessionUpdated, `"name":"web-session"`, settle)
 	// What the controller wrote, lbcore accepts with the session as asked.
-	list, _, _ := unstructured.NestedSlice(wp.Object, "spec", "pluginConfig", "services")
+	list, _, _ := unstructured.NestedSlice(wp.Object, k.kind.Path("pluginConfig", "services")...)
 	if _, err := newConfigJSON(wp, list); err != nil {
 		t.Errorf("the written configuration: %v", err)
 	}
@@ -312,7 +317,7 @@ func TestSessionNotHonoured(t *testing.T) {
 	sessionPlugin(k, "own", "web", true)
 	own := k.get("own")
 	mine := map[string]any{"type": "cookie", "name": "mine"}
-	if err := unstructured.SetNestedField(own.Object, mine, "spec", "pluginConfig", "session"); err != nil {
+	if err := unstructured.SetNestedField(own.Object, mine, k.kind.Path("pluginConfig", "session")...); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.c.Update(context.Background(), own); err != nil {

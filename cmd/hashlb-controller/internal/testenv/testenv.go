@@ -1,7 +1,8 @@
 // Package testenv starts a real Kubernetes control plane for the
 // controller's tests: controller-runtime's envtest, with a kube-apiserver
 // built here from the Go module k8s.io/kubernetes (pinned by the wrapper
-// module in ../envtestbin) and etcd, with a stand-in WasmPlugin CRD and the
+// module in ../envtestbin) and etcd, with stand-ins for Istio's WasmPlugin
+// and TrafficExtension CRDs (testdata/; each file names its source) and the
 // experimental channel's HTTPRoute and ReferenceGrant CRDs, read from the
 // module cache's copy of sigs.k8s.io/gateway-api, installed.
 //

@@ -2,7 +2,7 @@ package e2e
 
 // configs/envoy-tcp.yaml: hashlb as a network filter before tcp_proxy, whose
 // ORIGINAL_DST cluster reads the filter state hashlb sets. checkBootstrap
-// (envoy_test.go) calls checkNetworkChain on every filter chain.
+// (deploy_envoy_test.go) calls checkNetworkChain on every filter chain.
 
 import (
 	"errors"

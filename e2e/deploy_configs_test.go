@@ -5,17 +5,19 @@ package e2e
 //   configs/*.json (but schema.json)  lbcore.ParseConfig and the schema, plus
 //                                     what the example is meant to show
 //   configs/schema.json               TestSchemaMatchesFields
-//   configs/envoy-*.yaml              Envoy bootstrap checks (envoy_test.go)
+//   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
+//   configs/envoy-lbpolicy*.yaml      the load-balancing policy's bootstrap and its
+//                                     endpoints file (deploy_lbpolicy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
 //   configs/istio/controller/*.yaml   cmd/hashlb-controller/manifests_test.go (its own module)
-//   configs/istio/*.yaml              Istio checks (istio_test.go)
-//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (istio_tcp_test.go)
+//   configs/istio/*.yaml              Istio checks (deploy_istio_test.go)
+//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (deploy_istio_tcp_test.go)
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
 //                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
-//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (istio_ambient_test.go)
+//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
 
 import (
 	"io/fs"
@@ -149,6 +151,22 @@ func TestConfigsDirCovered(t *testing.T) {
 			}
 		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
 			// Checked by the controller module's TestManifests and TestRBAC.
+		case rel == "envoy-lbpolicy.yaml":
+			if _, err := checkLBPolicyBootstrap(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "envoy-lbpolicy-endpoints.yaml":
+			boot, err := os.ReadFile(filepath.Join(filepath.Dir(p), "envoy-lbpolicy.yaml"))
+			if err != nil {
+				return err
+			}
+			users, err := checkLBPolicyBootstrap(boot)
+			if err == nil {
+				err = checkLBPolicyEndpoints(data, users)
+			}
+			if err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
 		case path.Dir(rel) == "." && strings.HasPrefix(rel, "envoy-") && path.Ext(rel) == ".yaml":
 			if err := checkBootstrapFile(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)

@@ -1,7 +1,7 @@
 package e2e
 
-// Helpers shared by the deployment checks (envoy_test.go, istio_test.go,
-// configs_test.go): reading repository files, YAML to JSON, strict protojson,
+// Helpers shared by the deployment checks (deploy_envoy_test.go, deploy_istio_test.go,
+// deploy_configs_test.go): reading repository files, YAML to JSON, strict protojson,
 // and validation of the messages packed in google.protobuf.Any fields.
 
 import (

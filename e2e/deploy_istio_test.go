@@ -317,7 +317,7 @@ func readIstioDir(t testing.TB) map[string][]byte {
 	}
 	files := map[string][]byte{}
 	for _, e := range entries {
-		if e.IsDir() { // tcp/: the NETWORK plugin's own bundle (istio_tcp_test.go); fleet/: readIstioFleet
+		if e.IsDir() { // tcp/: the NETWORK plugin's own bundle (deploy_istio_tcp_test.go); fleet/: readIstioFleet
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
