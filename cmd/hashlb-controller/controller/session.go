@@ -226,7 +226,7 @@ func (r *Reconciler) planSession(ctx context.Context, wp *unstructured.Unstructu
 			return nil, err
 		}
 	}
-	for _, rr := range rules[min(1, len(rules)):] {
+	for _, rr := range rules {
 		if !sameValue(rr.block, rules[0].block) {
 			problems = append(problems, fmt.Sprintf("%s and %s ask for different sessionPersistence (%s, %s), and one plugin has one session block",
 				rules[0].name, rr.name, compact(rules[0].block), compact(rr.block)))
@@ -513,7 +513,7 @@ func (p *sessionPlan) record(r *Reconciler, wp *unstructured.Unstructured, repor
 	}
 	if p.problem != "" && reported {
 		r.Recorder.Eventf(wp, nil, corev1.EventTypeWarning, ReasonSessionRejected, "UpdateSession",
-			"%s; keeping the session block as it is", p.problem)
+			"%s", clip(p.problem+"; keeping the session block as it is"))
 	}
 	if !p.write {
 		return
@@ -524,7 +524,7 @@ func (p *sessionPlan) record(r *Reconciler, wp *unstructured.Unstructured, repor
 		return
 	}
 	r.Recorder.Eventf(wp, nil, corev1.EventTypeNormal, ReasonSessionUpdated, "UpdateSession",
-		"session %s from %s", compact(p.want), p.from)
+		"%s", clip(fmt.Sprintf("session %s from %s", compact(p.want), p.from)))
 }
 
 // joinNotes joins two hashlb.io/error reasons.

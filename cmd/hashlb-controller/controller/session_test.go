@@ -277,8 +277,12 @@ func TestSessionNotHonoured(t *testing.T) {
 		}
 		k.slice("web", "web-a", v4, httpPort, eps...)
 		k.waitServices("hashlb", want(8080, eps...), settle)
-		if got := sessionOf(k.get("hashlb")); got != goodBlock {
+		wp := k.get("hashlb")
+		if got := sessionOf(wp); got != goodBlock {
 			t.Errorf("%s: session = %s, want it kept as %s", what, got, goodBlock)
+		}
+		if from := wp.GetAnnotations()[AnnotationSessionFrom]; !strings.HasPrefix(from, "HTTPRoute "+k.ns+"/web rule 0") || strings.Contains(from, "web2") {
+			t.Errorf("%s: %s = %q, want the rules of the block kept", what, AnnotationSessionFrom, from)
 		}
 	}
 
@@ -386,6 +390,33 @@ func TestSessionCrossNamespace(t *testing.T) {
 	}
 	k.deleteObj(gw, grant)
 	k.waitSession("hashlb", "<none>")
+}
+
+// TestSessionBlockMapping: Gateway API fields become hashlb's, durations in
+// hashlb's one-unit form, absent fields absent (hashlb's defaults apply).
+func TestSessionBlockMapping(t *testing.T) {
+	for _, tt := range []struct {
+		sp   *gwv1.SessionPersistence
+		want string
+	}{
+		{&gwv1.SessionPersistence{}, `{"type":"cookie"}`},
+		{cookie("s", "1h30m", gwv1.PermanentCookieLifetimeType), `{"absoluteTimeout":"90m","lifetime":"permanent","name":"s","type":"cookie"}`},
+		{cookie("", "24h", gwv1.SessionCookieLifetimeType), `{"absoluteTimeout":"1d","lifetime":"session","type":"cookie"}`},
+		{cookie("", "1m500ms", ""), `{"absoluteTimeout":"60500ms","type":"cookie"}`},
+		{&gwv1.SessionPersistence{Type: ptr(gwv1.HeaderBasedSessionPersistence), SessionName: ptr("X-S")}, `{"name":"X-S","type":"header"}`},
+	} {
+		b, err := sessionBlock(tt.sp)
+		if err != nil {
+			t.Errorf("%+v: %v", tt.sp, err)
+			continue
+		}
+		if got := jsonOf(b); got != tt.want {
+			t.Errorf("%+v: block %s, want %s", tt.sp, got, tt.want)
+		}
+	}
+	if _, err := sessionBlock(&gwv1.SessionPersistence{Type: ptr(gwv1.SessionPersistenceType("Query"))}); err == nil {
+		t.Error("type Query: no error")
+	}
 }
 
 // TestStandardChannelDropsSessionPersistence: the standard channel's
