@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|check|bench|oci|controller [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|check|bench|oci|controller|controller-image [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
 #   lbpolicy  build dist/libhashlb_lbpolicy.so, hashlb as an Envoy (1.38+) load-balancing policy:
 #          a dynamic module (cgo, -buildmode=c-shared; needs a C compiler), docs/deploy.md
@@ -19,6 +19,9 @@
 #   controller  build dist/hashlb-controller (its own Go module, cmd/hashlb-controller) and run it
 #          with the given flags (docs/controller.md); `test` also runs its tests, which build and
 #          cache a kube-apiserver from k8s.io/kubernetes on their first run
+#   controller-image  the controller's container image, no Docker daemon: a static binary
+#          (CGO_ENABLED=0) as the entrypoint, user 65532, as an OCI image layout in dist/controller-oci
+#          (tag v0.1.0; tools/ctrlimage), for oras copy --from-oci-layout or skopeo copy oci:
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -257,6 +260,12 @@ bench)
 oci)
 	wasm
 	go run ./tools/ocipack/cmd/hashlb-oci -in dist/hashlb.wasm -out dist/oci -tag latest "$@"
+	;;
+controller-image)
+	mkdir -p dist
+	arch=${GOARCH:-$(go env GOARCH)}
+	(cd cmd/hashlb-controller && CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -o "../../dist/hashlb-controller-linux-$arch" .)
+	go run ./tools/ctrlimage/cmd/hashlb-controller-image -in "dist/hashlb-controller-linux-$arch" -out dist/controller-oci "$@"
 	;;
 controller)
 	mkdir -p dist

@@ -23,11 +23,14 @@ const (
 )
 
 // sessionConfig is a ROUNDROBIN configuration over services with debugHeader
-// and the session block s: round robin, so that a request lands on its
+// and the session block s (none when nil): round robin, so that a request lands on its
 // service again by its session, not by a hash of something it carries.
 func sessionConfig(t testing.TB, s map[string]any, services []map[string]any, extra map[string]any) []byte {
 	t.Helper()
-	c := map[string]any{"lbMethod": "ROUNDROBIN", "debugHeader": true, "services": services, "session": s}
+	c := map[string]any{"lbMethod": "ROUNDROBIN", "debugHeader": true, "services": services}
+	if s != nil {
+		c["session"] = s
+	}
 	for k, v := range extra {
 		c[k] = v
 	}

@@ -69,7 +69,8 @@ const (
 
 // v8LocalConfigs reach the hostile paths the example configs do not: jwt() on the authorization
 // header and the session cookie, replace() with a pattern that rescans its input after each short
-// match, cookie and client-IP persistence keys, and the client IP from x-forwarded-for.
+// match, cookie and client-IP persistence keys, the client IP from x-forwarded-for, and a session
+// cookie whose every hostile copy is a forged value.
 var v8LocalConfigs = []struct{ name, config string }{
 	{"local-token-jwt", `{"lbMethod": "TOKEN", "upstreamCount": 2,
 	  "token": "${request.header.authorization | jwt(\"sub\") || request.cookie.session | jwt(\"sub\")}",
@@ -80,10 +81,19 @@ var v8LocalConfigs = []struct{ name, config string }{
 	    "tableSize": 10000, "expire": "10m"},
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80", "weight": 2},
 	    {"name": "c", "address": "[fd00::3]:80"}]}`},
+	// A session cookie named as the corpus's session cookies: every hostile cookie is a forged session.
+	{"local-session-cookie", `{"lbMethod": "URLHASH", "upstreamCount": 2,
+	  "session": {"type": "cookie", "name": "session", "idleTimeout": "10m", "lifetime": "permanent"},
+	  "persistence": {"keys": ["${client.ip}"], "tableSize": 10000, "expire": "10m"},
+	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80", "weight": 0},
+	    {"name": "c", "address": "10.0.0.3:80"}]}`},
 	{"local-sourceip-xff", `{"lbMethod": "SOURCEIPHASH", "trustedForwardedHops": 1, "netmask": "255.255.255.0",
 	  "services": [{"name": "a", "address": "10.0.0.1:80"}, {"name": "b", "address": "10.0.0.2:80"},
 	    {"name": "c", "address": "10.0.0.3:80", "enabled": false}, {"name": "d", "address": "10.0.0.4:80"}]}`},
 }
+
+// v8Env is every V8 VM's environment: the session key (local-session-cookie needs one).
+var v8Env = map[string]string{lbcore.SessionKeyEnv: "v8-session-key-0123456789abcdef0123456789"}
 
 // v8HostileEtcdAnswers names the answers of HOSTILE_ETCD in hashlbv8.mjs, in its order.
 var v8HostileEtcdAnswers = []string{"[×10^4 (200)", "[×10^4 (400)", `{"a":×10^4 (200)`, `{"a":×10^4 (400)`,
@@ -202,6 +212,10 @@ type v8Job struct {
 	// Filter is the Envoy filter that runs the plugin ("http" or
 	// "network"), whatever its filterType says; "": the one it names.
 	Filter string `json:"filter,omitempty"`
+	// Env is the VM's environment; SessionCookie makes the script keep a
+	// cookie jar of that name per x-v8-client (hashlbv8.mjs).
+	Env           map[string]string `json:"env,omitempty"`
+	SessionCookie string            `json:"sessionCookie,omitempty"`
 }
 
 // v8JobFile runs several jobs in one process; each takes what it does not set from Defaults.
@@ -290,6 +304,8 @@ type v8Outcome struct {
 	LocalReplies int  `json:"localReplies"`
 	Closed       int  `json:"closed"`
 	Span         *int `json:"span"` // a connection's filter state life span, when not DownstreamConnection
+	// Session is what the script's cookie jar saw (v8Job.SessionCookie).
+	Session string `json:"session"`
 }
 
 // v8Run is one job of hashlbv8.mjs: one config under one profile.
@@ -380,7 +396,8 @@ func TestV8(t *testing.T) {
 			jobs = append(jobs, v8Job{Name: r.key(), Profile: r.profile, Config: latin1(string(r.config)), RootID: "hashlb",
 				Warmup: r.warmup, Repeat: r.repeat, Strings: "latin1", BudgetMs: int(v8PhaseBudget.Milliseconds()),
 				RecheckUs:    int(v8MaxRequest.Microseconds()),
-				EtcdClusters: fleetClusters(r.config), EtcdAnswers: map[bool]string{true: "hostile"}[r.hostileEtcd]})
+				EtcdClusters: fleetClusters(r.config), EtcdAnswers: map[bool]string{true: "hostile"}[r.hostileEtcd],
+				Env: v8Env})
 		}
 		wg.Add(1)
 		go func() {

@@ -493,3 +493,29 @@ func TestSessionAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSession: a decision with a valid session, with a forged one and
+// without one (round robin decides), and writing a Set-Cookie.
+func BenchmarkSession(b *testing.B) {
+	_, bal := sessionBalancer(b, pool("ROUNDROBIN", 16, `"session": {"type": "cookie", "idleTimeout": "10m"}`), testSessionKey, 1)
+	r := Request{Target: "/a"}
+	_, v := issue(b, bal, &r, epoch)
+	var d Decision
+	for _, c := range []struct {
+		name string
+		r    *Request
+	}{{"none", &r}, {"valid", withCookie(r, "hashlb-session", v)}, {"forged", withCookie(r, "hashlb-session", "A"+v[1:])}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				bal.DecideInto(&d, c.r, epoch)
+			}
+		})
+	}
+	buf := make([]byte, 0, 256)
+	b.Run("set-cookie", func(b *testing.B) {
+		bal.DecideInto(&d, &r, epoch)
+		for range b.N {
+			buf = bal.AppendSetCookie(buf[:0], &d, epoch)
+		}
+	})
+}

@@ -30,6 +30,15 @@
 //                              its filterType says (default: the one filterType names)
 //    "etcdClusters": [],       clusters whose calls MiniEtcd answers (below)
 //    "etcdAnswers": "etcd",    "hostile": MiniEtcd answers every call with a hostile body instead
+//    "env": {"NAME": "value"}, the VM's environment variables (Envoy: vm_config.environment_variables),
+//                              what environ_get gives; default none
+//    "sessionCookie": "",      a cookie name: the script keeps a cookie jar per client (a request's
+//                              x-v8-client header names it): a request of a client with a cookie
+//                              carries it ("cookie: NAME=VALUE"), and a Set-Cookie NAME=... the module
+//                              adds to the response is stored with the service that served it; the
+//                              outcome's "session" says "issued" (a new cookie), "kept" (the cookie's
+//                              service served, nothing set), "reissued" (it served and the cookie was
+//                              set again) or "moved" (another service served)
 //    "reconfigure": {"every": 1000, "window": 50, "configs": ["<config>", ...]}}
 //                              optional: every "every" requests (warm-up included) the next of
 //                              "configs" (cycled) is applied to the running VM as Envoy applies a
@@ -552,8 +561,18 @@ class VM {
     const wasi = {
       args_get: () => 0,
       args_sizes_get: (argc, size) => (m().u32(argc, 0) && m().u32(size, 0) ? 0 : ERRNO.FAULT),
-      environ_get: () => 0, // no variables configured for the VM
-      environ_sizes_get: (count, size) => (m().u32(count, 0) && m().u32(size, 0) ? 0 : ERRNO.FAULT),
+      // The job's variables, NAME=value NUL-terminated (cpp-host src/exports.cc wasi_unstable_environ_get).
+      environ_get: (environ, buf) => {
+        let o = buf >>> 0;
+        for (const [i, e] of vm.job.env.entries()) {
+          const b = Buffer.from(e + '\0', 'latin1');
+          if (!m().u32(environ + 4 * i, o) || !m().put(o, b)) return ERRNO.FAULT;
+          o += b.length;
+        }
+        return 0;
+      },
+      environ_sizes_get: (count, size) => (m().u32(count, vm.job.env.length) &&
+        m().u32(size, vm.job.env.reduce((n, e) => n + e.length + 1, 0)) ? 0 : ERRNO.FAULT),
       clock_time_get: (id, _precision, out) => {
         if (id !== 0 && id !== 1) return ERRNO.NOTSUP;
         return m().u64(out, id === 0 ? vm.nowNs() : vm.monoNs()) ? 0 : ERRNO.FAULT;
@@ -892,6 +911,8 @@ function loadJob(job, phaseCache) {
       ? { every: job.reconfigure.every, window: job.reconfigure.window ?? 0, configs: job.reconfigure.configs.map(bytes) } : null,
     etcdClusters: Array.isArray(job.etcdClusters) ? job.etcdClusters.map(bytes) : [],
     etcdAnswers: job.etcdAnswers === 'hostile' ? 'hostile' : 'etcd',
+    env: job.env && typeof job.env === 'object' ? Object.entries(job.env).map(([k, v]) => bytes(k) + '=' + bytes(String(v))) : [],
+    sessionCookie: typeof job.sessionCookie === 'string' ? bytes(job.sessionCookie) : '',
     phases: job.phases.map((ph) => {
       const key = `${job.strings}`;
       if (!phaseCache.has(ph)) phaseCache.set(ph, new Map());
@@ -950,7 +971,11 @@ class ClassStats {
 // request runs one stream through the VM and returns its outcome; null after a trap.
 function request(vm, root, req, names) {
   const c = vm.addContext('stream', root.id);
-  Object.assign(c, { req: req.headers.map((h) => h.slice()), resp: null, source: req.source, dest: req.dest,
+  const jarName = vm.job.sessionCookie, client = jarName ? req.headers.find(([k]) => k === 'x-v8-client')?.[1] : undefined;
+  const held = client !== undefined ? (vm.jar ??= new Map()).get(client) : undefined;
+  const headers = req.headers.map((h) => h.slice());
+  if (held) headers.push(['cookie', `${jarName}=${held.value}`]);
+  Object.assign(c, { req: headers, resp: null, source: req.source, dest: req.dest,
     reqOpen: false, respOpen: false, logPhase: false, localReplies: [], continued: 0, closed: 0, status: 0 });
   try {
     vm.call(c, 'proxy_on_context_create', c.id, root.id);
@@ -993,6 +1018,14 @@ function request(vm, root, req, names) {
     c.logPhase = false;
     vm.call(c, 'proxy_on_done', c.id);
     vm.call(c, 'proxy_on_delete', c.id);
+    if (client !== undefined && !vm.dead) {
+      const set = c.resp.filter(([k, v]) => k === 'set-cookie' && v.startsWith(jarName + '=')).map(([, v]) => v.slice(jarName.length + 1).split(';')[0]);
+      const served = outcome.service?.[0];
+      if (!held) outcome.session = set.length ? 'issued' : 'none';
+      else if (served !== held.service) outcome.session = 'moved';
+      else outcome.session = set.length ? 'reissued' : 'kept';
+      if (set.length) vm.jar.set(client, { value: set[set.length - 1], service: served });
+    }
     return vm.dead ? null : outcome;
   } finally {
     vm.contexts.delete(c.id);
