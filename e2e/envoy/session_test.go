@@ -449,3 +449,23 @@ func sessionValues(t *testing.T, bs []*envoyrun.Backend, envoys []*sessionEnvoy)
 	}
 	t.Logf("%d forged values balanced again, each with a new session", len(forged))
 }
+
+// TestSessionEnvoyNoKey: a session block in a VM without HASHLB_SESSION_KEY
+// is refused as a bad configuration is: envoy --mode validate (which runs
+// hashlb's on_configure) fails with hashlb's message naming the variable.
+func TestSessionEnvoyNoKey(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		bs := envoyrun.StartBackends(t, 2)
+		yaml := bootstrap{
+			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"},
+				config: sessionPluginConfig(bs, sessionBlock("cookie"), nil, ""), cluster: "hashlb_upstream"}},
+			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+		}.yaml(t)
+		err := envoyrun.Validate(bin, envoyrun.WorkDir(t), yaml)
+		if err == nil || !strings.Contains(err.Error(), lbcore.SessionKeyEnv) || !strings.Contains(err.Error(), "Unable to create Wasm plugin hashlb") {
+			t.Fatalf("--mode validate without %s: %v; want a refusal naming it", lbcore.SessionKeyEnv, err)
+		}
+		t.Logf("refused: %s", lastLines(err.Error(), 3))
+	})
+}
