@@ -79,6 +79,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	// bulk-memory calls into the engine (docs/performance.md).
 	d := &h.dec
 	p.bal.DecideInto(d, req, now)
+	if p.cfg.Session != nil {
+		// Counted here, once per request: a request resumed after the
+		// fleet is decided again without its (removed) session value.
+		p.m.sessionSeen(d)
+	}
 	if d.Ask { // a local miss, and the table has a fleet level
 		h.method, h.reason = d.Method, d.Reason
 		p.m.persisted(d)
@@ -126,7 +131,6 @@ func (h *httpContext) decided(d *lbcore.Decision) types.Action {
 		if d != &h.dec { // a request resumed after the fleet: the response reads h.dec
 			h.dec = *d
 		}
-		p.m.sessionSeen(d)
 	}
 	if p.cfg.Persistence != nil {
 		p.m.persisted(d)

@@ -84,7 +84,7 @@ func (d *Decision) Len() int { return d.n }
 // 0 ≤ i < Len().
 func (d *Decision) At(i int) int { return int(d.ranked[i]) }
 
-// reset makes d read as a zero Decision, field by field: clearing its 88
+// reset makes d read as a zero Decision, field by field: clearing its 96
 // bytes at once is a bulk-memory call in Wasm. Ranked entries at Len and
 // after are left, as At never reads them.
 func (d *Decision) reset() {
@@ -259,7 +259,7 @@ func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 }
 
 // DecideInto is Decide writing the decision into *d, whatever d held: for a
-// caller that keeps one Decision for every request (returning 88 bytes costs
+// caller that keeps one Decision for every request (returning 96 bytes costs
 // a bulk clear and copy in Wasm: RATIONALE.md, "Cost per request").
 func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 	b.decide(d, r, now, b.onMiss, 0)

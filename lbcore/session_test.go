@@ -118,8 +118,8 @@ func (b *Balancer) hashOnly(t testing.TB, r *Request) Decision {
 }
 
 // TestSessionForgeries: no altered value ever selects a service: every
-// character replaced in turn (by each of two others), truncated at every
-// length, 16 KiB, padded, another proxy's key, another session name, a
+// character replaced in turn (by each of two others), every bit of the
+// decoded value flipped in turn, truncated at every length, 16 KiB, padded, another proxy's key, another session name, a
 // value of the right shape with a bad MAC.
 func TestSessionForgeries(t *testing.T) {
 	c, b := sessionBalancer(t, pool("URLHASH", 4, sessionPool4), testSessionKey, 1)
@@ -148,6 +148,16 @@ func TestSessionForgeries(t *testing.T) {
 		}
 		mustNot(fmt.Sprintf("char %d flipped to '.'", i), v[:i]+"."+v[i+1:])
 		mustNot(fmt.Sprintf("truncated to %d", i), v[:i])
+	}
+	// Every bit of the decoded value flipped in turn (version, tag, times, MAC), re-encoded.
+	raw0, err := base64.RawURLEncoding.DecodeString(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for bit := range len(raw0) * 8 {
+		flipped := append([]byte(nil), raw0...)
+		flipped[bit/8] ^= 1 << (bit % 8)
+		mustNot(fmt.Sprintf("bit %d flipped", bit), base64.RawURLEncoding.EncodeToString(flipped))
 	}
 	mustNot("16 KiB", strings.Repeat(v, 16*1024/len(v)+1)[:16*1024])
 	mustNot("one byte more", v+"A")

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -153,6 +154,7 @@ type sessionAnswer struct {
 	backend, reason string
 	value           string // the session value the response set, "" for none
 	attrs           string // the Set-Cookie attributes after the value
+	own             bool   // the backend's own Set-Cookie reached the client
 	leaked          bool   // the backend received the session value or its cookie/header
 }
 
@@ -188,6 +190,7 @@ func (se *sessionEnvoy) send(typ string, c int, value string) (sessionAnswer, er
 				a.value, a.attrs, _ = strings.Cut(v, ";")
 			}
 		}
+		a.own = slices.Contains(resp.Header.Values("Set-Cookie"), "app=backend; Path=/")
 	} else {
 		a.value = resp.Header.Get("hashlb-session")
 	}
@@ -247,6 +250,9 @@ func TestSessionEnvoyFleet(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
 		bs := envoyrun.StartBackends(t, 4)
+		for _, b := range bs {
+			b.SetCookie("app=backend; Path=/") // stays beside hashlb's
+		}
 		start := time.Now()
 		envoys := startSessionEnvoys(t, bin, bs, 3, envoySessionKey)
 		t.Logf("3 Envoys ready in %v", time.Since(start).Round(time.Millisecond))
@@ -263,8 +269,8 @@ func TestSessionEnvoyFleet(t *testing.T) {
 				switch {
 				case err != nil:
 					return err
-				case a.value == "" || a.backend == "" || a.leaked:
-					return fmt.Errorf("%s client %d: first answer %+v: want a backend and a new session, nothing leaked", typ, c, a)
+				case a.value == "" || a.backend == "" || a.leaked || typ == "cookie" && !a.own:
+					return fmt.Errorf("%s client %d: first answer %+v: want a backend, a new session beside the backend's own cookie, nothing leaked", typ, c, a)
 				case typ == "cookie" && (strings.Contains(a.attrs, "Max-Age") || !strings.Contains(a.attrs, "Path=/") || !strings.Contains(a.attrs, "HttpOnly")):
 					return fmt.Errorf("%s client %d: Set-Cookie attributes %q, want a session cookie with Path=/ and HttpOnly", typ, c, a.attrs)
 				}
@@ -448,4 +454,24 @@ func sessionValues(t *testing.T, bs []*envoyrun.Backend, envoys []*sessionEnvoy)
 		}
 	}
 	t.Logf("%d forged values balanced again, each with a new session", len(forged))
+}
+
+// TestSessionEnvoyNoKey: a session block in a VM without HASHLB_SESSION_KEY
+// is refused as a bad configuration is: envoy --mode validate (which runs
+// hashlb's on_configure) fails with hashlb's message naming the variable.
+func TestSessionEnvoyNoKey(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		t.Parallel()
+		bs := envoyrun.StartBackends(t, 2)
+		yaml := bootstrap{
+			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"},
+				config: sessionPluginConfig(bs, sessionBlock("cookie"), nil, ""), cluster: "hashlb_upstream"}},
+			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+		}.yaml(t)
+		err := envoyrun.Validate(bin, envoyrun.WorkDir(t), yaml)
+		if err == nil || !strings.Contains(err.Error(), lbcore.SessionKeyEnv) || !strings.Contains(err.Error(), "Unable to create Wasm plugin hashlb") {
+			t.Fatalf("--mode validate without %s: %v; want a refusal naming it", lbcore.SessionKeyEnv, err)
+		}
+		t.Logf("refused: %s", lastLines(err.Error(), 3))
+	})
 }

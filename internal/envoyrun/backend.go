@@ -27,7 +27,12 @@ type Backend struct {
 	// OnRequest, when set, runs before the answer (a test's hook: block,
 	// count in-flight requests).
 	OnRequest func(r *http.Request)
+	cookie    atomic.Pointer[string] // SetCookie's
 }
+
+// SetCookie makes every later answer carry the header Set-Cookie: v (a
+// backend's own cookie, beside one a proxy adds); "" stops it.
+func (b *Backend) SetCookie(v string) { b.cookie.Store(&v) }
 
 // Echo is a backend's answer.
 type Echo struct {
@@ -88,6 +93,9 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Backend", b.Name)
+	if c := b.cookie.Load(); c != nil && *c != "" {
+		w.Header().Add("Set-Cookie", *c)
+	}
 	if st := b.status.Load(); st != 0 {
 		w.WriteHeader(int(st))
 	}
