@@ -87,7 +87,7 @@ func TestMetricsInEnvoy(t *testing.T) {
 		want := map[string]int64{
 			"hashlb.decision.hash": 40, "hashlb.decision.persistence": 20,
 			"hashlb.decision.bounded_load": 0, "hashlb.decision.backup": 0, "hashlb.decision.least_connection": 0,
-			"hashlb.decision.round_robin": 0, "hashlb.decision.no_service": 0,
+			"hashlb.decision.round_robin": 0, "hashlb.decision.no_service": 0, "hashlb.decision.session": 0,
 			"hashlb.persistence_hit": 20, "hashlb.persistence_miss": 10, "hashlb.persistence_empty_key": 30,
 			"hashlb.persistence_expired": 0, "hashlb.persistence_rechosen": 0, "hashlb.persistence_evicted": 0,
 			"hashlb.persistence_cas_retry": 0, "hashlb.persistence_cas_giveup": 0,
