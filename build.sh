@@ -67,6 +67,14 @@ apt_install() {
 	else sudo apt-get install -y "$1" >/dev/null || { sudo apt-get update >/dev/null && sudo apt-get install -y "$1" >/dev/null; }; fi
 }
 
+# c_compiler installs Debian's gcc when no C compiler is on PATH: the load-balancing
+# policy (cmd/hashlb-lbpolicy) is cgo, and its tests build it from the tree.
+c_compiler() {
+	if command -v "${CC:-gcc}" >/dev/null 2>&1 || command -v cc >/dev/null 2>&1; then return; fi
+	echo "test: installing gcc (Debian) for the load-balancing policy's cgo build" >&2
+	DEBIAN_FRONTEND=noninteractive beat "test: installing gcc" apt_install gcc
+}
+
 # etcd_bin points HASHLB_ETCD_BIN at Debian's etcd 3.4 (installing etcd-server when
 # missing): the fleet tests run against it as well as against the embedded etcd.
 etcd_bin() {
@@ -137,6 +145,7 @@ lbpolicy)
 	;;
 test)
 	etcd_bin
+	c_compiler
 	envoy_bins
 	echo "test: building the module"
 	beat "test: building the module" wasm
