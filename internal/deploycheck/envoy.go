@@ -221,6 +221,7 @@ func (c *envoyCheck) hcm(hcm *yaml.Node, path string) {
 		if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
 			c.fleetCluster(p, at, fl.Fleet.Cluster)
 		}
+		c.sessionKey(p, at)
 		c.clientAddress(p, hcm, path)
 		originalDst := false
 		for v, vh := range items(get(get(hcm, "route_config"), "virtual_hosts")) {

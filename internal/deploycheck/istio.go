@@ -111,6 +111,7 @@ func (c *istioCheck) wasmPlugin(r resource, p plugin) {
 	if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
 		c.fleetCluster(r, p, fl.Fleet.Cluster)
 	}
+	c.sessionKey(r, p, w, at)
 	if why := c.onWaypoint(r); why != "" {
 		c.waypoint(r, p, why)
 		return
