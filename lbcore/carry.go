@@ -15,9 +15,9 @@ type Carry struct {
 	Removed []int
 }
 
-// CarryOver compares prev and next by identity. Identities are unique within
+// carryOver compares prev and next by identity. Identities are unique within
 // a valid configuration (Validate refuses duplicates).
-func CarryOver(prev, next []Service) Carry {
+func carryOver(prev, next []Service) Carry {
 	at := make(map[uint64]int, len(prev))
 	for i := range prev {
 		at[prev[i].ID] = i
@@ -25,7 +25,7 @@ func CarryOver(prev, next []Service) Carry {
 	return carry(at, len(prev), next)
 }
 
-// Carry is CarryOver from the configuration b was built from to next,
+// Carry is carryOver from the configuration b was built from to next,
 // with the index of identities b already has: no map is built.
 func (b *Balancer) Carry(next []Service) Carry { return carry(b.ids, len(b.services), next) }
 

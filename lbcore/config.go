@@ -164,8 +164,8 @@ type StatusSet struct {
 	src    string
 }
 
-// Contains reports whether code is in the set.
-func (s StatusSet) Contains(code int) bool {
+// contains reports whether code is in the set.
+func (s StatusSet) contains(code int) bool {
 	for _, r := range s.ranges {
 		if code >= int(r[0]) && code <= int(r[1]) {
 			return true

@@ -38,7 +38,7 @@ type RankedService struct {
 	// that is not selectable (it keeps its place by score in the ranking,
 	// which is where it returns when it is selectable again).
 	Rank int
-	// Score is the rendezvous score with unit weight, Score(KeyHash, ID).
+	// Score is the rendezvous score of KeyHash and ID with unit weight.
 	Score uint64
 	// Weighted is the weighted score -weight/ln(u) the ranking compares when
 	// the services' weights differ (Explanation.Weighted); 0 otherwise.
@@ -224,7 +224,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	}
 	var out []RankedService
 	add := func(c candidate, rank int) {
-		rs := RankedService{Index: c.idx, Rank: rank, Score: Score(k, b.services[c.idx].ID)}
+		rs := RankedService{Index: c.idx, Rank: rank, Score: score(k, b.services[c.idx].ID)}
 		if !b.uniform {
 			s := &b.services[c.idx]
 			rs.Weighted = weightedScore(k, s.ID, s.Weight)

@@ -321,9 +321,9 @@ func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, boo
 }
 
 // create writes the bucket t.buf under bkey, which a Get found missing, so
-// that it succeeds only if the key is still missing (see CreateKey).
+// that it succeeds only if the key is still missing (see createKey).
 func (t *Table) create(bkey string) error {
-	return CreateKey(t.store, t.marker, bkey, t.buf)
+	return createKey(t.store, t.marker, bkey, t.buf)
 }
 
 // bucketKey returns the Store key of the bucket of hash h. The string
