@@ -12,6 +12,8 @@ import (
 type Reason uint8
 
 // The decision reasons.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// ReasonHash: the hash method's top-ranked selectable service.
 	ReasonHash Reason = iota

@@ -6,6 +6,9 @@ package lbcore
 // requests, its persistence entries) follows the service, not its position in
 // the list. A service whose name or weight changed is the same service; one
 // whose address changed without a hashId is a new one.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Carry struct {
 	// From[i] is the previous position of new service i, or -1 for a
 	// service the previous configuration did not have.

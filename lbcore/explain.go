@@ -8,9 +8,12 @@ import (
 )
 
 // ServiceState is a service's standing in an Explanation.
+// Exported as the type of Explanation.States and RankedService.State.
 type ServiceState uint8
 
 // The service states.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// StateSelectable: enabled and not DOWN; the service may be chosen.
 	StateSelectable ServiceState = iota
@@ -31,6 +34,9 @@ func (s ServiceState) String() string {
 }
 
 // RankedService is one service of an Explanation's ranking.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type RankedService struct {
 	// Index is the service's index in Config.Services.
 	Index int
@@ -66,6 +72,9 @@ type PersistExplanation struct {
 // asking why a request went where it went (hashlb explain). It is computed
 // by the Balancer's own code on a copy of its state, so it cannot disagree
 // with Decide.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Explanation struct {
 	// Method is lbMethod.
 	Method Method
@@ -111,6 +120,9 @@ type Explanation struct {
 
 // SessionExplanation is what a request's session came to, and what the
 // response carries.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type SessionExplanation struct {
 	// Value is the session value the request carried; Found is false when
 	// it carried none.

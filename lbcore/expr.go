@@ -50,6 +50,8 @@ import (
 //
 // Evaluation never fails: a missing or malformed input yields "" for its
 // pipeline.
+//
+// Exported as the type of Config.Token and of ParseExpr's result.
 type Expr struct {
 	src   string
 	parts []exprPart

@@ -74,6 +74,9 @@ func (h *HealthCheck) ProbeAuthority(addr string) string {
 // writes the same record in shared data (encodeHealth), so an active probe
 // made by one worker, or a failure seen by another, takes the service out
 // for all of them.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type ServiceHealth struct {
 	// Down is the active checks' verdict: DOWN after UnhealthyThreshold
 	// failed probes in a row, UP again after HealthyThreshold good ones.

@@ -123,6 +123,9 @@ func (b *HealthBoard) Admit(i int) bool {
 
 // Change is one update of a service's record: the record before and after,
 // and whether the update reported a transition.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Change struct {
 	Before, After ServiceHealth
 	Changed       bool
@@ -236,9 +239,12 @@ func (b *Balancer) OnlySelectable(i int) bool {
 }
 
 // Transition is what a Change did to a service, for logs and metrics.
+// Exported as the type of Change.Transition's result.
 type Transition uint8
 
 // The transitions.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// NoTransition: nothing an operator needs to hear about.
 	NoTransition Transition = iota

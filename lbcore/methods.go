@@ -8,7 +8,8 @@ type Method uint8
 // The load-balancing methods. The first eight are the Citrix ADC hashing
 // methods; LEASTCONNECTION and ROUNDROBIN are the fallbacks and may also be
 // used on their own. A new method gets a constant here and an entry in
-// methodSpecs; its values need not follow any order.
+// methodSpecs; its values need not follow any order. Each is exported with
+// its type, whether or not a package outside names it.
 const (
 	MethodRoundRobin Method = iota
 	MethodLeastConnection

@@ -76,6 +76,7 @@ const (
 // Miss, Expired and Rechosen describe the first read of the key's bucket;
 // if a retry then finds a mapping another worker has just stored, that
 // mapping is served and no further flag is set.
+// Exported as the type of Decision.Persist.
 type Outcome struct {
 	// Hit: the key mapped to a live, selectable service (persistence_hit).
 	Hit bool
@@ -105,6 +106,7 @@ type Outcome struct {
 // Table is the persistence table of one worker over the shared Store. Each
 // worker (Wasm VM) holds its own Table; a Table is not safe for concurrent
 // use, the Store is. Create it with NewTable.
+// Exported as NewTable's result.
 type Table struct {
 	store    Store
 	key      []byte // namespace + "/p/", then the bucket number; reused

@@ -18,6 +18,10 @@ import (
 // a valid one back goes to that service, whatever the method, the
 // persistence table or the weights say, while the service is selectable
 // (docs/persistence.md#session-persistence).
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type Session struct {
 	// Type is SessionCookie or SessionHeader (required).
 	Type string
@@ -53,6 +57,8 @@ const (
 )
 
 // The session lifetimes of a cookie.
+// Each is exported with the others, whether or not a package outside names
+// it.
 const (
 	LifetimeSession   = "session"
 	LifetimePermanent = "permanent"
@@ -92,9 +98,12 @@ const (
 var sessionB64 = base64.RawURLEncoding
 
 // SessionState is what a request's session value came to.
+// Exported as the type of Decision.Session and SessionExplanation.State.
 type SessionState uint8
 
 // The session states.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// SessionOff: the configuration has no session block.
 	SessionOff SessionState = iota

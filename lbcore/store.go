@@ -61,6 +61,9 @@ var ErrCASMismatch = errors.New("cas mismatch")
 // one fails with ErrCASMismatch; a Set on a key that does not exist writes
 // whatever cas is given, so CAS cannot guard the creation of a key. Keys
 // cannot be deleted.
+//
+// Exported as what EnablePersistence, NewTable, NewHealthBoard and
+// NewLoadBoard take: the filter's shared data implements it.
 type Store interface {
 	// Get returns the value and its cas, or ErrNotFound.
 	Get(key string) (value []byte, cas uint32, err error)
