@@ -125,6 +125,26 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 		carry = prev.bal.Carry(cfg.Services)
 		pm = &prevMetrics{m: prev.m, services: prev.cfg.Services, from: carry.From}
 	}
+	if !p.build(cfg, root, pm) {
+		return types.OnPluginStartStatusFailed
+	}
+	now := time.Now()
+	p.now = now
+	var inherited []int64
+	if prev != nil {
+		inherited = p.takeOver(prev, &carry, now)
+	}
+	// Nothing below can fail: the context is started.
+	p.goLive(cfg, root, now, inherited)
+	return types.OnPluginStartStatusOK
+}
+
+// build makes what the context decides, counts, shares and checks with for
+// cfg: metrics (carrying pm's counts), the Balancer with its persistence
+// table, session key and fleet level, the tick, the load board and health.
+// It reports false, after logging why, when one cannot be made; p then
+// keeps nothing of it.
+func (p *pluginContext) build(cfg *lbcore.Config, root string, pm *prevMetrics) bool {
 	m := defineMetrics(cfg, &p.vm.metrics, pm)
 	bal := lbcore.NewBalancer(cfg, rand.Uint64())
 	// The persistence table is per plugin: two hashlb filters sharing a vm_id
@@ -133,7 +153,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	bal.EnablePersistence(sharedStore{}, ns)
 	if err := enableSession(bal, cfg); err != nil {
 		proxywasm.LogErrorf("hashlb: config: %v", err)
-		return types.OnPluginStartStatusFailed
+		return false
 	}
 	var fl *fleetLevel
 	if cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
@@ -142,7 +162,7 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// The tick shares active request counts and runs health checks.
 	if err := proxywasm.SetTickPeriodMilliSeconds(uint32(tickPeriod / time.Millisecond)); err != nil {
 		proxywasm.LogErrorf("hashlb: setting the tick period: %v", err)
-		return types.OnPluginStartStatusFailed
+		return false
 	}
 	p.m, p.bal, p.in, p.hostLate, p.fleet, p.root = m, bal, cfg.Inputs(), cfg.HostOnlyForAuthority(), fl, root
 	p.callIDLate = cfg.CompactCallIDOnlyAsFallback()
@@ -152,32 +172,40 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 		p.failing = make([]bool, len(cfg.Services))
 		p.health = newHealth(p, cfg, ns, p.vm.me)
 	}
-	now := time.Now()
-	p.now = now
-	var inherited []int64
-	if prev != nil {
-		if p.failing != nil && prev.failing != nil {
-			p.failing = lbcore.CarryValues(&carry, prev.failing)
-		}
-		if cfg.HealthCheck != nil {
-			for _, i := range carry.Added() {
-				p.health.board.Admit(i)
-			}
-		}
-		// The fleet's queue, placed keys and view of etcd go on in the new
-		// client; the old one only settles what it has in flight.
-		if prev.fleet != nil && fl != nil {
-			prev.fleet.c.HandOver(fl.c)
-		} else if prev.fleet != nil {
-			prev.fleet.c.Stop()
-		}
-		// Its requests in flight: republished for p.viewLoads, or, when it
-		// never published (no tick yet), added here; no key is created.
-		if !prev.board.Refresh(now, prev.own) {
-			inherited = lbcore.CarryValues(&carry, prev.own)
+	return true
+}
+
+// takeOver carries what prev, the previous configuration's context, knows
+// into p by carry: failure streaks, the health board's new services, the
+// fleet client's work, and (returned, per new service) the requests prev
+// has in flight when it never published them.
+func (p *pluginContext) takeOver(prev *pluginContext, carry *lbcore.Carry, now time.Time) (inherited []int64) {
+	if p.failing != nil && prev.failing != nil {
+		p.failing = lbcore.CarryValues(carry, prev.failing)
+	}
+	if p.bal.Config().HealthCheck != nil {
+		for _, i := range carry.Added() {
+			p.health.board.Admit(i)
 		}
 	}
-	// Nothing below can fail: the context is started.
+	// The fleet's queue, placed keys and view of etcd go on in the new
+	// client; the old one only settles what it has in flight.
+	if prev.fleet != nil && p.fleet != nil {
+		prev.fleet.c.HandOver(p.fleet.c)
+	} else if prev.fleet != nil {
+		prev.fleet.c.Stop()
+	}
+	// Its requests in flight: republished for p.viewLoads, or, when it
+	// never published (no tick yet), added here; no key is created.
+	if !prev.board.Refresh(now, prev.own) {
+		inherited = lbcore.CarryValues(carry, prev.own)
+	}
+	return inherited
+}
+
+// goLive starts the context on cfg: the request path sees it from here.
+// The loads are read, inherited requests added, health verdicts applied.
+func (p *pluginContext) goLive(cfg *lbcore.Config, root string, now time.Time, inherited []int64) {
 	p.cfg = cfg
 	p.viewLoads(now)
 	for i, n := range inherited {
@@ -192,7 +220,6 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	} else {
 		proxywasm.LogInfof("hashlb: %s over %d services, upstream header %s", cfg.LBMethod, len(cfg.Services), cfg.UpstreamHeader)
 	}
-	return types.OnPluginStartStatusOK
 }
 
 // OnTick refreshes health verdicts and runs due probes.

@@ -142,6 +142,34 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	if err != nil {
 		return fmt.Errorf("hostsim: compile: %w", err)
 	}
+	if err := h.readABI(cm); err != nil {
+		return err
+	}
+	mods := h.hostModules()
+	if err := checkImports(cm, mods); err != nil {
+		return err
+	}
+	if cm, err = h.rt.CompileModule(ctx, wasm); err != nil {
+		return fmt.Errorf("hostsim: compile: %w", err)
+	}
+	if err := h.instantiateHost(ctx, mods); err != nil {
+		return err
+	}
+	h.cm = cm
+	h.canaried = map[string]bool{string(h.plugin): true}
+	for i := 0; i < h.cfg.Workers; i++ {
+		v, err := newVM(ctx, h, i, fmt.Sprintf("worker-%d", i), cm, h.plugin)
+		if err != nil {
+			return err
+		}
+		h.vms = append(h.vms, v)
+	}
+	return nil
+}
+
+// readABI is Envoy's first check of a module: one ABI marker export, which
+// sets h.abi, and an allocator.
+func (h *Host) readABI(cm wazero.CompiledModule) error {
 	// src/wasm.cc WasmBase::load: the ABI version comes from the marker export.
 	var found []string
 	for name := range cm.ExportedFunctions() {
@@ -161,7 +189,12 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 	if exports["malloc"] == nil && exports["proxy_on_memory_allocate"] == nil {
 		return errors.New("Wasm module is missing malloc function.")
 	}
-	mods := h.hostModules()
+	return nil
+}
+
+// checkImports is Envoy's second check: every function import provided by
+// mods, the ABI's host functions, with the same type.
+func checkImports(cm wazero.CompiledModule, mods map[string]map[string]hostFunc) error {
 	// src/v8/v8.cc V8::link: every function import must be provided with the same type.
 	for _, imp := range cm.ImportedFunctions() {
 		mod, name, _ := imp.Import()
@@ -174,9 +207,13 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 			return fmt.Errorf("Failed to load Wasm module due to an import type mismatch: %s.%s, want: %s, but host exports: %s", mod, name, want, got)
 		}
 	}
-	if cm, err = h.rt.CompileModule(ctx, wasm); err != nil {
-		return fmt.Errorf("hostsim: compile: %w", err)
-	}
+	return nil
+}
+
+// instantiateHost instantiates mods, the host's functions, each call
+// checked against the profile, its i32 arguments cut to 32 bits, and
+// traced when Config.Trace asks.
+func (h *Host) instantiateHost(ctx context.Context, mods map[string]map[string]hostFunc) error {
 	for mod, fs := range mods {
 		b := h.rt.NewHostModuleBuilder(mod)
 		for _, f := range fs {
@@ -203,15 +240,6 @@ func (h *Host) load(ctx context.Context, wasm []byte) error {
 		if _, err := b.Instantiate(ctx); err != nil {
 			return fmt.Errorf("hostsim: host module %s: %w", mod, err)
 		}
-	}
-	h.cm = cm
-	h.canaried = map[string]bool{string(h.plugin): true}
-	for i := 0; i < h.cfg.Workers; i++ {
-		v, err := newVM(ctx, h, i, fmt.Sprintf("worker-%d", i), cm, h.plugin)
-		if err != nil {
-			return err
-		}
-		h.vms = append(h.vms, v)
 	}
 	return nil
 }

@@ -12,6 +12,8 @@ import (
 type Reason uint8
 
 // The decision reasons.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// ReasonHash: the hash method's top-ranked selectable service.
 	ReasonHash Reason = iota
@@ -132,11 +134,11 @@ type Balancer struct {
 	buf    []byte
 	x      evalCtx // the decision's evaluation context: trusted hops, caps hit
 
-	table  *Table
-	onMiss persistMode    // what Decide does on a local miss: persistAsk with a fleet level
-	pkey   []byte         // the persistence key of the last decision (AskKey); its buffer is reused
-	pkeyIP bool           // the persistence key is ${client.ip} alone, from the connection's source
-	ids    map[uint64]int // service identity → index, for the persistence table
+	table    *Table
+	askFleet bool           // a local miss is the fleet's to settle (Decision.Ask): the table has a fleet level
+	pkey     []byte         // the persistence key of the last decision (AskKey); its buffer is reused
+	pkeyIP   bool           // the persistence key is ${client.ip} alone, from the connection's source
+	ids      map[uint64]int // service identity → index, for the persistence table
 
 	rank []rankEntry // per service, what ranking reads (hrw.go)
 
@@ -260,36 +262,40 @@ func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 
 // DecideInto is Decide writing the decision into *d, whatever d held: for a
 // caller that keeps one Decision for every request (returning 96 bytes costs
-// a bulk clear and copy in Wasm: RATIONALE.md, "Cost per request").
+// a bulk clear and copy in Wasm: RATIONALE.md, "Cost per request"). Its
+// steps: the request's session, else the persistence table (asking the
+// fleet on a local miss when it has one), else the method.
 func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
-	b.decide(d, r, now, b.onMiss, 0)
+	b.begin(d)
+	switch {
+	case b.sess != nil && b.sessionDecide(d, r, now):
+	case b.table != nil:
+		b.decidePersistent(d, r, now, b.askFleet)
+	default:
+		b.decideMethod(d, r)
+		return
+	}
+	d.Capped = b.x.capped
 }
 
-// decide is DecideInto with the persistence table's mode for a local miss
-// (and the service persistForce stores). With methodOnly it is the method's
-// part of a decision already begun (decidePersistent's), filling d, which
-// must read as zero: lbMethod, falling back when it has no input.
+// begin starts a decision: d reads as zero, the evaluation context's caps
+// are cleared and the decision counter advances.
+func (b *Balancer) begin(d *Decision) {
+	// Only capped: hops is the config's (NewBalancer), and rewriting b.x
+	// whole would store the jwt buffer's pointer again (a write barrier).
+	b.x.capped, b.x.m.steps, b.x.work = false, 0, 0
+	b.seq++
+	d.reset()
+}
+
+// decideMethod is the method's decision over the ranking, without session
+// or persistence, filling d, which must read as zero: lbMethod, falling
+// back to backupLBMethod when it has no input.
 //
-// The method is here rather than in a function of its own, and the pieces
-// below are inline, because a call costs more than the work in Go's Wasm
-// code (RATIONALE.md, "Cost per request").
-func (b *Balancer) decide(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
-	if mode != methodOnly {
-		// Only capped: hops is the config's (NewBalancer), and rewriting b.x
-		// whole would store the jwt buffer's pointer again (a write barrier).
-		b.x.capped, b.x.m.steps, b.x.work = false, 0, 0
-		b.seq++
-		d.reset()
-		if b.sess != nil && b.sessionDecide(d, r, now) {
-			d.Capped = b.x.capped
-			return
-		}
-		if b.table != nil {
-			b.decidePersistent(d, r, now, mode, force)
-			d.Capped = b.x.capped
-			return
-		}
-	}
+// The pieces below are inline rather than functions of their own because
+// a call costs more than the work in Go's Wasm code (RATIONALE.md, "Cost
+// per request").
+func (b *Balancer) decideMethod(d *Decision, r *Request) {
 	if b.keyer == nil {
 		d.Reason, d.Method = b.method.reason, b.method.method
 		*d = b.method.pick(b, *d)

@@ -15,72 +15,28 @@ func (b *Balancer) EnablePersistence(s Store, namespace string) {
 		b.table = NewTable(s, namespace, p.TableSize, p.Expire)
 		b.pkeyIP = len(p.Keys) == 1 && p.Keys[0].clientIPOnly() && b.x.hops <= 0
 		if p.Fleet != nil {
-			b.onMiss = persistAsk
+			b.askFleet = true
 		}
 	}
 }
 
-// persistMode says what decidePersistent does on a local miss.
-type persistMode uint8
-
-const (
-	persistLocal persistMode = iota // the method chooses and the table stores it (no fleet, or etcd unreachable)
-	persistAsk                      // the method proposes, nothing is stored: Decision.Ask
-	persistForce                    // the fleet's service is stored, replacing what the table has
-	methodOnly                      // the method alone, within a decision begun (Balancer.decide)
-)
-
-// decidePersistent consults the persistence table: a hit on a selectable
-// service wins over the method, a miss lets the method choose and records
-// the choice (persistLocal), or returns the method's choice unstored for the
-// caller to ask the fleet (persistAsk). With persistForce, service force
-// replaces whatever the table holds for the key.
+// decidePersistent is the persistence table's decision: a hit on a
+// selectable service wins over the method; on a miss the method chooses and
+// the table records the choice, or, with ask, the method's choice is
+// returned unstored for the caller to ask the fleet (Decision.Ask).
 //
 // It fills d, which must read as zero (a Decision returned by value is a
 // bulk clear and copy in Wasm).
-func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode persistMode, force int) {
-	p := b.cfg.Persistence
-	key, empty := b.pkey[:0], true
-	fast := false
-	if b.pkeyIP {
-		// The key is ${client.ip} of a dotted quad: its own text, as the
-		// expression writes it (exprVar.appendValue), without the calls.
-		if txt, ok := ipv4Text(r.Source); ok {
-			key, empty, fast = append(key, txt...), false, true
-		}
-	}
-	for i, e := range p.Keys {
-		if fast {
-			break
-		}
-		if i > 0 {
-			key = append(key, 0x1f)
-		}
-		n := len(key)
-		key = e.appendEval(key, r, &b.x)
-		empty = empty && len(key) == n
-	}
-	b.pkey = key
-	if empty && p.EmptyKey == "skip" {
-		b.decide(d, r, now, methodOnly, 0)
+func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, ask bool) {
+	key, empty := b.persistKey(r)
+	if empty && b.cfg.Persistence.EmptyKey == "skip" {
+		b.decideMethod(d, r)
 		d.EmptyKey = true
 		return
 	}
-	// The common case first: a hit that writes nothing, without the
-	// closures Resolve takes (RATIONALE.md, "Cost per request").
 	var fr firstRead
-	if mode != persistForce {
-		if svc, last, hit := b.table.quickHit(&fr, key, unixSeconds(now)); hit {
-			if i, known := b.ids[svc]; known && b.selectable(i) {
-				d.Persist.Hit, d.Persist.PrevUse, d.EmptyKey = true, last, empty
-				d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
-				d.add(i)
-				if b.want > 1 {
-					b.failover(d, r, i)
-				}
-				return
-			}
-		}
+	if b.persistHit(d, r, &fr, key, empty, now) {
+		return
 	}
 	chose, asked := false, false
 	// selectable remembers the last service it found, so that a hit maps its
@@ -94,26 +50,14 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 		seenID, seenIdx = id, i
 		return b.selectable(i)
 	}
-	if mode == persistForce {
-		forced := b.services[force].ID
-		selectable = func(id uint64) bool { return id == forced }
-	}
 	svc, ok := b.table.resolveInto(&d.Persist, &fr, PersistKeyHash(key), now, selectable,
 		func() (uint64, bool) {
-			if mode == persistForce {
-				return b.services[force].ID, true
-			}
 			chose = true
-			// Resolve may ask again after a lost race; what it has
-			// reported so far in d.Persist stays.
-			out, sess, svc := d.Persist, d.Session, d.sessSvc
-			d.reset()
-			d.Persist, d.Session, d.sessSvc = out, sess, svc
-			b.decide(d, r, now, methodOnly, 0)
+			b.redecideMethod(d, r)
 			if d.Len() == 0 {
 				return 0, false
 			}
-			if mode == persistAsk {
+			if ask {
 				asked = true
 				return 0, false
 			}
@@ -136,33 +80,126 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, mode
 	if chose && d.Len() > 0 && d.At(0) == idx {
 		return // the method's own choice was stored
 	}
-	// The table's service (a hit, another worker's concurrent store, or
-	// the fleet's).
+	// The table's service: a hit, or another worker's concurrent store.
+	b.persistedInto(d, r, idx)
+}
+
+// persistKey evaluates the persistence key expressions for r into b.pkey
+// (joined by 0x1f) and reports whether every one was empty.
+func (b *Balancer) persistKey(r *Request) (key []byte, empty bool) {
+	key, empty = b.pkey[:0], true
+	if b.pkeyIP {
+		// The key is ${client.ip} of a dotted quad: its own text, as the
+		// expression writes it (exprVar.appendValue), without the calls.
+		if txt, ok := ipv4Text(r.Source); ok {
+			b.pkey = append(key, txt...)
+			return b.pkey, false
+		}
+	}
+	for i, e := range b.cfg.Persistence.Keys {
+		if i > 0 {
+			key = append(key, 0x1f)
+		}
+		n := len(key)
+		key = e.appendEval(key, r, &b.x)
+		empty = empty && len(key) == n
+	}
+	b.pkey = key
+	return key, empty
+}
+
+// persistHit settles d from a live entry for key on a selectable service
+// when the lookup writes nothing: the common case, without the closures
+// resolveInto takes (RATIONALE.md, "Cost per request"). fr keeps what it
+// read for resolveInto.
+func (b *Balancer) persistHit(d *Decision, r *Request, fr *firstRead, key []byte, empty bool, now time.Time) bool {
+	svc, last, hit := b.table.quickHit(fr, key, unixSeconds(now))
+	if !hit {
+		return false
+	}
+	i, known := b.ids[svc]
+	if !known || !b.selectable(i) {
+		return false
+	}
+	d.Persist.Hit, d.Persist.PrevUse, d.EmptyKey = true, last, empty
+	b.persistedInto(d, r, i)
+	return true
+}
+
+// redecideMethod has the method choose again inside a decision begun: what
+// d reports of the table and the session so far stays (resolveInto may ask
+// again after a lost race).
+func (b *Balancer) redecideMethod(d *Decision, r *Request) {
+	out, sess, svc := d.Persist, d.Session, d.sessSvc
+	d.reset()
+	d.Persist, d.Session, d.sessSvc = out, sess, svc
+	b.decideMethod(d, r)
+}
+
+// persistedInto names service i, the table's, first in d, then the
+// failover order.
+func (b *Balancer) persistedInto(d *Decision, r *Request, i int) {
 	d.Reason, d.Method, d.n = ReasonPersistence, b.cfg.LBMethod, 0
-	d.add(idx)
+	d.add(i)
 	if b.want > 1 {
-		b.failover(d, r, idx)
+		b.failover(d, r, i)
 	}
 }
 
 // DecideLocal is Decide deciding a local miss locally even when the table
 // has a fleet level: etcd is unreachable, slow, or in backoff.
 func (b *Balancer) DecideLocal(r *Request, now time.Time) (d Decision) {
-	b.decide(&d, r, now, persistLocal, 0)
+	b.begin(&d)
+	switch {
+	case b.sess != nil && b.sessionDecide(&d, r, now):
+	case b.table != nil:
+		b.decidePersistent(&d, r, now, false)
+	default:
+		b.decideMethod(&d, r)
+		return d
+	}
+	d.Capped = b.x.capped
 	return d
 }
 
 // DecideFleet stores service i, the fleet's answer for r's key, in the
-// local table (replacing what it holds) and decides with it first. A
-// service that is not selectable here is not stored: the request is then
-// decided locally (DecideLocal).
-func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) Decision {
+// local table (replacing what it holds) and decides with it first. A valid
+// session still wins. A service that is not selectable here is not stored:
+// the request is then decided locally (DecideLocal).
+func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) (d Decision) {
 	if b.table == nil || i < 0 || i >= len(b.services) || !b.selectable(i) {
 		return b.DecideLocal(r, now)
 	}
-	var d Decision
-	b.decide(&d, r, now, persistForce, i)
+	b.begin(&d)
+	if b.sess == nil || !b.sessionDecide(&d, r, now) {
+		b.decideForced(&d, r, now, i)
+	}
+	d.Capped = b.x.capped
 	return d
+}
+
+// decideForced stores service i for r's persistence key, replacing what
+// the table holds, and names it first in d (which must read as zero). An
+// empty key that persistence skips leaves the decision to the method.
+func (b *Balancer) decideForced(d *Decision, r *Request, now time.Time, i int) {
+	key, empty := b.persistKey(r)
+	if empty && b.cfg.Persistence.EmptyKey == "skip" {
+		b.decideMethod(d, r)
+		d.EmptyKey = true
+		return
+	}
+	forced := b.services[i].ID
+	var fr firstRead
+	svc, ok := b.table.resolveInto(&d.Persist, &fr, PersistKeyHash(key), now,
+		func(id uint64) bool { return id == forced },
+		func() (uint64, bool) { return forced, true })
+	d.EmptyKey = empty
+	if !ok {
+		d.Reason = ReasonNoService
+		d.n = 0
+		return
+	}
+	b.persistedInto(d, r, b.ids[svc])
 }
 
 // Remember stores service i for persistence key key in the local table,

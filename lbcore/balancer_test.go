@@ -26,7 +26,7 @@ func TestRankMatchesOracle(t *testing.T) {
 				idx = append(idx, j)
 			}
 		}
-		sort.Slice(idx, func(x, y int) bool { return Score(k, c.Services[idx[x]].ID) > Score(k, c.Services[idx[y]].ID) })
+		sort.Slice(idx, func(x, y int) bool { return score(k, c.Services[idx[x]].ID) > score(k, c.Services[idx[y]].ID) })
 		d := b.Decide(&Request{Target: url}, epoch)
 		var got []int
 		for j := 0; j < d.Len(); j++ {

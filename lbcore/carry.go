@@ -6,6 +6,9 @@ package lbcore
 // requests, its persistence entries) follows the service, not its position in
 // the list. A service whose name or weight changed is the same service; one
 // whose address changed without a hashId is a new one.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Carry struct {
 	// From[i] is the previous position of new service i, or -1 for a
 	// service the previous configuration did not have.
@@ -15,9 +18,9 @@ type Carry struct {
 	Removed []int
 }
 
-// CarryOver compares prev and next by identity. Identities are unique within
+// carryOver compares prev and next by identity. Identities are unique within
 // a valid configuration (Validate refuses duplicates).
-func CarryOver(prev, next []Service) Carry {
+func carryOver(prev, next []Service) Carry {
 	at := make(map[uint64]int, len(prev))
 	for i := range prev {
 		at[prev[i].ID] = i
@@ -25,7 +28,7 @@ func CarryOver(prev, next []Service) Carry {
 	return carry(at, len(prev), next)
 }
 
-// Carry is CarryOver from the configuration b was built from to next,
+// Carry is carryOver from the configuration b was built from to next,
 // with the index of identities b already has: no map is built.
 func (b *Balancer) Carry(next []Service) Carry { return carry(b.ids, len(b.services), next) }
 

@@ -35,7 +35,7 @@ func TestCarryOver(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := CarryOver(tc.prev, tc.next)
+			c := carryOver(tc.prev, tc.next)
 			if !slices.Equal(c.From, tc.wantFrom) || !slices.Equal(c.Removed, tc.wantRemoved) || !slices.Equal(c.Added(), tc.wantAdded) {
 				t.Errorf("CarryOver = From %v, Removed %v, Added %v; want %v, %v, %v", c.From, c.Removed, c.Added(), tc.wantFrom, tc.wantRemoved, tc.wantAdded)
 			}

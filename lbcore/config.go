@@ -7,6 +7,10 @@ import (
 
 // Config is a validated plugin configuration. Build one with ParseConfig;
 // a Config is never modified after parsing.
+//
+// Its fields are exported whole, the parsed configuration that the filter,
+// nsconf and hashlb explain read, whether or not a package outside reads
+// each one yet.
 type Config struct {
 	// FilterType is how Envoy runs the module (default http; http, one
 	// decision per request, or network, one per TCP connection).
@@ -58,6 +62,10 @@ type Config struct {
 }
 
 // Service is one upstream service.
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type Service struct {
 	// Name identifies the service in headers, metrics and logs (unique).
 	Name string
@@ -79,6 +87,10 @@ type Service struct {
 }
 
 // Persistence configures the TR7 hash persistence table.
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type Persistence struct {
 	// Keys are the key expressions, joined with \x1f (1–8, no duplicates).
 	Keys []*Expr
@@ -97,6 +109,10 @@ type Persistence struct {
 // Fleet configures fleet-wide persistence: one etcd (reached through an
 // Envoy cluster and etcd's JSON gateway) decides the first service of a
 // key for every proxy of the fleet.
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type Fleet struct {
 	// Cluster is the Envoy cluster that reaches etcd's client port (required).
 	Cluster string
@@ -122,6 +138,10 @@ func (f *Fleet) CallAuthority() string {
 }
 
 // HealthCheck configures active HTTP probes.
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type HealthCheck struct {
 	// Path is the probe's request path (default /healthz).
 	Path string
@@ -149,6 +169,9 @@ type HealthCheck struct {
 }
 
 // PassiveHealth configures ejection after consecutive failures.
+//
+// Exported whole as the type of Config.PassiveHealth: a field no package
+// outside reads yet is exported with its siblings.
 type PassiveHealth struct {
 	// ConsecutiveFailures ejects a service after that many failures in a row (default 5, 1–1000).
 	ConsecutiveFailures int
@@ -159,13 +182,15 @@ type PassiveHealth struct {
 }
 
 // StatusSet is a set of HTTP status codes written as "200-399,404".
+// Exported as the type of HealthCheck.ExpectedStatuses and
+// PassiveHealth.FailureStatuses.
 type StatusSet struct {
 	ranges [][2]uint16
 	src    string
 }
 
-// Contains reports whether code is in the set.
-func (s StatusSet) Contains(code int) bool {
+// contains reports whether code is in the set.
+func (s StatusSet) contains(code int) bool {
 	for _, r := range s.ranges {
 		if code >= int(r[0]) && code <= int(r[1]) {
 			return true
@@ -174,10 +199,12 @@ func (s StatusSet) Contains(code int) bool {
 	return false
 }
 
-// String returns the set as configured.
+// String returns the set as configured (a fmt.Stringer).
 func (s StatusSet) String() string { return s.src }
 
 // The values of filterType and upstreamVia.
+// Each is exported with the others, whether or not a package outside names
+// it.
 const (
 	// FilterHTTP: the module is an HTTP filter (envoy.filters.http.wasm) and
 	// decides once per request.

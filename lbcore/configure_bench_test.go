@@ -27,7 +27,7 @@ func podPoolConfig(n, moved int) []byte {
 }
 
 // BenchmarkConfigure is the lbcore part of a new plugin configuration of
-// 10^4 services: ParseConfig, NewBalancer and CarryOver from the previous
+// 10^4 services: ParseConfig, NewBalancer and carryOver from the previous
 // one (filter/plugin.go start).
 //
 //	go test ./lbcore -run '^$' -bench BenchmarkConfigure -benchmem
@@ -56,7 +56,7 @@ func BenchmarkConfigure(b *testing.B) {
 		b.Run(fmt.Sprintf("services=%d/carry", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				CarryOver(prev.Services, c.Services)
+				carryOver(prev.Services, c.Services)
 			}
 		})
 	}

@@ -111,7 +111,7 @@ func TestRoundRobinStartClosedForm(t *testing.T) {
 	}
 }
 
-// TestBalancerCarry: Carry from a Balancer's identity index is CarryOver.
+// TestBalancerCarry: Carry from a Balancer's identity index is carryOver.
 func TestBalancerCarry(t *testing.T) {
 	prev, err := ParseConfig(podPoolConfig(100, 3))
 	if err != nil {
@@ -122,7 +122,7 @@ func TestBalancerCarry(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := NewBalancer(prev, 1).Carry(next.Services)
-	want := CarryOver(prev.Services, next.Services)
+	want := carryOver(prev.Services, next.Services)
 	if !reflect.DeepEqual(got, want) || len(want.Removed) != 1 || want.Removed[0] != 7 {
 		t.Errorf("Balancer.Carry = %+v, CarryOver = %+v (want service 7 removed)", got.Removed, want.Removed)
 	}

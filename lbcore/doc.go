@@ -22,7 +22,7 @@
 //     backtracker (replace.go); hex digits (hex.go) and conversions without a
 //     copy (nocopy.go).
 //   - Persistence: the TR7 table over a Store (persist.go, balancer_persist.go),
-//     the Store itself with CreateKey (store.go), and what the fleet level
+//     the Store itself with createKey (store.go), and what the fleet level
 //     asks of the services (balancer_fleet.go).
 //   - The boards in shared data: LoadBoard shares active requests between
 //     workers (loadboard.go); HealthBoard holds health records and the probe

@@ -8,9 +8,12 @@ import (
 )
 
 // ServiceState is a service's standing in an Explanation.
+// Exported as the type of Explanation.States and RankedService.State.
 type ServiceState uint8
 
 // The service states.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// StateSelectable: enabled and not DOWN; the service may be chosen.
 	StateSelectable ServiceState = iota
@@ -31,6 +34,9 @@ func (s ServiceState) String() string {
 }
 
 // RankedService is one service of an Explanation's ranking.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type RankedService struct {
 	// Index is the service's index in Config.Services.
 	Index int
@@ -38,7 +44,7 @@ type RankedService struct {
 	// that is not selectable (it keeps its place by score in the ranking,
 	// which is where it returns when it is selectable again).
 	Rank int
-	// Score is the rendezvous score with unit weight, Score(KeyHash, ID).
+	// Score is the rendezvous score of KeyHash and ID with unit weight.
 	Score uint64
 	// Weighted is the weighted score -weight/ln(u) the ranking compares when
 	// the services' weights differ (Explanation.Weighted); 0 otherwise.
@@ -66,6 +72,9 @@ type PersistExplanation struct {
 // asking why a request went where it went (hashlb explain). It is computed
 // by the Balancer's own code on a copy of its state, so it cannot disagree
 // with Decide.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Explanation struct {
 	// Method is lbMethod.
 	Method Method
@@ -111,6 +120,9 @@ type Explanation struct {
 
 // SessionExplanation is what a request's session came to, and what the
 // response carries.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type SessionExplanation struct {
 	// Value is the session value the request carried; Found is false when
 	// it carried none.
@@ -224,7 +236,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	}
 	var out []RankedService
 	add := func(c candidate, rank int) {
-		rs := RankedService{Index: c.idx, Rank: rank, Score: Score(k, b.services[c.idx].ID)}
+		rs := RankedService{Index: c.idx, Rank: rank, Score: score(k, b.services[c.idx].ID)}
 		if !b.uniform {
 			s := &b.services[c.idx]
 			rs.Weighted = weightedScore(k, s.ID, s.Weight)

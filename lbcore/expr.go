@@ -50,6 +50,8 @@ import (
 //
 // Evaluation never fails: a missing or malformed input yields "" for its
 // pipeline.
+//
+// Exported as the type of Config.Token and of ParseExpr's result.
 type Expr struct {
 	src   string
 	parts []exprPart
@@ -166,23 +168,23 @@ func (e *Expr) String() string {
 	return e.src
 }
 
-// AppendEval appends the expression's value for r to dst and returns the
+// appendFresh appends the expression's value for r to dst and returns the
 // extended slice. It never fails and never panics: a missing or malformed
 // input yields "" for its pipeline. Each pipeline is evaluated in place at the
 // end of dst, so an expression allocates nothing when dst has room (jwt and
-// replace use buffers of the evaluation context: AppendEval's own is new
+// replace use buffers of the evaluation context: appendFresh's own is new
 // each call, a Balancer's is kept). client.ip and client.port are the connection's peer,
 // as with trustedForwardedHops 0; a Balancer evaluates with its
 // configuration's hops.
-func (e *Expr) AppendEval(dst []byte, r *Request) []byte {
+func (e *Expr) appendFresh(dst []byte, r *Request) []byte {
 	var x evalCtx
 	return e.appendEval(dst, r, &x)
 }
 
-// Eval returns the expression's value for r; see AppendEval.
+// Eval returns the expression's value for r; see appendFresh.
 func (e *Expr) Eval(r *Request) string {
 	var buf [128]byte
-	return string(e.AppendEval(buf[:0], r))
+	return string(e.appendFresh(buf[:0], r))
 }
 
 // clientIPOnly reports whether e is ${client.ip} and nothing else: no
@@ -192,7 +194,7 @@ func (e *Expr) clientIPOnly() bool {
 		e.parts[0].alts[0].v.kind == varClientIP && len(e.parts[0].alts[0].fns) == 0
 }
 
-// appendEval is AppendEval within a decision: x gives the trusted hops and
+// appendEval is appendFresh within a decision: x gives the trusted hops and
 // records the caps hit. r is only read.
 func (e *Expr) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	if e == nil {

@@ -167,7 +167,7 @@ func TestExprEval(t *testing.T) {
 			if r == nil && tt.name != "nil request" {
 				r = exprTestRequest()
 			}
-			eval := e.AppendEval
+			eval := e.appendFresh
 			if tt.hops > 0 { // as a Balancer with trustedForwardedHops evaluates
 				eval = func(dst []byte, r *Request) []byte { return e.appendEval(dst, r, &evalCtx{hops: tt.hops}) }
 			} else if got := e.Eval(r); got != tt.want {
@@ -176,7 +176,7 @@ func TestExprEval(t *testing.T) {
 			if got := string(eval(nil, r)); got != tt.want {
 				t.Errorf("Eval(%q) = %q, want %q", tt.src, got, tt.want)
 			}
-			// AppendEval keeps what dst held and appends the same value.
+			// appendFresh keeps what dst held and appends the same value.
 			got := eval([]byte("prefix|"), r)
 			if string(got) != "prefix|"+tt.want {
 				t.Errorf("AppendEval(%q) = %q, want %q", tt.src, got, "prefix|"+tt.want)
@@ -286,7 +286,7 @@ func TestExprAllocs(t *testing.T) {
 			t.Fatalf("ParseExpr(%q): %v", src, err)
 		}
 		dst := make([]byte, 0, 512)
-		if n := testing.AllocsPerRun(100, func() { dst = e.AppendEval(dst[:0], r) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { dst = e.appendFresh(dst[:0], r) }); n != 0 {
 			t.Errorf("AppendEval(%q) allocates %v times, want 0", src, n)
 		}
 	}
@@ -326,14 +326,14 @@ func BenchmarkExpr(b *testing.B) {
 			b.ReportAllocs()
 			dst := make([]byte, 0, 256)
 			for b.Loop() {
-				dst = e.AppendEval(dst[:0], r)
+				dst = e.appendFresh(dst[:0], r)
 			}
 		})
 	}
 }
 
 // FuzzExpr parses arbitrary sources and evaluates those that parse against a
-// request built from arbitrary bytes: nothing may panic, AppendEval must not
+// request built from arbitrary bytes: nothing may panic, appendFresh must not
 // touch what dst already held, and the allocation-free IP parser must agree
 // with netip.
 func FuzzExpr(f *testing.F) {

@@ -49,9 +49,9 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 		var port uint16
 		var ok bool
 		if v.kind == varClientIP || v.kind == varClientPort {
-			ip, port, ok = r.ClientAddr(x.hops)
+			ip, port, ok = r.clientAddr(x.hops)
 		} else {
-			ip, port, ok = r.ServerAddr()
+			ip, port, ok = r.serverAddr()
 		}
 		switch {
 		case !ok:
@@ -62,20 +62,20 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 		}
 		return dst
 	case varHost:
-		h, _ := r.Host()
+		h, _ := r.host()
 		return append(dst, h...)
 	case varPath:
-		return append(dst, r.Path()...)
+		return append(dst, r.path()...)
 	case varURL:
-		return append(dst, r.URL()...)
+		return append(dst, r.url()...)
 	case varMethod:
 		return append(dst, r.Method...)
 	case varHeader:
-		return append(dst, r.Header(v.name)...)
+		return append(dst, r.header(v.name)...)
 	case varCookie:
 		return append(dst, exprCookie(r, v.name, x)...)
 	case varQuery:
-		q := r.Query()
+		q := r.query()
 		if len(q) > MaxScanBytes {
 			q = q[:MaxScanBytes]
 			x.capped = true
@@ -83,7 +83,7 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 		x.work += len(q)
 		return append(dst, exprQuery(q, v.name)...)
 	case varCallID:
-		return append(dst, r.CallID()...)
+		return append(dst, r.callID()...)
 	}
 	return dst
 }

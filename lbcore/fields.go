@@ -10,6 +10,9 @@ import (
 // field table (fieldTable); Fields publishes it, configs/schema.json is
 // generated from it, and TestEveryField checks the decoder, the schema and
 // docs/config.md's configuration reference against it, field by field.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type FieldSpec struct {
 	// Path is the JSON path: "hashLength", "services[].weight", "persistence.tableSize".
 	Path string

@@ -35,7 +35,7 @@ func (h *HealthCheck) NeedsBody() bool { return h.ExpectBody != "" }
 // ExpectedStatuses and, with ExpectBody, the first MaxHealthBodyBytes of body
 // contain it. status 0 (no response) fails.
 func (h *HealthCheck) Healthy(status int, body []byte) bool {
-	if !h.ExpectedStatuses.Contains(status) {
+	if !h.ExpectedStatuses.contains(status) {
 		return false
 	}
 	if h.ExpectBody == "" {
@@ -71,9 +71,12 @@ func (h *HealthCheck) ProbeAuthority(addr string) string {
 }
 
 // ServiceHealth is one service's health record. Every worker reads and
-// writes the same record in shared data (EncodeHealth), so an active probe
+// writes the same record in shared data (encodeHealth), so an active probe
 // made by one worker, or a failure seen by another, takes the service out
 // for all of them.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type ServiceHealth struct {
 	// Down is the active checks' verdict: DOWN after UnhealthyThreshold
 	// failed probes in a row, UP again after HealthyThreshold good ones.
@@ -122,10 +125,10 @@ func (h *HealthCheck) Probe(s *ServiceHealth, ok bool) (changed bool) {
 	return true
 }
 
-// Response records one upstream response (failed: its status is a failure
+// response records one upstream response (failed: its status is a failure
 // status, or the connection failed) and reports whether the service is now
 // ejected. An ejected service is selectable again after EjectionTime.
-func (p *PassiveHealth) Response(s *ServiceHealth, failed bool, now time.Time) (ejected bool) {
+func (p *PassiveHealth) response(s *ServiceHealth, failed bool, now time.Time) (ejected bool) {
 	if !failed {
 		s.Failures = 0
 		return false
@@ -142,8 +145,8 @@ func (p *PassiveHealth) Response(s *ServiceHealth, failed bool, now time.Time) (
 // healthSize is the encoded size of a ServiceHealth.
 const healthSize = 1 + 1 + 1 + 4 + 8
 
-// EncodeHealth appends the record's shared-data form to dst.
-func EncodeHealth(dst []byte, s *ServiceHealth) []byte {
+// encodeHealth appends the record's shared-data form to dst.
+func encodeHealth(dst []byte, s *ServiceHealth) []byte {
 	down := byte(0)
 	switch {
 	case s.Pending:
@@ -156,10 +159,10 @@ func EncodeHealth(dst []byte, s *ServiceHealth) []byte {
 	return binary.LittleEndian.AppendUint64(dst, uint64(s.EjectedUntil))
 }
 
-// DecodeHealth reads a record; a value of any other shape reads as a
+// decodeHealth reads a record; a value of any other shape reads as a
 // healthy service (ok false), so a corrupt record can never take a service
 // out for good.
-func DecodeHealth(b []byte) (s ServiceHealth, ok bool) {
+func decodeHealth(b []byte) (s ServiceHealth, ok bool) {
 	if len(b) != healthSize || b[0] != 1 {
 		return ServiceHealth{}, false
 	}

@@ -32,15 +32,15 @@ func TestPassiveEjection(t *testing.T) {
 	var s ServiceHealth
 	now := epoch
 	for i := 0; i < 2; i++ {
-		if p.Response(&s, true, now) {
+		if p.response(&s, true, now) {
 			t.Fatalf("ejected after %d failures, want 3", i+1)
 		}
 	}
-	p.Response(&s, false, now) // a success in between resets the count
+	p.response(&s, false, now) // a success in between resets the count
 	for i := 0; i < 2; i++ {
-		p.Response(&s, true, now)
+		p.response(&s, true, now)
 	}
-	if !p.Response(&s, true, now) || s.Selectable(now) {
+	if !p.response(&s, true, now) || s.Selectable(now) {
 		t.Fatal("three consecutive failures did not eject the service")
 	}
 	if s.Selectable(now.Add(29 * time.Second)) {
@@ -53,12 +53,12 @@ func TestPassiveEjection(t *testing.T) {
 
 func TestHealthEncoding(t *testing.T) {
 	in := ServiceHealth{Down: true, Streak: 2, Failures: 7, EjectedUntil: 1234567890123}
-	out, ok := DecodeHealth(EncodeHealth(nil, &in))
+	out, ok := decodeHealth(encodeHealth(nil, &in))
 	if !ok || out != in {
 		t.Errorf("DecodeHealth(EncodeHealth(%+v)) = %+v, %v", in, out, ok)
 	}
 	for _, bad := range [][]byte{nil, {1}, {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}} {
-		if s, ok := DecodeHealth(bad); ok || !s.Selectable(epoch) {
+		if s, ok := decodeHealth(bad); ok || !s.Selectable(epoch) {
 			t.Errorf("DecodeHealth(%v) = %+v, %v; want a healthy default, false", bad, s, ok)
 		}
 	}
@@ -70,7 +70,7 @@ func TestUpdateHealthShared(t *testing.T) {
 	// Four workers each see one failure: the shared record ejects on the fourth.
 	var ejected bool
 	for _, b := range w {
-		b.Update(1, func(s *ServiceHealth) bool { ejected = p.Response(s, true, epoch); return ejected })
+		b.Update(1, func(s *ServiceHealth) bool { ejected = p.response(s, true, epoch); return ejected })
 	}
 	if s := w[0].Read(1); !ejected || s.Selectable(epoch) {
 		t.Errorf("after 4 failures across workers: ejected %v, record %+v", ejected, s)

@@ -90,7 +90,7 @@ func (b *HealthBoard) Read(i int) ServiceHealth {
 	if err != nil || !b.own(i, v) {
 		return b.seen[i]
 	}
-	s, _ := DecodeHealth(v[slotHead:])
+	s, _ := decodeHealth(v[slotHead:])
 	b.seen[i] = s
 	return s
 }
@@ -99,7 +99,7 @@ func (b *HealthBoard) Read(i int) ServiceHealth {
 func (b *HealthBoard) encode(i int, s *ServiceHealth) []byte {
 	v := binary.LittleEndian.AppendUint64(b.record[:0], b.ids[i])
 	v = binary.LittleEndian.AppendUint32(v, b.gens[i])
-	return EncodeHealth(v, s)
+	return encodeHealth(v, s)
 }
 
 // Admit gives service i, which a reconfiguration added, a Pending record
@@ -116,13 +116,16 @@ func (b *HealthBoard) Admit(i int) bool {
 	}
 	rec := b.encode(i, &ServiceHealth{Down: true, Pending: true})
 	if err != nil { // missing: two workers must not both create it
-		return CreateKey(b.store, b.marker, b.keys[i], rec) == nil
+		return createKey(b.store, b.marker, b.keys[i], rec) == nil
 	}
 	return b.store.Set(b.keys[i], rec, cas) == nil
 }
 
 // Change is one update of a service's record: the record before and after,
 // and whether the update reported a transition.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
 type Change struct {
 	Before, After ServiceHealth
 	Changed       bool
@@ -145,7 +148,7 @@ func (b *HealthBoard) Update(i int, f func(*ServiceHealth) bool) (c Change, ok b
 		}
 		b.after = ServiceHealth{}
 		if err == nil && b.own(i, v) {
-			b.after, _ = DecodeHealth(v[slotHead:])
+			b.after, _ = decodeHealth(v[slotHead:])
 		} else if !slotHeld(b.store, b.table, b.slots[i], b.ids[i], b.gens[i]) {
 			b.lost[i] = true
 			return c, false
@@ -209,10 +212,10 @@ func (b *HealthBoard) TakeLease(now time.Time, round time.Duration) bool {
 // connection to the upstream failed or broke (connectionFailed, called only
 // for a 5xx so that a healthy response costs no property read).
 func (p *PassiveHealth) Failed(status int, connectionFailed func() bool) bool {
-	return p.FailureStatuses.Contains(status) || status >= 500 && connectionFailed()
+	return p.FailureStatuses.contains(status) || status >= 500 && connectionFailed()
 }
 
-// Observe records one response as Response does, except that the last
+// Observe records one response as response does, except that the last
 // selectable service is never ejected (last: no other service is
 // selectable): a half-working backend serves better than a 503 for everyone,
 // and Envoy's outlier detection bounds ejections the same way. Its failure
@@ -222,7 +225,7 @@ func (p *PassiveHealth) Observe(s *ServiceHealth, failed, last bool, now time.Ti
 		s.Failures = 0
 		return false
 	}
-	return p.Response(s, failed, now)
+	return p.response(s, failed, now)
 }
 
 // OnlySelectable reports whether service i is selectable and no other is.
@@ -236,9 +239,12 @@ func (b *Balancer) OnlySelectable(i int) bool {
 }
 
 // Transition is what a Change did to a service, for logs and metrics.
+// Exported as the type of Change.Transition's result.
 type Transition uint8
 
 // The transitions.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// NoTransition: nothing an operator needs to hear about.
 	NoTransition Transition = iota

@@ -46,7 +46,7 @@ func TestProbeLease(t *testing.T) {
 func TestEjectionEndsOnce(t *testing.T) {
 	w := healthBoards(t, 4)
 	p := &PassiveHealth{ConsecutiveFailures: 1, EjectionTime: 30 * time.Second}
-	c, ok := w[0].Update(1, func(s *ServiceHealth) bool { return p.Response(s, true, epoch) })
+	c, ok := w[0].Update(1, func(s *ServiceHealth) bool { return p.response(s, true, epoch) })
 	if !ok || c.Transition(epoch) != Ejected {
 		t.Fatalf("Update = %+v, %v; want an ejection", c, ok)
 	}

@@ -26,7 +26,7 @@ import (
 const (
 	slotTableHeader = 1 + 4 + 4
 	slotTableEntry  = 8 + 4 + 1
-	// slotHead is what a slot's record carries before EncodeHealth: the
+	// slotHead is what a slot's record carries before encodeHealth: the
 	// identity and generation it was written for.
 	slotHead = 8 + 4
 	// slotAttempts bounds the table writes one configuration's start tries:
@@ -130,7 +130,7 @@ func (t *slotTable) assign(ids []uint64) (slots []int, changed bool) {
 }
 
 // claimSlots assigns slots to ids in the table under key, writing it with
-// CAS (created with CreateKey and marker), and returns each identity's slot
+// CAS (created with createKey and marker), and returns each identity's slot
 // and generation. It fails only when the store does, or when other writers
 // won slotAttempts times in a row.
 func claimSlots(st Store, key, marker string, ids []uint64) (slots []int, gens []uint32, err error) {
@@ -149,7 +149,7 @@ func claimSlots(st Store, key, marker string, ids []uint64) (slots []int, gens [
 			return slots, gens, nil
 		}
 		if errors.Is(gerr, ErrNotFound) {
-			err = CreateKey(st, marker, key, t.encode())
+			err = createKey(st, marker, key, t.encode())
 		} else {
 			err = st.Set(key, t.encode(), cas)
 		}

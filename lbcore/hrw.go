@@ -16,10 +16,10 @@ func mix(x uint64) uint64 {
 	return x
 }
 
-// Score is service id's rendezvous score for key hash k with unit weight: the
+// score is service id's rendezvous score for key hash k with unit weight: the
 // highest score wins. Exposed for golden tests and for tools that want to
 // explain a decision.
-func Score(k, id uint64) uint64 { return mix(k ^ id) }
+func score(k, id uint64) uint64 { return mix(k ^ id) }
 
 // weightedScore is the weighted rendezvous score -w/ln(u) with u the unit
 // score mapped into (0, 1) (Schindelhauer and Schomaker, "Weighted distributed

@@ -27,7 +27,7 @@ func TestScoreGolden(t *testing.T) {
 		{xxhash.Sum64String("/index.html"), xxhash.Sum64String("10.0.0.2:80"), 0xb3708e58a54f4e09},
 	}
 	for _, tt := range tests {
-		if got := Score(tt.k, tt.id); got != tt.want {
+		if got := score(tt.k, tt.id); got != tt.want {
 			t.Errorf("Score(%#x, %#x) = %#x, want %#x", tt.k, tt.id, got, tt.want)
 		}
 	}

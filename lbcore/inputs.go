@@ -78,7 +78,7 @@ func (in *Inputs) header(name string) {
 	}
 }
 
-// callID adds the headers Request.CallID reads.
+// callID adds the headers Request.callID reads.
 func (in *Inputs) callID() {
 	for _, name := range callIDHeaders {
 		in.header(name)

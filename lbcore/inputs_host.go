@@ -3,7 +3,7 @@ package lbcore
 import "slices"
 
 // HostOnlyForAuthority reports whether c reads the host header only where
-// Request.Host does: as the fallback for a request without :authority
+// Request.host does: as the fallback for a request without :authority
 // (DOMAINHASH, ${host}). A filter may then read host only when :authority is
 // missing and save a host call on every other request; Envoy carries an
 // HTTP/1.1 Host and HTTP/2's :authority both as :authority. It is false when
@@ -39,7 +39,7 @@ func (e *Expr) readsHeader(name string) bool {
 }
 
 // CompactCallIDOnlyAsFallback reports whether c reads the header i (the
-// Call-ID's compact form) only where Request.CallID does: when call-id is
+// Call-ID's compact form) only where Request.callID does: when call-id is
 // missing or empty. A filter may then read i only for such a request and
 // save a host call on every other one. It is false when an expression reads
 // ${request.header.i} itself.

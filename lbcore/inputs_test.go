@@ -86,7 +86,7 @@ func TestInputsAreComplete(t *testing.T) {
 			// first copy, as proxy-wasm's get_header_map_value does.
 			for _, h := range r.Headers {
 				for _, name := range in.Headers {
-					if h[0] == name && (in.AllCopies || cut.Header(name) == "") {
+					if h[0] == name && (in.AllCopies || cut.header(name) == "") {
 						cut.Headers = append(cut.Headers, h)
 					}
 				}

@@ -7,7 +7,9 @@ package lbcore
 // by a cap still decides deterministically (the same request, the same key);
 // the decision records that a cap was hit (Decision.Capped) and the filter
 // counts it (metric hashlb.input_capped). SECURITY.md gives the reasons for
-// each figure.
+// each figure. They are exported as the documented caps (docs/config.md,
+// Input caps; docs/performance.md), whether or not a package outside reads
+// one.
 const (
 	// MaxValueBytes is how much of one expression variable's value is read:
 	// a longer header, cookie, query value or URL is cut to its first

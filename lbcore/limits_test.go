@@ -57,7 +57,7 @@ func TestCaps(t *testing.T) {
 			c := mustConfig(t, pool("TOKEN", 3, `"token":`+quoteJSON(tt.expr)))
 			e := c.Token
 			r := tt.req
-			if got := string(e.AppendEval(nil, &r)); got != tt.want {
+			if got := string(e.appendFresh(nil, &r)); got != tt.want {
 				t.Errorf("Eval(%s) = %.80q (%d bytes), want %.80q (%d bytes)", tt.expr, got, len(got), tt.want, len(tt.want))
 			}
 			r = tt.req

@@ -11,7 +11,7 @@ import (
 // Each worker (Wasm VM) owns one slot, "<namespace>/a/<n>" for n in
 // [0, MaxSlots), and publishes its own counts there with a heartbeat; every
 // worker adds the fresh slots of the others to its own exact counts. A slot
-// whose heartbeat is older than SlotTTL is ignored and may be taken over, so
+// whose heartbeat is older than slotTTL is ignored and may be taken over, so
 // the counts of a VM that died never leak.
 //
 // Publishing once per tick (a second) instead of on every request costs one
@@ -31,11 +31,11 @@ type LoadBoard struct {
 	keys   []string // keys[n] is slot n's key, made at its first use
 }
 
-// MaxSlots bounds the workers that share counts; SlotTTL is how long a slot
+// MaxSlots bounds the workers that share counts; slotTTL is how long a slot
 // counts without a heartbeat.
 const (
 	MaxSlots = 64
-	SlotTTL  = 5 * time.Second
+	slotTTL  = 5 * time.Second
 )
 
 // NewLoadBoard returns the board of the given services under namespace in s.
@@ -105,14 +105,14 @@ func (b *LoadBoard) Publish(now time.Time, own []int64) bool {
 		v, cas, err := b.store.Get(b.key(n))
 		switch {
 		case errors.Is(err, ErrNotFound):
-			if CreateKey(b.store, b.marker, b.key(n), b.encode(now, own)) == nil {
+			if createKey(b.store, b.marker, b.key(n), b.encode(now, own)) == nil {
 				b.slot = n
 				return true
 			}
 		case err != nil:
 			return false
 		default:
-			if _, beat, ok := slotOwner(v); !ok || now.Sub(beat) > SlotTTL {
+			if _, beat, ok := slotOwner(v); !ok || now.Sub(beat) > slotTTL {
 				if b.store.Set(b.key(n), b.encode(now, own), cas) == nil {
 					b.slot = n
 					return true
@@ -158,7 +158,7 @@ func (b *LoadBoard) Others(now time.Time) []int64 {
 			break // slots are claimed lowest first and never deleted
 		}
 		owner, beat, ok := slotOwner(v)
-		if err != nil || !ok || owner == b.me || now.Sub(beat) > SlotTTL {
+		if err != nil || !ok || owner == b.me || now.Sub(beat) > slotTTL {
 			continue
 		}
 		count := int(binary.LittleEndian.Uint32(v[slotCountAt:]))

@@ -19,8 +19,8 @@ func TestLoadBoardSharesCounts(t *testing.T) {
 	if got := w[0].Others(epoch); !slices.Equal(got, []int64{0, 2, 3}) {
 		t.Errorf("worker 0 sees others %v, want [0 2 3]", got)
 	}
-	// Worker 2 dies: after SlotTTL its counts no longer count.
-	later := epoch.Add(SlotTTL + time.Second)
+	// Worker 2 dies: after slotTTL its counts no longer count.
+	later := epoch.Add(slotTTL + time.Second)
 	w[0].Publish(later, own[0])
 	w[1].Publish(later, own[1])
 	if got := w[0].Others(later); !slices.Equal(got, []int64{0, 2, 0}) {

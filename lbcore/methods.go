@@ -8,7 +8,8 @@ type Method uint8
 // The load-balancing methods. The first eight are the Citrix ADC hashing
 // methods; LEASTCONNECTION and ROUNDROBIN are the fallbacks and may also be
 // used on their own. A new method gets a constant here and an entry in
-// methodSpecs; its values need not follow any order.
+// methodSpecs; its values need not follow any order. Each is exported with
+// its type, whether or not a package outside names it.
 const (
 	MethodRoundRobin Method = iota
 	MethodLeastConnection
@@ -63,7 +64,7 @@ var methodSpecs = [...]methodSpec{
 		keyer: func(c *Config) keyer { return domainHash{Length: c.HashLength} },
 		// Not :path: Envoy's HTTP/1 codec moves an absolute-form target's
 		// host to :authority (allow_absolute_url, on by default), so
-		// Request.Host finds it there (RATIONALE.md, cost per request).
+		// Request.host finds it there (RATIONALE.md, cost per request).
 		inputs: func(in *Inputs) bool {
 			in.Authority = true
 			in.header("host")
@@ -177,7 +178,7 @@ func (m urlHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 // key is the key AppendKey appends, where it lies in r (Balancer.decide
 // hashes it there).
 func (m urlHash) key(r *Request) (string, bool) {
-	u := r.URL()
+	u := r.url()
 	return u[:min(len(u), m.Length)], u != ""
 }
 
@@ -188,7 +189,7 @@ type domainHash struct{ Length int }
 
 // AppendKey implements keyer.
 func (m domainHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
-	h, ok := r.Host()
+	h, ok := r.host()
 	if !ok {
 		return dst, false
 	}
@@ -213,7 +214,7 @@ type destIPHash struct{ mask ipMask }
 
 // AppendKey implements keyer.
 func (m destIPHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
-	a, _, ok := r.ServerAddr()
+	a, _, ok := r.serverAddr()
 	if !ok {
 		return dst, false
 	}
@@ -226,7 +227,7 @@ type sourceIPHash struct{ mask ipMask }
 
 // AppendKey implements keyer.
 func (m sourceIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
-	a, _, ok := r.ClientAddr(x.hops)
+	a, _, ok := r.clientAddr(x.hops)
 	if !ok {
 		return dst, false
 	}
@@ -240,8 +241,8 @@ type srcDestIPHash struct{ mask ipMask }
 
 // AppendKey implements keyer.
 func (m srcDestIPHash) AppendKey(dst []byte, r *Request, x *evalCtx) ([]byte, bool) {
-	src, _, ok1 := r.ClientAddr(x.hops)
-	dstIP, _, ok2 := r.ServerAddr()
+	src, _, ok1 := r.clientAddr(x.hops)
+	dstIP, _, ok2 := r.serverAddr()
 	if !ok1 || !ok2 {
 		return dst, false
 	}
@@ -276,7 +277,7 @@ type callIDHash struct{}
 
 // AppendKey implements keyer.
 func (callIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
-	v := r.CallID()
+	v := r.callID()
 	if v == "" {
 		return dst, false
 	}

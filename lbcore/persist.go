@@ -76,6 +76,7 @@ const (
 // Miss, Expired and Rechosen describe the first read of the key's bucket;
 // if a retry then finds a mapping another worker has just stored, that
 // mapping is served and no further flag is set.
+// Exported as the type of Decision.Persist.
 type Outcome struct {
 	// Hit: the key mapped to a live, selectable service (persistence_hit).
 	Hit bool
@@ -105,6 +106,7 @@ type Outcome struct {
 // Table is the persistence table of one worker over the shared Store. Each
 // worker (Wasm VM) holds its own Table; a Table is not safe for concurrent
 // use, the Store is. Create it with NewTable.
+// Exported as NewTable's result.
 type Table struct {
 	store    Store
 	key      []byte // namespace + "/p/", then the bucket number; reused
@@ -321,9 +323,9 @@ func (t *Table) unpersisted(chosen uint64, have bool, choose func() (uint64, boo
 }
 
 // create writes the bucket t.buf under bkey, which a Get found missing, so
-// that it succeeds only if the key is still missing (see CreateKey).
+// that it succeeds only if the key is still missing (see createKey).
 func (t *Table) create(bkey string) error {
-	return CreateKey(t.store, t.marker, bkey, t.buf)
+	return createKey(t.store, t.marker, bkey, t.buf)
 }
 
 // bucketKey returns the Store key of the bucket of hash h. The string

@@ -34,7 +34,7 @@ type Request struct {
 // and expressions receive it with the request.
 type evalCtx struct {
 	// hops is trustedForwardedHops: when > 0 the client IP is read from
-	// x-forwarded-for (Request.ClientAddr).
+	// x-forwarded-for (Request.clientAddr).
 	hops int
 	// capped notes that an input was cut by a cap of limits.go; Decide
 	// reports it as Decision.Capped.
@@ -48,9 +48,9 @@ type evalCtx struct {
 	work int
 }
 
-// Header returns the first value of the named header, or "". name must be
+// header returns the first value of the named header, or "". name must be
 // lower-case; stored names are compared case-insensitively.
-func (r *Request) Header(name string) string {
+func (r *Request) header(name string) string {
 	for _, h := range r.Headers {
 		if len(h[0]) == len(name) && strings.EqualFold(h[0], name) {
 			return h[1]
@@ -63,22 +63,22 @@ func (r *Request) Header(name string) string {
 // they are read: call-id, else its compact form i (RFC 3261, 20.8).
 var callIDHeaders = [...]string{"call-id", "i"}
 
-// CallID returns the SIP Call-ID: the call-id header, else its compact form i.
-func (r *Request) CallID() string {
+// callID returns the SIP Call-ID: the call-id header, else its compact form i.
+func (r *Request) callID() string {
 	for _, name := range callIDHeaders {
-		if id := r.Header(name); id != "" {
+		if id := r.header(name); id != "" {
 			return id
 		}
 	}
 	return ""
 }
 
-// ClientAddr returns the client's IP and port. With trustedHops > 0
+// clientAddr returns the client's IP and port. With trustedHops > 0
 // (trustedForwardedHops) the IP is read from x-forwarded-for (all copies, in
 // order, read right to left) and the port is 0; a missing or malformed entry
 // gives ok == false, never Source: falling back to the connection address
 // would let a proxy chain silently collapse every client onto one key.
-func (r *Request) ClientAddr(trustedHops int) (ip netip.Addr, port uint16, ok bool) {
+func (r *Request) clientAddr(trustedHops int) (ip netip.Addr, port uint16, ok bool) {
 	if trustedHops <= 0 {
 		return parseAddrPort(r.Source)
 	}
@@ -106,15 +106,15 @@ func (r *Request) ClientAddr(trustedHops int) (ip netip.Addr, port uint16, ok bo
 	return netip.Addr{}, 0, false
 }
 
-// ServerAddr returns the IP and port the request was received on.
-func (r *Request) ServerAddr() (ip netip.Addr, port uint16, ok bool) {
+// serverAddr returns the IP and port the request was received on.
+func (r *Request) serverAddr() (ip netip.Addr, port uint16, ok bool) {
 	return parseAddrPort(r.Dest)
 }
 
-// Host returns the request's domain: the host of an absolute request target if
+// host returns the request's domain: the host of an absolute request target if
 // it has one, else Authority (or the host header), without port, as received
 // (not lower-cased). ok is false when neither carries a host.
-func (r *Request) Host() (host string, ok bool) {
+func (r *Request) host() (host string, ok bool) {
 	if rest, found := cutScheme(r.Target); found {
 		end := strings.IndexAny(rest, "/?#")
 		if end < 0 {
@@ -130,19 +130,19 @@ func (r *Request) Host() (host string, ok bool) {
 	}
 	a := r.Authority
 	if a == "" {
-		a = r.Header("host")
+		a = r.header("host")
 	}
 	h := stripPort(a)
 	return h, h != ""
 }
 
-// URL returns the request target as received: path and query. An absolute
+// url returns the request target as received: path and query. An absolute
 // target is returned whole, as Citrix hashes the URL it received.
-func (r *Request) URL() string { return r.Target }
+func (r *Request) url() string { return r.Target }
 
-// Path returns the request path without the query string; for an absolute
+// path returns the request path without the query string; for an absolute
 // target, the path part only ("/" when empty).
-func (r *Request) Path() string {
+func (r *Request) path() string {
 	t := r.Target
 	if rest, found := cutScheme(t); found {
 		i := strings.IndexAny(rest, "/?#")
@@ -160,8 +160,8 @@ func (r *Request) Path() string {
 	return t
 }
 
-// Query returns the raw query string (without '?'), or "".
-func (r *Request) Query() string {
+// query returns the raw query string (without '?'), or "".
+func (r *Request) query() string {
 	t := r.Target
 	i := strings.IndexByte(t, '?')
 	if i < 0 {

@@ -25,10 +25,10 @@ func TestRequestView(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &Request{Target: tt.target}
-			h, ok := r.Host()
-			if r.Path() != tt.wantPath || r.Query() != tt.wantQuery || h != tt.wantHost || ok != tt.wantHostOK {
+			h, ok := r.host()
+			if r.path() != tt.wantPath || r.query() != tt.wantQuery || h != tt.wantHost || ok != tt.wantHostOK {
 				t.Errorf("Request{Target: %q}: Path %q Query %q Host %q,%v; want %q %q %q,%v",
-					tt.target, r.Path(), r.Query(), h, ok, tt.wantPath, tt.wantQuery, tt.wantHost, tt.wantHostOK)
+					tt.target, r.path(), r.query(), h, ok, tt.wantPath, tt.wantQuery, tt.wantHost, tt.wantHostOK)
 			}
 		})
 	}

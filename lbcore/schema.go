@@ -25,6 +25,7 @@ type schemaObject []SchemaKeyword
 
 // SchemaKeyword is one keyword of a schema node and its value; a value that
 // is an object keeps its keywords in order.
+// Exported as what SchemaAt walks, for the schema's tests outside lbcore.
 type SchemaKeyword struct {
 	Key   string
 	Value any

@@ -18,6 +18,10 @@ import (
 // a valid one back goes to that service, whatever the method, the
 // persistence table or the weights say, while the service is selectable
 // (docs/persistence.md#session-persistence).
+//
+// Exported whole as part of Config, the parsed configuration that the filter,
+// nsconf and hashlb explain read: a field no package outside reads yet
+// is exported with its siblings.
 type Session struct {
 	// Type is SessionCookie or SessionHeader (required).
 	Type string
@@ -53,6 +57,8 @@ const (
 )
 
 // The session lifetimes of a cookie.
+// Each is exported with the others, whether or not a package outside names
+// it.
 const (
 	LifetimeSession   = "session"
 	LifetimePermanent = "permanent"
@@ -85,16 +91,19 @@ const (
 	sessionBody    = sessionTagEnd + 4 + 4 // what the MAC covers
 	sessionMACLen  = 16                    // HMAC-SHA256 truncated to 128 bits
 	sessionRawLen  = sessionBody + sessionMACLen
-	// SessionValueLen is the length of a session value as hashlb writes it.
-	SessionValueLen = (sessionRawLen*8 + 5) / 6
+	// sessionValueLen is the length of a session value as hashlb writes it.
+	sessionValueLen = (sessionRawLen*8 + 5) / 6
 )
 
 var sessionB64 = base64.RawURLEncoding
 
 // SessionState is what a request's session value came to.
+// Exported as the type of Decision.Session and SessionExplanation.State.
 type SessionState uint8
 
 // The session states.
+// Each is exported with its type, whether or not a package outside names
+// it.
 const (
 	// SessionOff: the configuration has no session block.
 	SessionOff SessionState = iota
@@ -140,7 +149,7 @@ type sessionKeys struct {
 	idx  map[uint64]int // tag → service index
 	raw  [sessionRawLen]byte
 	sum  [sha256.Size]byte
-	out  [SessionValueLen]byte
+	out  [sessionValueLen]byte
 }
 
 // EnableSession attaches the key sessions are signed with (the VM's
@@ -186,9 +195,6 @@ func (b *Balancer) EnableSession(key []byte) error {
 	b.sess = k
 	return nil
 }
-
-// SessionEnabled reports whether the Balancer checks and issues sessions.
-func (b *Balancer) SessionEnabled() bool { return b.sess != nil }
 
 // sign writes the MAC of k.raw's body into k.sum.
 func (k *sessionKeys) sign() []byte {
@@ -247,7 +253,7 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 		return false
 	}
 	d.Session = SessionForged
-	if len(v) != SessionValueLen {
+	if len(v) != sessionValueLen {
 		return false
 	}
 	// Decoded into the fixed buffer: the length above makes it exactly
@@ -299,7 +305,7 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 // explainSession describes r's session for Explain: d is w's decision.
 func (b *Balancer) explainSession(r *Request, d *Decision, now time.Time) *SessionExplanation {
 	s := b.cfg.Session
-	se := &SessionExplanation{Service: d.SessionService(), State: d.Session, Checked: b.sess != nil}
+	se := &SessionExplanation{Service: d.sessionService(), State: d.Session, Checked: b.sess != nil}
 	var x evalCtx
 	se.Value, se.Found = s.value(r, &x)
 	if !se.Checked {
@@ -327,10 +333,10 @@ func (b *Balancer) explainSession(r *Request, d *Decision, now time.Time) *Sessi
 	return se
 }
 
-// SessionService returns the index of the service the request's session
+// sessionService returns the index of the service the request's session
 // named (also an expired or idle one), or -1 (none, forged, or a service
 // the configuration does not have).
-func (d *Decision) SessionService() int { return int(d.sessSvc) }
+func (d *Decision) sessionService() int { return int(d.sessSvc) }
 
 // SetsSession reports whether the response to the request carries a session
 // value: the decision names a service and the request had no valid session
@@ -346,7 +352,7 @@ func (d *Decision) Refreshes() bool { return d.Session == SessionValid && d.sess
 // AppendSessionValue appends the session value the response to decision d
 // carries (SetsSession) to dst: d's first service, issued now (or when the
 // valid session it refreshes was issued), last used now. It allocates
-// nothing when dst has room for SessionValueLen bytes.
+// nothing when dst has room for sessionValueLen bytes.
 func (b *Balancer) AppendSessionValue(dst []byte, d *Decision, now time.Time) []byte {
 	k := b.sess
 	if k == nil || d.n == 0 {

@@ -64,8 +64,8 @@ func TestSessionRoundTrip(t *testing.T) {
 	for i := range 50 {
 		r := Request{Target: fmt.Sprintf("/u/%d", i)}
 		d, v := issue(t, b, &r, epoch)
-		if len(v) != SessionValueLen {
-			t.Fatalf("value %q has %d bytes, want %d", v, len(v), SessionValueLen)
+		if len(v) != sessionValueLen {
+			t.Fatalf("value %q has %d bytes, want %d", v, len(v), sessionValueLen)
 		}
 		// Another proxy: another seed, and a method that would choose otherwise.
 		c2, b2 := sessionBalancer(t, pool("ROUNDROBIN", 8, sessionPool4), testSessionKey, uint64(i))
@@ -263,7 +263,7 @@ func TestSessionTimeouts(t *testing.T) {
 
 // TestSessionUnselectable: a session naming a disabled, DOWN or removed
 // service falls back to the method, names the service it had
-// (SessionService), and the response carries a new session for the
+// (sessionService), and the response carries a new session for the
 // fallback; the service's return makes its old sessions valid again.
 func TestSessionUnselectable(t *testing.T) {
 	c, b := sessionBalancer(t, pool("URLHASH", 4, sessionPool4), testSessionKey, 1)
@@ -272,8 +272,8 @@ func TestSessionUnselectable(t *testing.T) {
 	i := d.At(0)
 	b.SetDown(i, true)
 	got := b.Decide(withCookie(r, "hashlb-session", v), epoch)
-	if got.Session != SessionUnselectable || got.SessionService() != i || first(c, got) == c.Services[i].Name || !got.SetsSession() {
-		t.Fatalf("session for DOWN %s: %v, names %d, chose %s, sets %v", c.Services[i].Name, got.Session, got.SessionService(), first(c, got), got.SetsSession())
+	if got.Session != SessionUnselectable || got.sessionService() != i || first(c, got) == c.Services[i].Name || !got.SetsSession() {
+		t.Fatalf("session for DOWN %s: %v, names %d, chose %s, sets %v", c.Services[i].Name, got.Session, got.sessionService(), first(c, got), got.SetsSession())
 	}
 	nv := string(b.AppendSessionValue(nil, &got, epoch))
 	if again := b.Decide(withCookie(r, "hashlb-session", nv), epoch); again.Session != SessionValid || again.At(0) != got.At(0) {
@@ -355,8 +355,8 @@ func TestSessionCookieAttributes(t *testing.T) {
 	d := b.Decide(&r, epoch)
 	sc := string(b.AppendSetCookie(nil, &d, epoch))
 	pair, attrs := cookieOf(t, sc)
-	if !strings.HasPrefix(pair, "sid=") || len(pair) != len("sid=")+SessionValueLen {
-		t.Errorf("Set-Cookie %q: want sid=<%d characters>", sc, SessionValueLen)
+	if !strings.HasPrefix(pair, "sid=") || len(pair) != len("sid=")+sessionValueLen {
+		t.Errorf("Set-Cookie %q: want sid=<%d characters>", sc, sessionValueLen)
 	}
 	want := map[string]string{"Path": "/shop", "Domain": "example.com", "Max-Age": "7200", "Secure": "", "HttpOnly": "", "SameSite": "None"}
 	if fmt.Sprint(attrs) != fmt.Sprint(want) {

@@ -2,7 +2,7 @@ package lbcore
 
 import "errors"
 
-// CreateKey writes value under key only if key is still missing, using
+// createKey writes value under key only if key is still missing, using
 // marker, a key of the caller's namespace whose value carries nothing, as the
 // guard; it returns ErrCASMismatch if another writer created key first.
 //
@@ -21,7 +21,7 @@ import "errors"
 // proxytest emulator refuses cas 0 on an existing key; there the marker is
 // written once more with the cas just read. A guard that only works on one
 // host would be a trap.
-func CreateKey(st Store, marker, key string, value []byte) error {
+func createKey(st Store, marker, key string, value []byte) error {
 	mark := markerByte[:]
 	err := st.Set(marker, mark, 0)
 	if errors.Is(err, ErrCASMismatch) {
@@ -61,6 +61,9 @@ var ErrCASMismatch = errors.New("cas mismatch")
 // one fails with ErrCASMismatch; a Set on a key that does not exist writes
 // whatever cas is given, so CAS cannot guard the creation of a key. Keys
 // cannot be deleted.
+//
+// Exported as what EnablePersistence, NewTable, NewHealthBoard and
+// NewLoadBoard take: the filter's shared data implements it.
 type Store interface {
 	// Get returns the value and its cas, or ErrNotFound.
 	Get(key string) (value []byte, cas uint32, err error)

@@ -35,26 +35,49 @@ func ParseConfigOwned(data []byte) (*Config, error) {
 
 // parseConfig parses data, of which text is a string with the same bytes.
 func parseConfig(data []byte, text string) (*Config, error) {
+	root, err := parseRoot(data, text)
+	if err != nil {
+		return nil, err
+	}
+	d := &decoder{}
+	c := defaultConfig()
+	var top topLevel
+	d.object("", root, func(name string, v gjson.Result) bool { return d.topField(c, &top, name, v) })
+	d.crossChecks(c, &top)
+	if err := errors.Join(d.errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// parseRoot checks that data (whose text is text) is a JSON object no
+// deeper than maxConfigDepth and returns it.
+func parseRoot(data []byte, text string) (gjson.Result, error) {
 	// gjson recurses once per nesting level; no configuration nests deeper
 	// than a few levels, so a deeper one is refused before it is walked.
 	if !JSONDepthOK(data, maxConfigDepth) {
-		return nil, fmt.Errorf("configuration: nested deeper than %d levels", maxConfigDepth)
+		return gjson.Result{}, fmt.Errorf("configuration: nested deeper than %d levels", maxConfigDepth)
 	}
 	if !gjson.ValidBytes(data) {
 		if len(strings.TrimSpace(string(data))) == 0 {
-			return nil, errors.New("configuration: empty, want a JSON object")
+			return gjson.Result{}, errors.New("configuration: empty, want a JSON object")
 		}
 		if where := jsonSyntaxError(data); where != "" {
-			return nil, errors.New("configuration: not valid JSON: " + where)
+			return gjson.Result{}, errors.New("configuration: not valid JSON: " + where)
 		}
-		return nil, errors.New("configuration: not valid JSON")
+		return gjson.Result{}, errors.New("configuration: not valid JSON")
 	}
 	root := gjson.Parse(text)
 	if !root.IsObject() {
-		return nil, fmt.Errorf("configuration: %s is not a JSON object", clip(root.Raw))
+		return gjson.Result{}, fmt.Errorf("configuration: %s is not a JSON object", clip(root.Raw))
 	}
-	d := &decoder{}
-	c := &Config{
+	return root, nil
+}
+
+// defaultConfig is the configuration of an empty object: every field at its
+// default (fields.go).
+func defaultConfig() *Config {
+	return &Config{
 		FilterType:           fFilterType.defaultString(),
 		UpstreamVia:          fUpstreamVia.defaultString(),
 		LBMethod:             mustMethod(fLBMethod.defaultString()),
@@ -69,81 +92,93 @@ func parseConfig(data []byte, text string) (*Config, error) {
 		HashBalanceFactor:    fHashBalanceFactor.defaultInt(),
 		DebugHeader:          fDebugHeader.defaultBool(),
 	}
-	var token gjson.Result
-	sawServices := false
-	var set fieldSet
-	d.object("", root, func(name string, v gjson.Result) bool {
-		set.note(name)
-		switch name {
-		case "filterType":
-			if s, ok := d.enum(fFilterType, name, v); ok {
-				c.FilterType = s
-			}
-		case "upstreamVia":
-			if s, ok := d.enum(fUpstreamVia, name, v); ok {
-				c.UpstreamVia = s
-			}
-		case "lbMethod":
-			c.LBMethod = d.method(fLBMethod, name, v)
-		case "hashLength":
-			c.HashLength = d.intField(fHashLength, name, v)
-		case "netmask":
-			c.Netmask = d.netmask(name, v)
-		case "v6NetmaskLen":
-			c.V6NetmaskLen = d.intField(fV6NetmaskLen, name, v)
-		case "token":
-			token = v
-		case "backupLBMethod":
-			c.BackupLBMethod = d.method(fBackupLBMethod, name, v)
-		case "services":
-			sawServices = true
-			c.Services = d.services(name, v)
-		case "persistence":
-			c.Persistence = d.persistence(name, v)
-		case "healthCheck":
-			c.HealthCheck = d.healthCheck(name, v)
-		case "passiveHealth":
-			c.PassiveHealth = d.passiveHealth(name, v)
-		case "session":
-			c.Session = d.session(name, v)
-		case "upstreamHeader":
-			c.UpstreamHeader = d.headerName(fUpstreamHeader, name, v)
-		case "upstreamCount":
-			c.UpstreamCount = d.intField(fUpstreamCount, name, v)
-		case "serviceHeader":
-			c.ServiceHeader = d.headerName(fServiceHeader, name, v)
-		case "trustedForwardedHops":
-			c.TrustedForwardedHops = d.intField(fTrustedForwardedHops, name, v)
-		case "hashBalanceFactor":
-			c.HashBalanceFactor = d.intField(fHashBalanceFactor, name, v)
-		case "debugHeader":
-			c.DebugHeader = d.boolean(name, v)
-		default:
-			return false
+}
+
+// topLevel is what parseConfig's checks across fields need of the walk:
+// the token expression (decoded once lbMethod is known), whether services
+// was given, and the names set.
+type topLevel struct {
+	token    gjson.Result
+	services bool
+	set      fieldSet
+}
+
+// topField decodes the top-level field name into c; false for a name that
+// is not one.
+func (d *decoder) topField(c *Config, top *topLevel, name string, v gjson.Result) bool {
+	top.set.note(name)
+	switch name {
+	case "filterType":
+		if s, ok := d.enum(fFilterType, name, v); ok {
+			c.FilterType = s
 		}
-		return true
-	})
-	if !sawServices {
+	case "upstreamVia":
+		if s, ok := d.enum(fUpstreamVia, name, v); ok {
+			c.UpstreamVia = s
+		}
+	case "lbMethod":
+		c.LBMethod = d.method(fLBMethod, name, v)
+	case "hashLength":
+		c.HashLength = d.intField(fHashLength, name, v)
+	case "netmask":
+		c.Netmask = d.netmask(name, v)
+	case "v6NetmaskLen":
+		c.V6NetmaskLen = d.intField(fV6NetmaskLen, name, v)
+	case "token":
+		top.token = v
+	case "backupLBMethod":
+		c.BackupLBMethod = d.method(fBackupLBMethod, name, v)
+	case "services":
+		top.services = true
+		c.Services = d.services(name, v)
+	case "persistence":
+		c.Persistence = d.persistence(name, v)
+	case "healthCheck":
+		c.HealthCheck = d.healthCheck(name, v)
+	case "passiveHealth":
+		c.PassiveHealth = d.passiveHealth(name, v)
+	case "session":
+		c.Session = d.session(name, v)
+	case "upstreamHeader":
+		c.UpstreamHeader = d.headerName(fUpstreamHeader, name, v)
+	case "upstreamCount":
+		c.UpstreamCount = d.intField(fUpstreamCount, name, v)
+	case "serviceHeader":
+		c.ServiceHeader = d.headerName(fServiceHeader, name, v)
+	case "trustedForwardedHops":
+		c.TrustedForwardedHops = d.intField(fTrustedForwardedHops, name, v)
+	case "hashBalanceFactor":
+		c.HashBalanceFactor = d.intField(fHashBalanceFactor, name, v)
+	case "debugHeader":
+		c.DebugHeader = d.boolean(name, v)
+	default:
+		return false
+	}
+	return true
+}
+
+// crossChecks reports what no one field shows: services missing, a token
+// without lbMethod TOKEN (or the reverse), the service header the same as
+// the upstream header, the module's own headers read by an expression,
+// steering and session constraints.
+func (d *decoder) crossChecks(c *Config, top *topLevel) {
+	if !top.services {
 		d.errorf("services: is required")
 	}
 	switch {
-	case c.LBMethod == MethodTokenHash && !token.Exists():
+	case c.LBMethod == MethodTokenHash && !top.token.Exists():
 		d.errorf("token: is required for lbMethod TOKEN")
-	case c.LBMethod != MethodTokenHash && token.Exists():
+	case c.LBMethod != MethodTokenHash && top.token.Exists():
 		d.errorf("token: is only used with lbMethod TOKEN, not %s", c.LBMethod)
-	case token.Exists():
-		c.Token = d.expr("token", token)
+	case top.token.Exists():
+		c.Token = d.expr("token", top.token)
 	}
 	if c.ServiceHeader != "" && c.ServiceHeader == c.UpstreamHeader {
 		d.errorf("serviceHeader: %q is the same header as upstreamHeader", c.ServiceHeader)
 	}
 	d.ownHeadersUnread(c)
-	d.steering(c, &set)
+	d.steering(c, &top.set)
 	d.sessionChecks(c)
-	if err := errors.Join(d.errs...); err != nil {
-		return nil, err
-	}
-	return c, nil
 }
 
 // decoder collects every problem found while walking the JSON.

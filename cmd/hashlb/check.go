@@ -52,8 +52,22 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if len(files) == 0 {
 		return c.usageErr("no FILE given")
 	}
-	var named []deploycheck.Named
-	status := 0
+	named, status := scanFiles(files, stderr)
+	findings := deploycheck.Check(named)
+	found, bad := reportConfigs(named, findings, stdout, stderr)
+	if bad || reportFindings(findings, stdout, stderr) {
+		status = 1
+	}
+	if found == 0 && status == 0 {
+		fmt.Fprintln(stderr, "hashlb check: no hashlb configuration in any FILE")
+		status = 1
+	}
+	return status
+}
+
+// scanFiles reads every FILE; status is 1 when one cannot be read (said on
+// stderr).
+func scanFiles(files []string, stderr io.Writer) (named []deploycheck.Named, status int) {
 	for _, file := range files {
 		src, err := deploycheck.ScanFile(file)
 		if err != nil {
@@ -63,15 +77,19 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		named = append(named, deploycheck.Named{Name: file, File: src})
 	}
-	// A configuration with a finding about its surroundings is not "ok".
-	findings := deploycheck.Check(named)
+	return named, status
+}
+
+// reportConfigs parses every configuration found: its problems go to
+// stderr (bad), "ok" to stdout unless a finding about its surroundings is
+// an error. found counts the configurations.
+func reportConfigs(named []deploycheck.Named, findings []deploycheck.Finding, stdout, stderr io.Writer) (found int, bad bool) {
 	failed := map[*yaml.Node]bool{}
 	for _, f := range findings {
 		if !f.Warning && f.Plugin != nil {
 			failed[f.Plugin] = true
 		}
 	}
-	found := 0
 	for _, src := range named {
 		file := src.Name
 		found += len(src.Configs())
@@ -85,7 +103,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 				for _, p := range problems {
 					fmt.Fprintf(stderr, "%s%s\n", e.Prefix(file), p)
 				}
-				status = 1
+				bad = true
 				continue
 			}
 			if !failed[e.Node] {
@@ -93,20 +111,22 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	return found, bad
+}
+
+// reportFindings prints the cross-checks' findings, warnings on stdout and
+// errors on stderr, and reports whether there was an error.
+func reportFindings(findings []deploycheck.Finding, stdout, stderr io.Writer) (failed bool) {
 	for _, f := range findings {
 		w := stderr
 		if f.Warning {
 			w = stdout
 		} else {
-			status = 1
+			failed = true
 		}
 		fmt.Fprintf(w, "%s: %s: %s\n", f.File, f.Where, f)
 	}
-	if found == 0 && status == 0 {
-		fmt.Fprintln(stderr, "hashlb check: no hashlb configuration in any FILE")
-		status = 1
-	}
-	return status
+	return failed
 }
 
 // plural writes "1 service", "3 services".

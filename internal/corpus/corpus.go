@@ -94,99 +94,148 @@ type Request struct {
 // absence and malformed forms, and client copies of the headers hashlb
 // sets. The same n gives the same requests.
 func Requests(n int) []Request {
-	rng := rand.New(rand.NewPCG(3, 33))
-	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
-	pct := func(p int) bool { return rng.IntN(100) < p }
-	jwt := func(sub string) string {
-		enc := base64.RawURLEncoding.EncodeToString
-		return "Bearer " + enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(`{"sub":"`+sub+`"}`)) + ".sig"
-	}
-	v4 := func() string { return fmt.Sprintf("10.%d.%d.%d", rng.IntN(3), rng.IntN(4), rng.IntN(256)) }
-	v6 := func() string { return fmt.Sprintf("2001:db8:%x:%x::%x", rng.IntN(3), rng.IntN(3), rng.IntN(65536)) }
-	addr := func() string {
-		switch rng.IntN(10) {
-		case 0:
-			return "" // no such property
-		case 1:
-			return "[" + v6() + "]:" + fmt.Sprint(rng.IntN(65536))
-		case 2:
-			return "[::ffff:" + v4() + "]:" + fmt.Sprint(1+rng.IntN(65535)) // v4-mapped: one client, one key
-		case 3:
-			return v4() + ":0" // no port
-		case 4:
-			return "not-an-address"
-		default:
-			return v4() + ":" + fmt.Sprint(1024+rng.IntN(64000))
-		}
-	}
+	g := &gen{rng: rand.New(rand.NewPCG(3, 33))}
 	out := make([]Request, 0, n)
 	for i := 0; i < n; i++ {
 		var r Request
-		add := func(k, v string) { r.Headers = append(r.Headers, [2]string{k, v}) }
-		add(":method", pick("GET", "GET", "POST", "INVITE", "PUT"))
-		add(":scheme", "http")
-		host := pick("example.com", "Example.COM", "api.example.com:8443", "example.com.", "shop.example.org",
-			"[2001:db8::1]:443", "10.9.9.9:80", "a-very-long-subdomain.example.net", "")
-		if host != "" {
-			add(":authority", host)
-		}
-		switch rng.IntN(12) {
-		case 0: // no :path at all: URLHASH has no input
-		case 1:
-			add(":path", "http://"+pick("Other.example.com", "user@x.example.com:81", "[2001:db8::2]:8080")+"/abs/"+fmt.Sprint(rng.IntN(20))+"?q="+fmt.Sprint(rng.IntN(5)))
-		case 2:
-			add(":path", "/"+strings.Repeat("long-segment/", 3+rng.IntN(6))+fmt.Sprint(rng.IntN(7))) // beyond hashLength
-		default:
-			p := "/" + pick("a", "b", "api/v1/users", "static/img", "cart") + "/" + fmt.Sprint(rng.IntN(40))
-			if pct(40) {
-				p += "?id=" + fmt.Sprint(rng.IntN(9)) + "&x=" + pick("1", "2")
-			}
-			add(":path", p)
-		}
-		if pct(70) {
-			xff := v4()
-			if pct(30) {
-				xff = v6() + ", " + xff
-			}
-			if pct(10) {
-				xff = "unknown"
-			}
-			add("x-forwarded-for", xff)
-		}
-		switch rng.IntN(4) {
-		case 0:
-			add("call-id", fmt.Sprintf("%d-%x@sip.example.com", rng.IntN(30), rng.IntN(4)))
-		case 1:
-			add("i", fmt.Sprintf("compact-%d@pbx", rng.IntN(30)))
-		case 2:
-			add("call-id", "")
-		}
-		switch rng.IntN(5) {
-		case 0:
-			add("x-tenant", pick("Acme", "acme", "Globex", "Initech", "umbrella"))
-		case 1:
-			add("cookie", "a=1; tenant="+pick("t1", "t2", "t3")+"; b=2")
-		case 2:
-			add("authorization", jwt(pick("alice", "bob", "carol", "dave")))
-		case 3:
-			add("authorization", "Bearer not-a-jwt")
-		}
-		if pct(50) {
-			add("x-client-id", fmt.Sprint("client-", rng.IntN(25)))
-		}
-		if pct(30) { // forged: a client must never choose the upstream
-			add("x-envoy-original-dst-host", pick("6.6.6.6:666", "10.0.0.11:8080", "evil.example.com:80"))
-			if pct(50) {
-				add("x-envoy-original-dst-host", "7.7.7.7:777")
-			}
-			add("x-hashlb-service", "evil")
-		}
-		add("user-agent", "corpus/1")
-		add("x-padding", strings.Repeat("p", rng.IntN(300)))
-		r.Source, r.Dest = addr(), addr()
+		// Each part draws from g in this order: the same n, the same requests.
+		g.pseudoHeaders(&r)
+		g.forwardedFor(&r)
+		g.callID(&r)
+		g.tokenInput(&r)
+		g.forgedCopies(&r)
+		r.add("user-agent", "corpus/1")
+		r.add("x-padding", strings.Repeat("p", g.rng.IntN(300)))
+		r.Source, r.Dest = g.addr(), g.addr()
 		out = append(out, r)
 	}
 	return out
+}
+
+func (r *Request) add(k, v string) { r.Headers = append(r.Headers, [2]string{k, v}) }
+
+// gen draws the corpus's requests from one seeded generator.
+type gen struct{ rng *rand.Rand }
+
+func (g *gen) pick(xs ...string) string { return xs[g.rng.IntN(len(xs))] }
+
+func (g *gen) pct(p int) bool { return g.rng.IntN(100) < p }
+
+func (g *gen) v4() string {
+	return fmt.Sprintf("10.%d.%d.%d", g.rng.IntN(3), g.rng.IntN(4), g.rng.IntN(256))
+}
+
+func (g *gen) v6() string {
+	return fmt.Sprintf("2001:db8:%x:%x::%x", g.rng.IntN(3), g.rng.IntN(3), g.rng.IntN(65536))
+}
+
+// addr is a connection address: mostly IPv4 with a port, also IPv6,
+// v4-mapped, without a port, malformed or absent.
+func (g *gen) addr() string {
+	switch g.rng.IntN(10) {
+	case 0:
+		return "" // no such property
+	case 1:
+		return "[" + g.v6() + "]:" + fmt.Sprint(g.rng.IntN(65536))
+	case 2:
+		return "[::ffff:" + g.v4() + "]:" + fmt.Sprint(1+g.rng.IntN(65535)) // v4-mapped: one client, one key
+	case 3:
+		return g.v4() + ":0" // no port
+	case 4:
+		return "not-an-address"
+	default:
+		return g.v4() + ":" + fmt.Sprint(1024+g.rng.IntN(64000))
+	}
+}
+
+// pseudoHeaders adds :method, :scheme, :authority (absent for some) and
+// :path: absent, absolute-form, longer than hashLength, or a path with a
+// query.
+func (g *gen) pseudoHeaders(r *Request) {
+	r.add(":method", g.pick("GET", "GET", "POST", "INVITE", "PUT"))
+	r.add(":scheme", "http")
+	host := g.pick("example.com", "Example.COM", "api.example.com:8443", "example.com.", "shop.example.org",
+		"[2001:db8::1]:443", "10.9.9.9:80", "a-very-long-subdomain.example.net", "")
+	if host != "" {
+		r.add(":authority", host)
+	}
+	switch g.rng.IntN(12) {
+	case 0: // no :path at all: URLHASH has no input
+	case 1:
+		r.add(":path", "http://"+g.pick("Other.example.com", "user@x.example.com:81", "[2001:db8::2]:8080")+"/abs/"+fmt.Sprint(g.rng.IntN(20))+"?q="+fmt.Sprint(g.rng.IntN(5)))
+	case 2:
+		r.add(":path", "/"+strings.Repeat("long-segment/", 3+g.rng.IntN(6))+fmt.Sprint(g.rng.IntN(7))) // beyond hashLength
+	default:
+		p := "/" + g.pick("a", "b", "api/v1/users", "static/img", "cart") + "/" + fmt.Sprint(g.rng.IntN(40))
+		if g.pct(40) {
+			p += "?id=" + fmt.Sprint(g.rng.IntN(9)) + "&x=" + g.pick("1", "2")
+		}
+		r.add(":path", p)
+	}
+}
+
+// forwardedFor adds x-forwarded-for to most: IPv4, IPv6 then IPv4, or junk.
+func (g *gen) forwardedFor(r *Request) {
+	if !g.pct(70) {
+		return
+	}
+	xff := g.v4()
+	if g.pct(30) {
+		xff = g.v6() + ", " + xff
+	}
+	if g.pct(10) {
+		xff = "unknown"
+	}
+	r.add("x-forwarded-for", xff)
+}
+
+// callID adds CALLIDHASH's input to some: call-id, the compact i, or empty.
+func (g *gen) callID(r *Request) {
+	switch g.rng.IntN(4) {
+	case 0:
+		r.add("call-id", fmt.Sprintf("%d-%x@sip.example.com", g.rng.IntN(30), g.rng.IntN(4)))
+	case 1:
+		r.add("i", fmt.Sprintf("compact-%d@pbx", g.rng.IntN(30)))
+	case 2:
+		r.add("call-id", "")
+	}
+}
+
+// tokenInput adds what a TOKEN expression reads: a header, a cookie, a JWT
+// (or a bearer token that is not one), and to half x-client-id.
+func (g *gen) tokenInput(r *Request) {
+	switch g.rng.IntN(5) {
+	case 0:
+		r.add("x-tenant", g.pick("Acme", "acme", "Globex", "Initech", "umbrella"))
+	case 1:
+		r.add("cookie", "a=1; tenant="+g.pick("t1", "t2", "t3")+"; b=2")
+	case 2:
+		r.add("authorization", jwt(g.pick("alice", "bob", "carol", "dave")))
+	case 3:
+		r.add("authorization", "Bearer not-a-jwt")
+	}
+	if g.pct(50) {
+		r.add("x-client-id", fmt.Sprint("client-", g.rng.IntN(25)))
+	}
+}
+
+// forgedCopies adds, to some, client copies of the headers hashlb sets: a
+// client must never choose the upstream.
+func (g *gen) forgedCopies(r *Request) {
+	if !g.pct(30) {
+		return
+	}
+	r.add("x-envoy-original-dst-host", g.pick("6.6.6.6:666", "10.0.0.11:8080", "evil.example.com:80"))
+	if g.pct(50) {
+		r.add("x-envoy-original-dst-host", "7.7.7.7:777")
+	}
+	r.add("x-hashlb-service", "evil")
+}
+
+// jwt is an unsigned bearer JWT whose subject is sub.
+func jwt(sub string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return "Bearer " + enc([]byte(`{"alg":"none"}`)) + "." + enc([]byte(`{"sub":"`+sub+`"}`)) + ".sig"
 }
 
 // AsEnvoyDecodes gives each request as Envoy's HTTP/1 codec hands it to a

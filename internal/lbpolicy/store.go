@@ -14,7 +14,7 @@ import (
 type sharedStore struct {
 	mu  sync.Mutex
 	m   map[string]*storeEntry
-	cas uint32 // one counter for every key, as lbcore.CreateKey requires
+	cas uint32 // one counter for every key, as lbcore's persistence table requires (createKey, lbcore/store.go)
 }
 
 type storeEntry struct {

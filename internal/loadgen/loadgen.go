@@ -224,74 +224,96 @@ func Closed(ctx context.Context, addr string, reqs [][]byte, conns int, d time.D
 // wait is part of its latency). Requests not sent by the end are Missed.
 func Open(ctx context.Context, addr string, reqs [][]byte, rate float64, conns int, d time.Duration) Result {
 	n := int(rate * d.Seconds())
-	interval := time.Duration(float64(time.Second) / rate)
-	due := make(chan int, n)
+	p := &openPlan{addr: addr, reqs: reqs, n: n, interval: time.Duration(float64(time.Second) / rate),
+		d: d, due: make(chan int, n)}
 	ws := make([]worker, conns)
 	ctx, cancel := context.WithTimeout(ctx, d+time.Second) // the last requests' answers
 	defer cancel()
-	start := time.Now()
-	var sent atomic.Int64
+	p.start = time.Now()
 	var wg sync.WaitGroup
 	for i := range ws {
 		wg.Add(1)
 		go func(w *worker) {
 			defer wg.Done()
-			c := &conn{addr: addr}
-			defer c.close()
 			w.lat = make([]time.Duration, 0, n/conns+16)
-			for {
-				var k int
-				var more bool
-				select {
-				case k, more = <-due:
-				case <-ctx.Done():
-					return
-				}
-				if !more {
-					return
-				}
-				if time.Since(start) > d { // due in time, sent too late to count
-					continue
-				}
-				sent.Add(1)
-				ok, err := c.do(reqs[k%len(reqs)])
-				if ok {
-					w.ok++
-					w.lat = append(w.lat, time.Since(start.Add(time.Duration(k)*interval)))
-				} else {
-					w.bad++
-					if w.err == nil {
-						w.err = err
-					}
-				}
-			}
+			p.send(ctx, w)
 		}(&ws[i])
 	}
-	// The pacer: request k is due at start + k·interval; a late wake-up
-	// releases every request due by then at once. It sleeps in the kernel on
-	// a thread of its own (nanosleep's high-resolution timer): Go's
-	// time.Sleep below a millisecond may wake only at the next millisecond
-	// (the runtime's poller waits in whole ms), which would add up to 1 ms
-	// to every latency measured from the due time.
+	p.pace(ctx)
+	close(p.due)
+	wg.Wait()
+	r := merge(ws, d)
+	r.Missed = int64(n) - p.sent.Load()
+	return r
+}
+
+// openPlan is one open-loop run: request k of n is due at start +
+// k·interval and counts only if sent within d.
+type openPlan struct {
+	addr     string
+	reqs     [][]byte
+	n        int
+	interval time.Duration
+	d        time.Duration
+	due      chan int
+	start    time.Time
+	sent     atomic.Int64
+}
+
+// send is one connection's worker: it sends each due request it takes and
+// records its latency from the due time, until due is closed or ctx ends.
+func (p *openPlan) send(ctx context.Context, w *worker) {
+	c := &conn{addr: p.addr}
+	defer c.close()
+	for {
+		var k int
+		var more bool
+		select {
+		case k, more = <-p.due:
+		case <-ctx.Done():
+			return
+		}
+		if !more {
+			return
+		}
+		if time.Since(p.start) > p.d { // due in time, sent too late to count
+			continue
+		}
+		p.sent.Add(1)
+		ok, err := c.do(p.reqs[k%len(p.reqs)])
+		if ok {
+			w.ok++
+			w.lat = append(w.lat, time.Since(p.start.Add(time.Duration(k)*p.interval)))
+		} else {
+			w.bad++
+			if w.err == nil {
+				w.err = err
+			}
+		}
+	}
+}
+
+// pace releases request k at start + k·interval; a late wake-up releases
+// every request due by then at once. It sleeps in the kernel on a thread of
+// its own (nanosleep's high-resolution timer): Go's time.Sleep below a
+// millisecond may wake only at the next millisecond (the runtime's poller
+// waits in whole ms), which would add up to 1 ms to every latency measured
+// from the due time.
+func (p *openPlan) pace(ctx context.Context) {
 	paced := make(chan struct{})
 	go func() {
 		defer close(paced)
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		for k := 0; k < n && ctx.Err() == nil; {
-			if wait := time.Until(start.Add(time.Duration(k) * interval)); wait > 0 {
+		for k := 0; k < p.n && ctx.Err() == nil; {
+			if wait := time.Until(p.start.Add(time.Duration(k) * p.interval)); wait > 0 {
 				ts := syscall.NsecToTimespec(wait.Nanoseconds())
 				syscall.Nanosleep(&ts, nil)
 			}
-			for now := time.Since(start); k < n && time.Duration(k)*interval <= now; k++ {
-				due <- k
+			for now := time.Since(p.start); k < p.n && time.Duration(k)*p.interval <= now; k++ {
+				p.due <- k
 			}
 		}
 	}()
 	<-paced
-	close(due)
-	wg.Wait()
-	r := merge(ws, d)
-	r.Missed = int64(n) - sent.Load()
-	return r
 }

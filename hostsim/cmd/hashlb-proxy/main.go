@@ -120,6 +120,59 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	if err := checkHTTP(o, pc); err != nil {
+		return err
+	}
+	addrs, err := fleetAddrs(o.listen, o.fleet)
+	if err != nil {
+		return err
+	}
+	if err := serveBackends(o, pc); err != nil {
+		return err
+	}
+	if o.etcd {
+		stopEtcd, err := embedEtcd(o)
+		if err != nil {
+			return err
+		}
+		defer stopEtcd()
+	}
+	if len(o.clusters) > 0 {
+		fmt.Fprintf(o.out, "clusters (callouts answered asynchronously): %s\n", o.clusters)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var hosts []*hostsim.Host
+	defer func() {
+		for _, h := range hosts {
+			h.Close(context.Background())
+		}
+	}()
+	errs := make(chan error, len(addrs))
+	for i := range addrs {
+		h, err := serveMember(ctx, o, wasm, raw, pc, i, addrs, errs)
+		if h != nil {
+			hosts = append(hosts, h)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	go tick(ctx, hosts...)
+	var first error
+	for range addrs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+			stop() // one member failed: stop them all
+		}
+	}
+	return first
+}
+
+// checkHTTP checks the options and the plugin configuration for serving
+// HTTP, and gives pc the module's default upstream header when it names
+// none.
+func checkHTTP(o options, pc *pluginConfig) error {
 	if pc.FilterType == "network" {
 		return fmt.Errorf("%s: filterType network is a network filter's configuration: serve it with -tcp ADDR (hashlb-proxy -tcp 127.0.0.1:10001 -config %s)", o.configPath, o.configPath)
 	}
@@ -136,95 +189,83 @@ func run(ctx context.Context, o options) error {
 		}
 		return fmt.Errorf("%s: persistence.fleet.cluster %q reaches no etcd: add %s; without it every proxy would decide alone", o.configPath, c, hint)
 	}
-	addrs, err := fleetAddrs(o.listen, o.fleet)
-	if err != nil {
-		return err
+	return nil
+}
+
+// serveBackends starts the echo backends -backends asks for, at the
+// services of -backends-config when given, else of pc (whose services
+// become those).
+func serveBackends(o options, pc *pluginConfig) error {
+	if !o.backends {
+		return nil
 	}
-	if o.backends && o.backendsConfig != "" {
+	if o.backendsConfig != "" {
 		bc, err := readPluginConfig(o.backendsConfig)
 		if err != nil {
 			return err
 		}
 		pc.Services = bc.Services
 	}
-	if o.backends {
-		if err := startBackends(o.out, pc.Services, false); err != nil {
-			return err
-		}
+	return startBackends(o.out, pc.Services, false)
+}
+
+// embedEtcd starts the in-process etcd of -etcd as cluster "etcd" and
+// returns its stop.
+func embedEtcd(o options) (stop func(), err error) {
+	if _, dup := o.clusters["etcd"]; dup {
+		return nil, fmt.Errorf("-etcd maps cluster etcd itself; drop -cluster etcd=%s", o.clusters["etcd"])
 	}
-	if o.etcd {
-		if _, dup := o.clusters["etcd"]; dup {
-			return fmt.Errorf("-etcd maps cluster etcd itself; drop -cluster etcd=%s", o.clusters["etcd"])
-		}
-		e, err := startEtcd(o.etcdDir)
-		if err != nil {
-			return err
-		}
-		defer e.stop()
-		o.clusters["etcd"] = e.addr
-		fmt.Fprintf(o.out, "etcd: embedded etcd server on http://%s (cluster \"etcd\"), data in %s\n", e.addr, e.dir)
+	e, err := startEtcd(o.etcdDir)
+	if err != nil {
+		return nil, err
 	}
-	if len(o.clusters) > 0 {
-		fmt.Fprintf(o.out, "clusters (callouts answered asynchronously): %s\n", o.clusters)
+	o.clusters["etcd"] = e.addr
+	fmt.Fprintf(o.out, "etcd: embedded etcd server on http://%s (cluster \"etcd\"), data in %s\n", e.addr, e.dir)
+	return e.stop, nil
+}
+
+// serveMember starts fleet member i of addrs: its host (returned, to be
+// closed, even when listening then fails) and its HTTP server at addrs[i],
+// which sends its end to errs and closes when ctx ends.
+func serveMember(ctx context.Context, o options, wasm, raw []byte, pc *pluginConfig, i int, addrs []string, errs chan<- error) (*hostsim.Host, error) {
+	p := &proxy{header: pc.UpstreamHeader}
+	var props map[string][]byte
+	if len(addrs) > 1 { // each Envoy of a fleet has its own node id
+		props = map[string][]byte{"node.id": hostsim.PropString(fmt.Sprintf("hashlb-proxy-%d", i+1))}
 	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var hosts []*hostsim.Host
-	defer func() {
-		for _, h := range hosts {
-			h.Close(context.Background())
-		}
+	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
+		Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
+		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
+		Properties: props, Cache: compileCache(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.host = h
+	ln, err := net.Listen("tcp", addrs[i])
+	if err != nil {
+		return h, err
+	}
+	srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
 	}()
-	errs := make(chan error, len(addrs))
-	for i, addr := range addrs {
-		p := &proxy{header: pc.UpstreamHeader}
-		var props map[string][]byte
-		if len(addrs) > 1 { // each Envoy of a fleet has its own node id
-			props = map[string][]byte{"node.id": hostsim.PropString(fmt.Sprintf("hashlb-proxy-%d", i+1))}
-		}
-		h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
-			Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
-			LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
-			Properties: props, Cache: compileCache(),
-		})
-		if err != nil {
-			return err
-		}
-		p.host = h
-		hosts = append(hosts, h)
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return err
-		}
-		srv := &http.Server{Handler: p, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			<-ctx.Done()
-			srv.Close()
-		}()
-		member := ""
-		if len(addrs) > 1 {
-			member = fmt.Sprintf(" (fleet member %d of %d: its own shared data, node.id hashlb-proxy-%d)", i+1, len(addrs), i+1)
-		}
-		fmt.Fprintf(o.out, "hashlb-proxy: %s on http://%s, %d workers (%s), upstream header %s%s\n",
-			o.wasmPath, ln.Addr(), o.workers, h.Profile(), pc.UpstreamHeader, member)
-		fmt.Fprintf(o.out, "try: curl -si http://%s/some/path\n", ln.Addr())
-		go func() {
-			if err := srv.Serve(ln); err != http.ErrServerClosed {
-				errs <- err
-				return
-			}
-			errs <- nil
-		}()
+	member := ""
+	if len(addrs) > 1 {
+		member = fmt.Sprintf(" (fleet member %d of %d: its own shared data, node.id hashlb-proxy-%d)", i+1, len(addrs), i+1)
 	}
-	go tick(ctx, hosts...)
-	var first error
-	for range addrs {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			stop() // one member failed: stop them all
+	fmt.Fprintf(o.out, "hashlb-proxy: %s on http://%s, %d workers (%s), upstream header %s%s\n",
+		o.wasmPath, ln.Addr(), o.workers, h.Profile(), pc.UpstreamHeader, member)
+	fmt.Fprintf(o.out, "try: curl -si http://%s/some/path\n", ln.Addr())
+	go func() {
+		if err := srv.Serve(ln); err != http.ErrServerClosed {
+			errs <- err
+			return
 		}
-	}
-	return first
+		errs <- nil
+	}()
+	return h, nil
 }
 
 // compileCache keeps the module's compiled code in the user's cache
