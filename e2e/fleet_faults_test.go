@@ -234,7 +234,15 @@ func TestFleetReconfigureKeepsQueue(t *testing.T) {
 				k, rec, ok, want, served[k])
 		}
 	}
-	if n := persistMetric(h, "hashlb.persistence_fleet_reconciled"); n < int64(len(keys)) {
+	// etcd holds a key as soon as it applied the create, before its answer
+	// reaches the module (hostsim delivers answers from their own
+	// goroutines): the count follows within a moment.
+	n := persistMetric(h, "hashlb.persistence_fleet_reconciled")
+	for wait := time.Now().Add(5 * time.Second); n < int64(len(keys)) && time.Now().Before(wait); {
+		time.Sleep(20 * time.Millisecond)
+		n = metricValue(h, "hashlb.persistence_fleet_reconciled")
+	}
+	if n < int64(len(keys)) {
 		t.Errorf("persistence_fleet_reconciled = %d, want at least %d", n, len(keys))
 	}
 }

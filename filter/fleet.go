@@ -37,6 +37,7 @@ type fleetLevel struct {
 
 	m    fleetMetrics
 	seen fleet.Counts // what the metrics have been given
+	cur  fleet.Counts // the client's counts being given (a field: the table's getters take a pointer, which would move a local to the heap)
 
 	authority string
 	hdrs      [][2]string
@@ -318,13 +319,13 @@ func (f *fleetLevel) settled(s fleet.Settled, now time.Time) {
 
 // count gives the client's new counts to the metrics.
 func (f *fleetLevel) count() {
-	c := f.c.Counts()
+	f.cur = f.c.Counts()
 	for i, m := range fleetCounters {
-		if now, before := m.get(&c), m.get(&f.seen); now != before {
+		if now, before := m.get(&f.cur), m.get(&f.seen); now != before {
 			f.m.counters[i].Increment(now - before)
 		}
 	}
-	f.seen = c
+	f.seen = f.cur
 }
 
 // resume finishes a request that waited for the fleet with service i (the

@@ -95,8 +95,8 @@ type Client struct {
 	recovered int64 // Unix second after the last recovery: hits used before it sync their key
 
 	queue   jobQueue
-	budgetQ jobQueue        // keys to create once the budget allows: placed again after a data loss, or throttled
-	queued  map[uint64]bool // the keys in queue and budgetQ
+	budgetQ jobQueue            // keys to create once the budget allows: placed again after a data loss, or throttled
+	queued  map[uint64]struct{} // the keys in queue and budgetQ
 	syncing int
 
 	tokens   float64 // the create budget
@@ -289,7 +289,7 @@ func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, passwo
 	return &Client{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
 		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
 		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
-		queued: map[uint64]bool{}, logged: map[error]bool{},
+		queued: map[uint64]struct{}{}, logged: map[error]bool{},
 		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now, aliveAt: now}
 }
 

@@ -245,7 +245,7 @@ func (c *Client) Stop() {
 			c.drop(&j.held)
 		}
 	}
-	c.stopped, c.queue, c.budgetQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]bool{}, nil, nil
+	c.stopped, c.queue, c.budgetQ, c.queued, c.ring, c.known = true, jobQueue{}, jobQueue{}, map[uint64]struct{}{}, nil, nil
 }
 
 // remap is service i of a stopped client as its successor numbers it.

@@ -29,7 +29,7 @@ func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 		}
 		return
 	}
-	if c.queued[j.h] {
+	if _, ok := c.queued[j.h]; ok {
 		c.drop(&j.held)
 		return
 	}
@@ -38,8 +38,26 @@ func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 		c.drop(&j.held)
 		return
 	}
-	c.queued[j.h] = true
+	if q == &c.budgetQ && len(q.jobs) == 0 {
+		c.wholeBudgetQueue()
+	}
+	c.queued[j.h] = struct{}{}
 	q.push(j)
+}
+
+// wholeBudgetQueue makes the budget queue, and the set of queued keys,
+// whole at its first key (about 1.2 MB of heap per worker). Keys enter it faster
+// than they leave whenever new keys come faster than the create budget
+// (its backlog grows until QueueMax), and a data loss queues every known
+// key at once: a queue grown by doubling would leave garbage all along
+// that climb, while one made whole allocates nothing after its first key.
+func (c *Client) wholeBudgetQueue() {
+	c.budgetQ.jobs, c.budgetQ.head = make([]fleetJob, QueueMax+SyncAtOnce), 0
+	m := make(map[uint64]struct{}, QueueMax+SyncAtOnce)
+	for h := range c.queued {
+		m[h] = struct{}{}
+	}
+	c.queued = m
 }
 
 // pump sends queued syncs while etcd is up, authenticated and this slot has
@@ -205,11 +223,11 @@ func (c *Client) requeue(j fleetJob) {
 		c.enqueue(j)
 		return
 	}
-	if c.queued[j.h] {
+	if _, ok := c.queued[j.h]; ok {
 		c.drop(&j.held)
 		return
 	}
-	c.queued[j.h] = true
+	c.queued[j.h] = struct{}{}
 	c.queue.pushFront(j)
 }
 
