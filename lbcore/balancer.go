@@ -303,10 +303,12 @@ func (b *Balancer) decideMethod(d *Decision, r *Request) {
 	}
 	var key string
 	var ok bool
-	if m, isURL := b.keyer.(urlHash); isURL {
-		// URLHASH's key is part of the request: hash it where it is (a copy
-		// is a call to memmove, and in Wasm one more into the engine).
-		key, ok = m.key(r)
+	if k, in, inPlace := keyInRequest(b.keyer, r); inPlace {
+		// URLHASH's and CALLIDHASH's keys are part of the request: hash
+		// them where they are (a copy is a call to memmove, and in Wasm one
+		// more into the engine; a Call-ID, uncut, would grow b.buf to its
+		// size for good).
+		key, ok = k, in
 	} else {
 		var kb []byte
 		kb, ok = b.keyer.AppendKey(b.buf[:0], r, &b.x)

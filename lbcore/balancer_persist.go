@@ -229,6 +229,14 @@ func (b *Balancer) failover(d *Decision, r *Request, chosen int) {
 		b.addRest(d, chosen)
 		return
 	}
+	if key, ok, inPlace := keyInRequest(b.keyer, r); inPlace {
+		if !ok {
+			b.addRest(d, chosen)
+			return
+		}
+		b.addRanked(d, xxhash.Sum64String(key), chosen)
+		return
+	}
 	key, ok := b.keyer.AppendKey(b.buf[:0], r, &b.x)
 	b.buf = key[:0]
 	if !ok {

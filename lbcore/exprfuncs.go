@@ -37,6 +37,20 @@ func (pl *exprPipeline) appendEval(dst []byte, r *Request, x *evalCtx) []byte {
 	return dst
 }
 
+// appendValueCapped appends v cut to its first MaxValueBytes bytes (recording
+// the cut in x). The cut comes before the copy: the buffer a decision
+// appends into is kept for the next one (Balancer.buf, Balancer.pkey), and
+// a copy of the whole value would grow it to the largest value a client
+// ever sent, up to what the host can hand the module (1 MiB), for the
+// worker's life.
+func appendValueCapped(dst []byte, v string, x *evalCtx) []byte {
+	if len(v) > MaxValueBytes {
+		v = v[:MaxValueBytes]
+		x.capped = true
+	}
+	return append(dst, v...)
+}
+
 func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 	switch v.kind {
 	case varClientIP, varClientPort, varServerIP, varServerPort:
@@ -63,17 +77,17 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 		return dst
 	case varHost:
 		h, _ := r.host()
-		return append(dst, h...)
+		return appendValueCapped(dst, h, x)
 	case varPath:
-		return append(dst, r.path()...)
+		return appendValueCapped(dst, r.path(), x)
 	case varURL:
-		return append(dst, r.url()...)
+		return appendValueCapped(dst, r.url(), x)
 	case varMethod:
-		return append(dst, r.Method...)
+		return appendValueCapped(dst, r.Method, x)
 	case varHeader:
-		return append(dst, r.header(v.name)...)
+		return appendValueCapped(dst, r.header(v.name), x)
 	case varCookie:
-		return append(dst, exprCookie(r, v.name, x)...)
+		return appendValueCapped(dst, exprCookie(r, v.name, x), x)
 	case varQuery:
 		q := r.query()
 		if len(q) > MaxScanBytes {
@@ -81,9 +95,9 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 			x.capped = true
 		}
 		x.work += len(q)
-		return append(dst, exprQuery(q, v.name)...)
+		return appendValueCapped(dst, exprQuery(q, v.name), x)
 	case varCallID:
-		return append(dst, r.callID()...)
+		return appendValueCapped(dst, r.callID(), x)
 	}
 	return dst
 }

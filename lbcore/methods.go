@@ -284,6 +284,21 @@ func (callIDHash) AppendKey(dst []byte, r *Request, _ *evalCtx) ([]byte, bool) {
 	return append(dst, v...), true
 }
 
+// keyInRequest returns the key of a keyer whose key lies in r as it is
+// (URLHASH, CALLIDHASH), what its AppendKey would append; inPlace is false for
+// the other keyers, whose keys are built.
+func keyInRequest(k keyer, r *Request) (key string, ok, inPlace bool) {
+	switch m := k.(type) {
+	case urlHash:
+		key, ok = m.key(r)
+		return key, ok, true
+	case callIDHash:
+		key = r.callID()
+		return key, key != "", true
+	}
+	return "", false, false
+}
+
 // tokenKeyer hashes the value of a key expression (Citrix TOKEN, whose token is
 // extracted by an expression). An empty value has no token.
 type tokenKeyer struct{ Expr *Expr }
