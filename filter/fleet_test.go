@@ -7,16 +7,37 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashlb/hashlb/lbcore/fleet"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/proxytest"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-const fleetConfig = `{"lbMethod":"LEASTCONNECTION","persistence":{"keys":["${request.header.x-client-id}"],
+var fleetConfig = `{"lbMethod":"LEASTCONNECTION","persistence":{"keys":["${request.header.x-client-id}"],"expire":"` +
+	earlyInSlot(time.Now()) + `",
 	"fleet":{"cluster":"etcd","prefix":"/t/"}},` + services + `}`
+
+// earlyInSlot returns an expire (the default 7d, else a whole number of
+// hours below it) whose lease slot (fleet.Slot: expire/8, counted from the
+// Unix epoch) now is in the first half of: in a slot's last quarter a
+// worker also pre-grants the next slot's lease, a call these tests, which
+// run on the wall clock, do not script.
+func earlyInSlot(now time.Time) string {
+	for h := 7 * 24; h >= 24; h-- {
+		slot := int64(fleet.Slot(time.Duration(h)*time.Hour) / time.Second)
+		if now.Unix()%slot < slot/2 {
+			if h%24 == 0 {
+				return strconv.Itoa(h/24) + "d"
+			}
+			return strconv.Itoa(h) + "h"
+		}
+	}
+	return "7d"
+}
 
 // fleetOpen sends the request headers of a request with x-client-id id and
 // returns its context id and the action.
