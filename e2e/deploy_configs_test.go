@@ -6,8 +6,8 @@ package e2e
 //                                     what the example is meant to show
 //   configs/schema.json               TestSchemaMatchesFields
 //   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
-//   configs/envoy-lbpolicy*.yaml      the load-balancing policy's bootstrap and its
-//                                     endpoints file (deploy_lbpolicy_test.go)
+//   configs/envoy-lbpolicy.yaml,      the load-balancing policy's bootstrap and its
+//   configs/lbpolicy-endpoints.yaml   endpoints file (deploy_lbpolicy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
@@ -155,7 +155,7 @@ func TestConfigsDirCovered(t *testing.T) {
 			if _, err := checkLBPolicyBootstrap(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
-		case rel == "envoy-lbpolicy-endpoints.yaml":
+		case rel == "lbpolicy-endpoints.yaml":
 			boot, err := os.ReadFile(filepath.Join(filepath.Dir(p), "envoy-lbpolicy.yaml"))
 			if err != nil {
 				return err

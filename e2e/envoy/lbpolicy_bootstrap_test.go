@@ -29,11 +29,11 @@ func TestLBPolicyShippedBootstrap(t *testing.T) {
 		bs := envoyrun.StartBackends(t, 3)
 		dir := t.TempDir()
 		ports := map[int]int{18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()}
-		eds := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy-endpoints.yaml"), ports)
+		eds := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/lbpolicy-endpoints.yaml"), ports)
 		if err := os.MkdirAll(filepath.Join(dir, "configs"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		edsPath := filepath.Join(dir, "configs", "envoy-lbpolicy-endpoints.yaml")
+		edsPath := filepath.Join(dir, "configs", "lbpolicy-endpoints.yaml")
 		if err := os.WriteFile(edsPath, eds, 0o644); err != nil {
 			t.Fatal(err)
 		}
