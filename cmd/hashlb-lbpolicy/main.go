@@ -161,6 +161,7 @@ type lbState struct {
 	w       *lbpolicy.Worker
 	hosts   cHosts
 	ctx     cContext
+	yielded time.Time // the last yield (goruntime.go)
 }
 
 //export envoy_dynamic_module_on_lb_new
@@ -173,6 +174,7 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 		}
 	}()
 	pst = valueOf(config).(*policyState)
+	noteCaller()
 	cn := C.hl_cluster_name(lb)
 	name := C.GoStringN(cn.ptr, C.int(cn.length))
 	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lb}}
@@ -216,8 +218,10 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 		panic("the test build's panic")
 	}
 	st.ctx.ctx = ctx
-	i, f := st.w.Choose(&st.hosts, &st.ctx, time.Now())
+	now := time.Now()
+	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
 	st.ctx.ctx = nil
+	maybeYield(&st.yielded, now)
 	switch f {
 	case lbpolicy.NoFailure:
 		*priority, *index = 0, C.uint32_t(i)

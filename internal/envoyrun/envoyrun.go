@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -417,17 +418,61 @@ func (e *Envoy) WaitLog(substr string, timeout time.Duration) error {
 // CPUTime is the user and system CPU time the process has used so far
 // (/proc/PID/stat, in clock ticks of 10 ms on Linux).
 func (e *Envoy) CPUTime() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.Pid()))
+	_, cpu, err := readStat(fmt.Sprintf("/proc/%d/stat", e.Pid()))
+	return cpu, err
+}
+
+// Thread is one thread of the Envoy process and the CPU it has used.
+type Thread struct {
+	ID   int    // the thread id (the process id for the main thread)
+	Name string // its name (comm): "envoy", "wrk:worker_0", …
+	CPU  time.Duration
+}
+
+// Threads lists the process's threads (/proc/PID/task), in thread-id order.
+// A thread created by another inherits its name, so a name does not say
+// who made the thread: the threads a library starts from a worker are
+// named after the worker too.
+func (e *Envoy) Threads() ([]Thread, error) {
+	dir := fmt.Sprintf("/proc/%d/task", e.Pid())
+	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, err
+		return nil, err
+	}
+	var out []Thread
+	for _, d := range ents {
+		id, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		name, cpu, err := readStat(filepath.Join(dir, d.Name(), "stat"))
+		if err != nil {
+			continue // the thread ended since the listing
+		}
+		out = append(out, Thread{ID: id, Name: name, CPU: cpu})
+	}
+	slices.SortFunc(out, func(a, b Thread) int { return a.ID - b.ID })
+	return out, nil
+}
+
+// readStat reads a /proc stat file: the command name and the user and
+// system CPU time (clock ticks of 10 ms on Linux).
+func readStat(file string) (string, time.Duration, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", 0, err
 	}
 	// Fields after the command name (which may hold spaces) in parentheses.
 	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || end+2 > len(s) {
+		return "", 0, fmt.Errorf("%s: no command name: %q", file, s)
+	}
+	f := strings.Fields(s[end+2:])
 	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: short: %q", e.Pid(), s)
+		return "", 0, fmt.Errorf("%s: short: %q", file, s)
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+	return s[open+1 : end], time.Duration(ut+st) * 10 * time.Millisecond, nil
 }

@@ -1,0 +1,109 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/loadgen"
+)
+
+// TestLBPolicyGoRuntimeQuiet: under load, the Go runtime the policy brings
+// into Envoy stays out of the way. Envoy's threads call into Go and hold a
+// Go P between calls; without cmd/hashlb-lbpolicy/goruntime.go's measures
+// the runtime's monitor took those Ps back over and over, polling every
+// 20 µs and waking a thread each time, and the threads other than Envoy's
+// workers used about a tenth of the process's CPU (docs/performance.md,
+// "The Go runtime inside Envoy"). The test holds that share under 5 % at
+// 10 hosts, Envoy --concurrency 4, a closed loop of 8 connections.
+func TestLBPolicyGoRuntimeQuiet(t *testing.T) {
+	for _, bin := range envoyrun.LBPolicyBinaries(t) {
+		t.Run(bin.Name(), func(t *testing.T) {
+			anyB := envoyrun.StartFastBackendAny(t, 0)
+			p := peerSpec{key: pPolicy, kind: peerPolicy, endpoints: peerEndpoints(10, anyB.Port()), plugin: peerPolicyConfig}
+			dir := envoyrun.WorkDir(t)
+			peerLinkPolicy(t, dir)
+			e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: 4, LogLevel: "warning"})
+			addr := e.MustListener(t, "bench")
+			reqs := peerRequests(peerTargets(1024), nil)
+			peerLoad(t, addr, reqs, time.Second) // every worker's connections and load balancer made
+			before := envoyThreads(t, e)
+			res := peerLoad(t, addr, reqs, 3*time.Second)
+			after := envoyThreads(t, e)
+
+			workers := envoyWorkers(after)
+			var total, others time.Duration
+			var lines []string
+			for _, th := range after {
+				d := th.CPU - before[th.ID].CPU
+				total += d
+				if !workers[th.ID] {
+					others += d
+				}
+				if d > 0 {
+					lines = append(lines, fmt.Sprintf("%d %s (worker %v): %v", th.ID, th.Name, workers[th.ID], d))
+				}
+			}
+			if len(workers) != 4 {
+				t.Fatalf("found %d worker threads, want Envoy's 4:\n%s", len(workers), strings.Join(lines, "\n"))
+			}
+			share := float64(others) / float64(total)
+			t.Logf("%d requests (%.0f req/s); Envoy CPU %v, of which %.1f %% on threads other than the workers", res.Requests, res.RPS(), total, 100*share)
+			if total < 500*time.Millisecond {
+				t.Fatalf("Envoy used only %v of CPU in the loaded run: no load to judge by", total)
+			}
+			if share > 0.05 {
+				t.Errorf("threads other than Envoy's workers used %.1f %% of Envoy's CPU under load, want under 5 %% (the Go runtime busy taking Ps back):\n%s", 100*share, strings.Join(lines, "\n"))
+			}
+		})
+	}
+}
+
+// peerLoad sends reqs in a closed loop of 8 connections for d and fails
+// the test on any error.
+func peerLoad(t testing.TB, addr string, reqs [][]byte, d time.Duration) loadgen.Result {
+	t.Helper()
+	res := loadgen.Closed(context.Background(), addr, reqs, 8, d)
+	if res.Errors > 0 || res.Requests == 0 {
+		t.Fatalf("%d requests, %d errors: %v", res.Requests, res.Errors, res.FirstErr)
+	}
+	return res
+}
+
+// envoyThreads is e's threads by id.
+func envoyThreads(t testing.TB, e *envoyrun.Envoy) map[int]envoyrun.Thread {
+	t.Helper()
+	ths, err := e.Threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[int]envoyrun.Thread, len(ths))
+	for _, th := range ths {
+		out[th.ID] = th
+	}
+	return out
+}
+
+// envoyWorkers picks Envoy's worker threads out of ths: for each name
+// wrk:worker_N the first thread (the lowest id) that bears it. A thread
+// started from a worker, as the Go runtime's are, inherits its name but
+// comes after it.
+func envoyWorkers(ths map[int]envoyrun.Thread) map[int]bool {
+	first := map[string]int{}
+	for id, th := range ths {
+		if !strings.HasPrefix(th.Name, "wrk:worker_") {
+			continue
+		}
+		if f, ok := first[th.Name]; !ok || id < f {
+			first[th.Name] = id
+		}
+	}
+	out := map[int]bool{}
+	for _, id := range first {
+		out[id] = true
+	}
+	return out
+}
