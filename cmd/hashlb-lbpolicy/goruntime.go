@@ -34,10 +34,11 @@ import (
 )
 
 // yieldEvery is how often, at most, a worker's callback goroutine yields:
-// under half of sysmon's 10 ms (forcePreemptNS in the runtime's proc.go),
-// so that it yields at least once between any two of sysmon's looks 10 ms
-// apart.
-const yieldEvery = 4 * time.Millisecond
+// below sysmon's 10 ms (forcePreemptNS in the runtime's proc.go), so that
+// while choices keep coming the P's schedule tick has moved whenever sysmon
+// looks again 10 ms after it last saw it move; the 2 ms left cover a choice
+// that comes a little late. Every yield costs, so not more often.
+const yieldEvery = 8 * time.Millisecond
 
 // spareProcs is how many Ps are kept beyond one per calling thread: one
 // idle P is what stops sysmon taking a P back at its first tick; the second

@@ -45,47 +45,68 @@ bool envoy_dynamic_module_callback_lb_context_should_select_another_host(void* l
 // rq_total, cx_active).
 #define HL_STAT_RQ_ACTIVE 7
 
-// Wrappers that return buffers by value, so Go passes no pointer of its own.
-static inline hl_buf hl_cluster_name(void* lb) {
+// Wrappers for the calls a choice and an update make. They take Envoy's
+// pointers as integers (uintptr_t, as Go holds them) and return buffers by
+// value: Go then passes no pointer to C, so cgo checks none of the
+// arguments (a pointer argument costs a lookup in Go's heap on every call).
+#define HL_LB(lb) ((void*)(lb))
+static inline size_t hl_hosts_count(uintptr_t lb) {
+	return envoy_dynamic_module_callback_lb_get_hosts_count(HL_LB(lb), 0);
+}
+static inline size_t hl_healthy_count(uintptr_t lb) {
+	return envoy_dynamic_module_callback_lb_get_healthy_hosts_count(HL_LB(lb), 0);
+}
+static inline uint32_t hl_host_weight(uintptr_t lb, size_t i) {
+	return envoy_dynamic_module_callback_lb_get_host_weight(HL_LB(lb), 0, i);
+}
+static inline int hl_host_health(uintptr_t lb, size_t i) {
+	return envoy_dynamic_module_callback_lb_get_host_health(HL_LB(lb), 0, i);
+}
+static inline hl_buf hl_cluster_name(uintptr_t lb) {
 	hl_buf b = {0, 0};
-	envoy_dynamic_module_callback_lb_get_cluster_name(lb, &b);
+	envoy_dynamic_module_callback_lb_get_cluster_name(HL_LB(lb), &b);
 	return b;
 }
-static inline hl_buf hl_host_address(void* lb, size_t i) {
+static inline hl_buf hl_host_address(uintptr_t lb, size_t i) {
 	hl_buf b = {0, 0};
-	envoy_dynamic_module_callback_lb_get_host_address(lb, 0, i, &b);
+	envoy_dynamic_module_callback_lb_get_host_address(HL_LB(lb), 0, i, &b);
 	return b;
 }
-static inline hl_buf hl_healthy_address(void* lb, size_t i) {
+static inline hl_buf hl_healthy_address(uintptr_t lb, size_t i) {
 	hl_buf b = {0, 0};
-	envoy_dynamic_module_callback_lb_get_healthy_host_address(lb, 0, i, &b);
+	envoy_dynamic_module_callback_lb_get_healthy_host_address(HL_LB(lb), 0, i, &b);
 	return b;
 }
-static inline hl_buf hl_host_metadata(void* lb, size_t i, const char* key, size_t key_len) {
+static inline hl_buf hl_host_metadata(uintptr_t lb, size_t i, uintptr_t key, size_t key_len) {
 	hl_buf filter = {"hashlb", 6};
-	hl_buf k = {key, key_len};
+	hl_buf k = {(const char*)key, key_len};
 	hl_buf b = {0, 0};
-	if (!envoy_dynamic_module_callback_lb_get_host_metadata_string(lb, 0, i, filter, k, &b)) {
+	if (!envoy_dynamic_module_callback_lb_get_host_metadata_string(HL_LB(lb), 0, i, filter, k, &b)) {
 		b.ptr = 0;
 		b.length = 0;
 	}
 	return b;
 }
 typedef struct { const char* ptr; size_t length; size_t total; } hl_value;
-static inline hl_value hl_request_header(void* ctx, const char* key, size_t key_len, size_t index) {
-	hl_buf k = {key, key_len};
+// key points at Go memory that outlives the call (a header name of the
+// configuration); Envoy reads it during the call only.
+static inline hl_value hl_request_header(uintptr_t ctx, uintptr_t key, size_t key_len, size_t index) {
+	hl_buf k = {(const char*)key, key_len};
 	hl_buf b = {0, 0};
 	size_t total = 0;
 	hl_value v = {0, 0, 0};
-	if (envoy_dynamic_module_callback_lb_context_get_downstream_header(ctx, k, &b, index, &total)) {
+	if (envoy_dynamic_module_callback_lb_context_get_downstream_header(HL_LB(ctx), k, &b, index, &total)) {
 		v.ptr = b.ptr;
 		v.length = b.length;
 	}
 	v.total = total;
 	return v;
 }
-static inline uint64_t hl_host_active(void* lb, size_t i) {
-	return envoy_dynamic_module_callback_lb_get_host_stat(lb, 0, i, HL_STAT_RQ_ACTIVE);
+static inline bool hl_should_select_another(uintptr_t lb, uintptr_t ctx, size_t i) {
+	return envoy_dynamic_module_callback_lb_context_should_select_another_host(HL_LB(lb), HL_LB(ctx), 0, i);
+}
+static inline uint64_t hl_host_active(uintptr_t lb, size_t i) {
+	return envoy_dynamic_module_callback_lb_get_host_stat(HL_LB(lb), 0, i, HL_STAT_RQ_ACTIVE);
 }
 static inline void hl_log(int level, const char* msg, size_t len) {
 	hl_buf b = {msg, len};

@@ -20,22 +20,19 @@ func str(b C.hl_buf) string {
 	return unsafe.String((*byte)(unsafe.Pointer(b.ptr)), int(b.length))
 }
 
-// cHosts is lbpolicy.Hosts over the ABI's callbacks, priority 0.
-type cHosts struct{ lb unsafe.Pointer }
+// cHosts is lbpolicy.Hosts over the ABI's callbacks, priority 0. lb is
+// Envoy's load balancer pointer, held as an integer (hashlb_abi.h says why).
+type cHosts struct{ lb C.uintptr_t }
 
-func (h *cHosts) Count() int {
-	return int(C.envoy_dynamic_module_callback_lb_get_hosts_count(h.lb, 0))
+func (h *cHosts) Count() int        { return int(C.hl_hosts_count(h.lb)) }
+func (h *cHosts) HealthyCount() int { return int(C.hl_healthy_count(h.lb)) }
+func (h *cHosts) Address(i int) string {
+	return str(C.hl_host_address(h.lb, C.size_t(i)))
 }
-func (h *cHosts) HealthyCount() int {
-	return int(C.envoy_dynamic_module_callback_lb_get_healthy_hosts_count(h.lb, 0))
-}
-func (h *cHosts) Address(i int) string        { return str(C.hl_host_address(h.lb, C.size_t(i))) }
 func (h *cHosts) HealthyAddress(i int) string { return str(C.hl_healthy_address(h.lb, C.size_t(i))) }
-func (h *cHosts) Weight(i int) int {
-	return int(C.envoy_dynamic_module_callback_lb_get_host_weight(h.lb, 0, C.size_t(i)))
-}
+func (h *cHosts) Weight(i int) int            { return int(C.hl_host_weight(h.lb, C.size_t(i))) }
 func (h *cHosts) Health(i int) lbpolicy.Health {
-	switch C.envoy_dynamic_module_callback_lb_get_host_health(h.lb, 0, C.size_t(i)) {
+	switch C.hl_host_health(h.lb, C.size_t(i)) {
 	case C.HL_HEALTHY:
 		return lbpolicy.Healthy
 	case C.HL_DEGRADED:
@@ -44,24 +41,32 @@ func (h *cHosts) Health(i int) lbpolicy.Health {
 	return lbpolicy.Unhealthy
 }
 func (h *cHosts) Metadata(i int, key string) string {
-	return str(C.hl_host_metadata(h.lb, C.size_t(i), (*C.char)(unsafe.Pointer(unsafe.StringData(key))), C.size_t(len(key))))
+	return str(C.hl_host_metadata(h.lb, C.size_t(i), strAddr(key), C.size_t(len(key))))
 }
 func (h *cHosts) ActiveRequests(i int) int64 { return int64(C.hl_host_active(h.lb, C.size_t(i))) }
 
-// cContext is lbpolicy.Context over the ABI's context callbacks.
-type cContext struct{ lb, ctx unsafe.Pointer }
+// strAddr is the address of s's bytes as an integer, for a C call that reads
+// them during the call only; s must stay reachable until it returns (it is
+// an argument of the caller, so it does).
+func strAddr(s string) C.uintptr_t {
+	return C.uintptr_t(uintptr(unsafe.Pointer(unsafe.StringData(s))))
+}
+
+// cContext is lbpolicy.Context over the ABI's context callbacks; ctx is 0
+// outside a choice.
+type cContext struct{ lb, ctx C.uintptr_t }
 
 func (c *cContext) Header(name string, i int) (string, int) {
-	if c.ctx == nil {
+	if c.ctx == 0 {
 		return "", 0
 	}
-	v := C.hl_request_header(c.ctx, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)), C.size_t(i))
+	v := C.hl_request_header(c.ctx, strAddr(name), C.size_t(len(name)), C.size_t(i))
 	return str(C.hl_buf{ptr: v.ptr, length: v.length}), int(v.total)
 }
 
 func (c *cContext) ShouldSelectAnotherHost(i int) bool {
-	if c.ctx == nil {
+	if c.ctx == 0 {
 		return false
 	}
-	return bool(C.envoy_dynamic_module_callback_lb_context_should_select_another_host(c.lb, c.ctx, 0, C.size_t(i)))
+	return bool(C.hl_should_select_another(c.lb, c.ctx, C.size_t(i)))
 }

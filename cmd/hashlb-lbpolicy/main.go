@@ -154,7 +154,9 @@ func envoy_dynamic_module_on_lb_config_destroy(p unsafe.Pointer) {
 	}
 }
 
-// lbState is one worker's load balancer.
+// lbState is one worker's load balancer. Envoy holds it as a slot of
+// states (not a cgo.Handle, whose lookup is a map lookup with interface
+// hashing on every choice).
 type lbState struct {
 	cluster string
 	pol     *policyState
@@ -175,15 +177,16 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 	}()
 	pst = valueOf(config).(*policyState)
 	noteCaller()
-	cn := C.hl_cluster_name(lb)
+	cn := C.hl_cluster_name(C.uintptr_t(uintptr(lb)))
 	name := C.GoStringN(cn.ptr, C.int(cn.length))
-	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lb}}
-	st.ctx.lb = lb
+	lbi := C.uintptr_t(uintptr(lb))
+	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lbi}}
+	st.ctx.lb = lbi
 	st.w.OnHealth = func(healthy, total int) {
 		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
 	}
 	st.update(0, 0)
-	return handleOf(st)
+	return keepState(st)
 }
 
 // update rebuilds the worker's services from the host set; added and
@@ -213,14 +216,14 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 			ok = false
 		}
 	}()
-	st = valueOf(mod).(*lbState)
+	st = stateOf(mod)
 	if testPanic == "choose" {
 		panic("the test build's panic")
 	}
-	st.ctx.ctx = ctx
+	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
 	now := time.Now()
 	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
-	st.ctx.ctx = nil
+	st.ctx.ctx = 0
 	maybeYield(&st.yielded, now)
 	switch f {
 	case lbpolicy.NoFailure:
@@ -244,7 +247,7 @@ func envoy_dynamic_module_on_lb_on_host_membership_update(lb, mod unsafe.Pointer
 			}
 		}
 	}()
-	st = valueOf(mod).(*lbState)
+	st = stateOf(mod)
 	st.update(int(added), int(removed))
 }
 
@@ -252,6 +255,6 @@ func envoy_dynamic_module_on_lb_on_host_membership_update(lb, mod unsafe.Pointer
 func envoy_dynamic_module_on_lb_destroy(mod unsafe.Pointer) {
 	defer func() { _ = recover() }()
 	if mod != nil {
-		freeHandle(mod)
+		dropState(mod)
 	}
 }

@@ -35,6 +35,7 @@ const (
 	peerNoop                       // the no-op Wasm module + ROUND_ROBIN
 	peerOverride                   // override_host on a header the client sends, no Wasm
 	peerPolicy                     // hashlb as the load-balancing policy (the dynamic module), no Wasm
+	peerPolicyFloor                // the C dynamic module testdata/lbfloor: a policy's floor
 )
 
 // peerSpec is one row of the table.
@@ -83,9 +84,13 @@ func (p peerSpec) bootstrap() []byte {
                     "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
 `
 	}
-	if p.kind == peerPolicy {
+	if p.kind == peerPolicy || p.kind == peerPolicyFloor {
 		// The module at lib<name>.so of the work dir (peerVersion links it).
 		quoted, _ := json.Marshal(string(p.plugin))
+		name := envoyrun.LBPolicyName
+		if p.kind == peerPolicyFloor {
+			name = peerFloorName
+		}
 		lb = fmt.Sprintf(`    load_balancing_policy:
       policies:
       - typed_extension_config:
@@ -97,7 +102,7 @@ func (p peerSpec) bootstrap() []byte {
             lb_policy_config:
               "@type": type.googleapis.com/google.protobuf.StringValue
               value: %s
-`, envoyrun.LBPolicyName, quoted)
+`, name, quoted)
 	}
 	if p.kind == peerHashlb || p.kind == peerNoop {
 		module, value := "dist/hashlb.wasm", p.plugin

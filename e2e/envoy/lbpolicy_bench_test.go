@@ -18,6 +18,7 @@ package envoy
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,6 +96,30 @@ func peerLinkPolicy(b testing.TB, dir string) {
 	so := "lib" + envoyrun.LBPolicyName + ".so"
 	if err := os.Symlink(filepath.Join(mod, so), filepath.Join(dir, so)); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// peerFloorName is testdata/lbfloor's module name (lib<name>.so).
+const peerFloorName = "hashlb_lbfloor"
+
+// peerLinkFloor builds testdata/lbfloor (C, no Go) into an Envoy's work
+// dir as lib<peerFloorName>.so, with the C compiler the policy's cgo build
+// uses.
+func peerLinkFloor(b testing.TB, dir string) {
+	b.Helper()
+	root, err := envoyrun.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	out := filepath.Join(dir, "lib"+peerFloorName+".so")
+	cmd := exec.Command(cc, "-O2", "-shared", "-fPIC", "-I", filepath.Join(root, "cmd/hashlb-lbpolicy"),
+		"-Wl,--unresolved-symbols=ignore-all", "-o", out, filepath.Join(root, "e2e/envoy/testdata/lbfloor/lbfloor.c"))
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("building e2e/envoy/testdata/lbfloor: %v\n%s", err, o)
 	}
 }
 

@@ -1,0 +1,64 @@
+package main
+
+/*
+#include <stdlib.h>
+*/
+import "C"
+
+import (
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// states are the load balancers Envoy holds, by slot. Envoy keeps, for each,
+// a C cell holding the slot's number; a choice reads its state with one
+// atomic load and an index. Slots are taken and given back on Envoy's
+// threads (on_lb_new, on_lb_destroy) under mu, copy on write, so a choice
+// never locks; a freed slot is reused.
+var states struct {
+	mu   sync.Mutex
+	all  atomic.Pointer[[]*lbState]
+	free []uintptr
+}
+
+// keepState gives st a slot and returns the cell Envoy keeps.
+func keepState(st *lbState) unsafe.Pointer {
+	states.mu.Lock()
+	defer states.mu.Unlock()
+	var all []*lbState
+	if p := states.all.Load(); p != nil {
+		all = *p
+	}
+	next := append([]*lbState(nil), all...)
+	var slot uintptr
+	if n := len(states.free); n > 0 {
+		slot = states.free[n-1]
+		states.free = states.free[:n-1]
+		next[slot] = st
+	} else {
+		slot = uintptr(len(next))
+		next = append(next, st)
+	}
+	states.all.Store(&next)
+	cell := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
+	*(*uintptr)(cell) = slot
+	return cell
+}
+
+// stateOf is the state of a cell keepState returned.
+func stateOf(cell unsafe.Pointer) *lbState {
+	return (*states.all.Load())[*(*uintptr)(cell)]
+}
+
+// dropState frees a cell and its slot.
+func dropState(cell unsafe.Pointer) {
+	slot := *(*uintptr)(cell)
+	C.free(cell)
+	states.mu.Lock()
+	defer states.mu.Unlock()
+	next := append([]*lbState(nil), *states.all.Load()...)
+	next[slot] = nil
+	states.all.Store(&next)
+	states.free = append(states.free, slot)
+}
