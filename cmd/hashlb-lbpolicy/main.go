@@ -29,7 +29,9 @@ import (
 var abiVersion = "v0.2.0"
 
 // testPanic, set by a test build (-ldflags -X main.testPanic=choose),
-// makes every choice panic, to show that a panic stays in the module.
+// makes every choice panic, to show that a panic stays in the module;
+// -X main.testPanic=floor makes every choice the Go floor of the paired
+// benchmark instead of lbcore's (goFloor).
 var testPanic string
 
 // abiVersionC is abiVersion as a C string, made once: Envoy reads it during
@@ -217,8 +219,11 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 		}
 	}()
 	st = stateOf(mod)
-	if testPanic == "choose" {
-		panic("the test build's panic")
+	if testPanic != "" {
+		if testPanic == "choose" {
+			panic("the test build's panic")
+		}
+		return goFloor(st, ctx, priority, index)
 	}
 	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
 	now := time.Now()
@@ -235,6 +240,26 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 		st.pol.count(cNoHost)
 	}
 	return false
+}
+
+// goFloor is e2e/envoy/testdata/lbfloor's choice in Go, through the
+// module's own callbacks and Go runtime measures (the paired benchmark's Go
+// floor row): the request's :path, FNV-1a, modulo the healthy hosts.
+func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.bool {
+	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
+	n := st.hosts.HealthyCount()
+	path, _ := st.ctx.Header(":path", 0)
+	st.ctx.ctx = 0
+	maybeYield(&st.yielded, time.Now())
+	if n == 0 {
+		return false
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(path); i++ {
+		h = (h ^ uint64(path[i])) * 1099511628211
+	}
+	*priority, *index = 0, C.uint32_t(h%uint64(n))
+	return true
 }
 
 //export envoy_dynamic_module_on_lb_on_host_membership_update

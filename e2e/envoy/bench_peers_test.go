@@ -28,14 +28,15 @@ import (
 type peerKind int
 
 const (
-	peerRoundRobin peerKind = iota // lb_policy ROUND_ROBIN
-	peerRingHash                   // lb_policy RING_HASH, hash_policy on :path
-	peerMaglev                     // lb_policy MAGLEV, hash_policy on :path
-	peerHashlb                     // hashlb (Wasm) + override_host
-	peerNoop                       // the no-op Wasm module + ROUND_ROBIN
-	peerOverride                   // override_host on a header the client sends, no Wasm
-	peerPolicy                     // hashlb as the load-balancing policy (the dynamic module), no Wasm
-	peerPolicyFloor                // the C dynamic module testdata/lbfloor: a policy's floor
+	peerRoundRobin    peerKind = iota // lb_policy ROUND_ROBIN
+	peerRingHash                      // lb_policy RING_HASH, hash_policy on :path
+	peerMaglev                        // lb_policy MAGLEV, hash_policy on :path
+	peerHashlb                        // hashlb (Wasm) + override_host
+	peerNoop                          // the no-op Wasm module + ROUND_ROBIN
+	peerOverride                      // override_host on a header the client sends, no Wasm
+	peerPolicy                        // hashlb as the load-balancing policy (the dynamic module), no Wasm
+	peerPolicyFloor                   // the C dynamic module testdata/lbfloor: a policy's floor
+	peerPolicyGoFloor                 // the policy built to choose as lbfloor does, in Go
 )
 
 // peerSpec is one row of the table.
@@ -84,7 +85,7 @@ func (p peerSpec) bootstrap() []byte {
                     "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
 `
 	}
-	if p.kind == peerPolicy || p.kind == peerPolicyFloor {
+	if p.kind == peerPolicy || p.kind == peerPolicyFloor || p.kind == peerPolicyGoFloor {
 		// The module at lib<name>.so of the work dir (peerVersion links it).
 		quoted, _ := json.Marshal(string(p.plugin))
 		name := envoyrun.LBPolicyName

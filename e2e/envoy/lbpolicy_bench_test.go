@@ -87,9 +87,12 @@ func BenchmarkEnvoyLBPolicy(b *testing.B) {
 
 // peerLinkPolicy links the module, built from the tree, into an Envoy's
 // work dir, where Envoy looks for it without ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
-func peerLinkPolicy(b testing.TB, dir string) {
+func peerLinkPolicy(b testing.TB, dir string) { peerLinkPolicyBuild(b, dir, "") }
+
+// peerLinkPolicyBuild links the module built with ldflags (BuildLBPolicy).
+func peerLinkPolicyBuild(b testing.TB, dir, ldflags string) {
 	b.Helper()
-	mod, err := envoyrun.BuildLBPolicy("")
+	mod, err := envoyrun.BuildLBPolicy(ldflags)
 	if err != nil {
 		b.Fatal(err)
 	}

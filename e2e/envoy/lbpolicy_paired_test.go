@@ -31,8 +31,12 @@ import (
 	"github.com/hashlb/hashlb/internal/loadgen"
 )
 
-// pFloor is the key of testdata/lbfloor's rows.
-const pFloor = "floor"
+// The keys of the floor rows: testdata/lbfloor's, and the policy built to
+// choose as it does.
+const (
+	pFloor   = "floor"
+	pGoFloor = "go-floor"
+)
 
 var pairedRounds = flag.Int("paired.rounds", 10, "BenchmarkEnvoyLBPolicyPaired: rounds; each figure is the median over them")
 
@@ -46,12 +50,14 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 		{key: pMaglev, name: "maglev on :path, 10 endpoints", kind: peerMaglev, endpoints: ten},
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10 services", kind: peerHashlb, endpoints: ten, plugin: peerPlugin(ten, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10 hosts", kind: peerPolicyFloor, endpoints: ten},
+		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10 hosts", kind: peerPolicyGoFloor, endpoints: ten, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10 hosts", kind: peerPolicy, endpoints: ten, plugin: peerPolicyConfig},
 	}, {
 		{key: pRing, name: "ring_hash on :path, 10⁴ endpoints", kind: peerRingHash, endpoints: many},
 		{key: pMaglev, name: "maglev on :path, 10⁴ endpoints", kind: peerMaglev, endpoints: many},
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10⁴ services", kind: peerHashlb, endpoints: many, plugin: peerPlugin(many, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10⁴ hosts", kind: peerPolicyFloor, endpoints: many},
+		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10⁴ hosts", kind: peerPolicyGoFloor, endpoints: many, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10⁴ hosts", kind: peerPolicy, endpoints: many, plugin: peerPolicyConfig},
 	}}
 	targets := peerTargets(4096)
@@ -105,6 +111,8 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 			peerLinkPolicy(b, dir)
 		case peerPolicyFloor:
 			peerLinkFloor(b, dir)
+		case peerPolicyGoFloor:
+			peerLinkPolicyBuild(b, dir, "-X main.testPanic=floor")
 		}
 		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 		runs[i] = &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
