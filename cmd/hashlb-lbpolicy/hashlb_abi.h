@@ -121,8 +121,8 @@ static inline hl_counter hl_define_counter(void* config, const char* name, size_
 }
 // hl_pin makes the library never unload (pin.c).
 void hl_pin(void);
-static inline void hl_increment(void* config, size_t id) {
-	envoy_dynamic_module_callback_lb_config_increment_counter(config, id, 0, 0, 1);
+static inline void hl_increment(void* config, size_t id, uint64_t n) {
+	envoy_dynamic_module_callback_lb_config_increment_counter(config, id, 0, 0, n);
 }
 
 #endif

@@ -9,6 +9,7 @@ package main
 
 /*
 #include "hashlb_abi.h"
+#include "cache.h"
 */
 import "C"
 
@@ -88,15 +89,18 @@ const (
 	cPanic
 	cInconsistent
 	cUpdateError
+	cCached
 	numCounters
 )
 
-var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "update_error"}
+var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "update_error", "cached"}
 
-func (p *policyState) count(c int) {
-	p.counts[c].Add(1)
+func (p *policyState) count(c int) { p.add(c, 1) }
+
+func (p *policyState) add(c int, n uint64) {
+	p.counts[c].Add(n)
 	if p.have[c] {
-		C.hl_increment(p.envoy, p.ctrs[c])
+		C.hl_increment(p.envoy, p.ctrs[c], C.uint64_t(n))
 	}
 }
 
@@ -165,7 +169,8 @@ type lbState struct {
 	w       *lbpolicy.Worker
 	hosts   cHosts
 	ctx     cContext
-	yielded time.Time // the last yield (goruntime.go)
+	yielded time.Time   // the last yield (goruntime.go)
+	cache   *C.hl_cache // the choice cache (cache.h), nil when choices cannot be remembered
 }
 
 //export envoy_dynamic_module_on_lb_new
@@ -187,6 +192,9 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 	st.w.OnHealth = func(healthy, total int) {
 		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
 	}
+	if n, prefix, ok := pst.pol.PathKey(); ok && testPanic == "" {
+		st.cache = C.hl_cache_new(C.uint32_t(n), C.bool(prefix))
+	}
 	st.update(0, 0)
 	return keepState(st)
 }
@@ -195,6 +203,7 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 // removed are what Envoy says changed (both 0 for a health change).
 func (st *lbState) update(added, removed int) {
 	warnings, err := st.w.Update(&st.hosts)
+	st.syncCache()
 	logf(logInfo, "cluster %s: %d hosts (%d healthy; %d added, %d removed)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount(), added, removed)
 	for _, w := range warnings {
 		logf(logWarn, "%s", w)
@@ -205,8 +214,27 @@ func (st *lbState) update(added, removed int) {
 	}
 }
 
-//export envoy_dynamic_module_on_lb_choose_host
-func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t) (ok C.bool) {
+// syncCache gives the cache the worker's view of the hosts and adds its
+// hits to Envoy's counter.
+func (st *lbState) syncCache() {
+	c := st.cache
+	if c == nil {
+		return
+	}
+	gen, healthy := st.w.View()
+	c.gen, c.healthy_count = C.uint32_t(gen), C.uint32_t(healthy)
+	if c.hits > 0 {
+		st.pol.add(cCached, uint64(c.hits))
+		c.hits = 0
+	}
+}
+
+// hl_go_choose_host is Envoy's choice hook past the cache (cache.c's
+// envoy_dynamic_module_on_lb_choose_host): lbcore's decision, remembered in
+// the cache when it may be.
+//
+//export hl_go_choose_host
+func hl_go_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t) (ok C.bool) {
 	var st *lbState
 	defer func() {
 		if r := recover(); r != nil {
@@ -228,6 +256,7 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
 	now := time.Now()
 	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
+	st.remember()
 	st.ctx.ctx = 0
 	maybeYield(&st.yielded, now)
 	switch f {
@@ -240,6 +269,21 @@ func envoy_dynamic_module_on_lb_choose_host(lb, mod, ctx unsafe.Pointer, priorit
 		st.pol.count(cNoHost)
 	}
 	return false
+}
+
+// remember puts the last choice in the cache when it may be remembered
+// (lbpolicy.Worker.Remembered), under the view it was made in.
+func (st *lbState) remember() {
+	if st.cache == nil {
+		return
+	}
+	st.syncCache()
+	host, healthy, ok := st.w.Remembered()
+	if !ok {
+		return
+	}
+	path, _ := st.ctx.Header(":path", 0)
+	C.hl_cache_put(C.uintptr_t(uintptr(unsafe.Pointer(st.cache))), strAddr(path), C.size_t(len(path)), C.uint32_t(host), C.uint32_t(healthy))
 }
 
 // goFloor is e2e/envoy/testdata/lbfloor's choice in Go, through the

@@ -1,7 +1,7 @@
 package main
 
 /*
-#include <stdlib.h>
+#include "cache.h"
 */
 import "C"
 
@@ -12,8 +12,8 @@ import (
 )
 
 // states are the load balancers Envoy holds, by slot. Envoy keeps, for each,
-// a C cell holding the slot's number; a choice reads its state with one
-// atomic load and an index. Slots are taken and given back on Envoy's
+// a C cell (cache.h's hl_lb) holding the slot's number and the state's
+// choice cache; a choice reads its state with one atomic load and an index. Slots are taken and given back on Envoy's
 // threads (on_lb_new, on_lb_destroy) under mu, copy on write, so a choice
 // never locks; a freed slot is reused.
 var states struct {
@@ -41,20 +41,23 @@ func keepState(st *lbState) unsafe.Pointer {
 		next = append(next, st)
 	}
 	states.all.Store(&next)
-	cell := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
-	*(*uintptr)(cell) = slot
-	return cell
+	cell := C.hl_lb_new(C.uintptr_t(slot), st.cache)
+	if cell == nil {
+		panic("hashlb: out of C memory for a load balancer")
+	}
+	return unsafe.Pointer(cell)
 }
 
 // stateOf is the state of a cell keepState returned.
 func stateOf(cell unsafe.Pointer) *lbState {
-	return (*states.all.Load())[*(*uintptr)(cell)]
+	return (*states.all.Load())[(*C.hl_lb)(cell).slot]
 }
 
 // dropState frees a cell and its slot.
 func dropState(cell unsafe.Pointer) {
-	slot := *(*uintptr)(cell)
-	C.free(cell)
+	l := (*C.hl_lb)(cell)
+	slot := uintptr(l.slot)
+	C.hl_lb_free(l) // and the cache
 	states.mu.Lock()
 	defer states.mu.Unlock()
 	next := append([]*lbState(nil), *states.all.Load()...)

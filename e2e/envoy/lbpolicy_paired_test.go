@@ -1,17 +1,17 @@
 package envoy
 
 // BenchmarkEnvoyLBPolicyPaired measures the policy against Envoy's own
-// consistent hashing side by side: the Envoys of one size (ring_hash,
-// maglev, the Wasm filter, the policy) all loaded at the same time, each by
-// its own closed loop (then each by its own open loop at one rate), round
-// after round. Run one after the other, as BenchmarkEnvoyLBPolicy runs
-// them, two rows are seconds apart and this machine's speed moves by a
-// tenth or more between seconds (the same Envoy measured twice in a row
-// differs that much), which hides a difference of a few per cent. Run at
-// the same time, every Envoy meets the same machine: the kernel shares the
-// cores between their workers, and what one Envoy does with its share (the
-// requests it answers per second, the CPU each request costs it) is what
-// the rows compare. ./build.sh bench runs it with the other BenchmarkEnvoy*:
+// consistent hashing side by side: each row's Envoy (maglev, the Wasm
+// filter, a C dynamic module's floor, the same floor in Go, the policy)
+// loaded at the same time as ring_hash's, each by its own closed loop (then
+// each by its own open loop at one rate), round after round. Run one after
+// the other, as BenchmarkEnvoyLBPolicy runs them, two rows are seconds apart
+// and this machine's speed moves by a tenth or more between seconds (the
+// same Envoy measured twice in a row differs that much), which hides a
+// difference of a few per cent. Run at the same time, both Envoys meet the
+// same machine: the kernel shares the cores between their workers, and
+// what one Envoy does with its share (the requests it answers per second,
+// the CPU each request costs it) is what the ratios compare. ./build.sh bench runs it with the other BenchmarkEnvoy*:
 //
 //	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoyLBPolicyPaired' -benchtime 1x -peers.versions 1.40.0 -peers.out dist/envoy-peers.md
 //
@@ -96,8 +96,12 @@ func policyBenchBinaries(b *testing.B) []envoyrun.Binary {
 	return bins
 }
 
-// pairedGroup measures one table's Envoys side by side; the first is the
-// reference (ring_hash).
+// pairedGroup measures one table's Envoys, each in pairs with the first
+// (the reference, ring_hash): the two loaded at once, so that each gets
+// about half of the machine, as an Envoy with the machine to itself would
+// all of it. (Loading every Envoy of the table at once gave each a sixth of
+// the cores and the Go runtime's own steady cost a sixfold weight per
+// request.)
 func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []string, reqs [][]byte) string {
 	start := time.Now()
 	stage := func(format string, a ...any) {
@@ -124,50 +128,77 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 		}
 	}()
 	stage("warm-up")
-	warm := pairedClosed(b, runs, peerWarmUp)
-	rate := *peerRate * warm[0].RPS()
-	for _, r := range runs {
+	ref := runs[0]
+	var rate float64
+	for _, r := range runs[1:] {
+		warm := pairedClosed(b, []*peerRun{ref, r}, peerWarmUp)
+		rate = max(rate, *peerRate*warm[0].RPS())
 		r.rss = peerRSS(r.e.Pid())
 	}
-	goCPU := make([]time.Duration, len(runs)) // the threads other than the workers, over the closed-loop runs
+	ref.rss = peerRSS(ref.e.Pid())
+	// Per row (but the reference): what it and the reference measured in
+	// the same pair, round by round.
+	pairs := make([]pairedRow, len(runs))
 	for round := range *pairedRounds {
 		stage("round %d/%d", round+1, *pairedRounds)
-		th0 := make([]map[int]envoyrun.Thread, len(runs))
-		cpu0 := make([]time.Duration, len(runs))
-		for i, r := range runs {
-			th0[i] = envoyThreads(b, r.e)
-			cpu0[i] = sumCPU(th0[i])
-		}
-		res := pairedClosed(b, runs, *peerDur)
-		for i, r := range runs {
-			th1 := envoyThreads(b, r.e)
-			r.rps = append(r.rps, res[i].RPS())
-			r.cpuUs = append(r.cpuUs, peerUs(sumCPU(th1)-cpu0[i])/float64(res[i].Requests))
-			w := envoyWorkers(th1)
-			for id, th := range th1 {
-				if !w[id] {
-					goCPU[i] += th.CPU - th0[i][id].CPU
+		for i, r := range runs[1:] {
+			pr := &pairs[i+1]
+			two := []*peerRun{ref, r}
+			cpu, other, res := pairedMeasure(b, two)
+			pr.self.add(res[1], cpu[1], other[1])
+			pr.ref.add(res[0], cpu[0], other[0])
+			for k, o := range pairedOpen(b, two, rate, *peerDur) {
+				two[k].missed += o.Missed
+				two[k].due += o.Requests + o.Errors + o.Missed
+				p := &pr.self
+				if k == 0 {
+					p = &pr.ref
 				}
+				p.p50 = append(p.p50, peerUs(o.Quantile(0.50)))
+				p.p99 = append(p.p99, peerUs(o.Quantile(0.99)))
 			}
 		}
-		for i, o := range pairedOpen(b, runs, rate, *peerDur) {
-			r := runs[i]
-			r.missed += o.Missed
-			r.due += o.Requests + o.Errors + o.Missed
-			r.p50 = append(r.p50, peerUs(o.Quantile(0.50)))
-			r.p99 = append(r.p99, peerUs(o.Quantile(0.99)))
-		}
 	}
-	return pairedTable(bin, runs, rate, goCPU)
+	return pairedTable(bin, runs, pairs, rate)
 }
 
-// sumCPU is the CPU time of every thread of ths.
-func sumCPU(ths map[int]envoyrun.Thread) time.Duration {
-	var s time.Duration
-	for _, th := range ths {
-		s += th.CPU
+// pairedFigures are one Envoy's figures over the rounds of its pair.
+type pairedFigures struct {
+	rps, cpuUs, p50, p99 []float64
+	cpu, other           time.Duration
+}
+
+func (f *pairedFigures) add(res loadgen.Result, cpu, other time.Duration) {
+	f.rps = append(f.rps, res.RPS())
+	f.cpuUs = append(f.cpuUs, peerUs(cpu)/float64(res.Requests))
+	f.cpu += cpu
+	f.other += other
+}
+
+// pairedRow is a row and the reference in its pair.
+type pairedRow struct{ self, ref pairedFigures }
+
+// pairedMeasure runs a closed loop on both Envoys of a pair at once for
+// -peers.duration and returns each one's CPU, the CPU of its threads other
+// than the workers, and the load's result.
+func pairedMeasure(b *testing.B, two []*peerRun) (cpu, other [2]time.Duration, res []loadgen.Result) {
+	var th0 [2]map[int]envoyrun.Thread
+	for i, r := range two {
+		th0[i] = envoyThreads(b, r.e)
 	}
-	return s
+	res = pairedClosed(b, two, *peerDur)
+	for i, r := range two {
+		th1 := envoyThreads(b, r.e)
+		w := envoyWorkers(th1)
+		for id, th := range th1 {
+			d := th.CPU - th0[i][id].CPU
+			cpu[i] += d
+			if !w[id] {
+				other[i] += d
+			}
+		}
+	}
+	return cpu, other, res
 }
 
 // pairedClosed runs a closed loop on every Envoy at once for d.
@@ -200,12 +231,13 @@ func pairedOpen(b *testing.B, runs []*peerRun, rate float64, d time.Duration) []
 	return res
 }
 
-// pairedTable is one group's Markdown table; runs[0] is the reference.
-func pairedTable(bin envoyrun.Binary, runs []*peerRun, rate float64, goCPU []time.Duration) string {
+// pairedTable is one group's Markdown table; runs[0] is the reference,
+// pairs[i] row i's pair.
+func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow, rate float64) string {
 	var sb strings.Builder
 	ref := runs[0]
-	fmt.Fprintf(&sb, "#### Envoy %s, side by side with %s\n\nreq/s, CPU: the closed-loop runs, every Envoy loaded at once. p50/p99: the open-loop runs, every Envoy at %.0f req/s at once (%.0f %% of %s's req/s in the warm-up). × %s: the ratio in each round, median (min–max). Other threads: the CPU of the Envoy's threads other than its workers (for the policy: the Go runtime's), share of its CPU.\n\n",
-		bin.Version, ref.name, rate, *peerRate*100, ref.key, ref.key)
+	fmt.Fprintf(&sb, "#### Envoy %s, each row in pairs with %s\n\nEach row's Envoy and %s's loaded at the same time, round after round: req/s and CPU in a closed loop, p50/p99 in an open loop at %.0f req/s each (%.0f %% of %s's req/s in the warm-up). × %s: the row's figure ÷ %s's in the same pair and round, median (min–max); %s's own figures are from its pair with the next row. Other threads: the CPU of the Envoy's threads other than its workers (for the policy: the Go runtime's), share of its CPU.\n\n",
+		bin.Version, ref.name, ref.key, rate, *peerRate*100, ref.key, ref.key, ref.key, ref.key)
 	sb.WriteString("| peer | req/s | × " + ref.key + " | Envoy CPU µs/req | CPU × " + ref.key + " | other threads | p50 µs | p99 µs | p99 × " + ref.key + " | RSS MB | goal | verdict |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rr := func(a, b []float64) string {
@@ -213,27 +245,26 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, rate float64, goCPU []tim
 		return fmt.Sprintf("%.3f (%.2f–%.2f)", m, lo, hi)
 	}
 	for i, r := range runs {
+		f, against := pairs[i].self, pairs[i].ref
+		if i == 0 {
+			f, against = pairs[1].ref, pairs[1].ref
+		}
 		goal, verdict := "", ""
 		if r.kind == peerPolicy {
-			rps, _, _ := peerRatios(r.rps, ref.rps)
-			p99, _, _ := peerRatios(r.p99, ref.p99)
+			rps, _, _ := peerRatios(f.rps, against.rps)
+			p99, _, _ := peerRatios(f.p99, against.p99)
 			goal, verdict = fmt.Sprintf("req/s ≥ 1.0×, p99 ≤ 1.05× %s (%.3f, %.3f)", ref.key, rps, p99), "pass"
 			if rps < 1.0 || p99 > 1.05 {
 				verdict = "**fail**"
 			}
 		}
-		var cpuAll float64
-		for k := range r.cpuUs {
-			cpuAll += r.cpuUs[k] * r.rps[k]
-		}
-		other := 100 * float64(goCPU[i].Microseconds()) / (cpuAll * peerDur.Seconds())
 		missed := ""
 		if float64(r.missed) > 0.01*float64(r.due) {
 			missed = fmt.Sprintf(" (**saturated**: %.0f %% not sent in time)", 100*float64(r.missed)/float64(r.due))
 		}
 		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.1f | %s | %.1f %% | %.0f | %.0f%s | %s | %.0f | %s | %s |\n",
-			r.name, peerMedian(r.rps), rr(r.rps, ref.rps), peerMedian(r.cpuUs), rr(r.cpuUs, ref.cpuUs), other,
-			peerMedian(r.p50), peerMedian(r.p99), missed, rr(r.p99, ref.p99), r.rss, goal, verdict)
+			r.name, peerMedian(f.rps), rr(f.rps, against.rps), peerMedian(f.cpuUs), rr(f.cpuUs, against.cpuUs),
+			100*float64(f.other)/float64(f.cpu), peerMedian(f.p50), peerMedian(f.p99), missed, rr(f.p99, against.p99), r.rss, goal, verdict)
 	}
 	sb.WriteString("\n")
 	return sb.String()

@@ -97,6 +97,30 @@ func ParseConfig(data []byte) (*Policy, error) {
 // maxRanks is how many ranks a retry may walk: the most lbcore names.
 const maxRanks = 8
 
+// PathKeyMax is the longest :path key a cache of choices keeps
+// (cmd/hashlb-lbpolicy's cache.h HL_CACHE_KEY).
+const PathKeyMax = 96
+
+// PathKey says whether a choice of p can be remembered by the request's
+// :path: ok when every decision reads the :path and nothing else and keeps
+// no state (a hash method, or a token over the path; no persistence, bounded
+// load or session). Then a request whose :path has the same first n bytes
+// gets the same choice while the hosts stay as they were, when prefix (URLHASH
+// hashes the first hashLength bytes); without prefix, only a :path of at most
+// n bytes can be remembered, whole.
+func (p *Policy) PathKey() (n int, prefix, ok bool) {
+	c := p.Config
+	in := p.in
+	if !c.LBMethod.IsHash() || c.Persistence != nil || c.HashBalanceFactor != 0 || c.Session != nil ||
+		!in.Target || in.Authority || in.Method || in.Source || in.Dest || len(in.Headers) > 0 {
+		return 0, false, false
+	}
+	if c.LBMethod == lbcore.MethodURLHash && c.HashLength <= PathKeyMax {
+		return c.HashLength, true, true
+	}
+	return PathKeyMax, false, true
+}
+
 // connectionProblems refuses what reads the connection's addresses: Envoy's
 // load-balancing context carries the request headers (and a route's hash
 // key), not the downstream connection. The client IP is served from

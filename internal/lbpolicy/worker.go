@@ -87,6 +87,12 @@ type Worker struct {
 	// found (not of the scan of an update): one no membership hook told.
 	OnHealth func(healthy, total int)
 
+	gen  uint32 // bumped on every change of the view of the hosts (View)
+	last struct {
+		host, healthy int
+		ok            bool
+	} // the last Choose, for Remembered
+
 	req     lbcore.Request
 	backups int // choices left in which a backup decision was recent (readActive)
 	d       lbcore.Decision
@@ -118,6 +124,7 @@ func (p *Policy) NewWorker(cluster string) *Worker {
 // next update.
 func (w *Worker) Update(h Hosts) (warnings []string, err error) {
 	w.bal, w.ranked = nil, nil
+	w.gen++
 	n := h.Count()
 	w.n = n
 	w.addrs = w.addrs[:0]
@@ -175,6 +182,7 @@ func (w *Worker) Update(h Hosts) (warnings []string, err error) {
 // lbcore (Envoy hands out healthy hosts only, so a degraded host is down
 // too).
 func (w *Worker) scan(h Hosts) {
+	w.gen++
 	k := int32(0)
 	for i := range w.n {
 		up := h.Health(i) == Healthy
@@ -218,6 +226,7 @@ func (w *Worker) readActive(h Hosts) {
 // when Envoy's retry predicate rejects it, the next rank it accepts. It
 // returns the host's index among the healthy hosts, which Envoy asks for.
 func (w *Worker) Choose(h Hosts, c Context, now time.Time) (int, Failure) {
+	w.last.ok = false
 	hi, f := w.choose(h, c, now)
 	// Nothing may keep Envoy's memory past the hook.
 	clear(w.req.Headers)
@@ -266,6 +275,7 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, Failure) {
 			continue
 		}
 		if !c.ShouldSelectAnotherHost(i) {
+			w.last.host, w.last.healthy, w.last.ok = i, hi, w.d.Reason == lbcore.ReasonHash
 			return hi, NoFailure
 		}
 		return w.walk(h, c, req, now, i, hi, hc), NoFailure
@@ -337,6 +347,24 @@ func (w *Worker) fill(c Context) *lbcore.Request {
 		}
 	}
 	return req
+}
+
+// View is the worker's view of the hosts: a generation that changes with
+// every update and every rescan of their health (never 0 once made), and
+// the healthy hosts it counted.
+func (w *Worker) View() (gen uint32, healthy int) {
+	if w.gen == 0 {
+		w.gen = 1
+	}
+	return w.gen, w.nh
+}
+
+// Remembered reports whether the last Choose may be remembered for its
+// :path key (Policy.PathKey): a hash decision's first rank, taken (no retry
+// walk, no backup method), under the current View; then host is its index
+// among the hosts and healthy among the healthy hosts (Choose's answer).
+func (w *Worker) Remembered() (host, healthy int, ok bool) {
+	return w.last.host, w.last.healthy, w.last.ok
 }
 
 // Decision is the lbcore decision of the last Choose (its first rank; a

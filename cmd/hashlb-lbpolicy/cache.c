@@ -1,0 +1,54 @@
+// cache.c: the choice hook Envoy calls, in C: the cache first (cache.h),
+// then Go (hl_go_choose_host, main.go).
+#include <stdlib.h>
+
+#include "_cgo_export.h"
+#include "cache.h"
+#include "hashlb_abi.h"
+
+hl_cache* hl_cache_new(uint32_t keylen, bool prefix) {
+	hl_cache* c = calloc(1, sizeof(hl_cache));
+	if (c != 0) {
+		c->keylen = keylen < HL_CACHE_KEY ? keylen : HL_CACHE_KEY;
+		c->prefix = prefix;
+	}
+	return c;
+}
+
+hl_lb* hl_lb_new(uintptr_t slot, hl_cache* cache) {
+	hl_lb* l = calloc(1, sizeof(hl_lb));
+	if (l != 0) {
+		l->slot = slot;
+		l->cache = cache;
+	}
+	return l;
+}
+
+void hl_lb_free(hl_lb* l) {
+	if (l != 0) {
+		free(l->cache);
+		free(l);
+	}
+}
+
+bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint32_t* priority, uint32_t* index) {
+	hl_lb* l = mod;
+	hl_cache* c = l != 0 ? l->cache : 0;
+	if (c != 0 && c->gen != 0 && hl_healthy_count((uintptr_t)lb) == c->healthy_count) {
+		static const char path[] = ":path";
+		hl_value v = hl_request_header((uintptr_t)ctx, (uintptr_t)path, sizeof path - 1, 0);
+		size_t n = v.length;
+		if (hl_cache_key(c, v.ptr, &n)) {
+			uint64_t h = hl_cache_hash(v.ptr, n);
+			hl_entry* e = &c->entries[h & ((1u << HL_CACHE_BITS) - 1)];
+			if (e->gen == c->gen && e->hash == h && e->len == n && memcmp(e->key, v.ptr, n) == 0 &&
+			    !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, e->host)) {
+				c->hits++;
+				*priority = 0;
+				*index = e->healthy;
+				return true;
+			}
+		}
+	}
+	return hl_go_choose_host(lb, mod, ctx, priority, index);
+}
