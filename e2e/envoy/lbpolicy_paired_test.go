@@ -129,10 +129,14 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 	}()
 	stage("warm-up")
 	ref := runs[0]
-	var rate float64
+	// The open loop's rate: -peers.rate of ring_hash's req/s in the
+	// slowest pair's warm-up, which every row then sustains.
+	rate := 0.0
 	for _, r := range runs[1:] {
 		warm := pairedClosed(b, []*peerRun{ref, r}, peerWarmUp)
-		rate = max(rate, *peerRate*warm[0].RPS())
+		if x := *peerRate * warm[0].RPS(); rate == 0 || x < rate {
+			rate = x
+		}
 		r.rss = peerRSS(r.e.Pid())
 	}
 	ref.rss = peerRSS(ref.e.Pid())
@@ -159,7 +163,16 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 			}
 		}
 	}
-	return pairedTable(bin, runs, pairs, rate)
+	table := pairedTable(bin, runs, pairs, rate)
+	for _, r := range runs {
+		if r.kind != peerPolicy {
+			continue
+		}
+		// The cache's hits reach the counter when a worker next enters Go.
+		cached, total := r.e.Stat(b, "dynamicmodulescustom.cached"), r.e.Stat(b, "http.bench.downstream_rq_total")
+		table += fmt.Sprintf("%s: %d of %d requests (%.1f %%) answered from the choice cache without entering Go.\n\n", r.name, cached, total, 100*float64(cached)/float64(max(total, 1)))
+	}
+	return table
 }
 
 // pairedFigures are one Envoy's figures over the rounds of its pair.
