@@ -39,10 +39,8 @@ bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint
 		hl_value v = hl_request_header((uintptr_t)ctx, (uintptr_t)path, sizeof path - 1, 0);
 		size_t n = v.length;
 		if (hl_cache_key(c, v.ptr, &n)) {
-			uint64_t h = hl_cache_hash(v.ptr, n);
-			hl_entry* e = &c->entries[h & ((1u << HL_CACHE_BITS) - 1)];
-			if (e->gen == c->gen && e->hash == h && e->len == n && memcmp(e->key, v.ptr, n) == 0 &&
-			    !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, e->host)) {
+			const hl_entry* e = hl_cache_get(c, v.ptr, n, hl_cache_hash(v.ptr, n));
+			if (e != 0 && !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, e->host)) {
 				c->hits++;
 				*priority = 0;
 				*index = e->healthy;

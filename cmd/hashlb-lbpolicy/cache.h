@@ -17,9 +17,11 @@
 #include <string.h>
 
 // HL_CACHE_KEY is the longest key kept (internal/lbpolicy PathKeyMax);
-// HL_CACHE_BITS the log2 of the entries (direct-mapped).
+// HL_CACHE_BITS the log2 of the entries, in sets of two: a key's set is its
+// hash's, and a new key takes a set's empty or stale entry, else the front
+// one, whose key moves to the back (the older of the two leaves).
 #define HL_CACHE_KEY 96
-#define HL_CACHE_BITS 11
+#define HL_CACHE_BITS 13
 
 typedef struct {
 	uint32_t gen;     // the cache's gen when stored; 0: empty
@@ -69,6 +71,23 @@ static inline uint64_t hl_cache_hash(const char* p, size_t n) {
 	return h;
 }
 
+// hl_cache_set is the first of the two entries of hash h's set.
+static inline hl_entry* hl_cache_set(hl_cache* c, uint64_t h) {
+	return &c->entries[h & ((1u << HL_CACHE_BITS) - 2)];
+}
+
+// hl_cache_get is the choice remembered for the key (n bytes at p, hashed
+// h) under the current view, or NULL.
+static inline const hl_entry* hl_cache_get(hl_cache* c, const char* p, size_t n, uint64_t h) {
+	hl_entry* e = hl_cache_set(c, h);
+	for (int i = 0; i < 2; i++, e++) {
+		if (e->gen == c->gen && e->hash == h && e->len == n && memcmp(e->key, p, n) == 0) {
+			return e;
+		}
+	}
+	return 0;
+}
+
 // hl_cache_put remembers a choice for the :path key of p (n bytes).
 static inline void hl_cache_put(uintptr_t cache, uintptr_t p, size_t n, uint32_t host, uint32_t healthy) {
 	hl_cache* c = (hl_cache*)cache;
@@ -77,7 +96,15 @@ static inline void hl_cache_put(uintptr_t cache, uintptr_t p, size_t n, uint32_t
 		return;
 	}
 	uint64_t h = hl_cache_hash(key, n);
-	hl_entry* e = &c->entries[h & ((1u << HL_CACHE_BITS) - 1)];
+	hl_entry* set = hl_cache_set(c, h);
+	hl_entry* e = set;
+	if (set[0].gen == c->gen && !(set[0].hash == h && set[0].len == n && memcmp(set[0].key, key, n) == 0)) {
+		if (set[1].gen == c->gen) {
+			set[1] = set[0]; // the front key moves back; the back one leaves
+		} else {
+			e = &set[1];
+		}
+	}
 	e->gen = c->gen;
 	e->len = (uint32_t)n;
 	e->host = host;
