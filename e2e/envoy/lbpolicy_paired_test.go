@@ -68,8 +68,8 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)
 	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds; in each, every Envoy of the table at once: a %v closed-loop run (%d connections each), then a %v open-loop run (each at the rate given); Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths).\n\n",
-		*pairedRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets))
+	fmt.Fprintf(&out, "%d rounds; in each, every row's Envoy together with ring_hash's: a %v closed-loop run (%d connections each), then a %v open-loop run (each at the rate given); a %v warm-up per pair; Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths).\n\n",
+		*pairedRounds, *peerDur, *peerConns, *peerDur, pairedWarmUp, *peerWorkers, len(targets))
 	b.ResetTimer()
 	for _, bin := range bins {
 		for _, g := range groups {
