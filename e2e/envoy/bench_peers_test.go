@@ -85,19 +85,7 @@ func (p peerSpec) bootstrap() []byte {
 	}
 	if p.kind == peerPolicy {
 		// The module at lib<name>.so of the work dir (peerVersion links it).
-		quoted, _ := json.Marshal(string(p.plugin))
-		lb = fmt.Sprintf(`    load_balancing_policy:
-      policies:
-      - typed_extension_config:
-          name: hashlb
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
-            dynamic_module_config: { name: %s, do_not_close: true }
-            lb_policy_name: hashlb
-            lb_policy_config:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: %s
-`, envoyrun.LBPolicyName, quoted)
+		lb = policyBalancing(string(p.plugin))
 	}
 	if p.kind == peerHashlb || p.kind == peerNoop {
 		module, value := "dist/hashlb.wasm", p.plugin
