@@ -15,8 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -91,29 +89,11 @@ func checkIstioAmbient(b *istioBundle) error {
 
 // readIstioAmbientDir returns configs/istio/ambient/*.yaml by base name.
 func readIstioAmbientDir(t testing.TB) map[string][]byte {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "configs", "istio", "ambient")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = data
-	}
-	return files
+	return readIstioFiles(t, "ambient")
 }
 
 func checkIstioAmbientFiles(files map[string][]byte) error {
-	b, err := loadIstio(files)
-	if err != nil {
-		return err
-	}
-	return errors.Join(checkIstioAmbient(b), crossCheck(files))
+	return checkIstioBundle(files, checkIstioAmbient)
 }
 
 func TestIstioAmbientManifests(t *testing.T) {

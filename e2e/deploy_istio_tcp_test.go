@@ -10,8 +10,6 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -76,29 +74,11 @@ func checkIstioTCP(b *istioBundle) error {
 
 // readIstioTCPDir returns configs/istio/tcp/*.yaml by base name.
 func readIstioTCPDir(t testing.TB) map[string][]byte {
-	t.Helper()
-	dir := filepath.Join(repoRoot(t), "configs", "istio", "tcp")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{}
-	for _, e := range entries {
-		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = data
-	}
-	return files
+	return readIstioFiles(t, "tcp")
 }
 
 func checkIstioTCPFiles(files map[string][]byte) error {
-	b, err := loadIstio(files)
-	if err != nil {
-		return err
-	}
-	return errors.Join(checkIstioTCP(b), crossCheck(files))
+	return checkIstioBundle(files, checkIstioTCP)
 }
 
 func TestIstioTCPManifests(t *testing.T) {

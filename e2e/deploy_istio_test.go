@@ -309,15 +309,23 @@ func checkEnvoyFilter(ef *networkingv1alpha3.EnvoyFilter, host string, port uint
 
 // readIstioDir returns configs/istio/*.yaml by base name.
 func readIstioDir(t testing.TB) map[string][]byte {
+	return readIstioFiles(t, "")
+}
+
+// readIstioFiles returns the files of configs/istio/<sub> by base name
+// (sub "" for configs/istio itself). Its folders are left out: tcp/ and
+// ambient/ are bundles of their own, fleet/ and trafficextension/ hold
+// files applied over a bundle (readIstioFleet, readTrafficExtension).
+func readIstioFiles(t testing.TB, sub string) map[string][]byte {
 	t.Helper()
-	dir := filepath.Join(repoRoot(t), "configs", "istio")
+	dir := filepath.Join(repoRoot(t), "configs", "istio", sub)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{}
 	for _, e := range entries {
-		if e.IsDir() { // tcp/: the NETWORK plugin's own bundle (deploy_istio_tcp_test.go); fleet/: readIstioFleet
+		if e.IsDir() {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -356,11 +364,17 @@ func readIstioFleet(t testing.TB) map[string][]byte {
 }
 
 func checkIstioFiles(files map[string][]byte) error {
+	return checkIstioBundle(files, checkIstio)
+}
+
+// checkIstioBundle loads files (loadIstio) and runs check on the bundle
+// and hashlb check's cross-checks on the files.
+func checkIstioBundle(files map[string][]byte, check func(*istioBundle) error) error {
 	b, err := loadIstio(files)
 	if err != nil {
 		return err
 	}
-	return errors.Join(checkIstio(b), crossCheck(files))
+	return errors.Join(check(b), crossCheck(files))
 }
 
 func TestIstioManifests(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 // embeddedEtcd, given where an etcd binary's path goes (etcdCommand,
@@ -37,7 +39,7 @@ func TestMain(m *testing.M) {
 // embeddedEtcdCommand is the command that runs the embedded etcd with its
 // data in dir on free loopback ports, and its client URL.
 func embeddedEtcdCommand(t testing.TB, dir string) (*exec.Cmd, string) {
-	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
+	client, peer := "http://"+fleettest.FreeAddr(t), "http://"+fleettest.FreeAddr(t)
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), etcdChildEnv+"="+dir, etcdChildURLsEnv+"="+client+" "+peer)
 	return cmd, client

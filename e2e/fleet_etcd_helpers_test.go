@@ -62,7 +62,7 @@ func startEtcd(t testing.TB, dir string) (clientAddr string, stop func()) {
 func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 	t.Helper()
 	if clientAddr == "" {
-		clientAddr = freeAddr(t)
+		clientAddr = fleettest.FreeAddr(t)
 	}
 	cfg := embed.NewConfig()
 	cfg.Name = "hashlb-e2e"
@@ -72,7 +72,7 @@ func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	cfg.UnsafeNoFsync = true // test data only; keeps the tests fast on slow disks
 	client := url.URL{Scheme: "http", Host: clientAddr}
-	peer := url.URL{Scheme: "http", Host: freeAddr(t)}
+	peer := url.URL{Scheme: "http", Host: fleettest.FreeAddr(t)}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -139,11 +139,8 @@ func etcdCommand(t testing.TB, bin, dir string) (*exec.Cmd, string) {
 	if bin == embeddedEtcd {
 		return embeddedEtcdCommand(t, dir)
 	}
-	client, peer := "http://"+freeAddr(t), "http://"+freeAddr(t)
-	cmd := exec.Command(bin, "--name", "hashlb-e2e", "--data-dir", dir,
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "hashlb-e2e="+peer, "--log-level", "error")
+	client, peer := "http://"+fleettest.FreeAddr(t), "http://"+fleettest.FreeAddr(t)
+	cmd := exec.Command(bin, fleettest.EtcdArgs("hashlb-e2e", dir, client, peer)...)
 	cmd.Env = os.Environ()
 	switch runtime.GOARCH {
 	case "amd64", "ppc64le", "s390x": // etcd 3.4's supported architectures
@@ -185,17 +182,6 @@ func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop fun
 		t.Fatalf("%s: %v\n%s", bin, err, out.String())
 	}
 	return clientAddr, stop
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // delayProxy forwards TCP connections from a loopback address to target,

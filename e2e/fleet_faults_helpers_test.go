@@ -222,13 +222,10 @@ type loadRec struct {
 // module's timeout.
 func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var recs []loadRec
-	var wg sync.WaitGroup
 	var lateNs atomic.Int64
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		for ctx.Err() == nil {
 			t0 := time.Now()
 			time.Sleep(10 * time.Millisecond)
@@ -237,12 +234,45 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 			}
 		}
 	}()
+	stopLoad := (&swapLoad{hosts: hosts}).run(t, keys, rate, 19)
+	stop = func() []loadRec {
+		recs := stopLoad()
+		cancel()
+		<-done
+		return recs
+	}
+	return stop, func() time.Duration { return time.Duration(lateNs.Load()) }
+}
+
+// swapLoad is a steady load's proxies, which may be restarted meanwhile
+// (swap): a request holds its proxy until it has left the filter.
+type swapLoad struct {
+	mu    sync.RWMutex
+	hosts []*hostsim.Host
+}
+
+func (l *swapLoad) swap(i int, h *hostsim.Host) {
+	l.mu.Lock()
+	old := l.hosts[i]
+	l.hosts[i] = h
+	l.mu.Unlock()
+	old.Close(context.Background())
+}
+
+// run sends rate requests a second for random keys (drawn from seed) to
+// random workers of random proxies, and ticks the proxies every 50 ms,
+// until stop.
+func (l *swapLoad) run(t *testing.T, keys []string, rate int, seed uint64) (stop func() []loadRec) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var recs []loadRec
+	var wg sync.WaitGroup
 	const senders = 4
 	for g := range senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 19))
+			rng := rand.New(rand.NewPCG(uint64(g), seed))
 			every := time.Second * senders / time.Duration(rate)
 			next := time.Now()
 			for ctx.Err() == nil {
@@ -250,10 +280,12 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 				if d := time.Until(next); d > 0 {
 					time.Sleep(d)
 				}
-				hi := rng.IntN(len(hosts))
-				h := hosts[hi]
 				key := keys[rng.IntN(len(keys))]
+				l.mu.RLock()
+				hi := rng.IntN(len(l.hosts))
+				h := l.hosts[hi]
 				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), key)
+				l.mu.RUnlock()
 				if err != nil {
 					t.Errorf("request for %s through proxy %d: %v", key, hi, err)
 					continue
@@ -268,9 +300,11 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			for _, h := range hosts {
+			l.mu.RLock()
+			for _, h := range l.hosts {
 				h.Tick()
 			}
+			l.mu.RUnlock()
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
@@ -278,7 +312,7 @@ func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (s
 		cancel()
 		wg.Wait()
 		return recs
-	}, func() time.Duration { return time.Duration(lateNs.Load()) }
+	}
 }
 
 // lastSplit is fleettest.LastSplit over the load's requests: each

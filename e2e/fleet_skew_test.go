@@ -14,86 +14,14 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
 )
-
-// swapLoad is steadyLoad over proxies that may be restarted meanwhile
-// (swap): a request holds its proxy until it has left the filter.
-type swapLoad struct {
-	mu    sync.RWMutex
-	hosts []*hostsim.Host
-}
-
-func (l *swapLoad) swap(i int, h *hostsim.Host) {
-	l.mu.Lock()
-	old := l.hosts[i]
-	l.hosts[i] = h
-	l.mu.Unlock()
-	old.Close(context.Background())
-}
-
-// run sends rate requests a second for random keys to random workers of
-// random proxies, and ticks the proxies every 50 ms, until stop.
-func (l *swapLoad) run(t *testing.T, keys []string, rate int) (stop func() []loadRec) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var mu sync.Mutex
-	var recs []loadRec
-	var wg sync.WaitGroup
-	const senders = 4
-	for g := range senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(g), 28))
-			every := time.Second * senders / time.Duration(rate)
-			next := time.Now()
-			for ctx.Err() == nil {
-				next = next.Add(every)
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				key := keys[rng.IntN(len(keys))]
-				l.mu.RLock()
-				hi := rng.IntN(len(l.hosts))
-				h := l.hosts[hi]
-				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), key)
-				l.mu.RUnlock()
-				if err != nil {
-					t.Errorf("request for %s through proxy %d: %v", key, hi, err)
-					continue
-				}
-				mu.Lock()
-				recs = append(recs, loadRec{at: time.Now(), key: key, host: hi, svc: rep.service, wait: rep.waited, paused: rep.paused})
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for ctx.Err() == nil {
-			l.mu.RLock()
-			for _, h := range l.hosts {
-				h.Tick()
-			}
-			l.mu.RUnlock()
-			time.Sleep(50 * time.Millisecond)
-		}
-	}()
-	return func() []loadRec {
-		cancel()
-		wg.Wait()
-		return recs
-	}
-}
 
 // skewProxy starts one proxy of two workers with cfg, reaching etcd at
 // etcdAddr and sending its health probes to probeAddr ("" for none).
@@ -172,7 +100,7 @@ func TestFleetSkew(t *testing.T) {
 				}
 			})
 			keys := keysN("skew", 172)
-			stop := l.run(t, keys, 150)
+			stop := l.run(t, keys, 150, 28)
 			time.Sleep(3 * time.Second) // the fleet places the keys
 			began := time.Now()
 			if tt.health {

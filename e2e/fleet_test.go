@@ -45,14 +45,9 @@ func fleetHosts(t testing.TB, n, workers int, cfg []byte, etcdAddr string, start
 	t.Helper()
 	var hs []*hostsim.Host
 	for range n {
-		h, err := hostsim.New(context.Background(), module(t), hostsim.Config{
+		hs = append(hs, moduleHost(t, hostsim.Config{
 			Workers: workers, PluginConfig: cfg, RootID: persistRootID, Start: start, RealTime: realTime,
-			Clusters: map[string]string{"etcd": etcdAddr}})
-		if err != nil {
-			t.Fatalf("hostsim.New: %v", err)
-		}
-		t.Cleanup(func() { h.Close(context.Background()) })
-		hs = append(hs, h)
+			Clusters: map[string]string{"etcd": etcdAddr}}))
 	}
 	return hs
 }

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
+
+	"github.com/hashlb/hashlb/hostsim"
 )
 
 // built caches the modules this test binary has built, by package directory.
@@ -27,6 +30,17 @@ type builtModule struct {
 func module(t testing.TB) []byte {
 	t.Helper()
 	return buildModule(t, "./filter")
+}
+
+// moduleHost runs the module on hostsim under c, closed when the test ends.
+func moduleHost(t testing.TB, c hostsim.Config) *hostsim.Host {
+	t.Helper()
+	h, err := hostsim.New(context.Background(), module(t), c)
+	if err != nil {
+		t.Fatalf("hostsim.New: %v", err)
+	}
+	t.Cleanup(func() { h.Close(context.Background()) })
+	return h
 }
 
 // buildModule builds the proxy-wasm module in pkgDir (a package path relative

@@ -3,7 +3,6 @@ package e2e
 // Helpers of the persistence tests: configs, hosts and streams.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -63,13 +62,7 @@ func lbConfig(t testing.TB, method string, p map[string]any, services []svcDef) 
 // lbHost runs the module in workers VMs with plugin configuration cfg.
 func lbHost(t testing.TB, cfg []byte, workers int) *hostsim.Host {
 	t.Helper()
-	h, err := hostsim.New(context.Background(), module(t), hostsim.Config{
-		Workers: workers, PluginConfig: cfg, RootID: persistRootID})
-	if err != nil {
-		t.Fatalf("hostsim.New: %v", err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return moduleHost(t, hostsim.Config{Workers: workers, PluginConfig: cfg, RootID: persistRootID})
 }
 
 // persistReply is what the filter did with one request.

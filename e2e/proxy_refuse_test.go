@@ -19,6 +19,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 func TestProxyRefusesBeforeListening(t *testing.T) {
@@ -28,7 +30,7 @@ func TestProxyRefusesBeforeListening(t *testing.T) {
 	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	a, b := freeAddr(t), freeAddr(t)
+	a, b := fleettest.FreeAddr(t), fleettest.FreeAddr(t)
 	tests := []struct {
 		name   string
 		config string
@@ -89,7 +91,7 @@ func TestProxyBackendsOnly(t *testing.T) {
 	}
 	for _, kind := range []string{"http", "network"} {
 		t.Run(kind, func(t *testing.T) {
-			a1, a2 := freeAddr(t), freeAddr(t)
+			a1, a2 := fleettest.FreeAddr(t), fleettest.FreeAddr(t)
 			cfg := fmt.Sprintf(`{"filterType": %q, "lbMethod": "SOURCEIPHASH", "services": [{"name": "b1", "address": %q}, {"name": "b2", "address": %q}]}`, kind, a1, a2)
 			cfgFile := filepath.Join(t.TempDir(), "config.json")
 			if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {

@@ -7,7 +7,6 @@ package e2e
 // oracle for where every key must go.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -118,12 +117,7 @@ func mustSend(t *testing.T, h *hostsim.Host, w, k int) hop {
 
 func podHost(t *testing.T, config []byte, workers int, call hostsim.HTTPHandler) *hostsim.Host {
 	t.Helper()
-	h, err := hostsim.New(context.Background(), module(t), hostsim.Config{Workers: workers, PluginConfig: config, HTTPCall: call})
-	if err != nil {
-		t.Fatalf("hostsim.New: %v", err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
+	return moduleHost(t, hostsim.Config{Workers: workers, PluginConfig: config, HTTPCall: call})
 }
 
 // TestReconfigureMovesOnlyWhatItMust: one pod leaves (only its keys move,

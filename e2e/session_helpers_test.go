@@ -4,7 +4,6 @@ package e2e
 // one full request and what it brought back.
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -57,13 +56,8 @@ func sessionServices(n int, weights map[string]int) []map[string]any {
 // sessionHost runs the module in workers VMs with key in HASHLB_SESSION_KEY.
 func sessionHost(t testing.TB, cfg []byte, workers int, key string) *hostsim.Host {
 	t.Helper()
-	h, err := hostsim.New(context.Background(), module(t), hostsim.Config{
+	return moduleHost(t, hostsim.Config{
 		Workers: workers, PluginConfig: cfg, RootID: persistRootID, Env: map[string]string{lbcore.SessionKeyEnv: key}})
-	if err != nil {
-		t.Fatalf("hostsim.New: %v", err)
-	}
-	t.Cleanup(func() { h.Close(context.Background()) })
-	return h
 }
 
 // sessionReply is one request's outcome.

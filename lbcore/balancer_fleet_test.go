@@ -41,9 +41,9 @@ func TestDecideAsksTheFleet(t *testing.T) {
 		t.Errorf("DecideFleet(a DOWN) = %+v, want decided locally on b", d)
 	}
 	b.SetDown(0, false)
-	b.Remember([]byte("192.0.2.7"), now.Add(2*time.Second), 0)
+	b.remember([]byte("192.0.2.7"), now.Add(2*time.Second), 0)
 	if d = b.Decide(r, now.Add(3*time.Second)); d.At(0) != 0 || !d.Persist.Hit {
-		t.Errorf("Decide after Remember(a) = %+v, want a hit on a", d)
+		t.Errorf("Decide after remember(a) = %+v, want a hit on a", d)
 	}
 	if d = b.DecideLocal(&Request{Source: "192.0.2.8:1"}, now); d.Ask || d.Len() == 0 {
 		t.Errorf("DecideLocal = %+v, want a local decision", d)

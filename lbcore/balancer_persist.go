@@ -202,13 +202,13 @@ func (b *Balancer) decideForced(d *Decision, r *Request, now time.Time, i int) {
 	b.persistedInto(d, r, b.ids[svc])
 }
 
-// Remember stores service i for persistence key key in the local table,
+// remember stores service i for persistence key key in the local table,
 // replacing what it holds: the fleet moved the key.
-func (b *Balancer) Remember(key []byte, now time.Time, i int) {
+func (b *Balancer) remember(key []byte, now time.Time, i int) {
 	b.RememberHash(PersistKeyHash(key), now, i)
 }
 
-// RememberHash is Remember for the key whose PersistKeyHash is h.
+// RememberHash is remember for the key whose PersistKeyHash is h.
 func (b *Balancer) RememberHash(h uint64, now time.Time, i int) {
 	if b.table == nil || i < 0 || i >= len(b.services) {
 		return

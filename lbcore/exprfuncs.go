@@ -87,7 +87,9 @@ func (v *exprVar) appendValue(dst []byte, r *Request, x *evalCtx) []byte {
 	case varHeader:
 		return appendValueCapped(dst, r.header(v.name), x)
 	case varCookie:
-		return appendValueCapped(dst, exprCookie(r, v.name, x), x)
+		c, _, read := cookieValue(r, v.name, x)
+		x.work += read
+		return appendValueCapped(dst, c, x)
 	case varQuery:
 		q := r.query()
 		if len(q) > MaxScanBytes {
@@ -158,10 +160,12 @@ func ipv4Text(s string) (string, bool) {
 	return s[:i], true
 }
 
-// exprCookie returns the value of the first cookie called name in any cookie
-// header ("a=1; b=2"), trimmed of spaces but otherwise as received. It
-// searches the first MaxScanBytes bytes of cookie headers.
-func exprCookie(r *Request, name string, x *evalCtx) string {
+// cookieValue returns the value of the first cookie called name in any
+// cookie header ("a=1; b=2"), trimmed of spaces but otherwise as received,
+// and whether there is one: ${request.cookie.NAME} and the session's cookie.
+// It searches the first MaxScanBytes bytes of cookie headers (x.capped when
+// there are more) and returns how many bytes it read.
+func cookieValue(r *Request, name string, x *evalCtx) (v string, found bool, read int) {
 	budget := MaxScanBytes
 	for _, h := range r.Headers {
 		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
@@ -173,20 +177,19 @@ func exprCookie(r *Request, name string, x *evalCtx) string {
 			x.capped = true
 		}
 		budget -= len(rest)
-		x.work += len(rest)
 		for rest != "" {
 			var pair string
 			pair, rest, _ = strings.Cut(rest, ";")
-			k, v, ok := strings.Cut(pair, "=")
+			k, val, ok := strings.Cut(pair, "=")
 			if ok && strings.TrimSpace(k) == name {
-				return strings.TrimSpace(v)
+				return strings.TrimSpace(val), true, MaxScanBytes - budget
 			}
 		}
 		if budget == 0 {
 			break
 		}
 	}
-	return ""
+	return "", false, MaxScanBytes - budget
 }
 
 // exprQuery returns the raw value of the first name=value pair in query.

@@ -216,30 +216,8 @@ func (s *Session) value(r *Request, x *evalCtx) (v string, ok bool) {
 		}
 		return "", false
 	}
-	budget := MaxScanBytes
-	for _, h := range r.Headers {
-		if len(h[0]) != len("cookie") || !strings.EqualFold(h[0], "cookie") {
-			continue
-		}
-		rest := h[1]
-		if len(rest) > budget {
-			rest = rest[:budget]
-			x.capped = true
-		}
-		budget -= len(rest)
-		for rest != "" {
-			var pair string
-			pair, rest, _ = strings.Cut(rest, ";")
-			k, val, found := strings.Cut(pair, "=")
-			if found && strings.TrimSpace(k) == s.Name {
-				return strings.TrimSpace(val), true
-			}
-		}
-		if budget == 0 {
-			break
-		}
-	}
-	return "", false
+	v, ok, _ = cookieValue(r, s.Name, x)
+	return v, ok
 }
 
 // sessionDecide checks the request's session. A valid one naming a

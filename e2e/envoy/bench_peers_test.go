@@ -87,23 +87,11 @@ func (p peerSpec) bootstrap() []byte {
 	}
 	if p.kind == peerPolicy || p.kind == peerPolicyFloor || p.kind == peerPolicyGoFloor {
 		// The module at lib<name>.so of the work dir (peerVersion links it).
-		quoted, _ := json.Marshal(string(p.plugin))
 		name := envoyrun.LBPolicyName
 		if p.kind == peerPolicyFloor {
 			name = peerFloorName
 		}
-		lb = fmt.Sprintf(`    load_balancing_policy:
-      policies:
-      - typed_extension_config:
-          name: hashlb
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
-            dynamic_module_config: { name: %s, do_not_close: true }
-            lb_policy_name: hashlb
-            lb_policy_config:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: %s
-`, name, quoted)
+		lb = policyBalancing(name, string(p.plugin))
 	}
 	if p.kind == peerHashlb || p.kind == peerNoop {
 		module, value := "dist/hashlb.wasm", p.plugin

@@ -110,21 +110,29 @@ func BenchmarkEnvoyPeers(b *testing.B) {
 		3:                peerRequests(targets, peerRankedHeader(b, peerPlugin(three, false))),
 		peerManyServices: peerRequests(targets, peerRankedHeader(b, peerPlugin(many, false))),
 	}
-	var out strings.Builder
 	distinct := map[string]bool{}
 	for _, t := range targets {
 		distinct[t] = true
 	}
-	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (%d distinct paths, Zipf s = 1.1 over 10⁵), %d client ids\n\n",
+	head := fmt.Sprintf("%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (%d distinct paths, Zipf s = 1.1 over 10⁵), %d client ids\n\n",
 		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets), len(distinct), peerClientIDs)
+	peerTables(b, bins, head, peers, targets, reqs, overrideReqs, *peerOut)
+}
+
+// peerTables measures peers in each Envoy of bins (peerVersion; the
+// benchmark's timer runs only meanwhile), and prints head and the tables,
+// also to file unless it is "".
+func peerTables(b *testing.B, bins []envoyrun.Binary, head string, peers []peerSpec, targets []string, reqs [][]byte, overrideReqs map[int][][]byte, file string) {
+	var out strings.Builder
+	out.WriteString(head)
 	b.ResetTimer()
 	for _, bin := range bins {
 		out.WriteString(peerVersion(b, bin, peers, targets, reqs, overrideReqs))
 	}
 	b.StopTimer()
 	fmt.Printf("\n%s", out.String())
-	if *peerOut != "" {
-		if err := os.WriteFile(*peerOut, []byte(out.String()), 0o644); err != nil {
+	if file != "" {
+		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -117,7 +118,7 @@ func TestConfigErrorRefusedByECDSAndLDS(t *testing.T) {
 		dir := envoyrun.WorkDir(t)
 		ecds := filepath.Join(dir, "ecds", "demo_hashlb.json")
 		lds := filepath.Join(dir, "lds", "listeners.json")
-		ldsAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		ldsAddr := fleettest.FreeAddr(t)
 		ldsListener := func(config []byte) listenerSpec {
 			return listenerSpec{name: "lds_listener", addrs: []string{ldsAddr}, config: config, cluster: "hashlb_upstream", retries: true}
 		}

@@ -104,19 +104,7 @@ func toWire(r corpus.Request, addrs []string) wire {
 		w.srcIP = fmt.Sprintf("127.%d.%d.%d", ap.a, ap.b, min(max(ap.c, 1), 254))
 		w.dst = addrs[ap.a%3]
 	}
-	for _, kv := range r.Headers {
-		switch kv[0] {
-		case ":method":
-			w.method = kv[1]
-		case ":scheme":
-		case ":authority":
-			w.host = kv[1]
-		case ":path":
-			w.target = kv[1]
-		default:
-			w.headers = append(w.headers, kv)
-		}
-	}
+	w.setHeaders(r.Headers)
 	if w.host == "" {
 		w.host = w.dst
 	}

@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -66,7 +65,7 @@ func fleetDataDir(t testing.TB) string {
 // test ends.
 func startFleetEtcd(t testing.TB) *fleetEtcd {
 	t.Helper()
-	e := &fleetEtcd{t: t, bin: fleetEtcdBinary(t), dir: fleetDataDir(t), client: fleetFreeAddr(t), peer: fleetFreeAddr(t)}
+	e := &fleetEtcd{t: t, bin: fleetEtcdBinary(t), dir: fleetDataDir(t), client: fleettest.FreeAddr(t), peer: fleettest.FreeAddr(t)}
 	if err := e.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +75,7 @@ func startFleetEtcd(t testing.TB) *fleetEtcd {
 
 func (e *fleetEtcd) start() error {
 	client, peer := "http://"+e.client, "http://"+e.peer
-	cmd := exec.Command(e.bin, "--name", "hashlb-envoy", "--data-dir", e.dir,
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "hashlb-envoy="+peer, "--log-level", "error")
+	cmd := exec.Command(e.bin, fleettest.EtcdArgs("hashlb-envoy", e.dir, client, peer)...)
 	out := &bytes.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -147,15 +143,4 @@ func (e *fleetEtcd) keys(prefix string) (map[string]string, error) {
 		out[string(k)] = string(v)
 	}
 	return out, nil
-}
-
-// fleetFreeAddr is a loopback address whose port was free a moment ago.
-func fleetFreeAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -41,15 +41,7 @@ const (
 var peerPolicyConfig = []byte(`{"lbMethod": "URLHASH"}`)
 
 func BenchmarkEnvoyLBPolicy(b *testing.B) {
-	var bins []envoyrun.Binary
-	for _, bin := range envoyrun.LBPolicyBinaries(b) {
-		if *peerVersions == "" || strings.Contains(","+*peerVersions+",", ","+bin.Version+",") {
-			bins = append(bins, bin)
-		}
-	}
-	if len(bins) == 0 {
-		b.Fatalf("-peers.versions %s: none of these Envoys loads the policy", *peerVersions)
-	}
+	bins := policyBenchBinaries(b)
 	anyB := envoyrun.StartFastBackendAny(b, 0)
 	ten := peerEndpoints(10, anyB.Port())
 	many := peerEndpoints(peerManyServices, anyB.Port())
@@ -66,23 +58,15 @@ func BenchmarkEnvoyLBPolicy(b *testing.B) {
 	}
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)
-	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths). × ring_hash is against the 10-endpoint ring_hash row; the goal column compares each policy row with ring_hash of its own size.\n\n",
+	head := fmt.Sprintf("%d rounds; per peer and round a %v closed-loop run (%d connections) and a %v open-loop run; Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths). × ring_hash is against the 10-endpoint ring_hash row; the goal column compares each policy row with ring_hash of its own size.\n\n",
 		*peerRounds, *peerDur, *peerConns, *peerDur, *peerWorkers, len(targets))
-	b.ResetTimer()
-	for _, bin := range bins {
-		out.WriteString(peerVersion(b, bin, peers, targets, reqs, nil))
-	}
-	b.StopTimer()
-	fmt.Printf("\n%s", out.String())
+	file := ""
 	if *peerOut != "" {
 		// Beside BenchmarkEnvoyPeers's table, which -bench 'BenchmarkEnvoy'
 		// (./build.sh bench) writes to -peers.out in the same run.
-		file := strings.TrimSuffix(*peerOut, ".md") + "-lbpolicy.md"
-		if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-			b.Fatal(err)
-		}
+		file = strings.TrimSuffix(*peerOut, ".md") + "-lbpolicy.md"
 	}
+	peerTables(b, bins, head, peers, targets, reqs, nil, file)
 }
 
 // peerLinkPolicy links the module, built from the tree, into an Envoy's

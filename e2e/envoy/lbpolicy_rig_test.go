@@ -48,10 +48,6 @@ func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
 	t.Helper()
 	var routes, clusters strings.Builder
 	for _, c := range cs {
-		cfg, err := json.Marshal(c.config)
-		if err != nil {
-			t.Fatal(err)
-		}
 		fmt.Fprintf(&routes, `
               - match: {prefix: "/", headers: [{name: x-test-cluster, string_match: {exact: %s}}]}
                 route:
@@ -84,18 +80,7 @@ func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
       healthy_threshold: 1
       http_health_check: {path: /healthz}`)
 		}
-		fmt.Fprintf(&clusters, `
-    load_balancing_policy:
-      policies:
-      - typed_extension_config:
-          name: hashlb
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
-            dynamic_module_config: {name: %s, do_not_close: true}
-            lb_policy_name: hashlb
-            lb_policy_config:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: %s`, envoyrun.LBPolicyName, cfg)
+		clusters.WriteString("\n" + strings.TrimSuffix(policyBalancing(envoyrun.LBPolicyName, c.config), "\n"))
 		writePolicyEDS(t, dir, c)
 	}
 	return []byte(`node: {id: hashlb-test, cluster: hashlb-test}
@@ -121,6 +106,25 @@ static_resources:
           - name: envoy.filters.http.router
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
   clusters:` + clusters.String() + "\n")
+}
+
+// policyBalancing is a cluster's load_balancing_policy, at a cluster's
+// indentation and newline-ended: the dynamic module lib<module>.so (the
+// policy's is envoyrun.LBPolicyName) with config, its JSON.
+func policyBalancing(module, config string) string {
+	quoted, _ := json.Marshal(config) // a string: no error
+	return fmt.Sprintf(`    load_balancing_policy:
+      policies:
+      - typed_extension_config:
+          name: hashlb
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
+            dynamic_module_config: {name: %s, do_not_close: true}
+            lb_policy_name: hashlb
+            lb_policy_config:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: %s
+`, module, quoted)
 }
 
 // writePolicyEDS writes c's endpoints as its EDS file, atomically (Envoy
@@ -215,19 +219,7 @@ func countLog(log, s string) int { return strings.Count(log, s) }
 func (e *policyEnvoy) get(t testing.TB, cluster string, headers [][2]string) (backend string, status int) {
 	t.Helper()
 	w := wire{srcIP: "127.0.0.1", dst: e.addr, method: "GET", target: "/"}
-	for _, kv := range headers {
-		switch kv[0] {
-		case ":method":
-			w.method = kv[1]
-		case ":path":
-			w.target = kv[1]
-		case ":authority":
-			w.host = kv[1]
-		case ":scheme":
-		default:
-			w.headers = append(w.headers, kv)
-		}
-	}
+	w.setHeaders(headers)
 	if w.host == "" {
 		w.host = "example.com"
 	}

@@ -11,7 +11,6 @@ package envoy
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"regexp"
@@ -22,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -402,17 +402,6 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 	})
 }
 
-// freePort is a loopback port free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 // TestPersistenceAcrossLDS: the listener, with hashlb inline as in
 // envoy.yaml, comes from an LDS file (dynamic_resources, lds_config with a
 // path_config_source), replaced by a changed listener. The table outlives
@@ -424,7 +413,7 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		bs := envoyrun.StartBackends(t, 4)
 		dir := envoyrun.WorkDir(t)
 		lds := filepath.Join(dir, "lds", "listeners.json")
-		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		addr := fleettest.FreeAddr(t)
 		listener := func(config []byte) listenerSpec {
 			return listenerSpec{name: "hashlb_listener", addrs: []string{addr}, config: config, cluster: "hashlb_upstream", retries: true}
 		}

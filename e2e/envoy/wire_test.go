@@ -29,6 +29,27 @@ type wire struct {
 	headers    [][2]string
 }
 
+// setHeaders sets w from headers as a filter would see them: :method, :path
+// and :authority are the request line's method and target and the Host
+// header, :scheme is not sent (Envoy sets it from the connection), and the
+// rest are sent in order. A pseudo-header headers lacks leaves its field as
+// it was.
+func (w *wire) setHeaders(headers [][2]string) {
+	for _, kv := range headers {
+		switch kv[0] {
+		case ":method":
+			w.method = kv[1]
+		case ":scheme":
+		case ":authority":
+			w.host = kv[1]
+		case ":path":
+			w.target = kv[1]
+		default:
+			w.headers = append(w.headers, kv)
+		}
+	}
+}
+
 // bytes is the HTTP/1.1 request.
 func (w wire) bytes() []byte {
 	var b strings.Builder

@@ -508,33 +508,30 @@ func (t *translator) backendFor(c *cmdLine, srvTok, portTok string) (*backend, e
 	return b, nil
 }
 
+// stateFlag reads -state (ENABLED by default).
 func stateFlag(c *cmdLine) (disabled bool, err error) {
-	v, ok := c.value("-state")
-	if !ok {
-		return false, nil
-	}
-	switch strings.ToUpper(v) {
-	case "ENABLED":
-		return false, nil
-	case "DISABLED":
-		return true, nil
-	}
-	return false, failf("-state %q is not ENABLED or DISABLED", v)
+	return switchFlag(c, "-state", "ENABLED", "DISABLED")
 }
 
 // healthMonitorFlag reads -healthMonitor (YES by default).
 func healthMonitorFlag(c *cmdLine) (no bool, err error) {
-	v, ok := c.value("-healthMonitor")
+	return switchFlag(c, "-healthMonitor", "YES", "NO")
+}
+
+// switchFlag reads the flag name, whose value (in any case) is off, the
+// default, or on, and reports whether it is on.
+func switchFlag(c *cmdLine, name, off, on string) (bool, error) {
+	v, ok := c.value(name)
 	if !ok {
 		return false, nil
 	}
 	switch strings.ToUpper(v) {
-	case "YES":
+	case off:
 		return false, nil
-	case "NO":
+	case on:
 		return true, nil
 	}
-	return false, failf("-healthMonitor %q is not YES or NO", v)
+	return false, failf("%s %q is not %s or %s", name, v, off, on)
 }
 
 func (t *translator) addService(c *cmdLine) {
@@ -775,11 +772,8 @@ func (t *translator) addVserver(c *cmdLine) {
 }
 
 func (t *translator) setVserver(c *cmdLine) {
-	name := c.pos[0].text
-	c.e.refs = []ref{{kind: 'v', name: name}}
-	v, ok := t.vservers[name]
-	if !ok {
-		t.fail(c, "", t.missing("lb vserver", name))
+	v := t.vserverOf(c)
+	if v == nil {
 		return
 	}
 	s, err := applySettings(v.vsSettings, c)
@@ -797,15 +791,25 @@ func (t *translator) disableVserver(c *cmdLine) { t.stateVserver(c, "DISABLED") 
 func (t *translator) enableVserver(c *cmdLine)  { t.stateVserver(c, "ENABLED") }
 
 func (t *translator) stateVserver(c *cmdLine, state string) {
+	v := t.vserverOf(c)
+	if v == nil {
+		return
+	}
+	v.state = setting{s: state, line: c.e.Line}
+	c.e.Status = Translated
+}
+
+// vserverOf is the lb vserver the line names first, which becomes the
+// line's reference; nil, the line failed, when none was added.
+func (t *translator) vserverOf(c *cmdLine) *vserver {
 	name := c.pos[0].text
 	c.e.refs = []ref{{kind: 'v', name: name}}
 	v, ok := t.vservers[name]
 	if !ok {
 		t.fail(c, "", t.missing("lb vserver", name))
-		return
+		return nil
 	}
-	v.state = setting{s: state, line: c.e.Line}
-	c.e.Status = Translated
+	return v
 }
 
 func (t *translator) bindVserver(c *cmdLine) {

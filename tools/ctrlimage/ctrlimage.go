@@ -12,10 +12,9 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
-	"oras.land/oras-go/v2/content/oci"
-	"oras.land/oras-go/v2/errdef"
+
+	"github.com/hashlb/hashlb/tools/ocipack"
 )
 
 const (
@@ -100,31 +99,16 @@ func Write(ctx context.Context, dir string, binary []byte, opts Options) (Result
 	}
 	cfg := content.NewDescriptorFromBytes(ocispec.MediaTypeImageConfig, cfgJSON)
 
-	store, err := oci.NewWithContext(ctx, dir)
-	if err != nil {
-		return Result{}, fmt.Errorf("ctrlimage: open layout %s: %w", dir, err)
-	}
-	for _, b := range []struct {
-		desc ocispec.Descriptor
-		data []byte
-	}{{cfg, cfgJSON}, {layer, gz.Bytes()}} {
-		if err := store.Push(ctx, b.desc, bytes.NewReader(b.data)); err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
-			return Result{}, fmt.Errorf("ctrlimage: push %s: %w", b.desc.MediaType, err)
-		}
-	}
-	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "", oras.PackManifestOptions{
-		ConfigDescriptor: &cfg,
-		Layers:           []ocispec.Descriptor{layer},
-		ManifestAnnotations: map[string]string{
-			ocispec.AnnotationCreated: created.Format(time.RFC3339),
-			ocispec.AnnotationTitle:   "hashlb-controller",
-		},
+	manifest, err := ocipack.Store(ctx, dir, ocipack.Layout{
+		Blobs:   []ocipack.Blob{{Desc: cfg, Data: cfgJSON}, {Desc: layer, Data: gz.Bytes()}},
+		Config:  cfg,
+		Layers:  []ocispec.Descriptor{layer},
+		Title:   "hashlb-controller",
+		Created: created,
+		Tag:     opts.Tag,
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("ctrlimage: pack manifest: %w", err)
-	}
-	if err := store.Tag(ctx, manifest, opts.Tag); err != nil {
-		return Result{}, fmt.Errorf("ctrlimage: tag %s: %w", opts.Tag, err)
+		return Result{}, fmt.Errorf("ctrlimage: %w", err)
 	}
 	return Result{Manifest: manifest, Config: cfg, Layer: layer, Image: img}, nil
 }

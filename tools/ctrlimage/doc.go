@@ -1,6 +1,6 @@
 // Package ctrlimage writes hashlb-controller's container image as an OCI
-// image layout, without a container daemon, using oras-go (as
-// tools/ocipack does for the Wasm module): one image manifest
+// image layout, without a container daemon, with tools/ocipack's Store
+// (oras-go), as the Wasm module's image is written: one image manifest
 // (application/vnd.oci.image.manifest.v1+json), an image config
 // (application/vnd.oci.image.config.v1+json) and one gzip-compressed tar
 // layer holding the static binary and a passwd/group entry for its user.

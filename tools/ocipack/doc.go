@@ -14,4 +14,8 @@
 // Istio verifies a WasmPlugin's sha256 against the manifest digest for
 // oci:// URLs (pkg/wasm/cache.go) and against the module's sha256 for
 // http(s):// URLs, so Result carries both.
+//
+// Store (the blobs, the manifest and its tag in a layout) and Command (the
+// packer's flags, its input and SOURCE_DATE_EPOCH) are what
+// tools/ctrlimage's controller image shares with it.
 package ocipack

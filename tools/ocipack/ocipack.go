@@ -1,7 +1,6 @@
 package ocipack
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,10 +9,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
-	"oras.land/oras-go/v2/content/oci"
-	"oras.land/oras-go/v2/errdef"
 )
 
 // Media types of the Wasm image specification's "oci" variant.
@@ -58,41 +54,25 @@ func Write(ctx context.Context, dir string, module []byte, opts Options) (Result
 	if opts.Tag == "" {
 		opts.Tag = "latest"
 	}
-	store, err := oci.NewWithContext(ctx, dir)
-	if err != nil {
-		return Result{}, fmt.Errorf("ocipack: open layout %s: %w", dir, err)
-	}
 	cfg := content.NewDescriptorFromBytes(ConfigMediaType, []byte(runtimeConfig))
 	cfgLayer := cfg
 	cfgLayer.Annotations = map[string]string{ocispec.AnnotationTitle: "runtime-config.json"}
 	layer := content.NewDescriptorFromBytes(LayerMediaType, module)
 	layer.Annotations = map[string]string{ocispec.AnnotationTitle: "plugin.wasm"}
-	for _, b := range []struct {
-		desc ocispec.Descriptor
-		data []byte
-	}{{cfg, []byte(runtimeConfig)}, {layer, module}} {
-		err := store.Push(ctx, b.desc, bytes.NewReader(b.data))
-		if err != nil && !errors.Is(err, errdef.ErrAlreadyExists) {
-			return Result{}, fmt.Errorf("ocipack: push %s: %w", b.desc.MediaType, err)
-		}
-	}
 	created := opts.Created
 	if created.IsZero() {
 		created = time.Unix(0, 0)
 	}
-	manifest, err := oras.PackManifest(ctx, store, oras.PackManifestVersion1_1, "", oras.PackManifestOptions{
-		ConfigDescriptor: &cfg,
-		Layers:           []ocispec.Descriptor{cfgLayer, layer},
-		ManifestAnnotations: map[string]string{
-			ocispec.AnnotationCreated: created.UTC().Format(time.RFC3339),
-			ocispec.AnnotationTitle:   "hashlb",
-		},
+	manifest, err := Store(ctx, dir, Layout{
+		Blobs:   []Blob{{cfg, []byte(runtimeConfig)}, {layer, module}},
+		Config:  cfg,
+		Layers:  []ocispec.Descriptor{cfgLayer, layer},
+		Title:   "hashlb",
+		Created: created,
+		Tag:     opts.Tag,
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("ocipack: pack manifest: %w", err)
-	}
-	if err := store.Tag(ctx, manifest, opts.Tag); err != nil {
-		return Result{}, fmt.Errorf("ocipack: tag %s: %w", opts.Tag, err)
+		return Result{}, fmt.Errorf("ocipack: %w", err)
 	}
 	sum := sha256.Sum256(module)
 	return Result{ModuleSHA256: hex.EncodeToString(sum[:]), Layer: layer, Manifest: manifest}, nil

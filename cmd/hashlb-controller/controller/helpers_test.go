@@ -296,10 +296,6 @@ func pods(prefix string, net, n int) []ep {
 // with the given annotations and pluginConfig.
 func (k *kube) wasmPlugin(name string, ann map[string]string, pluginConfig map[string]any) *unstructured.Unstructured {
 	k.t.Helper()
-	wp := k.kind.New()
-	wp.SetNamespace(k.ns)
-	wp.SetName(name)
-	wp.SetAnnotations(ann)
 	wasm := map[string]any{
 		"url":          "oci://registry.example.com/hashlb/hashlb:v0.1.0",
 		"failStrategy": "FAIL_CLOSE",
@@ -309,6 +305,18 @@ func (k *kube) wasmPlugin(name string, ann map[string]string, pluginConfig map[s
 		"phase":    "STATS",
 		"selector": map[string]any{"matchLabels": map[string]any{"app": "frontend"}},
 	}
+	return k.createPlugin(name, ann, spec, wasm)
+}
+
+// createPlugin creates the object of kind k.kind with the given annotations
+// and spec, wasm (url, pluginConfig, …) placed where the kind holds it: in
+// a TrafficExtension's spec.wasm, at the top of a WasmPlugin's spec.
+func (k *kube) createPlugin(name string, ann map[string]string, spec, wasm map[string]any) *unstructured.Unstructured {
+	k.t.Helper()
+	wp := k.kind.New()
+	wp.SetNamespace(k.ns)
+	wp.SetName(name)
+	wp.SetAnnotations(ann)
 	if k.kind == TrafficExtension {
 		spec["wasm"] = wasm
 	} else {

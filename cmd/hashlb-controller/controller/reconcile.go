@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -179,7 +178,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request, wp *unstru
 		return ctrl.Result{}, err // the API server failed: retried with backoff
 	}
 
-	u.changed = !sameJSON(current, u.services)
+	u.changed = !sameValue(current, u.services)
 	u.annotationStale = wp.GetAnnotations()[AnnotationError] != u.note
 	if r.ECDS != nil {
 		if u.ecdsFile, err = r.ECDS.Resource(wp, cfg); err != nil {
@@ -353,23 +352,6 @@ func newConfigJSON(wp *unstructured.Unstructured, list []any) (map[string]any, e
 			len(list), strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return cfg, nil
-}
-
-// sameJSON reports whether the object's current services are list (both
-// compared as JSON values: unstructured holds int64 and float64 where JSON
-// has numbers).
-func sameJSON(current any, list []any) bool {
-	norm := func(v any) (any, bool) {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return nil, false
-		}
-		var out any
-		return out, json.Unmarshal(data, &out) == nil
-	}
-	got, ok1 := norm(current)
-	want, ok2 := norm(list)
-	return ok1 && ok2 && reflect.DeepEqual(got, want)
 }
 
 // reject reports why the services were not updated: the hashlb.io/error

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"encoding/json"
-	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,10 +46,6 @@ func (k *kube) gw() client.Client {
 // the session key.
 func sessionPlugin(k *kube, name, svc string, withKey bool) *unstructured.Unstructured {
 	k.t.Helper()
-	wp := k.kind.New()
-	wp.SetNamespace(k.ns)
-	wp.SetName(name)
-	wp.SetAnnotations(annotated(svc))
 	wasm := map[string]any{
 		"url": "oci://registry.example.com/hashlb/hashlb:v0.1.0",
 		"pluginConfig": map[string]any{
@@ -64,16 +59,7 @@ func sessionPlugin(k *kube, name, svc string, withKey bool) *unstructured.Unstru
 		wasm["vmConfig"] = map[string]any{"env": []any{map[string]any{"name": sessionKeyEnv, "valueFrom": "HOST"}}}
 	}
 	spec := map[string]any{"selector": map[string]any{"matchLabels": map[string]any{"app": "frontend"}}}
-	if k.kind == TrafficExtension {
-		spec["wasm"] = wasm
-	} else {
-		maps.Copy(spec, wasm)
-	}
-	wp.Object["spec"] = spec
-	if err := k.c.Create(context.Background(), wp); err != nil {
-		k.t.Fatal(err)
-	}
-	return wp
+	return k.createPlugin(name, annotated(svc), spec, wasm)
 }
 
 // rule is one rule of an HTTPRoute: its backends and persistence (nil: none).

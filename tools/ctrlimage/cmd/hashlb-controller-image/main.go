@@ -2,40 +2,25 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/hashlb/hashlb/tools/ctrlimage"
+	"github.com/hashlb/hashlb/tools/ocipack"
 )
 
 func main() {
-	in := flag.String("in", "dist/hashlb-controller-linux-amd64", "the static hashlb-controller binary (CGO_ENABLED=0)")
-	out := flag.String("out", "dist/controller-oci", "directory of the OCI image layout to write")
-	tag := flag.String("tag", ctrlimage.Tag, "tag of the image in the layout")
-	flag.Parse()
-	if err := run(*in, *out, *tag); err != nil {
-		fmt.Fprintln(os.Stderr, "hashlb-controller-image:", err)
-		os.Exit(1)
-	}
+	ocipack.Command{
+		Name: "hashlb-controller-image",
+		In:   "dist/hashlb-controller-linux-amd64", InUsage: "the static hashlb-controller binary (CGO_ENABLED=0)",
+		Out: "dist/controller-oci",
+		Tag: ctrlimage.Tag, TagUsage: "tag of the image in the layout",
+		Pack: pack,
+	}.Main()
 }
 
-func run(in, out, tag string) error {
-	binary, err := os.ReadFile(in)
-	if err != nil {
-		return err
-	}
-	var created time.Time
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		sec, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("SOURCE_DATE_EPOCH %q: %v", s, err)
-		}
-		created = time.Unix(sec, 0)
-	}
-	r, err := ctrlimage.Write(context.Background(), out, binary, ctrlimage.Options{Tag: tag, Created: created})
+func pack(ctx context.Context, binary []byte, _, out, tag string, created time.Time) error {
+	r, err := ctrlimage.Write(ctx, out, binary, ctrlimage.Options{Tag: tag, Created: created})
 	if err != nil {
 		return err
 	}

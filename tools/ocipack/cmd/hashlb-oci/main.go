@@ -2,40 +2,24 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"time"
 
 	"github.com/hashlb/hashlb/tools/ocipack"
 )
 
 func main() {
-	in := flag.String("in", "dist/hashlb.wasm", "the Wasm module")
-	out := flag.String("out", "dist/oci", "directory of the OCI image layout to write")
-	tag := flag.String("tag", "latest", "tag of the manifest in the layout")
-	flag.Parse()
-	if err := run(*in, *out, *tag); err != nil {
-		fmt.Fprintln(os.Stderr, "hashlb-oci:", err)
-		os.Exit(1)
-	}
+	ocipack.Command{
+		Name: "hashlb-oci",
+		In:   "dist/hashlb.wasm", InUsage: "the Wasm module",
+		Out: "dist/oci",
+		Tag: "latest", TagUsage: "tag of the manifest in the layout",
+		Pack: pack,
+	}.Main()
 }
 
-func run(in, out, tag string) error {
-	module, err := os.ReadFile(in)
-	if err != nil {
-		return err
-	}
-	var created time.Time
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		sec, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return fmt.Errorf("SOURCE_DATE_EPOCH %q: %v", s, err)
-		}
-		created = time.Unix(sec, 0)
-	}
-	r, err := ocipack.Write(context.Background(), out, module, ocipack.Options{Tag: tag, Created: created})
+func pack(ctx context.Context, module []byte, in, out, tag string, created time.Time) error {
+	r, err := ocipack.Write(ctx, out, module, ocipack.Options{Tag: tag, Created: created})
 	if err != nil {
 		return err
 	}
