@@ -14,7 +14,8 @@ package main
 // then hands the P to another of its threads, waking it for nothing. Under
 // load every P held by an Envoy worker was so taken back over and over, with
 // sysmon polling every 20 µs and waking a thread each time: a tenth of
-// Envoy's CPU (docs/performance.md, "The Go runtime inside Envoy"). Two
+// Envoy's CPU (docs/deploy.md, "The Go runtime in Envoy"; the figures in
+// docs/performance.md, "hashlb as Envoy's load-balancing policy"). Two
 // measures stop it, and it takes both:
 //
 //   - GOMAXPROCS is kept above the number of Envoy threads that have made a

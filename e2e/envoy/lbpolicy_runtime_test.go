@@ -16,8 +16,8 @@ import (
 // Go P between calls; without cmd/hashlb-lbpolicy/goruntime.go's measures
 // the runtime's monitor took those Ps back over and over, polling every
 // 20 µs and waking a thread each time, and the threads other than Envoy's
-// workers used about a tenth of the process's CPU (docs/performance.md,
-// "The Go runtime inside Envoy"). The test holds that share under 5 % at
+// workers used about a tenth of the process's CPU (docs/deploy.md, "The
+// Go runtime in Envoy"). The test holds that share under 5 % at
 // 10 hosts, Envoy --concurrency 4, a closed loop of 8 connections, with a
 // configuration the choice cache cannot serve (DOMAINHASH reads
 // :authority), so that every choice enters Go.
