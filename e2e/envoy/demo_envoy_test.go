@@ -242,9 +242,7 @@ func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
 	}
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		ports := freePorts(t, 3)
-		sub := map[int]int{18081: ports[0], 18082: ports[1], 18083: ports[2]}
-		startDemoBackends(t, envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/demo.json"), sub))
+		sub := startDemoBackendsFree(t, "configs/demo.json", []int{18081, 18082, 18083})
 		sub[9901], sub[10000] = 0, 0
 		yaml := envoyrun.Ports(t, demo, sub)
 		dir := envoyrun.WorkDir(t)
@@ -322,10 +320,40 @@ func hashlbProxy(t testing.TB) string {
 	return proxyBin
 }
 
-// startDemoBackends runs hashlb-proxy -backends-only (and args) on the plugin
-// configuration config, as docs/deploy.md tells a user to, and waits until it
-// says its backends are up. They stop when the test ends.
-func startDemoBackends(t testing.TB, config []byte, args ...string) {
+// startDemoBackendsFree runs hashlb-proxy -backends-only (and args) on the
+// plugin configuration file config (a repository path), as docs/deploy.md
+// tells a user to, with each of the service ports ports moved to a free one,
+// and waits until it says its backends are up; they stop when the test
+// ends. A port taken between freePorts and the start (an outgoing
+// connection of another test may get it as its local port) makes it try
+// again on other ports, twice. It returns the moves.
+func startDemoBackendsFree(t testing.TB, config string, ports []int, args ...string) map[int]int {
+	t.Helper()
+	for try := 1; ; try++ {
+		free := freePorts(t, len(ports))
+		sub := map[int]int{}
+		for i, p := range ports {
+			sub[p] = free[i]
+		}
+		err := tryDemoBackends(t, envoyrun.Ports(t, envoyrun.ReadRepoFile(t, config), sub), args...)
+		if err == nil {
+			return sub
+		}
+		if !errors.Is(err, errPortTaken) || try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("try %d: %v; again on other ports", try, err)
+	}
+}
+
+// errPortTaken is what tryDemoBackends returns when a backend's port was
+// taken between freePorts and the backends' start (an outgoing connection of
+// another test may get it as its local port).
+var errPortTaken = errors.New("a demo backend's port was taken")
+
+// tryDemoBackends starts the demo backends of the configuration config:
+// errPortTaken (wrapped) when one of its ports is in use.
+func tryDemoBackends(t testing.TB, config []byte, args ...string) error {
 	t.Helper()
 	mod, err := envoyrun.ModulePath()
 	if err != nil {
@@ -363,11 +391,15 @@ func startDemoBackends(t testing.TB, config []byte, args ...string) {
 	case ok := <-ready:
 		if !ok {
 			cmd.Wait()
-			t.Fatalf("hashlb-proxy -backends-only exited before its backends were up: %s", stderr.String())
+			if strings.Contains(stderr.String(), "address already in use") {
+				return fmt.Errorf("%w: %s", errPortTaken, stderr.String())
+			}
+			return fmt.Errorf("hashlb-proxy -backends-only exited before its backends were up: %s", stderr.String())
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatal("hashlb-proxy -backends-only: backends not up within 2 minutes")
+		return errors.New("hashlb-proxy -backends-only: backends not up within 2 minutes")
 	}
+	return nil
 }
 
 // The fixed-port run: the test binary runs itself again in a new user and

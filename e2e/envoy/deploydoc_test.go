@@ -169,14 +169,13 @@ func runDocFile(t *testing.T, bin envoyrun.Binary, file string, backends [][]str
 	if config == "" {
 		t.Fatalf("docs/deploy.md shows no hashlb-proxy -backends-only for %s's services", file)
 	}
-	sub := map[int]int{}
-	free := freePorts(t, len(cfg.Services))
-	for i, s := range cfg.Services {
+	var ports []int
+	for _, s := range cfg.Services {
 		_, p, _ := net.SplitHostPort(s.Address)
 		n, _ := strconv.Atoi(p)
-		sub[n] = free[i]
+		ports = append(ports, n)
 	}
-	startDemoBackends(t, envoyrun.Ports(t, envoyrun.ReadRepoFile(t, config), sub), args...)
+	sub := startDemoBackendsFree(t, config, ports, args...)
 	for _, m := range yamlPort.FindAllSubmatch(raw, -1) {
 		n, _ := strconv.Atoi(string(m[1]))
 		if _, ok := sub[n]; !ok {
