@@ -13,9 +13,10 @@ import (
 
 // states are the load balancers Envoy holds, by slot. Envoy keeps, for each,
 // a C cell (cache.h's hl_lb) holding the slot's number and the state's
-// choice cache; a choice reads its state with one atomic load and an index. Slots are taken and given back on Envoy's
-// threads (on_lb_new, on_lb_destroy) under mu, copy on write, so a choice
-// never locks; a freed slot is reused.
+// choice cache; a choice reads its state with one atomic load and an index.
+// Slots are taken and given back on Envoy's threads (on_lb_new,
+// on_lb_destroy) under mu, copy on write, so a choice never locks; a freed
+// slot is reused.
 var states struct {
 	mu   sync.Mutex
 	all  atomic.Pointer[[]*lbState]
