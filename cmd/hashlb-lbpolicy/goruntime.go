@@ -21,25 +21,32 @@ package main
 //   - GOMAXPROCS is kept above the number of Envoy threads that have made a
 //     load balancer (the main thread and each worker), so that a P is always
 //     idle;
-//   - each worker's goroutine yields (runtime.Gosched) once every yieldEvery
-//     of choices, so its P's schedule tick moves before sysmon's 10 ms.
+//   - each worker's goroutine yields (runtime.Gosched) once every 8 ms of
+//     choices, so that its P's schedule tick moves before sysmon's 10 ms
+//     (forcePreemptNS in the runtime's proc.go): sysmon sees the tick move
+//     at each of its looks, 10 ms apart once it has backed off, and never
+//     takes the P. The clock is kept in C (cache.c, HL_YIELD_NS) and read
+//     on every choice, the cache's hits included: while the yields were
+//     made in Go, a worker whose choices the cache answered entered Go only
+//     on the few misses, its P sat in C unscheduled for more than 10 ms
+//     between two of them, and every such entry cost a take-back and a
+//     millisecond of sysmon polling every 20 µs (2-3 % of Envoy's CPU at
+//     the benchmark's load; TestLBPolicyGoRuntimeQuiet, URLHASH).
 //
 // A yield costs the choice that makes it a hand-off between two of the
-// runtime's threads, once per yieldEvery per worker.
+// runtime's threads (a callback goroutine is locked to its thread, so the
+// thread gives its P to another, which finds the goroutine and gives the P
+// back), 125 times a second per busy worker. When choices stop, the P is
+// taken back once and sysmon, finding every P idle, sleeps until Go is
+// entered again.
+
+import "C"
 
 import (
 	"runtime"
 	"sync"
 	"syscall"
-	"time"
 )
-
-// yieldEvery is how often, at most, a worker's callback goroutine yields:
-// below sysmon's 10 ms (forcePreemptNS in the runtime's proc.go), so that
-// while choices keep coming the P's schedule tick has moved whenever sysmon
-// looks again 10 ms after it last saw it move; the 2 ms left cover a choice
-// that comes a little late. Every yield costs, so not more often.
-const yieldEvery = 8 * time.Millisecond
 
 // spareProcs is how many Ps are kept beyond one per calling thread: one
 // idle P is what stops sysmon taking a P back at its first tick; the second
@@ -74,12 +81,11 @@ func noteCaller() {
 	}
 }
 
-// maybeYield yields the calling goroutine when yieldEvery has passed since
-// *last, and records now there.
-func maybeYield(last *time.Time, now time.Time) {
-	if now.Sub(*last) < yieldEvery {
-		return
-	}
-	*last = now
+// hl_go_yield yields the calling worker's goroutine: cache.c calls it once
+// every HL_YIELD_NS of choices, whether they are answered from the cache or
+// in Go.
+//
+//export hl_go_yield
+func hl_go_yield() {
 	runtime.Gosched()
 }

@@ -169,7 +169,6 @@ type lbState struct {
 	w       *lbpolicy.Worker
 	hosts   cHosts
 	ctx     cContext
-	yielded time.Time   // the last yield (goruntime.go)
 	cache   *C.hl_cache // the choice cache (cache.h), nil when choices cannot be remembered
 }
 
@@ -258,7 +257,6 @@ func hl_go_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t)
 	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
 	st.remember()
 	st.ctx.ctx = 0
-	maybeYield(&st.yielded, now)
 	switch f {
 	case lbpolicy.NoFailure:
 		*priority, *index = 0, C.uint32_t(i)
@@ -294,7 +292,6 @@ func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.boo
 	n := st.hosts.HealthyCount()
 	path, _ := st.ctx.Header(":path", 0)
 	st.ctx.ctx = 0
-	maybeYield(&st.yielded, time.Now())
 	if n == 0 {
 		return false
 	}

@@ -16,38 +16,53 @@ import (
 // Go P between calls; without cmd/hashlb-lbpolicy/goruntime.go's measures
 // the runtime's monitor took those Ps back over and over, polling every
 // 20 µs and waking a thread each time, and the threads other than Envoy's
-// workers used about a tenth of the process's CPU (docs/deploy.md, "The
-// Go runtime in Envoy"). The test holds that share under 5 % at
-// 10 hosts, Envoy --concurrency 4, a closed loop of 8 connections, with a
-// configuration the choice cache cannot serve (DOMAINHASH reads
-// :authority), so that every choice enters Go.
+// workers used up to a tenth of the process's CPU (docs/deploy.md, "The Go
+// runtime in Envoy"). The test holds that share at or under goQuietShare at
+// 10 hosts, Envoy --concurrency 2 (one worker per core), a closed loop of 8
+// connections, after a warm-up that fills the choice cache, in two
+// configurations:
+//
+//   - DOMAINHASH reads :authority, which the cache cannot serve, so every
+//     choice enters Go: without the measures 7.6–8.5 %, with them 0.3–0.8 %;
+//   - URLHASH is served from the cache, and Go is entered only on the few
+//     misses, tens of times a second: each worker's P then sat unscheduled
+//     in C for over 10 ms between two entries and the monitor took it back
+//     each time (2.0–2.8 % while the yields were made in Go, on entry;
+//     0.3–0.7 % since cache.c makes them on every choice).
 func TestLBPolicyGoRuntimeQuiet(t *testing.T) {
 	for _, bin := range envoyrun.LBPolicyBinaries(t) {
-		t.Run(bin.Name(), func(t *testing.T) {
-			anyB := envoyrun.StartFastBackendAny(t, 0)
-			p := peerSpec{key: pPolicy, kind: peerPolicy, endpoints: peerEndpoints(10, anyB.Port()), plugin: []byte(`{"lbMethod": "DOMAINHASH"}`)}
-			dir := envoyrun.WorkDir(t)
-			peerLinkPolicy(t, dir)
-			e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: 4, LogLevel: "warning"})
-			addr := e.MustListener(t, "bench")
-			reqs := peerRequests(peerTargets(1024), nil)
-			peerLoad(t, addr, reqs, time.Second) // every worker's connections and load balancer made
-			// The best of three runs: a machine busy with other work
-			// deschedules Envoy's workers for long enough that the runtime
-			// takes a P back now and then; without the measures no run
-			// comes near the limit.
-			var report string
-			for try := range 3 {
-				share, total, lines := goRuntimeShare(t, e, addr, reqs)
-				report += fmt.Sprintf("run %d: Envoy CPU %v, threads other than the workers %.1f %%:\n%s\n", try+1, total, 100*share, lines)
-				if share <= 0.05 {
-					t.Logf("run %d: Envoy CPU %v, of which %.1f %% on threads other than the workers", try+1, total, 100*share)
-					return
-				}
-			}
-			t.Errorf("threads other than Envoy's workers used over 5 %% of Envoy's CPU under load in each of three runs (the Go runtime busy taking Ps back):\n%s", report)
-		})
+		for _, method := range []string{"DOMAINHASH", "URLHASH"} {
+			t.Run(bin.Name()+"/"+method, func(t *testing.T) { testGoRuntimeQuiet(t, bin, method) })
+		}
 	}
+}
+
+// goQuietShare is the most of Envoy's CPU that threads other than its
+// workers may use under load in TestLBPolicyGoRuntimeQuiet.
+const goQuietShare = 0.015
+
+func testGoRuntimeQuiet(t *testing.T, bin envoyrun.Binary, method string) {
+	anyB := envoyrun.StartFastBackendAny(t, 0)
+	p := peerSpec{key: pPolicy, kind: peerPolicy, endpoints: peerEndpoints(10, anyB.Port()), plugin: []byte(`{"lbMethod": "` + method + `"}`)}
+	dir := envoyrun.WorkDir(t)
+	peerLinkPolicy(t, dir)
+	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: 2, LogLevel: "warning"})
+	addr := e.MustListener(t, "bench")
+	reqs := peerRequests(peerTargets(4096), nil) // the benchmarks' requests
+	peerLoad(t, addr, reqs, 4*time.Second)       // every worker's connections, load balancer and cache made
+	// The best of three runs: a machine busy with other work deschedules
+	// Envoy's workers for long enough that the runtime takes a P back now
+	// and then; without the measures no run comes near the limit.
+	var report string
+	for try := range 3 {
+		share, total, lines := goRuntimeShare(t, e, addr, reqs)
+		report += fmt.Sprintf("run %d: Envoy CPU %v, threads other than the workers %.1f %%:\n%s\n", try+1, total, 100*share, lines)
+		if share <= goQuietShare {
+			t.Logf("run %d: Envoy CPU %v, of which %.1f %% on threads other than the workers", try+1, total, 100*share)
+			return
+		}
+	}
+	t.Errorf("threads other than Envoy's workers used over %.1f %% of Envoy's CPU under load in each of three runs (the Go runtime busy taking Ps back):\n%s", 100*goQuietShare, report)
 }
 
 // goRuntimeShare loads e for 3 s and returns the share of its CPU that
@@ -70,7 +85,7 @@ func goRuntimeShare(t *testing.T, e *envoyrun.Envoy, addr string, reqs [][]byte)
 			lines = append(lines, fmt.Sprintf("  %d %s (worker %v): %v", th.ID, th.Name, workers[th.ID], d))
 		}
 	}
-	if len(workers) != 4 {
+	if len(workers) != 2 {
 		t.Fatalf("found %d worker threads, want Envoy's 4:\n%s", len(workers), strings.Join(lines, "\n"))
 	}
 	if total < 500*time.Millisecond {
