@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -354,6 +355,33 @@ func peerRatios(a, b []float64) (med, lo, hi float64) {
 	return peerMedian(r), slices.Min(r), slices.Max(r)
 }
 
+// peerRatioCI is the distribution-free 95 % confidence interval of the
+// median of a's and b's round-by-round ratios (as peerRatios pairs them):
+// the order statistics x(k) and x(n+1-k) of the n ratios, k the largest
+// with P(Binomial(n, ½) ≤ k-1) ≤ 2.5 %. Below 6 rounds no such interval
+// exists and ok is false.
+func peerRatioCI(a, b []float64) (lo, hi float64, ok bool) {
+	var r []float64
+	for i := range min(len(a), len(b)) {
+		r = append(r, a[i]/b[i])
+	}
+	slices.Sort(r)
+	n := len(r)
+	k, cdf, term := 0, 0.0, math.Pow(0.5, float64(n)) // term: P(Binomial = j)
+	for j := 0; j < n; j++ {
+		cdf += term
+		if cdf > 0.025 {
+			break
+		}
+		k = j + 1
+		term *= float64(n-j) / float64(j+1)
+	}
+	if k == 0 {
+		return 0, 0, false
+	}
+	return r[k-1], r[n-k], true
+}
+
 // peerTable is one version's Markdown table.
 func peerTable(bin envoyrun.Binary, runs []*peerRun, by map[string]*peerRun, rate float64) string {
 	var sb strings.Builder
@@ -410,4 +438,27 @@ func peerGoal(r *peerRun, by map[string]*peerRun) (goal, verdict string) {
 		return peerPolicyGoal(r, by)
 	}
 	return "", ""
+}
+
+// TestPeerRatioCI: the median's interval is the textbook one (the sign
+// test's order statistics: x(2)–x(9) of 10, x(10)–x(21) of 30), whatever
+// the rounds' order, and none exists below 6 rounds.
+func TestPeerRatioCI(t *testing.T) {
+	for _, c := range []struct {
+		n      int
+		lo, hi float64
+		ok     bool
+	}{{5, 0, 0, false}, {6, 1, 6, true}, {10, 2, 9, true}, {30, 10, 21, true}} {
+		a, b := make([]float64, c.n), make([]float64, c.n)
+		for i := range a {
+			a[i], b[i] = float64(2*((i*7)%c.n+1)), 2 // ratios 1..n, shuffled
+		}
+		if c.n%7 == 0 {
+			t.Fatalf("n = %d: the shuffle needs n prime to 7", c.n)
+		}
+		lo, hi, ok := peerRatioCI(a, b)
+		if lo != c.lo || hi != c.hi || ok != c.ok {
+			t.Errorf("n = %d: interval %v–%v (ok %v), want %v–%v (ok %v)", c.n, lo, hi, ok, c.lo, c.hi, c.ok)
+		}
+	}
 }
