@@ -1,7 +1,6 @@
 // cache.c: the choice hook Envoy calls, in C: the cache first (cache.h),
 // then Go (hl_go_choose_host, main.go).
 #include <stdlib.h>
-#include <time.h>
 
 #include "_cgo_export.h"
 #include "cache.h"
@@ -32,27 +31,8 @@ void hl_lb_free(hl_lb* l) {
 	}
 }
 
-// HL_YIELD_NS is how often a worker's goroutine yields while choices
-// come (goruntime.go's yieldEvery says why).
-#define HL_YIELD_NS 8000000ull
-
-// hl_maybe_yield yields the worker's goroutine when HL_YIELD_NS has passed
-// since it last did: from here, so that it happens on cache hits too.
-static inline void hl_maybe_yield(hl_lb* l) {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	if (now - l->yielded >= HL_YIELD_NS) {
-		l->yielded = now;
-		hl_go_yield();
-	}
-}
-
 bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint32_t* priority, uint32_t* index) {
 	hl_lb* l = mod;
-	if (l != 0) {
-		hl_maybe_yield(l);
-	}
 	hl_cache* c = l != 0 ? l->cache : 0;
 	if (c != 0 && c->gen != 0 && hl_healthy_count((uintptr_t)lb) == c->healthy_count) {
 		static const char path[] = ":path";

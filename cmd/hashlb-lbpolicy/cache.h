@@ -42,12 +42,10 @@ typedef struct {
 } hl_cache;
 
 // hl_lb is what Envoy holds for one load balancer: the Go state's slot
-// (states.go), its cache (NULL when choices cannot be remembered) and when
-// its worker's goroutine last yielded (goruntime.go).
+// (states.go) and its cache (NULL when choices cannot be remembered).
 typedef struct {
 	uintptr_t slot;
 	hl_cache* cache;
-	uint64_t yielded; // CLOCK_MONOTONIC, ns
 } hl_lb;
 
 // hl_cache_key cuts a :path to the cache's key; false when it has none.

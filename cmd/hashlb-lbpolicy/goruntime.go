@@ -21,32 +21,36 @@ package main
 //   - GOMAXPROCS is kept above the number of Envoy threads that have made a
 //     load balancer (the main thread and each worker), so that a P is always
 //     idle;
-//   - each worker's goroutine yields (runtime.Gosched) once every 8 ms of
-//     choices, so that its P's schedule tick moves before sysmon's 10 ms
-//     (forcePreemptNS in the runtime's proc.go): sysmon sees the tick move
-//     at each of its looks, 10 ms apart once it has backed off, and never
-//     takes the P. The clock is kept in C (cache.c, HL_YIELD_NS) and read
-//     on every choice, the cache's hits included: while the yields were
-//     made in Go, a worker whose choices the cache answered entered Go only
-//     on the few misses, its P sat in C unscheduled for more than 10 ms
-//     between two of them, and every such entry cost a take-back and a
-//     millisecond of sysmon polling every 20 µs (2-3 % of Envoy's CPU at
-//     the benchmark's load; TestLBPolicyGoRuntimeQuiet, URLHASH).
+//   - a worker's goroutine yields (runtime.Gosched) once every yieldEvery
+//     while it enters Go densely, so its P's schedule tick moves before
+//     sysmon's 10 ms (entries.enter).
 //
 // A yield costs the choice that makes it a hand-off between two of the
-// runtime's threads (a callback goroutine is locked to its thread, so the
-// thread gives its P to another, which finds the goroutine and gives the P
-// back), 125 times a second per busy worker. When choices stop, the P is
-// taken back once and sysmon, finding every P idle, sleeps until Go is
-// entered again.
-
-import "C"
+// runtime's threads, and helps only a worker that will hold its P past
+// sysmon's 10 ms with Go entered in between: one whose every choice enters
+// Go. A worker the choice cache serves enters Go only on the cache's
+// misses, tens of times a second; its P is taken back between two of them
+// whether it yields or not. Measured in TestLBPolicyGoRuntimeQuiet (threads
+// other than Envoy's workers, share of Envoy's CPU): every choice in Go,
+// 4.5-5.2 % without yields, 0.3-0.8 % with; choices from the cache, 2.0-2.8 %
+// with a yield on every entry 8 ms after the last, 0.8 % without; and a
+// yield every 8 ms of choices, cache hits included, kept the threads quiet
+// but cost 4 % more CPU per request and a tenth on p99 in the paired
+// benchmark (docs/performance.md).
 
 import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 )
+
+// yieldEvery is how often, at most, a worker's callback goroutine yields:
+// below sysmon's 10 ms (forcePreemptNS in the runtime's proc.go), so that
+// while choices keep coming the P's schedule tick has moved whenever sysmon
+// looks again 10 ms after it last saw it move; the 2 ms left cover a choice
+// that comes a little late. Every yield costs, so not more often.
+const yieldEvery = 8 * time.Millisecond
 
 // spareProcs is how many Ps are kept beyond one per calling thread: one
 // idle P is what stops sysmon taking a P back at its first tick; the second
@@ -81,11 +85,24 @@ func noteCaller() {
 	}
 }
 
-// hl_go_yield yields the calling worker's goroutine: cache.c calls it once
-// every HL_YIELD_NS of choices, whether they are answered from the cache or
-// in Go.
-//
-//export hl_go_yield
-func hl_go_yield() {
-	runtime.Gosched()
+// entries is when a worker last entered Go and last yielded.
+type entries struct {
+	last, yielded time.Time
+}
+
+// enter notes a worker's entry into Go at now, and yields its goroutine
+// when the entries come densely (the one before less than yieldEvery ago)
+// and the last yield is yieldEvery old: a worker whose entries are sparse,
+// as the choice cache makes them, loses its P between two of them whatever
+// it does, and a yield would only add its hand-off (a callback goroutine is
+// locked to its thread, so the thread gives its P to another of the
+// runtime's threads, which finds the goroutine and gives the P back) to the
+// choice that makes it. With testYield "off", never.
+func (e *entries) enter(now time.Time) {
+	dense := now.Sub(e.last) < yieldEvery
+	e.last = now
+	if dense && now.Sub(e.yielded) >= yieldEvery && testYield != "off" {
+		e.yielded = now
+		runtime.Gosched()
+	}
 }

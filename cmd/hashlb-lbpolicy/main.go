@@ -35,6 +35,10 @@ var abiVersion = "v0.2.0"
 // benchmark instead of lbcore's (goFloor).
 var testPanic string
 
+// testYield, set by a test build (-ldflags -X main.testYield=off), stops
+// the workers' yields (goruntime.go), to measure what they save.
+var testYield string
+
 // abiVersionC is abiVersion as a C string, made once: Envoy reads it during
 // envoy_dynamic_module_on_program_init.
 var abiVersionC *C.char
@@ -169,6 +173,7 @@ type lbState struct {
 	w       *lbpolicy.Worker
 	hosts   cHosts
 	ctx     cContext
+	entries entries     // when the worker entered Go and yielded (goruntime.go)
 	cache   *C.hl_cache // the choice cache (cache.h), nil when choices cannot be remembered
 }
 
@@ -257,6 +262,7 @@ func hl_go_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t)
 	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
 	st.remember()
 	st.ctx.ctx = 0
+	st.entries.enter(now)
 	switch f {
 	case lbpolicy.NoFailure:
 		*priority, *index = 0, C.uint32_t(i)
@@ -292,6 +298,7 @@ func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.boo
 	n := st.hosts.HealthyCount()
 	path, _ := st.ctx.Header(":path", 0)
 	st.ctx.ctx = 0
+	st.entries.enter(time.Now())
 	if n == 0 {
 		return false
 	}

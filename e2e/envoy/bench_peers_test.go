@@ -37,6 +37,7 @@ const (
 	peerPolicy                        // hashlb as the load-balancing policy (the dynamic module), no Wasm
 	peerPolicyFloor                   // the C dynamic module testdata/lbfloor: a policy's floor
 	peerPolicyGoFloor                 // the policy built to choose as lbfloor does, in Go
+	peerPolicyNoYield                 // the policy built without its workers' yields (goruntime.go)
 )
 
 // peerSpec is one row of the table.
@@ -85,7 +86,7 @@ func (p peerSpec) bootstrap() []byte {
                     "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
 `
 	}
-	if p.kind == peerPolicy || p.kind == peerPolicyFloor || p.kind == peerPolicyGoFloor {
+	if p.kind == peerPolicy || p.kind == peerPolicyFloor || p.kind == peerPolicyGoFloor || p.kind == peerPolicyNoYield {
 		// The module at lib<name>.so of the work dir (peerVersion links it).
 		name := envoyrun.LBPolicyName
 		if p.kind == peerPolicyFloor {

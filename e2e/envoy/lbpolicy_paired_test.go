@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,7 @@ import (
 const (
 	pFloor   = "floor"
 	pGoFloor = "go-floor"
+	pNoYield = "policy-no-yield"
 )
 
 // pairedWarmUp is each pair's warm-up: every upstream connection opened,
@@ -43,7 +45,26 @@ const (
 // paths, as it does in a steady state.
 const pairedWarmUp = 3 * time.Second
 
-var pairedRounds = flag.Int("paired.rounds", 10, "BenchmarkEnvoyLBPolicyPaired: rounds; each figure is the median over them")
+var (
+	pairedRounds = flag.Int("paired.rounds", 10, "BenchmarkEnvoyLBPolicyPaired: rounds; each figure is the median over them")
+	pairedRows   = flag.String("paired.rows", "", "BenchmarkEnvoyLBPolicyPaired: the rows to measure, by key, comma-separated (ring_hash always); empty: all")
+	pairedHosts  = flag.String("paired.hosts", "10,10000", "BenchmarkEnvoyLBPolicyPaired: the tables to make, by their host count")
+)
+
+// pairedSelect is peers (a table of size hosts) less what -paired.rows and
+// -paired.hosts leave out; nil when the table is left out.
+func pairedSelect(peers []peerSpec, hosts int) []peerSpec {
+	if !slices.Contains(strings.Split(*pairedHosts, ","), fmt.Sprint(hosts)) {
+		return nil
+	}
+	if *pairedRows == "" {
+		return peers
+	}
+	keep := strings.Split(*pairedRows, ",")
+	return slices.DeleteFunc(slices.Clone(peers), func(p peerSpec) bool {
+		return p.key != pRing && !slices.Contains(keep, p.key)
+	})
+}
 
 func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	bins := policyBenchBinaries(b)
@@ -56,6 +77,7 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10 services", kind: peerHashlb, endpoints: ten, plugin: peerPlugin(ten, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10 hosts", kind: peerPolicyFloor, endpoints: ten},
 		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10 hosts", kind: peerPolicyGoFloor, endpoints: ten, plugin: peerPolicyConfig},
+		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10 hosts", kind: peerPolicyNoYield, endpoints: ten, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10 hosts", kind: peerPolicy, endpoints: ten, plugin: peerPolicyConfig},
 	}, {
 		{key: pRing, name: "ring_hash on :path, 10⁴ endpoints", kind: peerRingHash, endpoints: many},
@@ -63,8 +85,10 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10⁴ services", kind: peerHashlb, endpoints: many, plugin: peerPlugin(many, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10⁴ hosts", kind: peerPolicyFloor, endpoints: many},
 		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10⁴ hosts", kind: peerPolicyGoFloor, endpoints: many, plugin: peerPolicyConfig},
+		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10⁴ hosts", kind: peerPolicyNoYield, endpoints: many, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10⁴ hosts", kind: peerPolicy, endpoints: many, plugin: peerPolicyConfig},
 	}}
+	groups[0], groups[1] = pairedSelect(groups[0], len(ten)), pairedSelect(groups[1], len(many))
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)
 	var out strings.Builder
@@ -73,6 +97,9 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	b.ResetTimer()
 	for _, bin := range bins {
 		for _, g := range groups {
+			if len(g) < 2 {
+				continue
+			}
 			out.WriteString(pairedGroup(b, bin, g, targets, reqs))
 		}
 	}
@@ -122,6 +149,8 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 			peerLinkFloor(b, dir)
 		case peerPolicyGoFloor:
 			peerLinkPolicyBuild(b, dir, "-X main.testPanic=floor")
+		case peerPolicyNoYield:
+			peerLinkPolicyBuild(b, dir, "-X main.testYield=off")
 		}
 		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 		runs[i] = &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
