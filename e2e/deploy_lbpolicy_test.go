@@ -20,6 +20,7 @@ import (
 	dmlbv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/dynamic_modules/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
 
+	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/lbpolicy"
 )
 
@@ -47,6 +48,9 @@ func checkLBPolicyBootstrap(data []byte) ([]string, error) {
 			}
 			if _, err := lbpolicy.ParseConfig([]byte(s.GetValue())); err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", c.GetName(), err)
+			}
+			if f := m.GetDynamicModuleConfig().GetModule().GetLocal().GetFilename(); f != "dist/lib"+envoyrun.LBPolicyName+".so" {
+				return nil, fmt.Errorf("cluster %s: dynamic_module_config.module.local.filename %q, want dist/lib%s.so, what ./build.sh lbpolicy writes (so that the file validates from the repository root)", c.GetName(), f, envoyrun.LBPolicyName)
 			}
 			if c.GetType() != clusterv3.Cluster_EDS {
 				return nil, fmt.Errorf("cluster %s: the shipped example is an EDS cluster, got %v", c.GetName(), c.GetType())

@@ -14,8 +14,8 @@ import (
 )
 
 // TestLBPolicyShippedBootstrap starts configs/envoy-lbpolicy.yaml as
-// shipped, with only its loopback ports moved and the module in the
-// working directory, in every Envoy that loads the policy:
+// shipped, with only its loopback ports moved and the module at dist/ of
+// the working directory, in every Envoy that loads the policy:
 // `envoy --mode validate` accepts it; each request reaches the demo backend
 // lbcore ranks first over the endpoints file's three hosts (names and the
 // weight from it); renaming a new endpoints file onto the old one, as its
@@ -37,10 +37,13 @@ func TestLBPolicyShippedBootstrap(t *testing.T) {
 		if err := os.WriteFile(edsPath, eds, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// --mode validate loads the module too: from the working directory,
-		// where Envoy looks without ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+		// --mode validate loads the module too: from the file the bootstrap
+		// names, dist/ under the working directory.
 		so := "lib" + envoyrun.LBPolicyName + ".so"
-		if err := os.Symlink(filepath.Join(mod, so), filepath.Join(dir, so)); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, "dist"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join(mod, so), filepath.Join(dir, "dist", so)); err != nil {
 			t.Fatal(err)
 		}
 		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy.yaml"), map[int]int{9901: 0, 10000: 0})
