@@ -6,12 +6,16 @@ package e2e
 // every request.
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -206,6 +210,7 @@ type loadRec struct {
 	at     time.Time // when it was decided
 	key    string
 	host   int
+	worker int
 	svc    string
 	wait   time.Duration
 	paused bool
@@ -284,14 +289,15 @@ func (l *swapLoad) run(t *testing.T, keys []string, rate int, seed uint64) (stop
 				l.mu.RLock()
 				hi := rng.IntN(len(l.hosts))
 				h := l.hosts[hi]
-				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), key)
+				wi := rng.IntN(h.Workers())
+				rep, err := fleetRoundTrip(h, wi, key)
 				l.mu.RUnlock()
 				if err != nil {
 					t.Errorf("request for %s through proxy %d: %v", key, hi, err)
 					continue
 				}
 				mu.Lock()
-				recs = append(recs, loadRec{at: time.Now(), key: key, host: hi, svc: rep.service, wait: rep.waited, paused: rep.paused})
+				recs = append(recs, loadRec{at: time.Now(), key: key, host: hi, worker: wi, svc: rep.service, wait: rep.waited, paused: rep.paused})
 				mu.Unlock()
 			}
 		}()
@@ -344,4 +350,195 @@ func splitAfter(recs []loadRec, from time.Time) (n int, example string) {
 		}
 	}
 	return n, example
+}
+
+// keyHistory is every request for key from since on, one per line, with
+// its time from zero: proxy, worker, service, how long it waited and
+// whether it paused for etcd (what a failed convergence is read from).
+func keyHistory(recs []loadRec, key string, since, zero time.Time) string {
+	var b strings.Builder
+	for _, r := range recs {
+		if r.key == key && !r.at.Before(since) {
+			fmt.Fprintf(&b, "\n\t%+8v proxy %d worker %d → %s, waited %v (paused %v)",
+				r.at.Sub(zero).Round(time.Millisecond), r.host, r.worker, r.svc, r.wait.Round(time.Millisecond), r.paused)
+		}
+	}
+	return b.String()
+}
+
+// calloutLog keeps every callout of a set of proxies to etcd, to tell a
+// key's story when a fault test fails (what each proxy asked and was
+// answered about it).
+type calloutLog struct {
+	mu   sync.Mutex
+	recs []proxyCallout
+}
+
+type proxyCallout struct {
+	proxy int
+	hostsim.CalloutRecord
+}
+
+// hook is hostsim.Config.OnCallout for proxy i.
+func (l *calloutLog) hook(i int) func(hostsim.CalloutRecord) {
+	return func(r hostsim.CalloutRecord) {
+		l.mu.Lock()
+		l.recs = append(l.recs, proxyCallout{i, r})
+		l.mu.Unlock()
+	}
+}
+
+// etcdBase64 finds the base64 fields of etcd's JSON API (keys, values),
+// which story decodes.
+var etcdBase64 = regexp.MustCompile(`"(key|value|range_end)":"([A-Za-z0-9+/]+=*)"`)
+
+// story is every callout whose request or answer names etcdKey, one per
+// line, times from zero, base64 fields decoded.
+func (l *calloutLog) story(etcdKey string, zero time.Time) string {
+	enc := base64.StdEncoding.EncodeToString([]byte(etcdKey))
+	decode := func(b []byte) string {
+		return etcdBase64.ReplaceAllStringFunc(string(b), func(m string) string {
+			sm := etcdBase64.FindStringSubmatch(m)
+			d, err := base64.StdEncoding.DecodeString(sm[2])
+			if err != nil {
+				return m
+			}
+			return fmt.Sprintf("%q:%q", sm[1], d)
+		})
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	for _, r := range l.recs {
+		if !bytes.Contains(r.Req.Body, []byte(enc)) && (r.Resp == nil || !bytes.Contains(r.Resp.Body, []byte(enc))) {
+			continue
+		}
+		status := ""
+		var body []byte
+		if r.Resp != nil {
+			for _, h := range r.Resp.Headers {
+				if h[0] == ":status" {
+					status = h[1]
+				}
+			}
+			body = r.Resp.Body
+		}
+		fmt.Fprintf(&b, "\n\t%+8v → %+8v proxy %d worker %d %s %s\n\t\t→ %s %s",
+			r.Sent.Sub(zero).Round(time.Millisecond), r.Answered.Sub(zero).Round(time.Millisecond), r.proxy, r.Req.Worker,
+			r.Req.Header(":path"), decode(r.Req.Body), status, decode(body))
+		if r.Err != nil {
+			fmt.Fprintf(&b, " (%v)", r.Err)
+		}
+	}
+	return b.String()
+}
+
+// unanswered reports whether proxy's last call about etcdKey whose outcome
+// reached it before at got no answer from etcd in time (a timeout, a
+// refused or reset connection, an error status) less than unansweredFor
+// before at: the proxy then decides the key locally, by design (a request
+// never waits past the timeout), and retries the call at its next tick.
+func (l *calloutLog) unanswered(proxy int, etcdKey string, at time.Time) bool {
+	enc := []byte(base64.StdEncoding.EncodeToString([]byte(etcdKey)))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last *proxyCallout
+	for i := range l.recs {
+		r := &l.recs[i]
+		if r.proxy == proxy && r.Answered.Before(at) && bytes.Contains(r.Req.Body, enc) &&
+			(last == nil || r.Answered.After(last.Answered)) {
+			last = r
+		}
+	}
+	if last == nil || at.Sub(last.Answered) > unansweredFor {
+		return false
+	}
+	if last.Err != nil || last.Resp == nil {
+		return true
+	}
+	for _, h := range last.Resp.Headers {
+		if h[0] == ":status" {
+			return h[1] != "200"
+		}
+	}
+	return true
+}
+
+// unansweredFor is how long after a call about a key went unanswered a
+// proxy's local decision for it is excused: the sync is retried at the
+// next tick (50 ms), or at the next probe (every second) when the worker
+// holds etcd down, which etcdDown sees.
+const unansweredFor = 2 * time.Second
+
+// downSpan is a time a proxy's worker held etcd down: from its warning
+// that etcd failed FailLimit times in a row to its "answers again"; to is
+// zero while it is still down.
+type downSpan struct {
+	worker   int
+	from, to time.Time
+}
+
+// etcdDown reads h's down spans from its logs.
+func etcdDown(h *hostsim.Host) []downSpan {
+	var spans []downSpan
+	open := map[int]int{} // worker → index of its open span
+	for _, e := range h.Logs() {
+		if !strings.HasPrefix(e.Message, "hashlb: fleet: etcd on cluster ") {
+			continue
+		}
+		i, isOpen := open[e.Worker]
+		switch {
+		case strings.Contains(e.Message, " times in a row ") && !isOpen:
+			open[e.Worker] = len(spans)
+			spans = append(spans, downSpan{worker: e.Worker, from: e.At})
+		case strings.Contains(e.Message, " answers again;") && isOpen:
+			spans[i].to = e.At
+			delete(open, e.Worker)
+		}
+	}
+	return spans
+}
+
+// upAgain is when every worker of hosts last saw etcd answer again after
+// holding it down, at least since; ok is false while one still holds it
+// down.
+func upAgain(hosts []*hostsim.Host, since time.Time) (at time.Time, ok bool) {
+	at = since
+	for _, h := range hosts {
+		for _, s := range etcdDown(h) {
+			if s.to.IsZero() {
+				return time.Time{}, false
+			}
+			if s.to.After(at) {
+				at = s.to
+			}
+		}
+	}
+	return at, true
+}
+
+// localByDesign is recs without the requests a proxy decided locally by
+// design: while one of its workers held etcd down, or with its last call
+// about the key unanswered (unanswered); and how many those were.
+func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host, etcdKey func(string) string) (kept []loadRec, local int) {
+	down := make([][]downSpan, len(hosts))
+	for i, h := range hosts {
+		down[i] = etcdDown(h)
+	}
+	isDown := func(proxy int, at time.Time) bool {
+		for _, s := range down[proxy] {
+			if !at.Before(s.from) && (s.to.IsZero() || at.Before(s.to)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, r := range recs {
+		if isDown(r.host, r.at) || l.unanswered(r.host, etcdKey(r.key), r.at) {
+			local++
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept, local
 }

@@ -57,6 +57,10 @@ type Config struct {
 	// Trace records, per stream, every host function the module calls with
 	// its key arguments (Stream.Calls).
 	Trace bool
+	// OnCallout, if set, sees every callout to Config.Clusters as its
+	// outcome is handed to the module (a test reads a protocol's story
+	// from it). It runs with the calling VM's lock held.
+	OnCallout func(CalloutRecord)
 }
 
 // Host runs one compiled module in Config.Workers VMs that share shared data,

@@ -222,7 +222,19 @@ func (h *Host) runCallout(v *vm, c *callout, addr string) {
 	if c.req.Timeout > 0 {
 		h.noteLate(time.Since(c.sent) - c.req.Timeout)
 	}
+	if h.cfg.OnCallout != nil {
+		h.cfg.OnCallout(CalloutRecord{Req: c.req, Resp: resp, Err: err, Sent: c.sent, Answered: time.Now()})
+	}
 	v.deliver(c, resp)
+}
+
+// CalloutRecord is one callout to Config.Clusters and what the module was
+// handed for it (Config.OnCallout).
+type CalloutRecord struct {
+	Req            *CallRequest
+	Resp           *CallResponse // as delivered: Envoy's own 503 or 504 when Err is set
+	Err            error         // why no answer came from the upstream
+	Sent, Answered time.Time     // real time
 }
 
 func (h *Host) noteLate(d time.Duration) {

@@ -3,6 +3,7 @@ package hostsim
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // LogLevel is a proxy-wasm log level (spec: proxy_log).
@@ -32,6 +33,7 @@ type LogEntry struct {
 	Worker  int
 	Level   LogLevel
 	Message string
+	At      time.Time // real time it was captured
 }
 
 type logStore struct {
@@ -47,7 +49,7 @@ func (s *logStore) add(worker int, l LogLevel, msg string) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.entries = append(s.entries, LogEntry{worker, l, msg})
+	s.entries = append(s.entries, LogEntry{worker, l, msg, time.Now()})
 	if s.out != nil {
 		fmt.Fprintf(s.out, "[worker %d] %s: %s\n", worker, l, msg)
 	}
