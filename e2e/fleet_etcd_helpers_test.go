@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,7 +62,8 @@ func startEtcd(t testing.TB, dir string) (clientAddr string, stop func()) {
 // so that a test can restart etcd where a host's cluster already points.
 func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 	t.Helper()
-	if clientAddr == "" {
+	free := clientAddr == ""
+	if free {
 		clientAddr = fleettest.FreeAddr(t)
 	}
 	cfg := embed.NewConfig()
@@ -77,6 +79,18 @@ func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	e, err := embed.StartEtcd(cfg)
+	for try := 1; err != nil && try < etcdStartTries && portTaken(err.Error()); try++ {
+		// A port taken between its pick and the bind: others.
+		if free {
+			clientAddr = fleettest.FreeAddr(t)
+			client = url.URL{Scheme: "http", Host: clientAddr}
+			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+		}
+		peer = url.URL{Scheme: "http", Host: fleettest.FreeAddr(t)}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		e, err = embed.StartEtcd(cfg)
+	}
 	if err != nil {
 		log, _ := os.ReadFile(cfg.LogOutputs[0])
 		t.Fatalf("starting embedded etcd in %s: %v\n%s", dir, err, log)
@@ -155,34 +169,50 @@ func etcdCommand(t testing.TB, bin, dir string) (*exec.Cmd, string) {
 // its client address and a stop function (also run at t's cleanup).
 func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop func()) {
 	t.Helper()
-	cmd, client := etcdCommand(t, bin, dir)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cmd.Process.Signal(os.Interrupt)
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
-		})
-	}
-	t.Cleanup(stop)
-	clientAddr = client[len("http://"):]
-	if err := fleettest.WaitGateway(clientAddr, 60*time.Second, exited); err != nil {
+	for try := 1; ; try++ {
+		cmd, client := etcdCommand(t, bin, dir)
+		out := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting %s: %v", bin, err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				cmd.Process.Signal(os.Interrupt)
+				select {
+				case <-exited:
+				case <-time.After(10 * time.Second):
+					cmd.Process.Kill()
+					<-exited
+				}
+			})
+		}
+		t.Cleanup(stop)
+		clientAddr = client[len("http://"):]
+		err := fleettest.WaitGateway(clientAddr, 60*time.Second, exited)
+		if err == nil {
+			return clientAddr, stop
+		}
 		stop()
+		if try < etcdStartTries && portTaken(out.String()) {
+			t.Logf("%s: another process took a port between its pick and etcd's bind; started again on others", bin)
+			continue
+		}
 		t.Fatalf("%s: %v\n%s", bin, err, out.String())
 	}
-	return clientAddr, stop
 }
+
+// etcdStartTries is how often an etcd whose port was taken is started.
+const etcdStartTries = 3
+
+// portTaken reports whether an etcd that exited before it answered lost a
+// port it was given (fleettest.FreeAddr) to another process before it
+// bound it: on a busy machine an outgoing connection can get that port
+// as its own. It is then started again on other ports.
+func portTaken(out string) bool { return strings.Contains(out, "address already in use") }
 
 // delayProxy forwards TCP connections from a loopback address to target,
 // holding each chunk of data, in both directions, for delay() before passing

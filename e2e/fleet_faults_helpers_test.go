@@ -40,19 +40,26 @@ type etcdProc struct {
 // until its gateway answers. It is killed at t's cleanup.
 func startEtcdProc(t testing.TB, bin, dir string) *etcdProc {
 	t.Helper()
-	cmd, client := etcdCommand(t, bin, dir)
-	e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &syncBuffer{}}
-	cmd.Stdout, cmd.Stderr = e.out, e.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", bin, err)
-	}
-	go func() { cmd.Wait(); close(e.exited) }()
-	t.Cleanup(e.kill)
-	if err := fleettest.WaitGateway(e.addr, 60*time.Second, e.exited); err != nil {
+	for try := 1; ; try++ {
+		cmd, client := etcdCommand(t, bin, dir)
+		e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &syncBuffer{}}
+		cmd.Stdout, cmd.Stderr = e.out, e.out
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting %s: %v", bin, err)
+		}
+		go func() { cmd.Wait(); close(e.exited) }()
+		t.Cleanup(e.kill)
+		err := fleettest.WaitGateway(e.addr, 60*time.Second, e.exited)
+		if err == nil {
+			return e
+		}
 		e.kill()
+		if try < etcdStartTries && portTaken(e.out.String()) {
+			t.Logf("%s: another process took a port between its pick and etcd's bind; started again on others", bin)
+			continue
+		}
 		t.Fatalf("%s: %v\n%s", bin, err, e.out.String())
 	}
-	return e
 }
 
 // kill ends the process with SIGKILL (after SIGCONT, should it be frozen).

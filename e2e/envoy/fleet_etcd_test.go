@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -65,12 +66,21 @@ func fleetDataDir(t testing.TB) string {
 // test ends.
 func startFleetEtcd(t testing.TB) *fleetEtcd {
 	t.Helper()
-	e := &fleetEtcd{t: t, bin: fleetEtcdBinary(t), dir: fleetDataDir(t), client: fleettest.FreeAddr(t), peer: fleettest.FreeAddr(t)}
-	if err := e.start(); err != nil {
+	for try := 1; ; try++ {
+		e := &fleetEtcd{t: t, bin: fleetEtcdBinary(t), dir: fleetDataDir(t), client: fleettest.FreeAddr(t), peer: fleettest.FreeAddr(t)}
+		err := e.start()
+		if err == nil {
+			t.Cleanup(e.kill)
+			return e
+		}
+		// On a busy machine an outgoing connection can take a port between
+		// FreeAddr and etcd's bind: started again on others.
+		if try < 3 && strings.Contains(err.Error(), "address already in use") {
+			t.Logf("etcd lost a port before it bound it; started again on others: %v", err)
+			continue
+		}
 		t.Fatal(err)
 	}
-	t.Cleanup(e.kill)
-	return e
 }
 
 func (e *fleetEtcd) start() error {
