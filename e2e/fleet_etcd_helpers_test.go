@@ -169,40 +169,20 @@ func etcdCommand(t testing.TB, bin, dir string) (*exec.Cmd, string) {
 // its client address and a stop function (also run at t's cleanup).
 func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop func()) {
 	t.Helper()
-	for try := 1; ; try++ {
-		cmd, client := etcdCommand(t, bin, dir)
-		out := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting %s: %v", bin, err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cmd.Process.Signal(os.Interrupt)
-				select {
-				case <-exited:
-				case <-time.After(10 * time.Second):
-					cmd.Process.Kill()
-					<-exited
-				}
-			})
-		}
-		t.Cleanup(stop)
-		clientAddr = client[len("http://"):]
-		err := fleettest.WaitGateway(clientAddr, 60*time.Second, exited)
-		if err == nil {
-			return clientAddr, stop
-		}
-		stop()
-		if try < etcdStartTries && portTaken(out.String()) {
-			t.Logf("%s: another process took a port between its pick and etcd's bind; started again on others", bin)
-			continue
-		}
-		t.Fatalf("%s: %v\n%s", bin, err, out.String())
+	e := startEtcdProc(t, bin, dir)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			e.cmd.Process.Signal(os.Interrupt)
+			select {
+			case <-e.exited:
+			case <-time.After(10 * time.Second):
+				e.kill()
+			}
+		})
 	}
+	t.Cleanup(stop) // before startEtcdProc's kill: cleanups run last first
+	return e.addr, stop
 }
 
 // etcdStartTries is how often an etcd whose port was taken is started.

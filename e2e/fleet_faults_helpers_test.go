@@ -420,19 +420,13 @@ func (l *calloutLog) story(etcdKey string, zero time.Time) string {
 		if !bytes.Contains(r.Req.Body, []byte(enc)) && (r.Resp == nil || !bytes.Contains(r.Resp.Body, []byte(enc))) {
 			continue
 		}
-		status := ""
 		var body []byte
 		if r.Resp != nil {
-			for _, h := range r.Resp.Headers {
-				if h[0] == ":status" {
-					status = h[1]
-				}
-			}
 			body = r.Resp.Body
 		}
 		fmt.Fprintf(&b, "\n\t%+8v → %+8v proxy %d worker %d %s %s\n\t\t→ %s %s",
 			r.Sent.Sub(zero).Round(time.Millisecond), r.Answered.Sub(zero).Round(time.Millisecond), r.proxy, r.Req.Worker,
-			r.Req.Header(":path"), decode(r.Req.Body), status, decode(body))
+			r.Req.Header(":path"), decode(r.Req.Body), r.status(), decode(body))
 		if r.Err != nil {
 			fmt.Fprintf(&b, " (%v)", r.Err)
 		}
@@ -457,18 +451,20 @@ func (l *calloutLog) unanswered(proxy int, etcdKey string, at time.Time) bool {
 			last = r
 		}
 	}
-	if last == nil || at.Sub(last.Answered) > unansweredFor {
-		return false
+	return last != nil && at.Sub(last.Answered) <= unansweredFor && last.status() != "200"
+}
+
+// status is the :status the module was handed for the call ("" for none).
+func (r *proxyCallout) status() string {
+	if r.Resp == nil {
+		return ""
 	}
-	if last.Err != nil || last.Resp == nil {
-		return true
-	}
-	for _, h := range last.Resp.Headers {
+	for _, h := range r.Resp.Headers {
 		if h[0] == ":status" {
-			return h[1] != "200"
+			return h[1]
 		}
 	}
-	return true
+	return ""
 }
 
 // unansweredFor is how long after a call about a key went unanswered a
@@ -480,10 +476,7 @@ const unansweredFor = 2 * time.Second
 // downSpan is a time a proxy's worker held etcd down: from its warning
 // that etcd failed FailLimit times in a row to its "answers again"; to is
 // zero while it is still down.
-type downSpan struct {
-	worker   int
-	from, to time.Time
-}
+type downSpan struct{ from, to time.Time }
 
 // etcdDown reads h's down spans from its logs.
 func etcdDown(h *hostsim.Host) []downSpan {
@@ -497,7 +490,7 @@ func etcdDown(h *hostsim.Host) []downSpan {
 		switch {
 		case strings.Contains(e.Message, " times in a row ") && !isOpen:
 			open[e.Worker] = len(spans)
-			spans = append(spans, downSpan{worker: e.Worker, from: e.At})
+			spans = append(spans, downSpan{from: e.At})
 		case strings.Contains(e.Message, " answers again;") && isOpen:
 			spans[i].to = e.At
 			delete(open, e.Worker)
