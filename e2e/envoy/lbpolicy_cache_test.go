@@ -82,6 +82,12 @@ func TestLBPolicyChoiceCache(t *testing.T) {
 		}
 		send(url, long, 5)
 
+		// More keys on one set of the cache than it has entries (16 paths
+		// whose FNV-1a falls in one set of four): entries are replaced and
+		// moved, and every answer is still lbcore's.
+		crowd := crowdedPaths(16)
+		send(url, crowd, 4)
+
 		// A removed host: its keys move, the others' stay, all as lbcore
 		// over the new hosts, though the old answers were in the cache.
 		removed := url
@@ -109,4 +115,30 @@ func TestLBPolicyChoiceCache(t *testing.T) {
 			t.Errorf("%d choices of DOMAINHASH or persistence answered from the cache, want 0", n)
 		}
 	})
+}
+
+// Cache geometry (cmd/hashlb-lbpolicy/cache.h: HL_CACHE_BITS, HL_CACHE_WAYS).
+const (
+	cacheEntries = 1 << 13
+	cacheWays    = 4
+)
+
+// crowdedPaths are n short paths (each a whole cache key) that fall in one
+// set of the choice cache: more than it holds when n > cacheWays.
+func crowdedPaths(n int) []string {
+	set := func(p string) uint64 {
+		h := uint64(14695981039346656037)
+		for i := 0; i < len(p); i++ {
+			h = (h ^ uint64(p[i])) * 1099511628211
+		}
+		return h & (cacheEntries - cacheWays)
+	}
+	var out []string
+	want := set("/crowd/0")
+	for i := 0; len(out) < n; i++ {
+		if p := fmt.Sprintf("/crowd/%d", i); set(p) == want {
+			out = append(out, p)
+		}
+	}
+	return out
 }
