@@ -6,11 +6,13 @@
 #include "cache.h"
 #include "hashlb_abi.h"
 
-hl_cache* hl_cache_new(uint32_t keylen, bool prefix) {
+hl_cache* hl_cache_new(uint32_t keylen, bool prefix, void* config, size_t counter) {
 	hl_cache* c = calloc(1, sizeof(hl_cache));
 	if (c != 0) {
 		c->keylen = keylen < HL_CACHE_KEY ? keylen : HL_CACHE_KEY;
 		c->prefix = prefix;
+		c->config = config;
+		c->counter = counter;
 	}
 	return c;
 }
@@ -41,7 +43,10 @@ bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint
 		if (hl_cache_key(c, v.ptr, &n)) {
 			const hl_entry* e = hl_cache_get(c, v.ptr, n, hl_cache_hash(v.ptr, n));
 			if (e != 0 && !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, e->host)) {
-				c->hits++;
+				if (++c->hits == HL_CACHE_FLUSH && c->config != 0) {
+					hl_increment(c->config, c->counter, c->hits);
+					c->hits = 0;
+				}
 				*priority = 0;
 				*index = e->healthy;
 				return true;

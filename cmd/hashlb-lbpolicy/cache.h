@@ -42,8 +42,15 @@ typedef struct {
 	uint32_t keylen;        // how many bytes of :path decide
 	bool prefix;            // a longer :path is decided by its first keylen bytes
 	uint64_t hits;          // choices answered here, not yet added to Envoy's counter
+	void* config;           // the counter's owner (the policy's config), NULL: not counted
+	size_t counter;         // its id
 	hl_entry entries[1 << HL_CACHE_BITS];
 } hl_cache;
+
+// HL_CACHE_FLUSH hits are added to Envoy's counter at once from C (Go adds
+// the rest when the worker next enters Go): a worker the cache answers
+// every time may not enter Go for minutes.
+#define HL_CACHE_FLUSH 256
 
 // hl_lb is what Envoy holds for one load balancer: the Go state's slot
 // (states.go) and its cache (NULL when choices cannot be remembered).
@@ -126,7 +133,7 @@ static inline void hl_cache_put(uintptr_t cache, uintptr_t p, size_t n, uint32_t
 }
 
 // hl_cache_new allocates an empty cache, hl_lb_new the cell Envoy keeps.
-hl_cache* hl_cache_new(uint32_t keylen, bool prefix);
+hl_cache* hl_cache_new(uint32_t keylen, bool prefix, void* config, size_t counter);
 hl_lb* hl_lb_new(uintptr_t slot, hl_cache* cache);
 void hl_lb_free(hl_lb* l);
 

@@ -88,6 +88,14 @@ func TestLBPolicyChoiceCache(t *testing.T) {
 		crowd := crowdedPaths(16)
 		send(url, crowd, 4)
 
+		// Hits reach Envoy's counter from C, 256 at a time, though the
+		// worker does not enter Go: 1,200 requests of 20 known paths.
+		c0 := cached()
+		send(url, paths, 60)
+		if n := cached() - c0; n < 256 {
+			t.Errorf("the counter rose by %d over 1,200 hits without a worker entering Go, want at least 256", n)
+		}
+
 		// A removed host: its keys move, the others' stay, all as lbcore
 		// over the new hosts, though the old answers were in the cache.
 		removed := url
