@@ -197,11 +197,11 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
 	}
 	if n, prefix, ok := pst.pol.PathKey(); ok && testPanic == "" {
-		var config unsafe.Pointer // the cached counter's, when Envoy defined it
+		var owner unsafe.Pointer // the cached counter's, when Envoy defined it
 		if pst.have[cCached] {
-			config = pst.envoy
+			owner = pst.envoy
 		}
-		st.cache = C.hl_cache_new(C.uint32_t(n), C.bool(prefix), config, pst.ctrs[cCached])
+		st.cache = C.hl_cache_new(C.uint32_t(n), C.bool(prefix), owner, pst.ctrs[cCached])
 	}
 	st.update(0, 0)
 	return keepState(st)
