@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashlb/hashlb/hostsim"
 	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // etcdProc is one etcd binary process on its own free ports.
@@ -359,18 +360,43 @@ func splitAfter(recs []loadRec, from time.Time) (n int, example string) {
 	return n, example
 }
 
-// keyHistory is every request for key from since on, one per line, with
-// its time from zero: proxy, worker, service, how long it waited and
-// whether it paused for etcd (what a failed convergence is read from).
-func keyHistory(recs []loadRec, key string, since, zero time.Time) string {
+// keyHistory is every request for key, one per line, with its time from
+// zero: proxy, worker, service, how long it waited and whether it paused
+// for etcd (what a failed convergence is read from).
+func keyHistory(recs []loadRec, key string, zero time.Time) string {
 	var b strings.Builder
 	for _, r := range recs {
-		if r.key == key && !r.at.Before(since) {
+		if r.key == key {
 			fmt.Fprintf(&b, "\n\t%+8v proxy %d worker %d → %s, waited %v (paused %v)",
 				r.at.Sub(zero).Round(time.Millisecond), r.host, r.worker, r.svc, r.wait.Round(time.Millisecond), r.paused)
 		}
 	}
 	return b.String()
+}
+
+// fleetEtcdKey is the etcd key of the load's persistence key k.
+func fleetEtcdKey(k string) string { return fleet.Key("/hashlb/"+persistRootID+"/", []byte(k)) }
+
+// agreement judges the requests made after from, less those decided
+// locally by design (localByDesign): split is how many keys got two
+// services, and story, when there is one, the first such key's services,
+// its requests and every call about it (times from zero); local and judged
+// count the requests excused and held to agreement.
+func (l *calloutLog) agreement(recs []loadRec, hosts []*hostsim.Host, from, zero time.Time) (split int, story string, local, judged int) {
+	var after []loadRec
+	for _, r := range recs {
+		if r.at.After(from) {
+			after = append(after, r)
+		}
+	}
+	held, local := l.localByDesign(after, hosts)
+	split, ex := splitAfter(held, from)
+	if split > 0 {
+		key, _, _ := strings.Cut(ex, " → ")
+		story = fmt.Sprintf("%s; its requests:%s\nand the proxies' calls to etcd about it:%s",
+			ex, keyHistory(recs, key, zero), l.story(fleetEtcdKey(key), zero))
+	}
+	return split, story, local, len(held)
 }
 
 // calloutLog keeps every callout of a set of proxies to etcd, to tell a
@@ -520,7 +546,7 @@ func upAgain(hosts []*hostsim.Host, since time.Time) (at time.Time, ok bool) {
 // localByDesign is recs without the requests a proxy decided locally by
 // design: while one of its workers held etcd down, or with its last call
 // about the key unanswered (unanswered); and how many those were.
-func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host, etcdKey func(string) string) (kept []loadRec, local int) {
+func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host) (kept []loadRec, local int) {
 	down := make([][]downSpan, len(hosts))
 	for i, h := range hosts {
 		down[i] = etcdDown(h)
@@ -534,7 +560,7 @@ func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host, etcdKe
 		return false
 	}
 	for _, r := range recs {
-		if isDown(r.host, r.at) || l.unanswered(r.host, etcdKey(r.key), r.at) {
+		if isDown(r.host, r.at) || l.unanswered(r.host, fleetEtcdKey(r.key), r.at) {
 			local++
 			continue
 		}

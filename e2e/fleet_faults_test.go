@@ -205,20 +205,10 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	// Requests a proxy decided locally by design (a worker held etcd down,
 	// or its last call about the key went unanswered: the loaded machine,
 	// after the fault) are not held to the bound; counted and logged.
-	prefix := "/hashlb/" + persistRootID + "/"
-	from := answered.Add(bound)
-	var held []loadRec
-	for _, r := range recs {
-		if r.at.After(from) {
-			held = append(held, r)
-		}
-	}
-	held, local := calls.localByDesign(held, hosts, func(k string) string { return fleet.Key(prefix, []byte(k)) })
-	if n, ex := splitAfter(held, from); n > 0 {
-		key, _, _ := strings.Cut(ex, " → ")
-		t.Errorf("%d of %d keys got two services %v after etcd answered every worker again (%v after the fault ended), e.g. %s; its requests (time from the fault's end):%s\nand the proxies' calls to etcd about it:%s",
-			n, len(keys), bound, answered.Sub(healed).Round(time.Millisecond), ex, keyHistory(recs, key, time.Time{}, healed),
-			calls.story(fleet.Key(prefix, []byte(key)), healed))
+	split, story, local, judged := calls.agreement(recs, hosts, answered.Add(bound), healed)
+	if split > 0 {
+		t.Errorf("%d of %d keys got two services %v after etcd answered every worker again (%v after the fault ended), e.g. %s (times from the fault's end)",
+			split, len(keys), bound, answered.Sub(healed).Round(time.Millisecond), story)
 	}
 	converged := time.Duration(0)
 	if last, _ := lastSplit(recs, healed); !last.IsZero() {
@@ -232,7 +222,7 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	}
 	t.Logf("expire %s, %s: %d requests, longest wait %v (%v without etcd, timers up to %v late, call outcomes up to %v after their timeout); etcd answered every worker %v after the fault ended; converged %v after the fault ended; %d timeouts, %d keys reconciled, %d local entries followed the fleet; %d of %d requests held to the bound were decided locally by design",
 		expire, f.name, len(recs), worst.Round(time.Millisecond), worstLocal.Round(time.Millisecond), lateTimers().Round(time.Millisecond), hostLate.Round(time.Millisecond),
-		answered.Sub(healed).Round(time.Millisecond), converged.Round(time.Millisecond), timeouts, reconciled, followed, local, local+len(held))
+		answered.Sub(healed).Round(time.Millisecond), converged.Round(time.Millisecond), timeouts, reconciled, followed, local, judged)
 }
 
 // TestFleetReconfigureKeepsQueue: keys decided locally while etcd was down

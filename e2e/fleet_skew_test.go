@@ -17,13 +17,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
-	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // skewProxy starts one proxy of two workers with cfg, reaching etcd at
@@ -142,18 +140,9 @@ func TestFleetSkew(t *testing.T) {
 			// As in TestFleetFaults, a request its proxy decided locally by
 			// design (etcd held down, or its last call about the key
 			// unanswered: the loaded machine) is not held to the bound.
-			prefix := "/hashlb/" + persistRootID + "/"
-			var held []loadRec
-			for _, r := range recs {
-				if r.at.After(ended.Add(bound)) {
-					held = append(held, r)
-				}
-			}
-			held, local := calls.localByDesign(held, l.hosts, func(k string) string { return fleet.Key(prefix, []byte(k)) })
-			if n, ex := splitAfter(held, ended.Add(bound)); n > 0 {
-				key, _, _ := strings.Cut(ex, " → ")
-				t.Errorf("%d of %d keys got two services from %v after the skew ended, e.g. %s; its requests (time from the skew's end):%s\nand the proxies' calls to etcd about it:%s",
-					n, len(keys), bound, ex, keyHistory(recs, key, time.Time{}, ended), calls.story(fleet.Key(prefix, []byte(key)), ended))
+			split, story, local, judged := calls.agreement(recs, l.hosts, ended.Add(bound), ended)
+			if split > 0 {
+				t.Errorf("%d of %d keys got two services from %v after the skew ended, e.g. %s (times from the skew's end)", split, len(keys), bound, story)
 			}
 			converged := time.Duration(0)
 			if last, _ := lastSplit(recs, ended); !last.IsZero() {
@@ -165,7 +154,7 @@ func TestFleetSkew(t *testing.T) {
 				replaced += persistMetric(h, "hashlb.persistence_fleet_replaced")
 			}
 			t.Logf("%s: %d requests over %d keys; converged %v after the skew ended (bound %v; %d of %d requests held to it decided locally by design); during it %d keys split between the other two proxies (%d of their transactions timed out); the proxies now count %d diverted, %d replaced",
-				tt.name, len(recs), len(keys), converged.Round(time.Millisecond), bound, local, local+len(held), during, timeouts, diverted, replaced)
+				tt.name, len(recs), len(keys), converged.Round(time.Millisecond), bound, local, judged, during, timeouts, diverted, replaced)
 		})
 	}
 }
