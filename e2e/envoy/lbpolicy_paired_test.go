@@ -1,17 +1,19 @@
 package envoy
 
 // BenchmarkEnvoyLBPolicyPaired measures the policy against Envoy's own
-// consistent hashing side by side: each row's Envoy (maglev, the Wasm
-// filter, a C dynamic module's floor, the same floor in Go, the policy)
-// loaded at the same time as ring_hash's, each by its own closed loop (then
-// each by its own open loop at one rate), round after round. Run one after
-// the other, as BenchmarkEnvoyLBPolicy runs them, two rows are seconds apart
-// and this machine's speed moves by a tenth or more between seconds (the
-// same Envoy measured twice in a row differs that much), which hides a
-// difference of a few per cent. Run at the same time, both Envoys meet the
-// same machine: the kernel shares the cores between their workers, and
-// what one Envoy does with its share (the requests it answers per second,
-// the CPU each request costs it) is what the ratios compare. ./build.sh bench runs it with the other BenchmarkEnvoy*:
+// consistent hashing side by side: each row's Envoy (a second ring_hash,
+// whose ratios are the benchmark's own error, maglev, the Wasm filter, a C
+// dynamic module's floor, the same floor in Go, the policy) loaded at the
+// same time as an Envoy of its own running ring_hash, each by its own
+// closed loop (then each by its own open loop at one rate), round after
+// round. Run one after the other, as BenchmarkEnvoyLBPolicy runs them, two
+// rows are seconds apart and this machine's speed moves by a tenth or more
+// between seconds (the same Envoy measured twice in a row differs that
+// much), which hides a difference of a few per cent. Run at the same time,
+// both Envoys meet the same machine: the kernel shares the cores between
+// their workers, and what one Envoy does with its share (the requests it
+// answers per second, the CPU each request costs it) is what the ratios
+// compare. ./build.sh bench runs it with the other BenchmarkEnvoy*:
 //
 //	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoyLBPolicyPaired' -benchtime 1x -peers.versions 1.40.0 -peers.out dist/envoy-peers.md
 //
@@ -38,6 +40,7 @@ const (
 	pFloor   = "floor"
 	pGoFloor = "go-floor"
 	pNoYield = "policy-no-yield"
+	pAgain   = "ring_hash-again"
 )
 
 // pairedWarmUp is each pair's warm-up: every upstream connection opened,
@@ -73,6 +76,7 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	many := peerEndpoints(peerManyServices, anyB.Port())
 	groups := [][]peerSpec{{
 		{key: pRing, name: "ring_hash on :path, 10 endpoints", kind: peerRingHash, endpoints: ten},
+		{key: pAgain, name: "ring_hash again (another Envoy: the benchmark's own error), 10 endpoints", kind: peerRingHash, endpoints: ten},
 		{key: pMaglev, name: "maglev on :path, 10 endpoints", kind: peerMaglev, endpoints: ten},
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10 services", kind: peerHashlb, endpoints: ten, plugin: peerPlugin(ten, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10 hosts", kind: peerPolicyFloor, endpoints: ten},
@@ -80,21 +84,20 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10 hosts", kind: peerPolicyNoYield, endpoints: ten, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10 hosts", kind: peerPolicy, endpoints: ten, plugin: peerPolicyConfig},
 	}, {
-		// No row without yields here: a seventh Envoy opening connections
-		// to 10⁴ addresses made the shared backend time requests out (504)
-		// in the warm-up, twice.
 		{key: pRing, name: "ring_hash on :path, 10⁴ endpoints", kind: peerRingHash, endpoints: many},
+		{key: pAgain, name: "ring_hash again (another Envoy: the benchmark's own error), 10⁴ endpoints", kind: peerRingHash, endpoints: many},
 		{key: pMaglev, name: "maglev on :path, 10⁴ endpoints", kind: peerMaglev, endpoints: many},
 		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10⁴ services", kind: peerHashlb, endpoints: many, plugin: peerPlugin(many, false)},
 		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10⁴ hosts", kind: peerPolicyFloor, endpoints: many},
 		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10⁴ hosts", kind: peerPolicyGoFloor, endpoints: many, plugin: peerPolicyConfig},
+		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10⁴ hosts", kind: peerPolicyNoYield, endpoints: many, plugin: peerPolicyConfig},
 		{key: pPolicy, name: "hashlb policy URLHASH, 10⁴ hosts", kind: peerPolicy, endpoints: many, plugin: peerPolicyConfig},
 	}}
 	groups[0], groups[1] = pairedSelect(groups[0], len(ten)), pairedSelect(groups[1], len(many))
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)
 	var out strings.Builder
-	fmt.Fprintf(&out, "%d rounds; in each, every row's Envoy together with ring_hash's: a %v closed-loop run (%d connections each), then a %v open-loop run (each at the rate given); a %v warm-up per pair; Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths).\n\n",
+	fmt.Fprintf(&out, "%d rounds per pair; in each, a row's Envoy together with its own ring_hash Envoy: a %v closed-loop run (%d connections each), then a %v open-loop run (each at the pair's rate); a %v warm-up per pair; Envoy --concurrency %d; %d requests (Zipf s = 1.1 over 10⁵ paths).\n\n",
 		*pairedRounds, *peerDur, *peerConns, *peerDur, pairedWarmUp, *peerWorkers, len(targets))
 	fmt.Printf("\n%s", out.String())
 	b.ResetTimer()
@@ -134,85 +137,95 @@ func policyBenchBinaries(b *testing.B) []envoyrun.Binary {
 	return bins
 }
 
-// pairedGroup measures one table's Envoys, each in pairs with the first
-// (the reference, ring_hash): the two loaded at once, so that each gets
-// about half of the machine, as an Envoy with the machine to itself would
-// all of it. (Loading every Envoy of the table at once gave each a sixth of
-// the cores and the Go runtime's own steady cost a sixfold weight per
-// request.)
+// pairedGroup measures one table's Envoys, each in a pair with an Envoy of
+// its own running the first (the reference, ring_hash): the two loaded at
+// once, so that each gets about half of the machine, as an Envoy with the
+// machine to itself would all of it. (Loading every Envoy of the table at
+// once gave each a sixth of the cores and the Go runtime's own steady cost
+// a sixfold weight per request.) The pairs come one after the other, each
+// its warm-up and all its rounds, and only its two Envoys are running: one
+// reference Envoy shared by every pair, loaded in every pair while each
+// row's Envoy waited for the others, measured an Envoy identical to it at
+// 0.986× its req/s and 1.026× its CPU per request when the machine was
+// busy (a memory-bound process beside the benchmark; the row
+// ring_hash-again), and every row paid that. (Two Envoys at a time also
+// let the 10⁴-host table have the row without yields: a seventh Envoy
+// running at once made the shared backend time requests out.)
 func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []string, reqs [][]byte) string {
 	start := time.Now()
-	stage := func(format string, a ...any) {
-		fmt.Fprintf(os.Stderr, "bench: envoy %s, %s: %s (%s so far)\n", bin.Version, peers[0].name, fmt.Sprintf(format, a...), time.Since(start).Round(time.Second))
-	}
 	runs := make([]*peerRun, len(peers))
-	for i, p := range peers {
-		dir := envoyrun.WorkDir(b)
-		switch p.kind {
-		case peerPolicy:
-			peerLinkPolicy(b, dir)
-		case peerPolicyFloor:
-			peerLinkFloor(b, dir)
-		case peerPolicyGoFloor:
-			peerLinkPolicyBuild(b, dir, "-X main.testPanic=floor")
-		case peerPolicyNoYield:
-			peerLinkPolicyBuild(b, dir, "-X main.testYield=off")
+	pairs := make([]pairedRow, len(peers))
+	var table strings.Builder
+	for i, p := range peers[1:] {
+		i++
+		stage := func(format string, a ...any) {
+			fmt.Fprintf(os.Stderr, "bench: envoy %s, %s: %s (%s so far)\n", bin.Version, p.name, fmt.Sprintf(format, a...), time.Since(start).Round(time.Second))
 		}
-		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
-		runs[i] = &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
-		peerCheck(b, runs[i], targets)
-	}
-	defer func() {
-		for _, r := range runs {
-			r.e.Stop()
+		ref := pairedStart(b, bin, peers[0], targets, reqs)
+		r := pairedStart(b, bin, p, targets, reqs)
+		runs[i] = r
+		if i == 1 {
+			runs[0] = ref
 		}
-	}()
-	stage("warm-up")
-	ref := runs[0]
-	// The open loop's rate: -peers.rate of ring_hash's req/s in the
-	// slowest pair's warm-up, which every row then sustains.
-	rate := 0.0
-	for _, r := range runs[1:] {
+		stage("warm-up")
+		// The open loop's rate: -peers.rate of the reference's req/s in
+		// the warm-up, which both then sustain.
 		warm := pairedClosed(b, []*peerRun{ref, r}, pairedWarmUp)
-		if x := *peerRate * warm[0].RPS(); rate == 0 || x < rate {
-			rate = x
-		}
-		r.rss = peerRSS(r.e.Pid())
-	}
-	ref.rss = peerRSS(ref.e.Pid())
-	// Per row (but the reference): what it and the reference measured in
-	// the same pair, round by round.
-	pairs := make([]pairedRow, len(runs))
-	for round := range *pairedRounds {
-		stage("round %d/%d", round+1, *pairedRounds)
-		for i, r := range runs[1:] {
-			pr := &pairs[i+1]
-			two := []*peerRun{ref, r}
+		pr := &pairs[i]
+		pr.rate = *peerRate * warm[0].RPS()
+		ref.rss, r.rss = peerRSS(ref.e.Pid()), peerRSS(r.e.Pid())
+		for round := range *pairedRounds {
+			stage("round %d/%d", round+1, *pairedRounds)
+			// Which of the two has its threads read and its load started
+			// first alternates round by round: neither side has it always.
+			two, self := []*peerRun{ref, r}, 1
+			if round%2 == 1 {
+				two, self = []*peerRun{r, ref}, 0
+			}
 			cpu, other, res := pairedMeasure(b, two)
-			pr.self.add(res[1], cpu[1], other[1])
-			pr.ref.add(res[0], cpu[0], other[0])
-			for k, o := range pairedOpen(b, two, rate, *peerDur) {
+			pr.self.add(res[self], cpu[self], other[self])
+			pr.ref.add(res[1-self], cpu[1-self], other[1-self])
+			for k, o := range pairedOpen(b, two, pr.rate, *peerDur) {
 				two[k].missed += o.Missed
 				two[k].due += o.Requests + o.Errors + o.Missed
-				p := &pr.self
-				if k == 0 {
-					p = &pr.ref
+				f := &pr.ref
+				if k == self {
+					f = &pr.self
 				}
-				p.p50 = append(p.p50, peerUs(o.Quantile(0.50)))
-				p.p99 = append(p.p99, peerUs(o.Quantile(0.99)))
+				f.p50 = append(f.p50, peerUs(o.Quantile(0.50)))
+				f.p99 = append(f.p99, peerUs(o.Quantile(0.99)))
 			}
 		}
-	}
-	table := pairedTable(bin, runs, pairs, rate)
-	for _, r := range runs {
-		if r.kind != peerPolicy {
-			continue
+		if r.kind == peerPolicy {
+			// The cache's hits reach the counter from C every 256 and when
+			// a worker next enters Go: the figure is a little low.
+			cached, total := r.e.Stat(b, "dynamicmodulescustom.cached"), r.e.Stat(b, "http.bench.downstream_rq_total")
+			fmt.Fprintf(&table, "%s: %d of %d requests (%.1f %%) answered from the choice cache without entering Go.\n\n", r.name, cached, total, 100*float64(cached)/float64(max(total, 1)))
 		}
-		// The cache's hits reach the counter when a worker next enters Go.
-		cached, total := r.e.Stat(b, "dynamicmodulescustom.cached"), r.e.Stat(b, "http.bench.downstream_rq_total")
-		table += fmt.Sprintf("%s: %d of %d requests (%.1f %%) answered from the choice cache without entering Go.\n\n", r.name, cached, total, 100*float64(cached)/float64(max(total, 1)))
+		ref.e.Stop()
+		r.e.Stop()
 	}
-	return table
+	return pairedTable(bin, runs, pairs) + table.String()
+}
+
+// pairedStart starts p's Envoy in a work directory of its own and checks
+// that it routes as p should.
+func pairedStart(b *testing.B, bin envoyrun.Binary, p peerSpec, targets []string, reqs [][]byte) *peerRun {
+	dir := envoyrun.WorkDir(b)
+	switch p.kind {
+	case peerPolicy:
+		peerLinkPolicy(b, dir)
+	case peerPolicyFloor:
+		peerLinkFloor(b, dir)
+	case peerPolicyGoFloor:
+		peerLinkPolicyBuild(b, dir, "-X main.testPanic=floor")
+	case peerPolicyNoYield:
+		peerLinkPolicyBuild(b, dir, "-X main.testYield=off")
+	}
+	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
+	r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
+	peerCheck(b, r, targets)
+	return r
 }
 
 // pairedVerdict judges the policy's row f against the reference's figures
@@ -246,8 +259,12 @@ func (f *pairedFigures) add(res loadgen.Result, cpu, other time.Duration) {
 	f.other += other
 }
 
-// pairedRow is a row and the reference in its pair.
-type pairedRow struct{ self, ref pairedFigures }
+// pairedRow is a row and the reference in its pair, and the pair's
+// open-loop rate.
+type pairedRow struct {
+	self, ref pairedFigures
+	rate      float64
+}
 
 // pairedMeasure runs a closed loop on both Envoys of a pair at once for
 // -peers.duration and returns each one's CPU, the CPU of its threads other
@@ -304,13 +321,13 @@ func pairedOpen(b *testing.B, runs []*peerRun, rate float64, d time.Duration) []
 
 // pairedTable is one group's Markdown table; runs[0] is the reference,
 // pairs[i] row i's pair.
-func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow, rate float64) string {
+func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow) string {
 	var sb strings.Builder
 	ref := runs[0]
-	fmt.Fprintf(&sb, "#### Envoy %s, each row in pairs with %s\n\nEach row's Envoy and %s's loaded at the same time, round after round: req/s and CPU in a closed loop, p50/p99 in an open loop at %.0f req/s each (%.0f %% of %s's req/s in the warm-up). × %s: the row's figure ÷ %s's in the same pair and round, median [its 95 %% confidence interval; the range below 6 rounds]; %s's own figures are from its pair with the next row. Other threads: the CPU of the Envoy's threads other than its workers (for the policy: the Go runtime's), share of its CPU.\n\n",
-		bin.Version, ref.name, ref.key, rate, *peerRate*100, ref.key, ref.key, ref.key, ref.key)
-	sb.WriteString("| peer | req/s | × " + ref.key + " | Envoy CPU µs/req | CPU × " + ref.key + " | other threads | p50 µs | p99 µs | p99 × " + ref.key + " | RSS MB | goal | verdict |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "#### Envoy %s, each row in a pair with an Envoy of its own running %s\n\nEach row's Envoy and its %s Envoy loaded at the same time, round after round, one pair after the other: req/s and CPU in a closed loop, p50/p99 in an open loop, both Envoys at the pair's open-loop rate (%.0f %% of its %s's req/s in the pair's warm-up). × %s: the row's figure ÷ its %s's in the same round, median [its 95 %% confidence interval; the range below 6 rounds]; %s's own figures are those of the first pair's. Other threads: the CPU of the Envoy's threads other than its workers (for the policy: the Go runtime's), share of its CPU.\n\n",
+		bin.Version, ref.name, ref.key, *peerRate*100, ref.key, ref.key, ref.key, ref.key)
+	sb.WriteString("| peer | req/s | × " + ref.key + " | Envoy CPU µs/req | CPU × " + ref.key + " | other threads | open loop req/s | p50 µs | p99 µs | p99 × " + ref.key + " | RSS MB | goal | verdict |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	rr := func(a, b []float64) string {
 		m, lo, hi := peerRatios(a, b)
 		if clo, chi, ok := peerRatioCI(a, b); ok {
@@ -319,9 +336,9 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow, rate f
 		return fmt.Sprintf("%.3f [%.2f–%.2f]", m, lo, hi)
 	}
 	for i, r := range runs {
-		f, against := pairs[i].self, pairs[i].ref
+		f, against, rate := pairs[i].self, pairs[i].ref, pairs[i].rate
 		if i == 0 {
-			f, against = pairs[1].ref, pairs[1].ref
+			f, against, rate = pairs[1].ref, pairs[1].ref, pairs[1].rate
 		}
 		goal, verdict := "", ""
 		if r.kind == peerPolicy {
@@ -332,9 +349,9 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow, rate f
 		if float64(r.missed) > 0.01*float64(r.due) {
 			missed = fmt.Sprintf(" (**saturated**: %.0f %% not sent in time)", 100*float64(r.missed)/float64(r.due))
 		}
-		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.1f | %s | %.1f %% | %.0f | %.0f%s | %s | %.0f | %s | %s |\n",
+		fmt.Fprintf(&sb, "| %s | %.0f | %s | %.1f | %s | %.1f %% | %.0f | %.0f | %.0f%s | %s | %.0f | %s | %s |\n",
 			r.name, peerMedian(f.rps), rr(f.rps, against.rps), peerMedian(f.cpuUs), rr(f.cpuUs, against.cpuUs),
-			100*float64(f.other)/float64(f.cpu), peerMedian(f.p50), peerMedian(f.p99), missed, rr(f.p99, against.p99), r.rss, goal, verdict)
+			100*float64(f.other)/float64(f.cpu), rate, peerMedian(f.p50), peerMedian(f.p99), missed, rr(f.p99, against.p99), r.rss, goal, verdict)
 	}
 	sb.WriteString("\n")
 	return sb.String()
