@@ -83,8 +83,7 @@ type policyState struct {
 	envoy  unsafe.Pointer // the config's envoy pointer, for the counters
 	ctrs   [numCounters]C.size_t
 	have   [numCounters]bool
-	counts [numCounters]atomic.Uint64 // also kept here, for the log
-	logged atomic.Int32               // panics logged so far
+	logged atomic.Int32 // panics logged so far
 }
 
 // The policy's counters, in Envoy's stats under the policy's namespace.
@@ -102,7 +101,6 @@ var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "upda
 func (p *policyState) count(c int) { p.add(c, 1) }
 
 func (p *policyState) add(c int, n uint64) {
-	p.counts[c].Add(n)
 	if p.have[c] {
 		C.hl_increment(p.envoy, p.ctrs[c], C.uint64_t(n))
 	}
