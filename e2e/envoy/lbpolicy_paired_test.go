@@ -354,5 +354,20 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow) string
 			100*float64(f.other)/float64(f.cpu), rate, peerMedian(f.p50), peerMedian(f.p99), missed, rr(f.p99, against.p99), r.rss, goal, verdict)
 	}
 	sb.WriteString("\n")
+	// Each row's medians over the control's: what is left of a ratio once
+	// the benchmark's own error in this run is taken out.
+	if a := slices.IndexFunc(runs, func(r *peerRun) bool { return r.key == pAgain }); a > 0 {
+		ctl := pairs[a]
+		m := func(f, against []float64) float64 { x, _, _ := peerRatios(f, against); return x }
+		for i, r := range runs[1:] {
+			if i+1 == a {
+				continue
+			}
+			f := pairs[i+1]
+			fmt.Fprintf(&sb, "%s ÷ %s: req/s %.3f, CPU %.3f, p99 %.3f.\n", r.name, pAgain,
+				m(f.self.rps, f.ref.rps)/m(ctl.self.rps, ctl.ref.rps), m(f.self.cpuUs, f.ref.cpuUs)/m(ctl.self.cpuUs, ctl.ref.cpuUs), m(f.self.p99, f.ref.p99)/m(ctl.self.p99, ctl.ref.p99))
+		}
+		sb.WriteString("\n")
+	}
 	return sb.String()
 }
