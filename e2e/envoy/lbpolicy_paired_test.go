@@ -143,21 +143,17 @@ func policyBenchBinaries(b *testing.B) []envoyrun.Binary {
 // machine to itself would all of it. (Loading every Envoy of the table at
 // once gave each a sixth of the cores and the Go runtime's own steady cost
 // a sixfold weight per request.) The pairs come one after the other, each
-// its warm-up and all its rounds, and only its two Envoys are running: one
-// reference Envoy shared by every pair, loaded in every pair while each
-// row's Envoy waited for the others, measured an Envoy identical to it at
-// 0.986× its req/s and 1.026× its CPU per request when the machine was
-// busy (a memory-bound process beside the benchmark; the row
-// ring_hash-again), and every row paid that. (Two Envoys at a time also
-// let the 10⁴-host table have the row without yields: a seventh Envoy
-// running at once made the shared backend time requests out.)
+// its warm-up and all its rounds, and only its two Envoys are running: a
+// reference shared by every pair, loaded while each row's Envoy waited its
+// turn, was favoured by as much as the policy's cost (the row
+// ring_hash-again showed it; docs/performance.md has the figures).
 func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []string, reqs [][]byte) string {
 	start := time.Now()
 	runs := make([]*peerRun, len(peers))
 	pairs := make([]pairedRow, len(peers))
-	var table strings.Builder
-	for i, p := range peers[1:] {
-		i++
+	var notes strings.Builder // below the table
+	for i := 1; i < len(peers); i++ {
+		p := peers[i]
 		stage := func(format string, a ...any) {
 			fmt.Fprintf(os.Stderr, "bench: envoy %s, %s: %s (%s so far)\n", bin.Version, p.name, fmt.Sprintf(format, a...), time.Since(start).Round(time.Second))
 		}
@@ -200,12 +196,12 @@ func pairedGroup(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 			// The cache's hits reach the counter from C every 256 and when
 			// a worker next enters Go: the figure is a little low.
 			cached, total := r.e.Stat(b, "dynamicmodulescustom.cached"), r.e.Stat(b, "http.bench.downstream_rq_total")
-			fmt.Fprintf(&table, "%s: %d of %d requests (%.1f %%) answered from the choice cache without entering Go.\n\n", r.name, cached, total, 100*float64(cached)/float64(max(total, 1)))
+			fmt.Fprintf(&notes, "%s: %d of %d requests (%.1f %%) answered from the choice cache without entering Go.\n\n", r.name, cached, total, 100*float64(cached)/float64(max(total, 1)))
 		}
 		ref.e.Stop()
 		r.e.Stop()
 	}
-	return pairedTable(bin, runs, pairs) + table.String()
+	return pairedTable(bin, runs, pairs) + notes.String()
 }
 
 // pairedStart starts p's Envoy in a work directory of its own and checks
@@ -264,6 +260,16 @@ func (f *pairedFigures) add(res loadgen.Result, cpu, other time.Duration) {
 type pairedRow struct {
 	self, ref pairedFigures
 	rate      float64
+}
+
+// medians are the row's req/s, CPU per request and p99 over its
+// reference's: the medians of the rounds' ratios.
+func (p pairedRow) medians() [3]float64 {
+	var m [3]float64
+	for k, f := range [][2][]float64{{p.self.rps, p.ref.rps}, {p.self.cpuUs, p.ref.cpuUs}, {p.self.p99, p.ref.p99}} {
+		m[k], _, _ = peerRatios(f[0], f[1])
+	}
+	return m
 }
 
 // pairedMeasure runs a closed loop on both Envoys of a pair at once for
@@ -357,15 +363,13 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow) string
 	// Each row's medians over the control's: what is left of a ratio once
 	// the benchmark's own error in this run is taken out.
 	if a := slices.IndexFunc(runs, func(r *peerRun) bool { return r.key == pAgain }); a > 0 {
-		ctl := pairs[a]
-		m := func(f, against []float64) float64 { x, _, _ := peerRatios(f, against); return x }
-		for i, r := range runs[1:] {
-			if i+1 == a {
+		ctl := pairs[a].medians()
+		for i := 1; i < len(runs); i++ {
+			if i == a {
 				continue
 			}
-			f := pairs[i+1]
-			fmt.Fprintf(&sb, "%s ÷ %s: req/s %.3f, CPU %.3f, p99 %.3f.\n", r.name, pAgain,
-				m(f.self.rps, f.ref.rps)/m(ctl.self.rps, ctl.ref.rps), m(f.self.cpuUs, f.ref.cpuUs)/m(ctl.self.cpuUs, ctl.ref.cpuUs), m(f.self.p99, f.ref.p99)/m(ctl.self.p99, ctl.ref.p99))
+			m := pairs[i].medians()
+			fmt.Fprintf(&sb, "%s ÷ %s: req/s %.3f, CPU %.3f, p99 %.3f.\n", runs[i].name, pAgain, m[0]/ctl[0], m[1]/ctl[1], m[2]/ctl[2])
 		}
 		sb.WriteString("\n")
 	}
