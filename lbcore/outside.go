@@ -8,13 +8,14 @@ import "fmt"
 // cluster's hosts). Each service needs Name and Address ("ip:port" or
 // "[v6]:port" as Envoy prints it); Weight 0 stands for the default, HashID is
 // optional, Enabled is kept as given. WithServices sets Addr and ID, and
-// checks the set as the services array is checked: its size, each weight's
-// range, and that names, addresses and identities are unique. services is
-// kept, not copied.
+// checks the set as the services array is checked, except its size: at
+// least one service, and no upper bound (the services array's maximum is a
+// bound on a configuration's size; a cluster's hosts are as many as the
+// proxy serves); each weight's range, and that names, addresses and
+// identities are unique. services is kept, not copied.
 func (c *Config) WithServices(services []Service) (*Config, error) {
-	lo, hi := fServices.intRange()
-	if len(services) < lo || len(services) > hi {
-		return nil, fmt.Errorf("services: %d services, want %d to %d", len(services), lo, hi)
+	if len(services) == 0 {
+		return nil, fmt.Errorf("services: no services, want at least 1")
 	}
 	wlo, whi := fServiceWeight.intRange()
 	names := make(map[string]int, len(services))

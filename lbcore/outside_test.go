@@ -53,7 +53,7 @@ func TestWithServicesRefuses(t *testing.T) {
 		svcs []Service
 		want string
 	}{
-		{nil, "0 services"},
+		{nil, "no services"},
 		{[]Service{{Name: "a", Address: "nope"}}, "services[0].address"},
 		{[]Service{{Name: "a", Address: "1.2.3.4:5", Weight: 101}}, "services[0].weight: 101 is out of range"},
 		{[]Service{{Name: "a", Address: "1.2.3.4:5"}, {Name: "a", Address: "1.2.3.4:6"}}, `services[1].name: "a" is already used`},
@@ -63,5 +63,13 @@ func TestWithServicesRefuses(t *testing.T) {
 		if _, err := base.WithServices(c.svcs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an error with %q", c.svcs, err, c.want)
 		}
+	}
+	// A cluster's hosts are not bounded by the services array's maximum.
+	many := make([]Service, 100001)
+	for i := range many {
+		many[i] = Service{Name: fmt.Sprint("h", i), Address: fmt.Sprintf("10.%d.%d.%d:80", i>>16, i>>8&255, i&255)}
+	}
+	if _, err := base.WithServices(many); err != nil {
+		t.Errorf("100001 services: %v", err)
 	}
 }

@@ -36,13 +36,13 @@ void hl_lb_free(hl_lb* l) {
 bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint32_t* priority, uint32_t* index) {
 	hl_lb* l = mod;
 	hl_cache* c = l != 0 ? l->cache : 0;
-	if (c != 0 && c->gen != 0 && hl_healthy_count((uintptr_t)lb) == c->healthy_count) {
+	if (c != 0 && c->gen != 0 && hl_healthy_count((uintptr_t)lb, 0) == c->healthy_count) {
 		static const char path[] = ":path";
 		hl_value v = hl_request_header((uintptr_t)ctx, (uintptr_t)path, sizeof path - 1, 0);
 		size_t n = v.length;
 		if (hl_cache_key(c, v.ptr, &n)) {
 			const hl_entry* e = hl_cache_get(c, v.ptr, n, hl_cache_hash(v.ptr, n));
-			if (e != 0 && !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, e->host)) {
+			if (e != 0 && !hl_should_select_another((uintptr_t)lb, (uintptr_t)ctx, 0, e->host)) {
 				if (++c->hits == HL_CACHE_FLUSH && c->config != 0) {
 					hl_increment(c->config, c->counter, c->hits);
 					c->hits = 0;

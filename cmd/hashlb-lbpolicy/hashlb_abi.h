@@ -18,20 +18,17 @@ void envoy_dynamic_module_callback_log(int level, hl_buf message);
 int envoy_dynamic_module_callback_lb_config_define_counter(void* config, hl_buf name, hl_buf* labels, size_t n_labels, size_t* id);
 int envoy_dynamic_module_callback_lb_config_increment_counter(void* config, size_t id, hl_buf* labels, size_t n_labels, uint64_t value);
 
-// Host set callbacks: lb is the worker's load balancer, priority 0.
+// Host set callbacks: lb is the worker's load balancer.
 void envoy_dynamic_module_callback_lb_get_cluster_name(void* lb, hl_buf* result);
+size_t envoy_dynamic_module_callback_lb_get_priority_set_size(void* lb);
 size_t envoy_dynamic_module_callback_lb_get_hosts_count(void* lb, uint32_t priority);
 size_t envoy_dynamic_module_callback_lb_get_healthy_hosts_count(void* lb, uint32_t priority);
 bool envoy_dynamic_module_callback_lb_get_host_address(void* lb, uint32_t priority, size_t index, hl_buf* result);
 bool envoy_dynamic_module_callback_lb_get_healthy_host_address(void* lb, uint32_t priority, size_t index, hl_buf* result);
 uint32_t envoy_dynamic_module_callback_lb_get_host_weight(void* lb, uint32_t priority, size_t index);
-int envoy_dynamic_module_callback_lb_get_host_health(void* lb, uint32_t priority, size_t index);
-// envoy_dynamic_module_type_host_health in 1.40.0: Envoy's Host::Health
-// order (unhealthy, degraded, healthy). Seen in the binary: a host failing
-// its active health check reads 0, a passing one 2.
-#define HL_UNHEALTHY 0
-#define HL_DEGRADED 1
-#define HL_HEALTHY 2
+// The module reads no host's health flags (envoy_dynamic_module_callback_lb_get_host_health):
+// they are live, while the healthy hosts above are the worker's snapshot, the
+// list Envoy's answer indexes (docs/deploy.md, "What the policy sees of health").
 uint64_t envoy_dynamic_module_callback_lb_get_host_stat(void* lb, uint32_t priority, size_t index, int stat);
 bool envoy_dynamic_module_callback_lb_get_host_metadata_string(void* lb, uint32_t priority, size_t index, hl_buf filter_name, hl_buf key, hl_buf* result);
 
@@ -49,39 +46,40 @@ bool envoy_dynamic_module_callback_lb_context_should_select_another_host(void* l
 // pointers as integers (uintptr_t, as Go holds them) and return buffers by
 // value: Go then passes no pointer to C, so cgo checks none of the
 // arguments (a pointer argument costs a lookup in Go's heap on every call).
+// p is a priority level.
 #define HL_LB(lb) ((void*)(lb))
-static inline size_t hl_hosts_count(uintptr_t lb) {
-	return envoy_dynamic_module_callback_lb_get_hosts_count(HL_LB(lb), 0);
+static inline size_t hl_levels(uintptr_t lb) {
+	return envoy_dynamic_module_callback_lb_get_priority_set_size(HL_LB(lb));
 }
-static inline size_t hl_healthy_count(uintptr_t lb) {
-	return envoy_dynamic_module_callback_lb_get_healthy_hosts_count(HL_LB(lb), 0);
+static inline size_t hl_hosts_count(uintptr_t lb, uint32_t p) {
+	return envoy_dynamic_module_callback_lb_get_hosts_count(HL_LB(lb), p);
 }
-static inline uint32_t hl_host_weight(uintptr_t lb, size_t i) {
-	return envoy_dynamic_module_callback_lb_get_host_weight(HL_LB(lb), 0, i);
+static inline size_t hl_healthy_count(uintptr_t lb, uint32_t p) {
+	return envoy_dynamic_module_callback_lb_get_healthy_hosts_count(HL_LB(lb), p);
 }
-static inline int hl_host_health(uintptr_t lb, size_t i) {
-	return envoy_dynamic_module_callback_lb_get_host_health(HL_LB(lb), 0, i);
+static inline uint32_t hl_host_weight(uintptr_t lb, uint32_t p, size_t i) {
+	return envoy_dynamic_module_callback_lb_get_host_weight(HL_LB(lb), p, i);
 }
 static inline hl_buf hl_cluster_name(uintptr_t lb) {
 	hl_buf b = {0, 0};
 	envoy_dynamic_module_callback_lb_get_cluster_name(HL_LB(lb), &b);
 	return b;
 }
-static inline hl_buf hl_host_address(uintptr_t lb, size_t i) {
+static inline hl_buf hl_host_address(uintptr_t lb, uint32_t p, size_t i) {
 	hl_buf b = {0, 0};
-	envoy_dynamic_module_callback_lb_get_host_address(HL_LB(lb), 0, i, &b);
+	envoy_dynamic_module_callback_lb_get_host_address(HL_LB(lb), p, i, &b);
 	return b;
 }
-static inline hl_buf hl_healthy_address(uintptr_t lb, size_t i) {
+static inline hl_buf hl_healthy_address(uintptr_t lb, uint32_t p, size_t i) {
 	hl_buf b = {0, 0};
-	envoy_dynamic_module_callback_lb_get_healthy_host_address(HL_LB(lb), 0, i, &b);
+	envoy_dynamic_module_callback_lb_get_healthy_host_address(HL_LB(lb), p, i, &b);
 	return b;
 }
-static inline hl_buf hl_host_metadata(uintptr_t lb, size_t i, uintptr_t key, size_t key_len) {
+static inline hl_buf hl_host_metadata(uintptr_t lb, uint32_t p, size_t i, uintptr_t key, size_t key_len) {
 	hl_buf filter = {"hashlb", 6};
 	hl_buf k = {(const char*)key, key_len};
 	hl_buf b = {0, 0};
-	if (!envoy_dynamic_module_callback_lb_get_host_metadata_string(HL_LB(lb), 0, i, filter, k, &b)) {
+	if (!envoy_dynamic_module_callback_lb_get_host_metadata_string(HL_LB(lb), p, i, filter, k, &b)) {
 		b.ptr = 0;
 		b.length = 0;
 	}
@@ -102,11 +100,11 @@ static inline hl_value hl_request_header(uintptr_t ctx, uintptr_t key, size_t ke
 	v.total = total;
 	return v;
 }
-static inline bool hl_should_select_another(uintptr_t lb, uintptr_t ctx, size_t i) {
-	return envoy_dynamic_module_callback_lb_context_should_select_another_host(HL_LB(lb), HL_LB(ctx), 0, i);
+static inline bool hl_should_select_another(uintptr_t lb, uintptr_t ctx, uint32_t p, size_t i) {
+	return envoy_dynamic_module_callback_lb_context_should_select_another_host(HL_LB(lb), HL_LB(ctx), p, i);
 }
-static inline uint64_t hl_host_active(uintptr_t lb, size_t i) {
-	return envoy_dynamic_module_callback_lb_get_host_stat(HL_LB(lb), 0, i, HL_STAT_RQ_ACTIVE);
+static inline uint64_t hl_host_active(uintptr_t lb, uint32_t p, size_t i) {
+	return envoy_dynamic_module_callback_lb_get_host_stat(HL_LB(lb), p, i, HL_STAT_RQ_ACTIVE);
 }
 static inline void hl_log(int level, const char* msg, size_t len) {
 	hl_buf b = {msg, len};

@@ -93,10 +93,11 @@ const (
 	cInconsistent
 	cUpdateError
 	cCached
+	cWeightClamped
 	numCounters
 )
 
-var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "update_error", "cached"}
+var counterNames = [numCounters]string{"no_host", "panic", "inconsistent", "update_error", "cached", "weight_clamped"}
 
 func (p *policyState) count(c int) { p.add(c, 1) }
 
@@ -191,8 +192,8 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 	lbi := C.uintptr_t(uintptr(lb))
 	st := &lbState{cluster: name, pol: pst, w: pst.pol.NewWorker(name), hosts: cHosts{lb: lbi}}
 	st.ctx.lb = lbi
-	st.w.OnHealth = func(healthy, total int) {
-		logf(logInfo, "cluster %s: %d of %d hosts healthy", name, healthy, total)
+	st.w.OnHealth = func() {
+		logf(logInfo, "cluster %s: %s (seen by a choice)", name, st.w.Summary())
 	}
 	if n, prefix, ok := pst.pol.PathKey(); ok && testPanic == "" {
 		var owner unsafe.Pointer // the cached counter's, when Envoy defined it
@@ -208,11 +209,12 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 // update rebuilds the worker's services from the host set; added and
 // removed are what Envoy says changed (both 0 for a health change).
 func (st *lbState) update(added, removed int) {
-	warnings, err := st.w.Update(&st.hosts)
+	notes, err := st.w.Update(&st.hosts)
 	st.syncCache()
-	logf(logInfo, "cluster %s: %d hosts (%d healthy; %d added, %d removed)", st.cluster, st.hosts.Count(), st.hosts.HealthyCount(), added, removed)
-	for _, w := range warnings {
-		logf(logWarn, "%s", w)
+	logf(logInfo, "cluster %s: %s; %d added, %d removed", st.cluster, st.w.Summary(), added, removed)
+	if notes.Clamped > 0 {
+		st.pol.add(cWeightClamped, uint64(notes.Clamped))
+		logf(logWarn, "cluster %s: %d hosts have an LB weight over hashlb's 100 and rank as 100, e.g. %s", st.cluster, notes.Clamped, notes.Example)
 	}
 	if err != nil {
 		st.pol.count(cUpdateError)
@@ -261,13 +263,13 @@ func hl_go_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t)
 	}
 	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
 	now := time.Now()
-	i, f := st.w.Choose(&st.hosts, &st.ctx, now)
+	p, i, f := st.w.Choose(&st.hosts, &st.ctx, now)
 	st.remember()
 	st.ctx.ctx = 0
 	st.entries.enter(now)
 	switch f {
 	case lbpolicy.NoFailure:
-		*priority, *index = 0, C.uint32_t(i)
+		*priority, *index = C.uint32_t(p), C.uint32_t(i)
 		return true
 	case lbpolicy.Inconsistent:
 		st.pol.count(cInconsistent)
@@ -297,7 +299,7 @@ func (st *lbState) remember() {
 // floor row): the request's :path, FNV-1a, modulo the healthy hosts.
 func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.bool {
 	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
-	n := st.hosts.HealthyCount()
+	n := st.hosts.HealthyCount(0)
 	path, _ := st.ctx.Header(":path", 0)
 	st.ctx.ctx = 0
 	st.entries.enter(time.Now())
@@ -330,6 +332,7 @@ func envoy_dynamic_module_on_lb_on_host_membership_update(lb, mod unsafe.Pointer
 func envoy_dynamic_module_on_lb_destroy(mod unsafe.Pointer) {
 	defer func() { _ = recover() }()
 	if mod != nil {
+		stateOf(mod).w.Close()
 		dropState(mod)
 	}
 }

@@ -30,6 +30,7 @@ type policyEndpoint struct {
 	weight int    // LB weight; 0 leaves it out
 	name   string // metadata hashlb.name
 	hashID string // metadata hashlb.hashId
+	prio   int    // the endpoint's priority
 }
 
 // policyCluster is one cluster balanced by the policy.
@@ -128,16 +129,19 @@ func policyBalancing(module, config string) string {
 }
 
 // writePolicyEDS writes c's endpoints as its EDS file, atomically (Envoy
-// watches the file's directory for a rename onto it).
+// watches the file's directory for a rename onto it); endpoints of one
+// priority are consecutive in c.eps.
 func writePolicyEDS(t testing.TB, dir string, c policyCluster) {
 	t.Helper()
 	var b strings.Builder
 	fmt.Fprintf(&b, `resources:
 - "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
   cluster_name: %s
-  endpoints:
-  - lb_endpoints:`, c.name)
-	for _, ep := range c.eps {
+  endpoints:`, c.name)
+	for i, ep := range c.eps {
+		if i == 0 || ep.prio != c.eps[i-1].prio {
+			fmt.Fprintf(&b, "\n  - priority: %d\n    lb_endpoints:", ep.prio)
+		}
 		host, port, _ := net.SplitHostPort(ep.b.Addr)
 		fmt.Fprintf(&b, "\n    - endpoint: {address: {socket_address: {address: %q, port_value: %s}}}", host, port)
 		if ep.weight > 0 {

@@ -214,7 +214,7 @@ func TestLBPolicyHealth(t *testing.T) {
 		// removed, and the module logs each.
 		waitHealthy := func(n int, mark int) {
 			t.Helper()
-			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy; 0 added, 0 removed)", n)
+			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy); 0 added, 0 removed", n)
 			deadline := time.Now().Add(10 * time.Second)
 			for countLog(e.Log()[mark:], seen) < 5 {
 				if time.Now().After(deadline) {

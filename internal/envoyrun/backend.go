@@ -22,6 +22,7 @@ type Backend struct {
 
 	requests atomic.Int64
 	status   atomic.Int64 // 0: answer 200
+	health   atomic.Int64 // 0: health probes answer as requests do
 	mu       sync.Mutex
 	srv      *http.Server
 	// OnRequest, when set, runs before the answer (a test's hook: block,
@@ -84,6 +85,10 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		b.OnRequest(r)
 	}
 	if r.URL.Path == "/healthz" || r.URL.Path == "/health" {
+		if st := b.health.Load(); st != 0 {
+			w.WriteHeader(int(st))
+			return
+		}
 		if st := b.status.Load(); st != 0 {
 			w.WriteHeader(int(st))
 			return
@@ -114,6 +119,11 @@ func (b *Backend) Requests() int64 { return b.requests.Load() }
 
 // Fail makes every later answer (health probes too) have status; 0 heals.
 func (b *Backend) Fail(status int) { b.status.Store(int64(status)) }
+
+// FailHealth makes health probes alone answer status, while requests are
+// still served (a host an active health check takes out that would have
+// answered); 0 heals.
+func (b *Backend) FailHealth(status int) { b.health.Store(int64(status)) }
 
 // Stop closes the backend: later connections are refused.
 func (b *Backend) Stop() {

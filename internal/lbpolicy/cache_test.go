@@ -50,13 +50,13 @@ func TestRemembered(t *testing.T) {
 	}
 	for k := range 20 {
 		hdr := [][2]string{{":path", fmt.Sprintf("/m/%d", k)}}
-		hi, fail := w.Choose(f, &fakeCtx{headers: hdr}, now)
+		_, hi, fail := w.Choose(f, &fakeCtx{headers: hdr}, now)
 		host, h, ok := w.Remembered()
 		if fail != NoFailure || !ok || h != hi || f.healthy[hi] != host {
 			t.Fatalf("key %d: Choose = %d, %v; Remembered() = %d, %d, %v, want host %d at %d, true", k, hi, fail, host, h, ok, f.healthy[hi], hi)
 		}
 		// A retry that rejects that host walks on: not remembered.
-		if _, fail := w.Choose(f, &fakeCtx{headers: hdr, avoid: map[int]bool{host: true}}, now); fail != NoFailure {
+		if _, _, fail := w.Choose(f, &fakeCtx{headers: hdr, avoid: map[int]bool{host: true}}, now); fail != NoFailure {
 			t.Fatal(fail)
 		}
 		if _, _, ok := w.Remembered(); ok {
@@ -64,7 +64,7 @@ func TestRemembered(t *testing.T) {
 		}
 	}
 	// No :path: the backup method decides, not remembered.
-	if _, fail := w.Choose(f, &fakeCtx{}, now); fail != NoFailure {
+	if _, _, fail := w.Choose(f, &fakeCtx{}, now); fail != NoFailure {
 		t.Fatal(fail)
 	}
 	if _, _, ok := w.Remembered(); ok {

@@ -144,7 +144,7 @@ func TestChoiceIsLbcores(t *testing.T) {
 			if want.Reason == lbcore.ReasonBackup || want.Reason == lbcore.ReasonPersistence {
 				continue // the backup's state is the worker's own
 			}
-			hi, fail := w.Choose(f, &fakeCtx{headers: r.Headers}, corpus.Now)
+			_, hi, fail := w.Choose(f, &fakeCtx{headers: r.Headers}, corpus.Now)
 			if fail != NoFailure {
 				t.Fatalf("%s: choice failed: %d", name, fail)
 			}
@@ -178,14 +178,14 @@ func TestServiceIdentity(t *testing.T) {
 	if s[0].HashID != "h0" || s[0].Name != "n0" || s[1].HashID != "n1" || s[1].Name != "n1" || s[2].HashID != "" || s[2].Name != f.hs[2].addr {
 		t.Errorf("services %+v", s)
 	}
-	if s[2].Weight != 100 || len(warn) != 1 || !strings.Contains(warn[0], "LB weight 500") {
-		t.Errorf("weight 500: got %d, warnings %q", s[2].Weight, warn)
+	if s[2].Weight != 100 || warn.Clamped != 1 || !strings.Contains(warn.Example, "weight 500") {
+		t.Errorf("weight 500: got %d, notes %+v", s[2].Weight, warn)
 	}
 	f.hs[1].hashID = "h0"
 	if _, err := w.Update(f); err == nil || !strings.Contains(err.Error(), "same identity") {
 		t.Errorf("two hosts with one hashId: %v", err)
 	}
-	if _, fail := w.Choose(f, &fakeCtx{}, now); fail != NoHost {
+	if _, _, fail := w.Choose(f, &fakeCtx{}, now); fail != NoHost {
 		t.Errorf("choice without services: %d, want NoHost", fail)
 	}
 }
@@ -200,7 +200,7 @@ func TestHealthMovesOnlyItsKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	choose := func(k int) int {
-		hi, fail := w.Choose(f, &fakeCtx{headers: [][2]string{{":path", fmt.Sprintf("/k/%d", k)}}}, now)
+		_, hi, fail := w.Choose(f, &fakeCtx{headers: [][2]string{{":path", fmt.Sprintf("/k/%d", k)}}}, now)
 		if fail != NoFailure {
 			t.Fatalf("failure %d", fail)
 		}
@@ -258,7 +258,7 @@ func TestRetriesWalkTheRanking(t *testing.T) {
 		rank := rb.Decide(&r, now)
 		avoid := map[int]bool{}
 		for step := range 4 {
-			hi, fail := w.Choose(f, &fakeCtx{headers: hdr, avoid: avoid}, now)
+			_, hi, fail := w.Choose(f, &fakeCtx{headers: hdr, avoid: avoid}, now)
 			if fail != NoFailure {
 				t.Fatal(fail)
 			}
@@ -297,7 +297,7 @@ func TestPersistenceSharedByWorkers(t *testing.T) {
 		ctx := &fakeCtx{headers: [][2]string{{"x-user", fmt.Sprint("u", u)}}}
 		first := -1
 		for i := range 12 {
-			hi, fail := ws[i%4].Choose(f, ctx, now)
+			_, hi, fail := ws[i%4].Choose(f, ctx, now)
 			if fail != NoFailure {
 				t.Fatal(fail)
 			}
@@ -339,7 +339,7 @@ func TestChooseAllocatesNothing(t *testing.T) {
 				ctxs[i] = &fakeCtx{headers: [][2]string{{":method", "GET"}, {":path", fmt.Sprintf("/a/%d", i)}, {"x-user", fmt.Sprint("u", i)}}}
 			}
 			ctxs[0].avoid = map[int]bool{}
-			hi, _ := w.Choose(f, ctxs[0], now)
+			_, hi, _ := w.Choose(f, ctxs[0], now)
 			ctxs[0].avoid[f.healthy[hi]] = true
 			for _, c := range ctxs {
 				w.Choose(f, c, now)

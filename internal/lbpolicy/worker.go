@@ -9,48 +9,6 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// Health is a host's health as Envoy reports it (coarse health).
-type Health uint8
-
-// The health states, in the ABI's order.
-const (
-	Healthy Health = iota
-	Degraded
-	Unhealthy
-)
-
-// Hosts is the cluster's host set at priority 0 as one worker sees it, read
-// through the ABI's load-balancer callbacks. Strings may alias Envoy's
-// memory: they are valid until the hook that got them returns.
-type Hosts interface {
-	// Count is the number of hosts; Address, Weight, Health, Metadata and
-	// ActiveRequests take an index below it.
-	Count() int
-	Address(i int) string
-	Weight(i int) int
-	Health(i int) Health
-	// Metadata is the string value of key in the host's endpoint metadata
-	// under the filter name "hashlb", or "".
-	Metadata(i int, key string) string
-	// ActiveRequests is the host's rq_active stat (every worker's).
-	ActiveRequests(i int) int64
-	// HealthyCount is the number of healthy hosts; HealthyAddress takes an
-	// index below it. Envoy's chooseHost answer is such an index.
-	HealthyCount() int
-	HealthyAddress(i int) string
-}
-
-// Context is the request Envoy is choosing a host for.
-type Context interface {
-	// Header returns the i-th value of the downstream request header name
-	// (lower-case; pseudo-headers such as :path included) and how many
-	// values it has (0: none; always 0 for a TCP connection).
-	Header(name string, i int) (value string, n int)
-	// ShouldSelectAnotherHost is Envoy's retry predicate for host i (an
-	// index of Hosts): true for a host a retry should avoid.
-	ShouldSelectAnotherHost(i int) bool
-}
-
 // Failure says why a choice returned no host.
 type Failure uint8
 
@@ -58,34 +16,37 @@ type Failure uint8
 const (
 	// NoFailure: a host was chosen.
 	NoFailure Failure = iota
-	// NoHost: the cluster has no healthy host, or the host set could not be
-	// made into services (Worker.Update's error).
+	// NoHost: the cluster has no healthy host at any priority, or the host
+	// set could not be made into services (Worker.Update's error).
 	NoHost
-	// Inconsistent: the host set changed under the worker and a rescan did
-	// not settle it.
+	// Inconsistent: the host set changed under the worker and a rebuild of
+	// its view did not settle it.
 	Inconsistent
 )
 
 // Worker is the policy on one Envoy worker thread: the cluster's hosts as
-// lbcore services and the Balancers that decide over them. Not safe for
+// lbcore services and the Balancer that decides over them. Not safe for
 // concurrent use; Envoy calls each worker's load balancer on its thread.
+//
+// Every priority level's hosts are services of one Balancer; the hosts of
+// every level but the one served (the lowest with a healthy host) are down,
+// so a key is ranked over that level's healthy hosts alone, and comes back
+// to its host of a lower level when that level has healthy hosts again.
 type Worker struct {
 	pol *Policy
 	ns  string // the persistence namespace: hashlb/<cluster>
 	st  *workerStore
 
-	n      int
-	addrs  []string // host i's address (a copy)
-	hidx   []int32  // host i's index among the healthy hosts, or -1
-	nh     int      // healthy hosts at the last scan
-	since  int      // choices since the last scan
-	actAt  int      // choices since active requests were read
+	v      view
+	svcs   []lbcore.Service
+	seed   uint64
+	actAt  int // choices since active requests were read
 	bal    *lbcore.Balancer
-	ranked *lbcore.Balancer
+	ranked *lbcore.Balancer // the failover order retries walk; made on the first retry after an update
 
-	// OnHealth, when set, is told of a change of the healthy count a choice
-	// found (not of the scan of an update): one no membership hook told.
-	OnHealth func(healthy, total int)
+	// OnHealth, when set, is told of a change of the healthy hosts a choice
+	// found (not of an update's): one no membership hook told.
+	OnHealth func()
 
 	gen  uint32 // bumped on every change of the view of the hosts (View)
 	last struct {
@@ -99,104 +60,121 @@ type Worker struct {
 	dr      lbcore.Decision
 }
 
-// rescanEvery is how many choices pass, while some host is not healthy,
-// between two reads of every host's health. Envoy 1.40 runs the membership
-// hook on health changes too (Update rescans then); the choice's own checks
-// (the healthy count, the chosen host's place among the healthy hosts, and
-// this rescan) keep the worker right should a change reach it otherwise.
-const rescanEvery = 4096
-
 // NewWorker returns the policy's worker for the cluster named cluster.
 func (p *Policy) NewWorker(cluster string) *Worker {
+	ns := "hashlb/" + cluster
 	return &Worker{
 		pol: p,
-		ns:  "hashlb/" + cluster,
-		st:  newWorkerStore(processStore),
+		ns:  ns,
+		st:  newWorkerStore(processStore, processStore.acquire(ns)),
 		req: lbcore.Request{Headers: make([][2]string, 0, 8)},
 	}
+}
+
+// Close gives the worker's persistence namespace back: the table is freed
+// when no worker of any policy has used it for a while (store.go).
+func (w *Worker) Close() {
+	if w.st != nil {
+		processStore.release(w.ns)
+		w.st = nil
+	}
+}
+
+// Update is what Update found out of the ordinary in a host set.
+type UpdateNotes struct {
+	// Clamped is how many hosts have an LB weight over hashlb's 100
+	// (ranked as 100); Example is one of them, for the log.
+	Clamped int
+	Example string
 }
 
 // Update rebuilds the services from the host set: each host is a service
 // whose identity is its metadata hashlb.hashId, else hashlb.name, else its
 // address; its name hashlb.name, else the identity; its weight its LB
-// weight. warnings are things the operator should know (a weight clamped);
-// an error leaves the worker without services: every choice fails until the
-// next update.
-func (w *Worker) Update(h Hosts) (warnings []string, err error) {
-	w.bal, w.ranked = nil, nil
+// weight. An error leaves the worker without services: every choice fails
+// until the next update.
+func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
+	w.bal, w.ranked, w.svcs = nil, nil, nil
 	w.gen++
-	n := h.Count()
-	w.n = n
-	w.addrs = w.addrs[:0]
-	w.hidx = w.hidx[:0]
-	w.nh = -1
-	if n == 0 {
-		return nil, nil
+	levels := h.Levels()
+	n := 0
+	for p := range levels {
+		n += h.Count(p)
 	}
-	svcs := make([]lbcore.Service, n)
-	for i := range n {
-		addr := strings.Clone(h.Address(i))
-		w.addrs = append(w.addrs, addr)
-		w.hidx = append(w.hidx, -1)
-		s := &svcs[i]
-		s.Address, s.Enabled = addr, true
-		s.HashID = strings.Clone(h.Metadata(i, "hashId"))
-		name := strings.Clone(h.Metadata(i, "name"))
-		if s.HashID == "" {
-			s.HashID = name
-		}
-		switch {
-		case name != "":
-			s.Name = name
-		case s.HashID != "":
-			s.Name = s.HashID
-		default:
-			s.Name = addr
-		}
-		s.Weight = h.Weight(i)
-		if s.Weight > 100 {
-			warnings = append(warnings, fmt.Sprintf("host %s: LB weight %d is over hashlb's 100, ranked as 100", addr, s.Weight))
-			s.Weight = 100
-		}
-		if s.Weight < 1 {
-			s.Weight = 1
+	w.v.reset(levels, n)
+	if n == 0 {
+		return notes, nil
+	}
+	svcs := make([]lbcore.Service, 0, n)
+	for p := range levels {
+		c := h.Count(p)
+		w.v.levels = append(w.v.levels, level{first: len(svcs), count: c})
+		for i := range c {
+			addr := strings.Clone(h.Address(p, i))
+			w.v.add(p, addr)
+			s := lbcore.Service{Address: addr, Enabled: true, Weight: h.Weight(p, i)}
+			s.HashID = strings.Clone(h.Metadata(p, i, "hashId"))
+			name := strings.Clone(h.Metadata(p, i, "name"))
+			if s.HashID == "" {
+				s.HashID = name
+			}
+			switch {
+			case name != "":
+				s.Name = name
+			case s.HashID != "":
+				s.Name = s.HashID
+			default:
+				s.Name = addr
+			}
+			if s.Weight > 100 {
+				if notes.Clamped == 0 {
+					notes.Example = fmt.Sprintf("%s (weight %d)", addr, s.Weight)
+				}
+				notes.Clamped++
+				s.Weight = 100
+			}
+			if s.Weight < 1 {
+				s.Weight = 1
+			}
+			svcs = append(svcs, s)
 		}
 	}
 	c, err := w.pol.Config.WithServices(svcs)
 	if err != nil {
-		return warnings, fmt.Errorf("the cluster's hosts cannot be hashlb's services: %v", err)
+		return notes, fmt.Errorf("the cluster's hosts cannot be hashlb's services: %v", err)
 	}
-	r, err := w.pol.ranked.WithServices(svcs)
-	if err != nil {
-		return warnings, err
-	}
-	seed := rand.Uint64()
-	w.bal = lbcore.NewBalancer(c, seed)
+	w.svcs = svcs
+	w.seed = rand.Uint64()
+	w.bal = lbcore.NewBalancer(c, w.seed)
 	w.bal.EnablePersistence(w.st, w.ns)
-	w.ranked = lbcore.NewBalancer(r, seed)
-	w.scan(h)
-	return warnings, nil
+	w.v.scan(h) // from the same snapshot: a host it lacks is not served
+	w.mark()
+	return notes, nil
 }
 
-// scan reads every host's health: a host that is not healthy is down for
-// lbcore (Envoy hands out healthy hosts only, so a degraded host is down
-// too).
+// scan places the hosts among Envoy's healthy hosts and marks down, for
+// lbcore, every host not healthy at the level served. A snapshot listing a
+// host the view lacks (the host set changed with no membership hook) is
+// rebuilt from.
 func (w *Worker) scan(h Hosts) {
 	w.gen++
-	k := int32(0)
-	for i := range w.n {
-		up := h.Health(i) == Healthy
-		if up {
-			w.hidx[i] = k
-			k++
-		} else {
-			w.hidx[i] = -1
-		}
-		w.bal.SetDown(i, !up)
-		w.ranked.SetDown(i, !up)
+	if !w.v.scan(h) {
+		w.Update(h) // an error leaves no services: counted at the next update
+		return
 	}
-	w.nh = int(k)
-	w.since = 0
+	w.mark()
+}
+
+// mark gives lbcore the view's health: a host is up when it is healthy at
+// the level served.
+func (w *Worker) mark() {
+	for i := range w.v.addrs {
+		up := w.v.serving(i)
+		w.bal.SetDown(i, !up)
+		if w.ranked != nil {
+			w.ranked.SetDown(i, !up)
+		}
+	}
 }
 
 // backupWindow is how many choices after a backup decision the active
@@ -207,49 +185,57 @@ func (w *Worker) scan(h Hosts) {
 // of the last read.
 const backupWindow = 64
 
-// readActive gives lbcore every host's active requests, at most every
-// ⌈n/8⌉ choices so that a large cluster costs at most about 8 reads per
-// choice (every choice up to 8 hosts).
+// readActive gives lbcore the active requests of the level served, at most
+// every ⌈n/8⌉ choices so that a large cluster costs at most about 8 reads
+// per choice (every choice up to 8 hosts).
 func (w *Worker) readActive(h Hosts) {
-	if w.actAt++; w.actAt < (w.n+7)/8 {
+	if w.v.serve < 0 {
+		return
+	}
+	l := w.v.levels[w.v.serve]
+	if w.actAt++; w.actAt < (l.count+7)/8 {
 		return
 	}
 	w.actAt = 0
-	for i := range w.n {
-		a := h.ActiveRequests(i)
-		w.bal.SetActive(i, a)
-		w.ranked.SetActive(i, a)
+	for k := range l.count {
+		a := h.ActiveRequests(w.v.serve, k)
+		w.bal.SetActive(l.first+k, a)
+		if w.ranked != nil {
+			w.ranked.SetActive(l.first+k, a)
+		}
 	}
 }
 
 // Choose picks the host for a request: lbcore's first-ranked service, or,
 // when Envoy's retry predicate rejects it, the next rank it accepts. It
-// returns the host's index among the healthy hosts, which Envoy asks for.
-func (w *Worker) Choose(h Hosts, c Context, now time.Time) (int, Failure) {
+// returns the host's priority and its index among that priority's healthy
+// hosts, which Envoy asks for.
+func (w *Worker) Choose(h Hosts, c Context, now time.Time) (priority, index int, f Failure) {
 	w.last.ok = false
-	hi, f := w.choose(h, c, now)
+	priority, index, f = w.choose(h, c, now)
 	// Nothing may keep Envoy's memory past the hook.
 	clear(w.req.Headers)
 	w.req = lbcore.Request{Headers: w.req.Headers[:0]}
-	return hi, f
+	return priority, index, f
 }
 
-func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, Failure) {
+func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, int, Failure) {
 	if w.bal == nil {
-		return 0, NoHost
+		return 0, 0, NoHost
 	}
-	hc := h.HealthyCount()
-	if hc == 0 {
-		return 0, NoHost
-	}
-	if hc != w.nh || (hc < w.n && w.since >= rescanEvery) {
-		was := w.nh
+	if w.v.stale(h) {
+		was := w.healthy()
 		w.scan(h)
-		if w.nh != was && w.OnHealth != nil {
-			w.OnHealth(w.nh, w.n)
+		if w.bal == nil {
+			return 0, 0, NoHost
+		}
+		if w.healthy() != was && w.OnHealth != nil {
+			w.OnHealth()
 		}
 	}
-	w.since++
+	if w.v.serve < 0 {
+		return 0, 0, NoHost
+	}
 	if w.pol.active || w.backups > 0 {
 		w.readActive(h)
 	}
@@ -263,54 +249,87 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, Failure) {
 			w.backups = backupWindow
 		}
 		if w.d.Len() == 0 {
-			return 0, NoHost
+			return 0, 0, NoHost
 		}
 		i := w.d.At(0)
-		hi, ok := w.healthyIndex(h, i, hc)
+		hi, ok := w.v.healthyIndex(h, i)
 		if !ok {
 			if attempt > 0 {
-				return 0, Inconsistent
+				return 0, 0, Inconsistent
 			}
 			w.scan(h)
+			if w.bal == nil || w.v.serve < 0 {
+				return 0, 0, NoHost
+			}
 			continue
 		}
-		if !c.ShouldSelectAnotherHost(i) {
-			w.last.host, w.last.healthy, w.last.ok = i, hi, w.d.Reason == lbcore.ReasonHash
-			return hi, NoFailure
+		p, k := w.v.local(i)
+		if !c.ShouldSelectAnotherHost(p, k) {
+			w.last.host, w.last.healthy, w.last.ok = i, hi, p == 0 && w.d.Reason == lbcore.ReasonHash
+			return p, hi, NoFailure
 		}
-		return w.walk(h, c, req, now, i, hi, hc), NoFailure
+		return p, w.walk(h, c, req, now, i, hi), NoFailure
 	}
 }
 
-// walk is a retry: the first rank after i that is healthy and that Envoy's
-// retry predicate accepts, in lbcore's failover order; the first choice
-// again when every rank was tried.
-func (w *Worker) walk(h Hosts, c Context, req *lbcore.Request, now time.Time, i, hi, hc int) int {
+// Summary describes the view for the log: hosts, healthy hosts, and the
+// priority served when the cluster has several.
+func (w *Worker) Summary() string {
+	n, levels := len(w.v.addrs), len(w.v.levels)
+	switch {
+	case levels <= 1:
+		return fmt.Sprintf("%d hosts (%d healthy)", n, w.healthy())
+	case w.v.serve < 0:
+		return fmt.Sprintf("%d hosts at %d priorities, none healthy", n, levels)
+	}
+	return fmt.Sprintf("%d hosts at %d priorities (%d healthy), serving priority %d (%d of its %d hosts healthy)",
+		n, levels, w.healthy(), w.v.serve, w.v.levels[w.v.serve].healthy, w.v.levels[w.v.serve].count)
+}
+
+// healthy is the number of hosts the view has healthy at any level.
+func (w *Worker) healthy() int {
+	n := 0
+	for _, l := range w.v.levels {
+		n += l.healthy
+	}
+	return n
+}
+
+// walk is a retry: the first rank after i that is healthy at the level
+// served and that Envoy's retry predicate accepts, in lbcore's failover
+// order; the first choice again when every rank was tried.
+func (w *Worker) walk(h Hosts, c Context, req *lbcore.Request, now time.Time, i, hi int) int {
+	if w.ranked == nil && !w.makeRanked() {
+		return hi
+	}
 	w.ranked.DecideInto(&w.dr, req, now)
 	for r := range w.dr.Len() {
 		j := w.dr.At(r)
 		if j == i {
 			continue
 		}
-		if hj, ok := w.healthyIndex(h, j, hc); ok && !c.ShouldSelectAnotherHost(j) {
-			return hj
+		if hj, ok := w.v.healthyIndex(h, j); ok {
+			if p, k := w.v.local(j); !c.ShouldSelectAnotherHost(p, k) {
+				return hj
+			}
 		}
 	}
 	return hi
 }
 
-// healthyIndex maps host i to its index among the healthy hosts, checking
-// that Envoy's list still has it there (the list is the hosts in order,
-// without those not healthy).
-func (w *Worker) healthyIndex(h Hosts, i, hc int) (int, bool) {
-	if hc == w.n {
-		return i, true // every host is healthy: the lists are the same
+// makeRanked builds the failover order's Balancer over the current
+// services, with the view's health and the last active requests read.
+func (w *Worker) makeRanked() bool {
+	r, err := w.pol.ranked.WithServices(w.svcs)
+	if err != nil {
+		return false
 	}
-	k := int(w.hidx[i])
-	if k < 0 || k >= hc {
-		return 0, false
+	w.ranked = lbcore.NewBalancer(r, w.seed)
+	for i := range w.svcs {
+		w.ranked.SetDown(i, !w.v.serving(i))
+		w.ranked.SetActive(i, w.bal.Active(i))
 	}
-	return k, h.HealthyAddress(k) == w.addrs[i]
+	return true
 }
 
 // maxCopies bounds how many copies of one header a request is read with.
@@ -351,18 +370,23 @@ func (w *Worker) fill(c Context) *lbcore.Request {
 
 // View is the worker's view of the hosts: a generation that changes with
 // every update and every rescan of their health (never 0 once made), and
-// the healthy hosts it counted.
+// the healthy hosts at priority 0, which the choice cache compares with
+// Envoy's count.
 func (w *Worker) View() (gen uint32, healthy int) {
 	if w.gen == 0 {
 		w.gen = 1
 	}
-	return w.gen, w.nh
+	if len(w.v.levels) == 0 {
+		return w.gen, 0
+	}
+	return w.gen, w.v.levels[0].healthy
 }
 
 // Remembered reports whether the last Choose may be remembered for its
-// :path key (Policy.PathKey): a hash decision's first rank, taken (no retry
-// walk, no backup method), under the current View; then host is its index
-// among the hosts and healthy among the healthy hosts (Choose's answer).
+// :path key (Policy.PathKey): a hash decision's first rank at priority 0,
+// taken (no retry walk, no backup method), under the current View; then
+// host is its index among the hosts of priority 0 and healthy among their
+// healthy hosts (Choose's answer).
 func (w *Worker) Remembered() (host, healthy int, ok bool) {
 	return w.last.host, w.last.healthy, w.last.ok
 }
@@ -371,7 +395,8 @@ func (w *Worker) Remembered() (host, healthy int, ok bool) {
 // retry walk is not in it), for tests and explanations.
 func (w *Worker) Decision() *lbcore.Decision { return &w.d }
 
-// Services returns the services the worker decides over, in host order.
+// Services returns the services the worker decides over: every level's
+// hosts, priority 0's first, each level's in host order.
 func (w *Worker) Services() []lbcore.Service {
 	if w.bal == nil {
 		return nil
