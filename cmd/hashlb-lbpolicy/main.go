@@ -209,9 +209,11 @@ func envoy_dynamic_module_on_lb_new(config unsafe.Pointer, lb unsafe.Pointer) (o
 // update rebuilds the worker's services from the host set; added and
 // removed are what Envoy says changed (both 0 for a health change).
 func (st *lbState) update(added, removed int) {
+	start := time.Now()
 	notes, err := st.w.Update(&st.hosts)
+	took := time.Since(start)
 	st.syncCache()
-	logf(logInfo, "cluster %s: %s; %d added, %d removed", st.cluster, st.w.Summary(), added, removed)
+	logf(logInfo, "cluster %s: %s; %d added, %d removed; %d ms", st.cluster, st.w.Summary(), added, removed, took.Milliseconds())
 	if notes.Clamped > 0 {
 		st.pol.add(cWeightClamped, uint64(notes.Clamped))
 		logf(logWarn, "cluster %s: %d hosts have an LB weight over hashlb's 100 and rank as 100, e.g. %s", st.cluster, notes.Clamped, notes.Example)

@@ -31,6 +31,15 @@ type policyEndpoint struct {
 	name   string // metadata hashlb.name
 	hashID string // metadata hashlb.hashId
 	prio   int    // the endpoint's priority
+	addr   string // the endpoint's address when b is nil (one backend for many addresses)
+}
+
+// address is the endpoint's address.
+func (ep policyEndpoint) address() string {
+	if ep.b == nil {
+		return ep.addr
+	}
+	return ep.b.Addr
 }
 
 // policyCluster is one cluster balanced by the policy.
@@ -142,7 +151,7 @@ func writePolicyEDS(t testing.TB, dir string, c policyCluster) {
 		if i == 0 || ep.prio != c.eps[i-1].prio {
 			fmt.Fprintf(&b, "\n  - priority: %d\n    lb_endpoints:", ep.prio)
 		}
-		host, port, _ := net.SplitHostPort(ep.b.Addr)
+		host, port, _ := net.SplitHostPort(ep.address())
 		fmt.Fprintf(&b, "\n    - endpoint: {address: {socket_address: {address: %q, port_value: %s}}}", host, port)
 		if ep.weight > 0 {
 			fmt.Fprintf(&b, "\n      load_balancing_weight: %d", ep.weight)
@@ -180,12 +189,23 @@ type policyEnvoy struct {
 // Envoy 1.38+ bin with --concurrency 4, the module on its search path.
 func startPolicy(t testing.TB, bin envoyrun.Binary, cs []policyCluster) *policyEnvoy {
 	t.Helper()
+	return startPolicyWith(t, bin, cs, nil)
+}
+
+// startPolicyWith is startPolicy with the bootstrap passed through edit
+// first (nil: as made).
+func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit func([]byte) []byte) *policyEnvoy {
+	t.Helper()
 	mod, err := envoyrun.BuildLBPolicy("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, cs), Dir: dir, Concurrency: 4,
+	boot := policyYAML(t, dir, cs)
+	if edit != nil {
+		boot = edit(boot)
+	}
+	e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: boot, Dir: dir, Concurrency: 4,
 		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}})
 	pe := &policyEnvoy{Envoy: e, addr: e.MustListener(t, "main"),
 		cli: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}}
@@ -267,13 +287,13 @@ func policyOracle(t testing.TB, c policyCluster, down ...string) (*lbcore.Balanc
 	}
 	var svcs []lbcore.Service
 	for _, ep := range c.eps {
-		s := lbcore.Service{Address: ep.b.Addr, HashID: ep.hashID, Weight: ep.weight, Enabled: true}
+		s := lbcore.Service{Address: ep.address(), HashID: ep.hashID, Weight: ep.weight, Enabled: true}
 		if s.HashID == "" {
 			s.HashID = ep.name
 		}
 		s.Name = ep.name
 		if s.Name == "" {
-			s.Name = ep.b.Addr
+			s.Name = ep.address()
 			if s.HashID != "" {
 				s.Name = s.HashID
 			}
@@ -287,7 +307,7 @@ func policyOracle(t testing.TB, c policyCluster, down ...string) (*lbcore.Balanc
 	b := lbcore.NewBalancer(cfg, 0)
 	for i, ep := range c.eps {
 		for _, d := range down {
-			if ep.b.Name == d {
+			if ep.b != nil && ep.b.Name == d {
 				b.SetDown(i, true)
 			}
 		}
