@@ -30,13 +30,9 @@ package main
 // sysmon's 10 ms with Go entered in between: one whose every choice enters
 // Go. A worker the choice cache serves enters Go only on the cache's
 // misses, tens of times a second; its P is taken back between two of them
-// whether it yields or not. Measured in TestLBPolicyGoRuntimeQuiet (threads
-// other than Envoy's workers, share of Envoy's CPU): every choice in Go,
-// 4.5-5.2 % without yields, 0.3-0.8 % with; choices from the cache, 2.0-2.8 %
-// with a yield on every entry 8 ms after the last, 0.8 % without; and a
-// yield every 8 ms of choices, cache hits included, kept the threads quiet
-// but cost 4 % more CPU per request and a tenth on p99 in the paired
-// benchmark (docs/performance.md).
+// whether it yields or not. BenchmarkEnvoyLBPolicyGoRuntime (e2e/envoy)
+// measures the runtime's share of Envoy's CPU; the figures, with and
+// without each measure, are in docs/performance.md.
 
 import (
 	"runtime"
@@ -88,6 +84,7 @@ func noteCaller() {
 // entries is when a worker last entered Go and last yielded.
 type entries struct {
 	last, yielded time.Time
+	yields        int // how many times it yielded (tests)
 }
 
 // enter notes a worker's entry into Go at now, and yields its goroutine
@@ -103,6 +100,7 @@ func (e *entries) enter(now time.Time) {
 	e.last = now
 	if dense && now.Sub(e.yielded) >= yieldEvery && testYield != "off" {
 		e.yielded = now
+		e.yields++
 		runtime.Gosched()
 	}
 }
