@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -44,6 +45,7 @@ type progress struct {
 	failures int // failed tests
 	skipped  []string
 	building bool
+	took     map[string]float64 // package → seconds, for the summary
 }
 
 func main() {
@@ -180,6 +182,10 @@ func (p *progress) event(e event) {
 			return
 		}
 		delete(p.pkgs, e.Package)
+		if p.took == nil {
+			p.took = map[string]float64{}
+		}
+		p.took[short(e.Package)] = e.Elapsed
 		if e.Action == "fail" {
 			p.failed = append(p.failed, e.Package)
 			// The package's own output (a panic, TestMain's words), and the
@@ -213,6 +219,9 @@ func (p *progress) summary() bool {
 	for _, s := range p.skipped {
 		fmt.Fprintf(p.out, "test: skipped: %s\n", s)
 	}
+	if times := p.times(); times != "" {
+		fmt.Fprintf(p.out, "test: time per package: %s\n", times)
+	}
 	if len(p.failed) > 0 {
 		fmt.Fprintf(p.out, "test: FAIL after %s: %d packages ok, %d failed (%s), %d tests failed\n",
 			p.since(p.start), len(p.passed), len(p.failed), strings.Join(shortAll(p.failed), ", "), p.failures)
@@ -220,6 +229,21 @@ func (p *progress) summary() bool {
 	}
 	fmt.Fprintf(p.out, "test: ok after %s: %d packages\n", p.since(p.start), len(p.passed))
 	return true
+}
+
+// times lists the packages that took a second or more, the slowest first.
+func (p *progress) times() string {
+	var pkgs []string
+	for pkg, secs := range p.took {
+		if secs >= 1 {
+			pkgs = append(pkgs, pkg)
+		}
+	}
+	sort.Slice(pkgs, func(i, j int) bool { return p.took[pkgs[i]] > p.took[pkgs[j]] })
+	for i, pkg := range pkgs {
+		pkgs[i] = fmt.Sprintf("%s %.0fs", pkg, p.took[pkg])
+	}
+	return strings.Join(pkgs, ", ")
 }
 
 // short drops the module path.

@@ -19,7 +19,7 @@ func TestProgress(t *testing.T) {
 {"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"TestA"}
 {"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":1.5}
 {"Action":"skip","Package":"github.com/hashlb/hashlb/cmd/empty"}`,
-			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: ok after"}},
+			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: time per package: lbcore 2s", "test: ok after"}},
 		{name: "a failing test", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
 {"Action":"run","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB"}
 {"Action":"output","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB","Output":"    b_test.go:9: want 2\n"}
