@@ -1,5 +1,8 @@
 // hashlb_abi.h: the part of Envoy's dynamic-module ABI hashlb-lbpolicy uses,
-// in the module's own words (abi.go says which Envoy it follows).
+// in the module's own words. It follows Envoy 1.38.3, the oldest Envoy
+// supported (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d, whose
+// source/extensions/load_balancing_policies/dynamic_modules/abi_impl.cc
+// defines these callbacks); abi.go says why, and how 1.39 and 1.40 compare.
 #ifndef HASHLB_ABI_H
 #define HASHLB_ABI_H
 #include <stdbool.h>
@@ -26,9 +29,9 @@ bool envoy_dynamic_module_callback_lb_get_host_address(void* lb, uint32_t priori
 bool envoy_dynamic_module_callback_lb_get_healthy_host_address(void* lb, uint32_t priority, size_t index, hl_buf* result);
 uint32_t envoy_dynamic_module_callback_lb_get_host_weight(void* lb, uint32_t priority, size_t index);
 int envoy_dynamic_module_callback_lb_get_host_health(void* lb, uint32_t priority, size_t index);
-// envoy_dynamic_module_type_host_health in 1.40.0: Envoy's Host::Health
-// order (unhealthy, degraded, healthy). Seen in the binary: a host failing
-// its active health check reads 0, a passing one 2.
+// envoy_dynamic_module_type_host_health in 1.38.3 to 1.40.0: Envoy's
+// Host::Health order (unhealthy, degraded, healthy). Seen in the binaries: a
+// host failing its active health check reads 0, a passing one 2.
 #define HL_UNHEALTHY 0
 #define HL_DEGRADED 1
 #define HL_HEALTHY 2
