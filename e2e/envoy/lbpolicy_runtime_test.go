@@ -30,11 +30,16 @@ import (
 //     hand-off between threads that keeps nothing (the P is taken back
 //     before the next entry anyway), 2.0–2.8 % while every entry 8 ms
 //     after the last yield yielded; 0.8–1.0 % since only dense entries do.
+//
+// It runs in the newest Envoy that loads the policy (1.40.0) alone: what
+// it measures is the module's Go runtime beside Envoy's worker threads, the
+// same in 1.38 and 1.39 (passing there when tried), and it is the
+// policy's slowest test (three loaded runs per method, one Envoy at a time).
 func TestLBPolicyGoRuntimeQuiet(t *testing.T) {
-	for _, bin := range envoyrun.LBPolicyBinaries(t) {
-		for _, method := range []string{"DOMAINHASH", "URLHASH"} {
-			t.Run(bin.Name()+"/"+method, func(t *testing.T) { testGoRuntimeQuiet(t, bin, method) })
-		}
+	bins := envoyrun.LBPolicyBinaries(t)
+	bin := bins[len(bins)-1]
+	for _, method := range []string{"DOMAINHASH", "URLHASH"} {
+		t.Run(bin.Name()+"/"+method, func(t *testing.T) { testGoRuntimeQuiet(t, bin, method) })
 	}
 }
 
