@@ -8,9 +8,11 @@ package main
 // load). Envoy's header is source/extensions/dynamic_modules/abi/abi.h; at
 // that commit the load-balancing policy is
 // source/extensions/load_balancing_policies/dynamic_modules/: abi_impl.cc
-// defines the callbacks hashlb_abi.h declares (the same parameters in 1.39.3,
-// commit 6eb0d2d97489ec1b4e1584a004f5de443d97a41b, and 1.40.0, commit
-// 9e5580933739775e8bce696a57a2e1bc99368f23); lb_config.cc resolves the six
+// defines the callbacks hashlb_abi.h declares, with the parameters the
+// binding had when it followed 1.40.0's header (commit
+// 9e5580933739775e8bce696a57a2e1bc99368f23), so one binding serves both;
+// 1.39.3 (commit 6eb0d2d97489ec1b4e1584a004f5de443d97a41b) is covered by
+// the tests, its source not read here; lb_config.cc resolves the six
 // lb hooks; config.cc opens the module by dynamic_module_config.name only
 // (lib<name>.so in ENVOY_DYNAMIC_MODULES_SEARCH_PATH); load_balancer.cc calls
 // the hooks and reads the chosen index from the priority's healthy hosts.
@@ -22,7 +24,8 @@ package main
 // compares the two strings and nothing more: the same logs "Dynamic module
 // ABI version v0.1.0 matched." (1.38, 1.39); another loads the module with
 // the warning "Dynamic module ABI version v0.1.0 is deprecated. Please
-// recompile ..." (1.40); no string refuses the module. The 1.38 ABI gives
+// recompile ..." (1.40); a null pointer instead of a string makes Envoy
+// refuse the module ("Failed to initialize dynamic module"). The 1.38 ABI gives
 // the module no way to read Envoy's own version (on_program_init takes no
 // argument), so the check is Envoy's, and the tests pin what each version
 // logs (TestLBPolicyABIVersion).
