@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -135,5 +136,17 @@ func LBPolicyBinaries(t testing.TB) []Binary {
 		t.Skip(err)
 	}
 	sort.Slice(out, func(i, j int) bool { return versionLess(out[i].Version, out[j].Version) })
+	if os.Getenv("CI") == "true" && os.Getenv("HASHLB_ENVOY") == "" {
+		// CI tests every supported release line: a missing one fails.
+		for _, minor := range policyMinors {
+			if !slices.ContainsFunc(out, func(b Binary) bool { return b.AtLeast(1, minor) && !b.AtLeast(1, minor+1) }) {
+				t.Fatalf("no Envoy 1.%d for the load-balancing policy's tests under CI: ./build.sh test installs 1.38.3, 1.39.3 and 1.40.0", minor)
+			}
+		}
+	}
 	return out
 }
+
+// policyMinors are the Envoy release lines (1.x) the load-balancing
+// policy supports and CI tests.
+var policyMinors = []int{38, 39, 40}
