@@ -55,12 +55,16 @@ func TestLBPolicyCallbacksInEveryEnvoy(t *testing.T) {
 		}
 		has := defined(t, f)
 		f.Close()
+		missing := 0
 		for _, c := range calls {
 			if !has[c] {
 				t.Errorf("Envoy %s does not export %s, which the module calls: it cannot load the module", bin.Version, c)
+				missing++
 			}
 		}
-		t.Logf("Envoy %s exports the %d callbacks the module calls", bin.Version, len(calls))
+		if missing == 0 {
+			t.Logf("Envoy %s exports the %d callbacks the module calls", bin.Version, len(calls))
+		}
 	}
 }
 
