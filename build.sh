@@ -193,7 +193,7 @@ envoy)
 		echo "envoy: HASHLB_ENVOY=$bin is not an executable" >&2
 		exit 1
 	fi
-	if [ ! -x "$bin" ]; then envoy_bins; fi # installs Envoy as ./build.sh test does
+	if [ ! -x "$bin" ]; then envoy_install "$envoy_pinned" "$envoy_cache/envoy-$envoy_pinned"; fi # as ./build.sh test does
 	HASHLB_ENVOY=$bin envoy_bins            # prints its version
 	# port_open PORT: whether something accepts connections on 127.0.0.1:PORT.
 	port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
