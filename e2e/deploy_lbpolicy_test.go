@@ -6,7 +6,8 @@ package e2e
 // filter's rules (checkBootstrap) do not apply; what applies is that every
 // policy configuration it carries passes internal/lbpolicy, and that the
 // endpoints file is a ClusterLoadAssignment for the cluster that uses the
-// policy. Real Envoy 1.40 runs both in e2e/envoy (TestLBPolicyShippedBootstrap).
+// policy. Real Envoy 1.38, 1.39 and 1.40 run both in e2e/envoy
+// (TestLBPolicyShippedBootstrap).
 
 import (
 	"fmt"
@@ -49,8 +50,19 @@ func checkLBPolicyBootstrap(data []byte) ([]string, error) {
 			if _, err := lbpolicy.ParseConfig([]byte(s.GetValue())); err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", c.GetName(), err)
 			}
-			if f := m.GetDynamicModuleConfig().GetModule().GetLocal().GetFilename(); f != "dist/lib"+envoyrun.LBPolicyName+".so" {
-				return nil, fmt.Errorf("cluster %s: dynamic_module_config.module.local.filename %q, want dist/lib%s.so, what ./build.sh lbpolicy writes (so that the file validates from the repository root)", c.GetName(), f, envoyrun.LBPolicyName)
+			// Envoy 1.38 opens a module by name alone (lib<name>.so in
+			// ENVOY_DYNAMIC_MODULES_SEARCH_PATH) and ignores module: a file
+			// that names the module's file instead starts in 1.39 and 1.40
+			// only.
+			dm := m.GetDynamicModuleConfig()
+			if dm.GetModule() != nil {
+				return nil, fmt.Errorf("cluster %s: dynamic_module_config.module is set: Envoy 1.38 ignores it and looks for lib.so; name the module (name: %s) instead", c.GetName(), envoyrun.LBPolicyName)
+			}
+			if dm.GetName() != envoyrun.LBPolicyName {
+				return nil, fmt.Errorf("cluster %s: dynamic_module_config.name %q, want %s (Envoy opens lib%s.so, what ./build.sh lbpolicy writes, in ENVOY_DYNAMIC_MODULES_SEARCH_PATH)", c.GetName(), dm.GetName(), envoyrun.LBPolicyName, envoyrun.LBPolicyName)
+			}
+			if !dm.GetDoNotClose() {
+				return nil, fmt.Errorf("cluster %s: dynamic_module_config.do_not_close is false: the Go runtime in the module cannot be unloaded", c.GetName())
 			}
 			if c.GetType() != clusterv3.Cluster_EDS {
 				return nil, fmt.Errorf("cluster %s: the shipped example is an EDS cluster, got %v", c.GetName(), c.GetType())

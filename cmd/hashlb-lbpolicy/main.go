@@ -1,5 +1,5 @@
 // Command hashlb-lbpolicy is hashlb as a native Envoy load-balancing policy:
-// an Envoy dynamic module (Envoy 1.38 or later), built with
+// an Envoy dynamic module (Envoy 1.38, 1.39 and 1.40), built with
 // `go build -buildmode=c-shared` into libhashlb_lbpolicy.so (./build.sh
 // lbpolicy). Envoy's envoy.load_balancing_policies.dynamic_modules policy
 // loads it by name; every decision is lbcore's, through internal/lbpolicy,
@@ -23,11 +23,13 @@ import (
 	"github.com/hashlb/hashlb/internal/lbpolicy"
 )
 
-// abiVersion is the ABI version the module was written against: the one
-// Envoy 1.40.0 reports as its own. The tests build variants with another
+// abiVersion is the ABI version the module was written against: that of
+// the oldest Envoy it supports, 1.38 (1.38.3 and 1.39.3 report v0.1.0 as
+// their own; 1.40.0 reports v0.2.0 and loads a v0.1.0 module with a
+// warning; abi.go). The tests build variants with another
 // (-ldflags -X main.abiVersion=...) to see what Envoy says; an empty one
 // makes the init return no version.
-var abiVersion = "v0.2.0"
+var abiVersion = "v0.1.0"
 
 // testPanic, set by a test build (-ldflags -X main.testPanic=choose),
 // makes every choice panic, to show that a panic stays in the module;

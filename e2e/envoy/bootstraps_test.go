@@ -38,7 +38,7 @@ var bootstrapCases = []bootstrapCase{
 	{"configs/envoy-ecds.yaml", bootstrapECDS},
 	{"configs/envoy-tcp.yaml", bootstrapTCP},
 	// TestLBPolicyShippedBootstrap (lbpolicy_bootstrap_test.go) starts it in
-	// Envoy 1.38 and later, which alone can load the policy.
+	// Envoy 1.38, 1.39 and 1.40, which alone can load the policy.
 	{"configs/envoy-lbpolicy.yaml", nil},
 }
 

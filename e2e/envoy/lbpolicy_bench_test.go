@@ -2,8 +2,9 @@ package envoy
 
 // BenchmarkEnvoyLBPolicy is BenchmarkEnvoyPeers's measurement for hashlb as
 // Envoy's load-balancing policy (cmd/hashlb-lbpolicy): in each Envoy that
-// loads it (1.38 and later), one run, interleaved rounds, the same load
-// generator and backends, at 10 and at 10⁴ hosts: the policy beside
+// loads it and the other benchmarks measure (policyBenchBinaries), one
+// run, interleaved rounds, the same load generator and backends, at 10 and
+// at 10⁴ hosts: the policy beside
 // Envoy's ring_hash and maglev (hash_policy on :path) and the Wasm filter
 // (URLHASH + override_host). ./build.sh bench runs it with the other
 // BenchmarkEnvoy*:

@@ -14,9 +14,10 @@ import (
 )
 
 // TestLBPolicyShippedBootstrap starts configs/envoy-lbpolicy.yaml as
-// shipped, with only its loopback ports moved and the module at dist/ of
-// the working directory, in every Envoy that loads the policy:
-// `envoy --mode validate` accepts it; each request reaches the demo backend
+// shipped, with only its loopback ports moved, the module at dist/ of the
+// working directory and Envoy started as the file's comment says
+// (ENVOY_DYNAMIC_MODULES_SEARCH_PATH=dist), in every Envoy that loads the
+// policy (1.38, 1.39, 1.40): `envoy --mode validate` accepts it; each request reaches the demo backend
 // lbcore ranks first over the endpoints file's three hosts (names and the
 // weight from it); renaming a new endpoints file onto the old one, as its
 // comment says, takes a host out and moves only its keys.
@@ -37,8 +38,10 @@ func TestLBPolicyShippedBootstrap(t *testing.T) {
 		if err := os.WriteFile(edsPath, eds, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		// --mode validate loads the module too: from the file the bootstrap
-		// names, dist/ under the working directory.
+		// --mode validate loads the module too: lib<name>.so in the search
+		// path the file's comment gives, dist/ under the working directory.
+		const run = "ENVOY_DYNAMIC_MODULES_SEARCH_PATH=dist envoy -c configs/envoy-lbpolicy.yaml"
+		env := []string{strings.Fields(run)[0]}
 		so := "lib" + envoyrun.LBPolicyName + ".so"
 		if err := os.MkdirAll(filepath.Join(dir, "dist"), 0o755); err != nil {
 			t.Fatal(err)
@@ -46,11 +49,15 @@ func TestLBPolicyShippedBootstrap(t *testing.T) {
 		if err := os.Symlink(filepath.Join(mod, so), filepath.Join(dir, "dist", so)); err != nil {
 			t.Fatal(err)
 		}
-		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy.yaml"), map[int]int{9901: 0, 10000: 0})
-		if err := envoyrun.Validate(bin, dir, yaml); err != nil {
+		shipped := envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy.yaml")
+		if !strings.Contains(string(shipped), "#   "+run) {
+			t.Fatalf("configs/envoy-lbpolicy.yaml no longer says how to start it (%q)", run)
+		}
+		yaml := envoyrun.Ports(t, shipped, map[int]int{9901: 0, 10000: 0})
+		if err := envoyrun.ValidateEnv(bin, dir, yaml, env); err != nil {
 			t.Fatal(err)
 		}
-		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: 4})}
+		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: 4, Env: env})}
 		e.addr = e.MustListener(t, "main")
 		e.waitHosts(t, "hashlb_hosts", 3, 0)
 

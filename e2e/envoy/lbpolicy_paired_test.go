@@ -123,11 +123,17 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 }
 
 // policyBenchBinaries are the Envoys that load the policy, narrowed to
-// -peers.versions when given.
+// -peers.versions when given; by default those the other benchmarks
+// measure too (1.40.0), not the ones installed for the policy's tests alone
+// (1.38.3, 1.39.3), which -peers.versions can name.
 func policyBenchBinaries(b *testing.B) []envoyrun.Binary {
 	var bins []envoyrun.Binary
+	measured := map[string]bool{}
+	for _, bin := range envoyrun.Binaries(b) {
+		measured[bin.Version] = true
+	}
 	for _, bin := range envoyrun.LBPolicyBinaries(b) {
-		if *peerVersions == "" || strings.Contains(","+*peerVersions+",", ","+bin.Version+",") {
+		if *peerVersions == "" && measured[bin.Version] || strings.Contains(","+*peerVersions+",", ","+bin.Version+",") {
 			bins = append(bins, bin)
 		}
 	}

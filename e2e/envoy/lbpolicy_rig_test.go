@@ -1,10 +1,10 @@
 package envoy
 
-// The rig of the load-balancing policy's tests: one Envoy 1.38+ per test
-// with hashlb as its clusters' load_balancing_policy (the dynamic module
-// cmd/hashlb-lbpolicy, built from the tree), each cluster's endpoints in an
-// EDS file the test rewrites, echo backends on loopback, and lbcore over
-// the cluster's hosts as the oracle.
+// The rig of the load-balancing policy's tests: one Envoy (1.38 to 1.40)
+// per test with hashlb as its clusters' load_balancing_policy (the dynamic
+// module cmd/hashlb-lbpolicy, built from the tree), each cluster's
+// endpoints in an EDS file the test rewrites, echo backends on loopback,
+// and lbcore over the cluster's hosts as the oracle.
 
 import (
 	"bufio"
@@ -186,7 +186,8 @@ type policyEnvoy struct {
 }
 
 // startPolicy builds the module, writes the bootstrap for cs and starts
-// Envoy 1.38+ bin with --concurrency 4, the module on its search path.
+// Envoy bin (1.38 to 1.40) with --concurrency 4, the module on its search
+// path.
 func startPolicy(t testing.TB, bin envoyrun.Binary, cs []policyCluster) *policyEnvoy {
 	t.Helper()
 	return startPolicyWith(t, bin, cs, nil)

@@ -34,18 +34,21 @@ import (
 const goQuietShare = 0.015
 
 // TestLBPolicyGoRuntimeQuiet holds the runtime's share under ten times
-// goQuietShare, in the best of three runs.
+// goQuietShare, in the best of three runs. It runs in the newest Envoy that
+// loads the policy alone: what it measures is the module's Go runtime beside
+// Envoy's worker threads, the same in every version, and it is the policy's
+// slowest test (loaded runs, one Envoy at a time).
 func TestLBPolicyGoRuntimeQuiet(t *testing.T) {
-	for _, bin := range envoyrun.LBPolicyBinaries(t) {
-		for _, method := range []string{"DOMAINHASH", "URLHASH"} {
-			t.Run(bin.Name()+"/"+method, func(t *testing.T) {
-				share, report := bestGoRuntimeShare(t, bin, method)
-				t.Logf("threads other than the workers: %.1f %% of Envoy's CPU (goal %.1f %%; BenchmarkEnvoyLBPolicyGoRuntime measures it)", 100*share, 100*goQuietShare)
-				if share > 10*goQuietShare {
-					t.Errorf("threads other than Envoy's workers used over %.0f %% of Envoy's CPU under load in each of three runs (the Go runtime busy taking Ps back):\n%s", 1000*goQuietShare, report)
-				}
-			})
-		}
+	bins := envoyrun.LBPolicyBinaries(t)
+	bin := bins[len(bins)-1]
+	for _, method := range []string{"DOMAINHASH", "URLHASH"} {
+		t.Run(bin.Name()+"/"+method, func(t *testing.T) {
+			share, report := bestGoRuntimeShare(t, bin, method)
+			t.Logf("threads other than the workers: %.1f %% of Envoy's CPU (goal %.1f %%; BenchmarkEnvoyLBPolicyGoRuntime measures it)", 100*share, 100*goQuietShare)
+			if share > 10*goQuietShare {
+				t.Errorf("threads other than Envoy's workers used over %.0f %% of Envoy's CPU under load in each of three runs (the Go runtime busy taking Ps back):\n%s", 1000*goQuietShare, report)
+			}
+		})
 	}
 }
 

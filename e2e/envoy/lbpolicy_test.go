@@ -1,15 +1,17 @@
 package envoy
 
 // hashlb as Envoy's load-balancing policy (cmd/hashlb-lbpolicy), in real
-// Envoy 1.38 and later with --concurrency 4: the choices are lbcore's over
-// the cluster's hosts; EDS changes move exactly the keys they must; Envoy's
-// active health checks take a host out and back; the persistence table is
-// one per process; retries walk the ranking; a bad configuration is refused
-// with hashlb's message.
+// Envoy 1.38.3, 1.39.3 and 1.40.0 with --concurrency 4: the choices are
+// lbcore's over the cluster's hosts; EDS changes move exactly the keys they
+// must; Envoy's active health checks take a host out and back; the
+// persistence table is one per process; retries walk the ranking; a bad
+// configuration is refused with hashlb's message.
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -203,6 +205,15 @@ func TestLBPolicyMembership(t *testing.T) {
 func TestLBPolicyHealth(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		bs := envoyrun.StartBackends(t, 5)
+		// The requests the sick host gets besides Envoy's health probes,
+		// counted while it is unhealthy.
+		var counting atomic.Bool
+		var misrouted atomic.Int64
+		bs[2].OnRequest = func(r *http.Request) {
+			if counting.Load() && r.URL.Path != "/healthz" {
+				misrouted.Add(1)
+			}
+		}
 		c := policyCluster{name: "health", config: `{"lbMethod":"URLHASH"}`, health: true}
 		for _, b := range bs {
 			c.eps = append(c.eps, policyEndpoint{b: b})
@@ -236,10 +247,11 @@ func TestLBPolicyHealth(t *testing.T) {
 		mark := len(e.Log())
 		sick.Fail(503)
 		waitHealthy(4, mark)
-		served := sick.Served()
+		counting.Store(true)
 		during := keysOf(t, e, c.name, keys)
-		if n := sick.Served() - served; n > 0 { // health probes are not counted
-			t.Errorf("the unhealthy host got %d requests", n)
+		counting.Store(false)
+		if n := misrouted.Load(); n > 0 {
+			t.Errorf("the unhealthy host got %d requests besides health probes", n)
 		}
 		b, _ := policyOracle(t, c, sick.Name)
 		moved := 0
@@ -447,19 +459,26 @@ func TestLBPolicyRefusesConfig(t *testing.T) {
 	})
 }
 
-// TestLBPolicyABIVersion: Envoy checks the version the module's program
-// init returns. The module's own is Envoy 1.40.0's (v0.2.0): "matched". A
-// module built with another version loads with Envoy's warning that it is
-// deprecated and should be rebuilt; one that returns no version is refused.
+// TestLBPolicyABIVersion: Envoy compares the version the module's program
+// init returns with its own. The module's is the oldest supported Envoy's,
+// v0.1.0: 1.38 and 1.39 log that it matched; 1.40 (v0.2.0) loads it with
+// its warning that the version is deprecated (and serves: the other tests
+// run in 1.40). A module built
+// with an unknown version loads with the same warning everywhere; one that
+// returns no version is refused.
 func TestLBPolicyABIVersion(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		b := envoyrun.StartBackend(t, "b1")
 		cs := []policyCluster{{name: "abi", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}}
+		own := "Dynamic module ABI version v0.1.0 matched."
+		if bin.AtLeast(1, 40) {
+			own = "Dynamic module ABI version v0.1.0 is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program."
+		}
 		for _, c := range []struct {
 			ldflags, want string
 			starts        bool
 		}{
-			{"", "Dynamic module ABI version v0.2.0 matched.", true},
+			{"", own, true},
 			{"-X main.abiVersion=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
 			{"-X main.abiVersion=", "Failed to initialize dynamic module", false},
 		} {
@@ -515,24 +534,52 @@ func TestLBPolicyPanicIsRecovered(t *testing.T) {
 	})
 }
 
-// TestLBPolicyNeedsEnvoy138: an Envoy before 1.38 (1.36.4 here) has no
-// dynamic-module load-balancing policy and refuses the bootstrap naming it.
+// TestLBPolicyNeedsEnvoy138: an Envoy before 1.38 (1.36 here; 1.37 lacks
+// the policy too) has no dynamic-module load-balancing policy. What a user
+// sees: `envoy --mode validate` refuses the policy's bootstrap, and a real
+// start, with the module on the search path, exits with status 1 (no crash,
+// the module never loaded) after one critical line naming the policy's
+// configuration type it cannot find.
 func TestLBPolicyNeedsEnvoy138(t *testing.T) {
+	const want = "could not find @type 'type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig'"
 	for _, bin := range envoyrun.Binaries(t) {
 		if bin.AtLeast(1, 38) {
 			continue
 		}
 		t.Run(bin.Name(), func(t *testing.T) {
+			mod, err := envoyrun.BuildLBPolicy("")
+			if err != nil {
+				t.Fatal(err)
+			}
 			b := envoyrun.StartBackend(t, "b1")
 			dir := t.TempDir()
 			y := policyYAML(t, dir, []policyCluster{{name: "old", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}})
-			err := envoyrun.Validate(bin, dir, y)
+			err = envoyrun.Validate(bin, dir, y)
 			if err == nil {
 				t.Fatalf("Envoy %s accepted the policy's bootstrap", bin.Version)
 			}
-			t.Logf("Envoy %s: %s", bin.Version, lineWith(err.Error(), "dynamic_modules"))
-			if !strings.Contains(err.Error(), "dynamic_modules") {
-				t.Errorf("Envoy %s's refusal does not name the dynamic modules policy: %v", bin.Version, err)
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Envoy %s's refusal lacks %q: %v", bin.Version, want, err)
+			}
+			e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: y, Dir: dir, Concurrency: 2,
+				Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, ReadyTimeout: envoyReady})
+			if err == nil {
+				e.Stop()
+				t.Fatalf("Envoy %s started with the policy's bootstrap", bin.Version)
+			}
+			out := err.Error()
+			line := lineWith(out, "[critical]")
+			t.Logf("Envoy %s: %.300s", bin.Version, line)
+			if !strings.Contains(line, want) {
+				t.Errorf("Envoy %s's critical line lacks %q:\n%s", bin.Version, want, out)
+			}
+			if !strings.Contains(out, "exited before it was ready (exit status 1)") {
+				t.Errorf("Envoy %s did not exit with status 1:\n%s", bin.Version, out)
+			}
+			for _, crash := range []string{"Caught ", "signal: ", "hashlb:"} {
+				if strings.Contains(out, crash) {
+					t.Errorf("Envoy %s's output has %q (a crash, or the module loaded):\n%s", bin.Version, crash, out)
+				}
 			}
 		})
 	}

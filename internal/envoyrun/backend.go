@@ -21,7 +21,6 @@ type Backend struct {
 	Addr string // 127.0.0.1:PORT
 
 	requests atomic.Int64
-	served   atomic.Int64 // requests other than health probes
 	status   atomic.Int64 // 0: answer 200
 	health   atomic.Int64 // 0: health probes answer as requests do
 	mu       sync.Mutex
@@ -97,7 +96,6 @@ func (b *Backend) serve(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(200)
 		return
 	}
-	b.served.Add(1)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Backend", b.Name)
 	if c := b.cookie.Load(); c != nil && *c != "" {
@@ -118,9 +116,6 @@ func (b *Backend) Port() int {
 
 // Requests is how many requests (health probes included) it has received.
 func (b *Backend) Requests() int64 { return b.requests.Load() }
-
-// Served is how many requests other than health probes it has received.
-func (b *Backend) Served() int64 { return b.served.Load() }
 
 // Fail makes every later answer (health probes too) have status; 0 heals.
 func (b *Backend) Fail(status int) { b.status.Store(int64(status)) }

@@ -67,22 +67,27 @@ func Find() ([]Binary, error) {
 		default:
 			paths, _ = filepath.Glob(filepath.Join(CacheDir(), "envoy-*", "envoy", "_bin", "envoy"))
 		}
-		for _, p := range paths {
-			out, err := exec.Command(p, "--version").CombinedOutput()
-			if err != nil {
-				binErr = fmt.Errorf("%s --version: %v: %s", p, err, out)
-				return
-			}
-			m := versionRE.FindSubmatch(out)
-			if m == nil {
-				binErr = fmt.Errorf("%s --version: no version in %q", p, out)
-				return
-			}
-			bins = append(bins, Binary{Path: p, Version: string(m[1])})
-		}
-		sort.Slice(bins, func(i, j int) bool { return versionLess(bins[i].Version, bins[j].Version) })
+		bins, binErr = probe(paths)
 	})
 	return bins, binErr
+}
+
+// probe asks each Envoy of paths its version and returns them oldest first.
+func probe(paths []string) ([]Binary, error) {
+	var bs []Binary
+	for _, p := range paths {
+		out, err := exec.Command(p, "--version").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("%s --version: %v: %s", p, err, out)
+		}
+		m := versionRE.FindSubmatch(out)
+		if m == nil {
+			return nil, fmt.Errorf("%s --version: no version in %q", p, out)
+		}
+		bs = append(bs, Binary{Path: p, Version: string(m[1])})
+	}
+	sort.Slice(bs, func(i, j int) bool { return versionLess(bs[i].Version, bs[j].Version) })
+	return bs, nil
 }
 
 var versionRE = regexp.MustCompile(`version: [0-9a-f]+/([0-9]+\.[0-9]+\.[0-9]+)`)
@@ -154,7 +159,13 @@ type Envoy struct {
 // Validate runs envoy --mode validate on a bootstrap in dir and returns
 // Envoy's output on failure.
 func Validate(bin Binary, dir string, bootstrap []byte) error {
-	out, err := ValidateLog(bin, dir, bootstrap, "warning")
+	return ValidateEnv(bin, dir, bootstrap, nil)
+}
+
+// ValidateEnv is Validate with more environment variables ("NAME=value"),
+// such as ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
+func ValidateEnv(bin Binary, dir string, bootstrap []byte, env []string) error {
+	out, err := validate(bin, dir, bootstrap, "warning", env)
 	if err != nil {
 		return fmt.Errorf("envoy %s --mode validate: %v\n%s", bin.Version, err, out)
 	}
@@ -164,12 +175,19 @@ func Validate(bin Binary, dir string, bootstrap []byte) error {
 // ValidateLog runs envoy --mode validate at log level level and returns its
 // whole output, with the error of a failed validation.
 func ValidateLog(bin Binary, dir string, bootstrap []byte, level string) (string, error) {
+	return validate(bin, dir, bootstrap, level, nil)
+}
+
+func validate(bin Binary, dir string, bootstrap []byte, level string, env []string) (string, error) {
 	cfg := filepath.Join(dir, "validate.yaml")
 	if err := os.WriteFile(cfg, bootstrap, 0o644); err != nil {
 		return "", err
 	}
 	cmd := exec.Command(bin.Path, "--mode", "validate", "-c", cfg, "--disable-hot-restart", "-l", level)
 	cmd.Dir = dir
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -67,30 +69,84 @@ func RemoveLBPolicies() {
 	}
 }
 
+// LBPolicyEnvoysEnv names the Envoys installed for the load-balancing
+// policy's tests alone (space-separated paths; ./build.sh test sets it to
+// 1.38.3 and 1.39.3): the Wasm tests do not run in them.
+const LBPolicyEnvoysEnv = "HASHLB_LBPOLICY_ENVOY_BINS"
+
+var (
+	polOnce sync.Once
+	polBins []Binary
+	polErr  error
+)
+
+// findPolicyOnly returns the Envoys of LBPolicyEnvoysEnv, else every version
+// cached in CacheDir()/lbpolicy (where build.sh installs them); none when
+// $HASHLB_ENVOY names the one Envoy to test.
+func findPolicyOnly() ([]Binary, error) {
+	polOnce.Do(func() {
+		var paths []string
+		switch {
+		case os.Getenv("HASHLB_ENVOY") != "":
+		case os.Getenv(LBPolicyEnvoysEnv) != "":
+			paths = strings.Fields(os.Getenv(LBPolicyEnvoysEnv))
+		default:
+			paths, _ = filepath.Glob(filepath.Join(CacheDir(), "lbpolicy", "envoy-*", "envoy", "_bin", "envoy"))
+		}
+		polBins, polErr = probe(paths)
+	})
+	return polBins, polErr
+}
+
 // LBPolicyBinaries returns the Envoys that can load the load-balancing
-// policy: 1.38 and later (envoy.load_balancing_policies.dynamic_modules
-// with the ABI the module follows). None: fails under CI=true and skips
-// elsewhere, as Binaries does.
+// policy, oldest first: those of Binaries that are 1.38 or later
+// (envoy.load_balancing_policies.dynamic_modules with the ABI the module
+// follows) and the policy's own (LBPolicyEnvoysEnv). None: fails under
+// CI=true and skips elsewhere, as Binaries does.
 func LBPolicyBinaries(t testing.TB) []Binary {
 	t.Helper()
+	extra, err := findPolicyOnly()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
 	var out, old []Binary
-	for _, b := range Binaries(t) {
-		if b.AtLeast(1, 38) {
+	seen := map[string]bool{}
+	for _, b := range append(Binaries(t), extra...) {
+		switch {
+		case seen[b.Version]:
+		case b.AtLeast(1, 38):
 			out = append(out, b)
-		} else {
+		default:
 			old = append(old, b)
 		}
+		seen[b.Version] = true
 	}
 	if len(out) == 0 {
 		var names []string
 		for _, b := range old {
 			names = append(names, b.Version)
 		}
-		err := errors.New("no Envoy 1.38 or later for the load-balancing policy (found " + strings.Join(names, ", ") + "): ./build.sh test installs 1.40.0")
+		err := errors.New("no Envoy 1.38 or later for the load-balancing policy (found " + strings.Join(names, ", ") + "): ./build.sh test installs 1.38.3, 1.39.3 and 1.40.0")
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
 		}
 		t.Skip(err)
 	}
+	sort.Slice(out, func(i, j int) bool { return versionLess(out[i].Version, out[j].Version) })
+	if os.Getenv("CI") == "true" && os.Getenv("HASHLB_ENVOY") == "" {
+		// CI tests every supported release line: a missing one fails.
+		for _, minor := range policyMinors {
+			if !slices.ContainsFunc(out, func(b Binary) bool { return b.AtLeast(1, minor) && !b.AtLeast(1, minor+1) }) {
+				t.Fatalf("no Envoy 1.%d for the load-balancing policy's tests under CI: ./build.sh test installs 1.38.3, 1.39.3 and 1.40.0", minor)
+			}
+		}
+	}
 	return out
 }
+
+// policyMinors are the Envoy release lines (1.x) the load-balancing
+// policy supports and CI tests.
+var policyMinors = []int{38, 39, 40}
