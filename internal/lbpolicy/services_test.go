@@ -1,0 +1,66 @@
+package lbpolicy
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestServicesAsWorker: Policy.Services (what hashlb explain ranks over)
+// makes of a host set exactly the services Worker.Update makes, with the
+// same warnings: identities from hashId, name or address, names, weights
+// clamped to 1–100.
+func TestServicesAsWorker(t *testing.T) {
+	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
+	f := newFakeHosts(6)
+	f.hs[0].name = "b1"
+	f.hs[1].hashID, f.hs[1].name = "cache-1", "b2"
+	f.hs[2].hashID = "only-id"
+	f.hs[3].weight = 250
+	f.hs[4].weight = 0
+	f.hs[5].weight, f.hs[5].name = 7, "b6"
+	f.sync()
+	w := p.NewWorker("c")
+	wantWarn, err := w.Update(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []HostInfo
+	for i := range f.Count() {
+		hosts = append(hosts, HostInfo{Address: f.Address(i), Weight: f.Weight(i),
+			HashID: f.Metadata(i, "hashId"), Name: f.Metadata(i, "name")})
+	}
+	cfg, warn, err := p.Services(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Services, w.Services(); !slices.Equal(got, want) {
+		t.Errorf("Services =\n%+v\nWorker.Update made\n%+v", got, want)
+	}
+	if !slices.Equal(warn, wantWarn) {
+		t.Errorf("Services warns %q, Worker.Update %q", warn, wantWarn)
+	}
+	if len(warn) != 1 || !strings.Contains(warn[0], "250") {
+		t.Errorf("warnings %q, want one for the weight 250", warn)
+	}
+}
+
+// TestServicesRefusesDuplicates: two hosts with one identity cannot be
+// services, and the error says so.
+func TestServicesRefusesDuplicates(t *testing.T) {
+	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
+	_, _, err := p.Services([]HostInfo{{Address: "10.0.0.1:80", Weight: 1, Name: "a"}, {Address: "10.0.0.2:80", Weight: 1, Name: "a"}})
+	if err == nil || !strings.HasPrefix(err.Error(), "the cluster's hosts cannot be hashlb's services: ") {
+		t.Errorf("Services(two named a) = %v, want the hosts refused", err)
+	}
+}
+
+// TestParseConfigRefusesSession: the policy refuses a session block at load,
+// naming session and Envoy's stateful_session filter.
+func TestParseConfigRefusesSession(t *testing.T) {
+	_, err := ParseConfig([]byte(`{"lbMethod":"URLHASH","session":{"type":"cookie"}}`))
+	if err == nil || !strings.HasPrefix(err.Error(), "session: not served by the load-balancing policy: ") ||
+		!strings.Contains(err.Error(), "envoy.filters.http.stateful_session") {
+		t.Errorf("ParseConfig(session) = %v, want session refused with stateful_session as the alternative", err)
+	}
+}
