@@ -237,3 +237,45 @@ func TestGoldenHostTable(t *testing.T) {
 		t.Errorf("%s's host table differs from lbcore/hosts.go's (go test ./lbcore -run Golden -update rewrites it):\n%s\nwant\n%s", file, got, want)
 	}
 }
+
+// networkLimits are, for each field the network filter serves with some
+// values refused, a configuration with one such value (filterType network
+// added): TestNetworkLimits checks that it is refused, naming the field.
+var networkLimits = map[string]string{
+	"lbMethod":         `{"lbMethod":"URLHASH"}`,
+	"token":            `{"lbMethod":"TOKEN","token":"${request.header.x-tenant}"}`,
+	"persistence.keys": `{"lbMethod":"SOURCEIPHASH","persistence":{"keys":["${request.path}"]}}`,
+	"upstreamVia":      `{"lbMethod":"SOURCEIPHASH","upstreamVia":"header"}`,
+	"upstreamCount":    `{"lbMethod":"SOURCEIPHASH","upstreamCount":2}`,
+}
+
+// TestNetworkLimits: every field the table says the network filter serves
+// with some values refused has such a value, and ParseConfig refuses it
+// with a problem that names the field.
+func TestNetworkLimits(t *testing.T) {
+	for _, f := range Fields() {
+		r, _ := HostRuleOf(HostNetwork, f.Path)
+		js, ok := networkLimits[f.Path]
+		switch {
+		case r.Support != Limit && ok:
+			t.Errorf("%s: a sample of a limit, but the table says the network filter %s it", f.Path, r.Support)
+			continue
+		case r.Support != Limit:
+			continue
+		case !ok:
+			t.Errorf("%s: limited for the network filter (%s), and networkLimits has no value it refuses", f.Path, r.Why)
+			continue
+		}
+		m := map[string]any{}
+		if err := json.Unmarshal([]byte(js), &m); err != nil {
+			t.Fatal(err)
+		}
+		m["filterType"] = FilterNetwork
+		m["services"] = []any{map[string]any{"name": "a", "address": "10.0.0.1:80"}}
+		b, _ := json.Marshal(m)
+		_, err := ParseConfig(b)
+		if err == nil || !slices.ContainsFunc(strings.Split(err.Error(), "\n"), func(l string) bool { return strings.HasPrefix(l, f.Path) }) {
+			t.Errorf("ParseConfig(%s) = %v, want a problem naming %s", b, err, f.Path)
+		}
+	}
+}

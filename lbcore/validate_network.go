@@ -35,10 +35,10 @@ var httpInput = map[Method]string{
 // The fields a network filter refuses whole come from the host table
 // (hosts.go); the values it refuses of the fields it serves are checked here.
 func (d *decoder) steering(c *Config, set *fieldSet, root gjson.Result) {
-	if c.ViaFilterState() && c.UpstreamCount > 1 {
-		d.errorf("upstreamCount: %d with upstreamVia filterState: the filter state holds one address", c.UpstreamCount)
-	}
 	if !c.Network() {
+		if c.ViaFilterState() && c.UpstreamCount > 1 {
+			d.errorf("upstreamCount: %d with upstreamVia filterState: the filter state holds one address", c.UpstreamCount)
+		}
 		return
 	}
 	const why = "which a network filter (filterType network) does not have"
@@ -53,6 +53,9 @@ func (d *decoder) steering(c *Config, set *fieldSet, root gjson.Result) {
 		d.errorf("upstreamVia: %q with filterType network: a network filter has no request headers; it always sets the filter state %s", ViaHeader, OriginalDstFilterState)
 	}
 	c.UpstreamVia = ViaFilterState
+	if c.UpstreamCount > 1 {
+		d.errorf("upstreamCount: %d with filterType network: the filter state holds one address", c.UpstreamCount)
+	}
 	d.errs = append(d.errs, HostNetwork.Refusals(root)...)
 	check := func(path string, e *Expr) {
 		if v := e.httpVariable(); v != "" {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // TestServicesAsWorker: Policy.Services (what hashlb explain ranks over)
@@ -62,5 +64,37 @@ func TestParseConfigRefusesSession(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "session: not served by the load-balancing policy: ") ||
 		!strings.Contains(err.Error(), "envoy.filters.http.stateful_session") {
 		t.Errorf("ParseConfig(session) = %v, want session refused with stateful_session as the alternative", err)
+	}
+}
+
+// policyLimits are, for each field lbcore's host table says the policy
+// serves with some values refused, a configuration with one such value.
+var policyLimits = map[string]string{
+	"lbMethod":         `{"lbMethod":"DESTINATIONIPHASH"}`,
+	"token":            `{"lbMethod":"TOKEN","token":"${server.port}"}`,
+	"persistence.keys": `{"lbMethod":"URLHASH","persistence":{"keys":["${client.ip}"]}}`,
+}
+
+// TestPolicyLimits: every field the host table says the policy serves with
+// some values refused has such a value here, and ParseConfig refuses it
+// with a problem that names the field.
+func TestPolicyLimits(t *testing.T) {
+	for _, f := range lbcore.Fields() {
+		r, _ := lbcore.HostRuleOf(lbcore.HostPolicy, f.Path)
+		js, ok := policyLimits[f.Path]
+		switch {
+		case r.Support != lbcore.Limit && ok:
+			t.Errorf("%s: a sample of a limit, but the table says the policy %s it", f.Path, r.Support)
+			continue
+		case r.Support != lbcore.Limit:
+			continue
+		case !ok:
+			t.Errorf("%s: limited for the policy (%s), and policyLimits has no value it refuses", f.Path, r.Why)
+			continue
+		}
+		_, err := ParseConfig([]byte(js))
+		if err == nil || !slices.ContainsFunc(strings.Split(err.Error(), "\n"), func(l string) bool { return strings.HasPrefix(l, f.Path+":") }) {
+			t.Errorf("ParseConfig(%s) = %v, want a problem naming %s", js, err, f.Path)
+		}
 	}
 }
