@@ -108,3 +108,78 @@ func TestLBPolicyExplain(t *testing.T) {
 		}
 	})
 }
+
+// TestLBPolicyShippedExplain runs configs/envoy-lbpolicy.yaml and its
+// endpoints file as shipped (loopback ports moved, the module at dist/ of
+// the working directory) and, from Envoy's working directory as an operator
+// would, "hashlb explain envoy-lbpolicy.yaml -url P" for every :path of the
+// request corpus: it names the backend Envoy reached.
+func TestLBPolicyShippedExplain(t *testing.T) {
+	cli := hashlbCLI(t)
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		mod, err := envoyrun.BuildLBPolicy("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs := envoyrun.StartBackends(t, 3)
+		dir := t.TempDir()
+		for _, d := range []string{"configs", "dist"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ports := map[int]int{18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()}
+		eds := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/lbpolicy-endpoints.yaml"), ports)
+		if err := os.WriteFile(filepath.Join(dir, "configs", "lbpolicy-endpoints.yaml"), eds, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		so := "lib" + envoyrun.LBPolicyName + ".so"
+		if err := os.Symlink(filepath.Join(mod, so), filepath.Join(dir, "dist", so)); err != nil {
+			t.Fatal(err)
+		}
+		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy.yaml"), map[int]int{9901: 0, 10000: 0})
+		if err := os.WriteFile(filepath.Join(dir, "envoy-lbpolicy.yaml"), yaml, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: 4})}
+		e.addr = e.MustListener(t, "main")
+		e.waitHosts(t, "hashlb_hosts", 3, 0)
+
+		check := exec.Command(cli, "check", "envoy-lbpolicy.yaml")
+		check.Dir = dir
+		if out, err := check.CombinedOutput(); err != nil {
+			t.Fatalf("hashlb check envoy-lbpolicy.yaml: %v\n%s", err, out)
+		}
+		seen := map[string]int{}
+		for _, r := range corpus.AsEnvoyDecodes(corpus.Requests(corpusPerConfig)) {
+			w := toWire(r, []string{e.addr, e.addr, e.addr, e.addr})
+			got, status := e.get(t, "", [][2]string{{":method", "GET"}, {":path", w.target}, {":authority", w.host}})
+			if status != 200 {
+				t.Fatalf("%s: status %d", w.target, status)
+			}
+			var path string
+			for _, h := range w.seen("").Headers {
+				if h[0] == ":path" {
+					path = h[1]
+				}
+			}
+			cmd := exec.Command(cli, "explain", "envoy-lbpolicy.yaml", "-url", path, "-json")
+			cmd.Dir = dir
+			out, err := cmd.Output()
+			var rep struct {
+				Chosen *struct{ Name string } `json:"chosen"`
+			}
+			if err != nil || json.Unmarshal(out, &rep) != nil || rep.Chosen == nil {
+				t.Fatalf("hashlb explain -url %q: %v\n%s", path, err, out)
+			}
+			seen[got]++
+			if got != rep.Chosen.Name {
+				t.Errorf(":path %q reached %s through Envoy %s; hashlb explain says %s", path, got, bin.Version, rep.Chosen.Name)
+			}
+		}
+		if len(seen) != 3 {
+			t.Errorf("the corpus reached %v: want all three backends", seen)
+		}
+		t.Logf("%v", seen)
+	})
+}
