@@ -115,7 +115,7 @@ var hostTable = [numFields][numHosts]HostRule{
 		refuse("the policy is not a filter: Envoy asks it for a host for HTTP and TCP alike", polRemove)),
 	fLBMethod: hosts(serve(),
 		limit("only the methods that read the connection alone: SOURCEIPHASH, SRCIPSRCPORTHASH, DESTINATIONIPHASH, SRCIPDESTIPHASH, LEASTCONNECTION, ROUNDROBIN"),
-		limit("not DESTINATIONIPHASH or SRCIPDESTIPHASH (Envoy gives a policy no destination address); SOURCEIPHASH and SRCIPSRCPORTHASH only with trustedForwardedHops 1 or more")),
+		limit("not DESTINATIONIPHASH, SRCIPDESTIPHASH or SRCIPSRCPORTHASH (Envoy gives a policy no connection addresses); SOURCEIPHASH only with trustedForwardedHops 1 or more")),
 	fHashLength: hosts(serve(),
 		ignore("only URLHASH and DOMAINHASH read it, and a network filter serves neither"), serve()),
 	fNetmask:        all(serve()),

@@ -116,12 +116,16 @@ func connectionProblems(c *lbcore.Config) []error {
 	switch {
 	case c.LBMethod == lbcore.MethodDestIPHash || c.LBMethod == lbcore.MethodSrcDestIPHash:
 		errs = append(errs, fmt.Errorf("lbMethod: %s hashes the address the connection was accepted on, which Envoy does not give a load-balancing policy; use the filter (envoy.yaml) for it", c.LBMethod))
+	case c.LBMethod == lbcore.MethodSrcIPSrcPortHash:
+		// It hashes the connection's peer and port, never x-forwarded-for
+		// (which has no port): trustedForwardedHops cannot help.
+		errs = append(errs, fmt.Errorf("lbMethod: SRCIPSRCPORTHASH hashes the connection's client address and port, which Envoy does not give a load-balancing policy (x-forwarded-for has no port); use SOURCEIPHASH with trustedForwardedHops, or the filter (envoy.yaml)"))
 	case in.Dest:
 		errs = append(errs, fmt.Errorf("token: reads ${server.ip} or ${server.port}, which Envoy does not give a load-balancing policy"))
 	}
-	if in.Source {
+	if in.Source && c.LBMethod != lbcore.MethodSrcIPSrcPortHash {
 		what := "token: reads ${client.ip} or ${client.port}"
-		if c.LBMethod == lbcore.MethodSourceIPHash || c.LBMethod == lbcore.MethodSrcIPSrcPortHash {
+		if c.LBMethod == lbcore.MethodSourceIPHash {
 			what = "lbMethod: " + c.LBMethod.String() + " hashes the client address"
 		}
 		errs = append(errs, fmt.Errorf("%s, and Envoy gives a load-balancing policy the request headers, not the connection: set trustedForwardedHops to 1 or more (with use_remote_address: true Envoy appends the client's address to x-forwarded-for)", what))

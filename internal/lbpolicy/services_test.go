@@ -98,3 +98,16 @@ func TestPolicyLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestParseConfigRefusesSrcIPSrcPort: SRCIPSRCPORTHASH hashes the
+// connection's port, which no header carries: refused, and the message does
+// not send the operator to trustedForwardedHops, which cannot help.
+func TestParseConfigRefusesSrcIPSrcPort(t *testing.T) {
+	for _, js := range []string{`{"lbMethod":"SRCIPSRCPORTHASH"}`, `{"lbMethod":"SRCIPSRCPORTHASH","trustedForwardedHops":1}`} {
+		_, err := ParseConfig([]byte(js))
+		if err == nil || !strings.HasPrefix(err.Error(), "lbMethod: SRCIPSRCPORTHASH hashes the connection's client address and port") ||
+			strings.Contains(err.Error(), "set trustedForwardedHops") {
+			t.Errorf("ParseConfig(%s) = %v, want SRCIPSRCPORTHASH refused for the port", js, err)
+		}
+	}
+}
