@@ -226,11 +226,11 @@ func edsAssignment(file, cluster string) (*yaml.Node, error) {
 		if str(get(r, "@type")) != claType {
 			continue
 		}
-		if n := str(get(r, "cluster_name")); n == cluster {
+		n := str(get(r, "cluster_name"))
+		if n == cluster {
 			return r, nil
-		} else {
-			names = append(names, n)
 		}
+		names = append(names, n)
 	}
 	if names == nil {
 		return nil, fmt.Errorf("no resources of @type %s", claType)
