@@ -66,7 +66,7 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 	r := newReport(in.file, item.Where, cfg, &req, &x, nil, in.seed)
 	r.Policy = &policyInfo{Cluster: p.Cluster, Hosts: p.From}
 	r.Settings = strings.TrimSuffix(strings.TrimSuffix(r.Settings, "upstreamCount 1"), ", ")
-	r.Headers, r.FilterState = nil, nil
+	r.Headers, r.FilterState = [][2]string{}, nil // the policy sets no header
 	if r.Chosen != nil {
 		var d lbcore.Decision
 		rb.DecideInto(&d, &req, in.now)
