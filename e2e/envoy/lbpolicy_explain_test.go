@@ -46,6 +46,13 @@ func hashlbCLI(t testing.TB) string {
 	return cliBin
 }
 
+// removeCLI removes what hashlbCLI built (TestMain).
+func removeCLI() {
+	if cliBin != "" {
+		os.RemoveAll(filepath.Dir(cliBin))
+	}
+}
+
 // TestLBPolicyExplain: for every :path of the request corpus, the backend
 // a real Envoy reaches through the policy is the one "hashlb explain" names
 // for the same bootstrap and EDS file (hosts with LB weights, names and a
