@@ -121,8 +121,7 @@ func (d *decoder) sessionChecks(c *Config) {
 		return
 	}
 	if c.Network() {
-		d.errorf("session: needs HTTP request and response headers, which a network filter (filterType network) does not have")
-		return
+		return // refused whole by the host table (hosts.go)
 	}
 	if s.Type == SessionHeader {
 		switch {

@@ -438,7 +438,7 @@ func TestSessionConfigErrors(t *testing.T) {
 		{`"session":{"type":"header","name":"Cookie"}`, `session.name: "cookie" is a header`},
 		{`"session":{"type":"cookie","name":"sid"},"persistence":{"keys":["${request.cookie.sid}"]}`, `persistence.keys[0]: "${request.cookie.sid}" reads the session's cookie "sid"`},
 		{`"session":{"type":"header","name":"x-s"},"persistence":{"keys":["${request.header.x-s}"]}`, `reads the session's header "x-s"`},
-		{`"session":{"type":"cookie"},"filterType":"network","lbMethod":"SOURCEIPHASH"`, "session: needs HTTP request and response headers"},
+		{`"session":{"type":"cookie"},"filterType":"network","lbMethod":"SOURCEIPHASH"`, "session: not served by the network filter (filterType network): it needs HTTP request and response headers"},
 	} {
 		js := pool("URLHASH", 2, tc.extra)
 		if strings.Contains(tc.extra, `"lbMethod"`) {

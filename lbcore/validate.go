@@ -41,7 +41,7 @@ func parseConfig(data []byte, text string) (*Config, error) {
 	}
 	d := &decoder{}
 	c := defaultConfig()
-	var top topLevel
+	top := topLevel{root: root}
 	d.object("", root, func(name string, v gjson.Result) bool { return d.topField(c, &top, name, v) })
 	d.crossChecks(c, &top)
 	if err := errors.Join(d.errs...); err != nil {
@@ -101,6 +101,7 @@ type topLevel struct {
 	token    gjson.Result
 	services bool
 	set      fieldSet
+	root     gjson.Result
 }
 
 // topField decodes the top-level field name into c; false for a name that
@@ -177,7 +178,7 @@ func (d *decoder) crossChecks(c *Config, top *topLevel) {
 		d.errorf("serviceHeader: %q is the same header as upstreamHeader", c.ServiceHeader)
 	}
 	d.ownHeadersUnread(c)
-	d.steering(c, &top.set)
+	d.steering(c, &top.set, top.root)
 	d.sessionChecks(c)
 }
 

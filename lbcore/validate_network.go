@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/tidwall/gjson"
 )
 
 // connectionMethods are the methods a network filter can use: they read
@@ -30,11 +32,13 @@ var httpInput = map[Method]string{
 // steering checks how the choice reaches Envoy, and refuses in a network
 // filter everything that needs an HTTP request: such a configuration would
 // load and then decide every connection by its backup method, or not at all.
-func (d *decoder) steering(c *Config, set *fieldSet) {
-	if c.ViaFilterState() && c.UpstreamCount > 1 {
-		d.errorf("upstreamCount: %d with upstreamVia filterState: the filter state holds one address", c.UpstreamCount)
-	}
+// The fields a network filter refuses whole come from the host table
+// (hosts.go); the values it refuses of the fields it serves are checked here.
+func (d *decoder) steering(c *Config, set *fieldSet, root gjson.Result) {
 	if !c.Network() {
+		if c.ViaFilterState() && c.UpstreamCount > 1 {
+			d.errorf("upstreamCount: %d with upstreamVia filterState: the filter state holds one address", c.UpstreamCount)
+		}
 		return
 	}
 	const why = "which a network filter (filterType network) does not have"
@@ -49,22 +53,10 @@ func (d *decoder) steering(c *Config, set *fieldSet) {
 		d.errorf("upstreamVia: %q with filterType network: a network filter has no request headers; it always sets the filter state %s", ViaHeader, OriginalDstFilterState)
 	}
 	c.UpstreamVia = ViaFilterState
-	for _, f := range []struct{ name, what string }{
-		{"upstreamHeader", "names a request header"},
-		{"serviceHeader", "names a request header"},
-		{"debugHeader", "adds a response header"},
-		{"trustedForwardedHops", "reads the x-forwarded-for header"},
-	} {
-		if set.has(f.name) {
-			d.errorf("%s: %s, %s (leave it out with filterType network)", f.name, f.what, why)
-		}
+	if c.UpstreamCount > 1 {
+		d.errorf("upstreamCount: %d with filterType network: the filter state holds one address", c.UpstreamCount)
 	}
-	if c.PassiveHealth != nil {
-		d.errorf("passiveHealth: counts HTTP response statuses, %s (active healthCheck probes still work)", why)
-	}
-	if p := c.Persistence; p != nil && p.Fleet != nil {
-		d.errorf("persistence.fleet: the fleet level holds a request while it asks etcd; a network filter (filterType network) keeps persistence in the proxy's own table (leave persistence.fleet out)")
-	}
+	d.errs = append(d.errs, HostNetwork.Refusals(root)...)
 	check := func(path string, e *Expr) {
 		if v := e.httpVariable(); v != "" {
 			d.errorf("%s: %q reads %s, %s; a connection has only client.ip, client.port, server.ip and server.port", path, e.String(), v, why)

@@ -19,7 +19,10 @@ A FILE is one of
   - an Envoy configuration (YAML or JSON: a bootstrap, or xDS resources): the
     configuration.value of every envoy.filters.http.wasm (or
     envoy.filters.network.wasm) filter that is hashlb's (its name, root_id,
-    vm_id or module path mentions hashlb);
+    vm_id or module path mentions hashlb), and the lb_policy_config.value of
+    every cluster's dynamic-module load-balancing policy that is hashlb's
+    (DynamicModulesLoadBalancerConfig whose name, lb_policy_name or module
+    mentions hashlb), validated as the policy does (its refusals included);
   - Kubernetes manifests (YAML, "---" between documents): every Istio
     WasmPlugin and TrafficExtension that is hashlb's (its name, url or
     pluginName mentions hashlb; spec.pluginConfig, a TrafficExtension's
@@ -32,6 +35,11 @@ Each valid configuration is then held to its surroundings: the endpoints of
 the cluster that follows its header against its services, the header that
 cluster reads, fail_open with ORIGINAL_DST, the filter kind against
 filterType, the fleet cluster, retries, one hashlb per filter chain. A
+policy is held to its cluster: the hosts it reads (load_assignment, or the
+EDS file of path_config_source, looked for in the working directory, which
+is taken to be Envoy's, else beside FILE) as hashlb services (identities,
+weights), health_checks or outlier_detection, ignore_health_on_host_removal,
+do_not_close, its place in the cluster's policies. A
 finding names the file, the path and line of the node to change, and what to
 change (docs/cli.md).
 
@@ -55,7 +63,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	named, status := scanFiles(files, stderr)
 	findings := deploycheck.Check(named)
 	found, bad := reportConfigs(named, findings, stdout, stderr)
-	if bad || reportFindings(findings, stdout, stderr) {
+	if reportFindings(findings, stdout, stderr) || bad {
 		status = 1
 	}
 	if found == 0 && status == 0 {
@@ -106,8 +114,14 @@ func reportConfigs(named []deploycheck.Named, findings []deploycheck.Finding, st
 				bad = true
 				continue
 			}
-			if !failed[e.Node] {
+			switch {
+			case failed[e.Node]:
+			case e.Policy == nil:
 				fmt.Fprintf(stdout, "%sok (%s over %s)\n", e.Prefix(file), cfg.LBMethod, plural(len(cfg.Services), "service"))
+			case e.Policy.Unknown != "":
+				fmt.Fprintf(stdout, "%sok (%s; hosts not checked: %s)\n", e.Prefix(file), cfg.LBMethod, e.Policy.Unknown)
+			default:
+				fmt.Fprintf(stdout, "%sok (%s over %s from %s)\n", e.Prefix(file), cfg.LBMethod, plural(len(e.Policy.Hosts), "host"), e.Policy.From)
 			}
 		}
 	}

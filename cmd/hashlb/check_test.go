@@ -97,6 +97,9 @@ func TestCheckGolden(t *testing.T) {
 			"../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml", "../../configs/istio/wasmplugin.yaml",
 			"../../configs/istio/trafficextension/trafficextension.yaml"}},
 		{"istio-fleet-without-etcd", []string{"../../configs/istio/fleet/wasmplugin.yaml", "../../configs/istio/serviceentry.yaml"}},
+		// The load-balancing policy: refusals, hosts as services, health advice.
+		{"lbpolicy-bad", []string{td + "lbpolicy-bad.yaml"}},
+		{"lbpolicy-cds", []string{td + "lbpolicy-cds.yaml"}},
 		{"usage", []string{}},
 		{"usage-flag", []string{"-q", "x.json"}},
 	}

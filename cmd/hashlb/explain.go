@@ -11,6 +11,17 @@ CONFIG is any FILE "hashlb check" accepts; when it holds several hashlb
 configurations, -config chooses one. A connection (a network filter) is
 -url '' -client IP:PORT -dest IP:PORT.
 
+For hashlb's load-balancing policy (a cluster's DynamicModulesLoadBalancerConfig)
+the services are the cluster's hosts at priority 0, from its load_assignment
+or its EDS file (path_config_source, looked for in the working directory,
+taken to be Envoy's, else beside CONFIG), made services as the policy makes
+them: metadata hashlb.hashId, else hashlb.name, else the address, is the
+identity; hashlb.name, else the identity, the name; the LB weight, 1 to 100,
+the weight. Hosts whose EDS health_status is UNHEALTHY, DRAINING, TIMEOUT or
+DEGRADED are down; every other host is taken to pass its health checks
+(-down marks more). The failover order is the one a retry walks with
+retry_host_predicate previous_hosts; no header is set.
+
 Persistence is explained for an empty table: the request's key is shown, and
 the method's choice is what the table would store.
 
@@ -37,6 +48,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	item, cfg, code, done := in.config(stderr)
 	if done {
 		return code
+	}
+	if item.Policy != nil {
+		return explainPolicy(in, item, stdout, stderr)
 	}
 	b, code, done := in.balancer(cfg, stderr)
 	if done {

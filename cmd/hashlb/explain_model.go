@@ -42,6 +42,9 @@ type report struct {
 	Capped      bool       `json:"capped"`
 	Persist     *persist   `json:"persistence"`
 	Session     *session   `json:"session,omitempty"`
+	// Policy is set for hashlb's load-balancing policy: the cluster whose
+	// hosts are the services.
+	Policy *policyInfo `json:"policy,omitempty"`
 
 	upstreamCount int
 }

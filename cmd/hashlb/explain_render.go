@@ -55,6 +55,9 @@ func (r *report) write(out io.Writer) {
 func (r *report) writeRequest(t text) {
 	if r.Where != "" {
 		t.line("config", "%s: %s", r.Config, r.Where)
+		if r.Policy != nil {
+			t.cont("the services are the cluster's hosts, from %s", r.Policy.Hosts)
+		}
 	} else {
 		t.line("config", "%s", r.Config)
 	}
@@ -142,9 +145,12 @@ func (r *report) writeChoice(t text) {
 	if r.Backup != nil {
 		t.line("backup", "%s", r.Backup.Why)
 	}
-	if r.Chosen == nil {
+	switch {
+	case r.Chosen == nil && r.Policy != nil:
+		t.line("chosen", "none: no host is selectable; the policy gives Envoy no host, and Envoy answers 503")
+	case r.Chosen == nil:
 		t.line("chosen", "none: no service is selectable; the module answers 503 %q", "no healthy service")
-	} else {
+	default:
 		t.line("chosen", "%s (%s), by %s (reason %s)", r.Chosen.Name, r.Chosen.Address, r.DecidedBy, r.Reason)
 		var f []string
 		for _, s := range r.Failover {
@@ -152,12 +158,17 @@ func (r *report) writeChoice(t text) {
 		}
 		switch {
 		case len(f) > 0:
+		case r.Policy != nil:
+			f = append(f, "none: nothing else is selectable")
 		case r.upstreamCount == 1:
 			f = append(f, "none named: upstreamCount is 1")
 		default:
 			f = append(f, "none: nothing else is selectable")
 		}
 		t.line("failover", "%s", strings.Join(f, ", "))
+		if r.Policy != nil {
+			t.line("upstream", "the policy gives Envoy the host %s; a retry (retry_host_predicate previous_hosts) takes the first healthy host of the failover order not yet tried; no header is set", r.Chosen.Address)
+		}
 	}
 	if r.WorkerNote != "" {
 		t.line("note", "%s", r.WorkerNote)

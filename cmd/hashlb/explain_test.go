@@ -26,6 +26,11 @@ func TestExplainGolden(t *testing.T) {
 		args []string
 	}{
 		{"envoy-urlhash", []string{"../../envoy.yaml", "-url", "/some/path"}},
+		// The load-balancing policy: the hosts of the cluster's EDS file (hashId,
+		// IPv6, an LB weight, a draining host), the failover a retry walks.
+		{"lbpolicy-eds", []string{"testdata/check/lbpolicy-cds.yaml", "-config", "shop", "-url", "/cart/42"}},
+		{"lbpolicy-eds-json", []string{"testdata/check/lbpolicy-cds.yaml", "-config", "shop", "-url", "/cart/42", "-down", "cart-1", "-json"}},
+		{"lbpolicy-refused", []string{"testdata/check/lbpolicy-bad.yaml", "-config", "refused", "-url", "/cart/42"}},
 		// The Citrix example: /h1/7 ranks S1 > S2 > S3.
 		{"citrix-all-up", []string{td + "citrix.json", "-url", "/h1/7"}},
 		{"citrix-s1-down", []string{td + "citrix.json", "-url", "/h1/7", "-down", "S1"}},

@@ -441,6 +441,7 @@ func TestLBPolicyRefusesConfig(t *testing.T) {
 			{`{"lbMethod":"DESTINATIONIPHASH"}`, "hashlb: configuration refused: lbMethod: DESTINATIONIPHASH hashes the address the connection was accepted on"},
 			{`{"lbMethod":"SOURCEIPHASH"}`, "set trustedForwardedHops to 1 or more"},
 			{`{"lbMethod":"URLHASH","services":[]}`, "hashlb: configuration refused: services: not served by the load-balancing policy"},
+			{`{"lbMethod":"URLHASH","session":{"type":"cookie"}}`, "hashlb: configuration refused: session: not served by the load-balancing policy: a load-balancing policy can set no cookie or response header; use Envoy's envoy.filters.http.stateful_session filter in front of the policy"},
 			{`{"lbMethod":"URLHASH","hashLength":0}`, "hashlb: configuration refused: hashLength: 0 is out of range"},
 		} {
 			out, err := launchPolicy(t, bin, mod, []policyCluster{{name: "bad", config: c.config, eps: []policyEndpoint{{b: b}}}})

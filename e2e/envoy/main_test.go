@@ -12,6 +12,7 @@ func TestMain(m *testing.M) {
 	envoyrun.RemoveModule()
 	envoyrun.RemoveModules()
 	envoyrun.RemoveLBPolicies()
+	removeCLI()
 	os.Exit(code)
 }
 

@@ -61,6 +61,11 @@ func Check(files []Named) []Finding {
 				out = append(out, checkEnvoy(f, doc)...)
 			}
 		}
+		for _, e := range f.Configs() {
+			if e.Policy != nil {
+				out = append(out, checkPolicy(f.Name, e)...)
+			}
+		}
 	}
 	return append(out, checkIstio(files)...)
 }
@@ -71,7 +76,7 @@ func Check(files []Named) []Finding {
 func plugins(f Named) map[*yaml.Node]plugin {
 	out := map[*yaml.Node]plugin{}
 	for _, it := range f.Configs() {
-		if it.Node == nil {
+		if it.Node == nil || it.Policy != nil {
 			continue
 		}
 		if cfg, problems := it.Parse(); problems == nil {

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -31,9 +32,14 @@ type Item struct {
 	// read and not hashlb's, such as "ServiceEntry demo/backends: no hashlb
 	// configuration".
 	Skipped string
-	// Node is the filter's PluginConfig (an Envoy wasm filter's config) or
-	// the WasmPlugin resource the configuration is read from.
+	// Node is the filter's PluginConfig (an Envoy wasm filter's config),
+	// the WasmPlugin resource the configuration is read from, or a
+	// load-balancing policy's typed_config.
 	Node *yaml.Node
+	// Policy, when set, makes this the configuration of hashlb's
+	// load-balancing policy on a cluster (lb_policy_config), with the
+	// cluster's hosts.
+	Policy *Policy
 }
 
 // Prefix is how output lines about e begin: "FILE: " or "FILE: WHERE: ".
@@ -45,10 +51,24 @@ func (e *Item) Prefix(file string) string {
 }
 
 // Parse validates e as the module does (filter/plugin.go): lbcore.ParseConfig,
-// every problem one line.
+// every problem one line. A load-balancing policy's configuration is
+// validated as the policy does (ParsePolicy); its configuration is then
+// over the cluster's hosts when they are known, else over one placeholder.
 func (e *Item) Parse() (*lbcore.Config, []string) {
 	if e.Problem != "" {
 		return nil, []string{e.Problem}
+	}
+	if e.Policy != nil {
+		pol, problems := e.ParsePolicy()
+		if problems != nil {
+			return nil, problems
+		}
+		if e.Policy.Unknown == "" {
+			if cfg, _, err := pol.Services(e.Policy.Hosts); err == nil {
+				return cfg, nil
+			}
+		}
+		return pol.Config, nil
 	}
 	cfg, err := lbcore.ParseConfig(e.Data)
 	if err != nil {
@@ -90,7 +110,9 @@ func (src *File) skipped() []string {
 	return out
 }
 
-// ScanFile reads file ("-" is stdin) and finds the hashlb configurations in it.
+// ScanFile reads file ("-" is stdin) and finds the hashlb configurations in
+// it. An EDS file a load-balancing policy's cluster reads is looked for in
+// the working directory, else beside file.
 func ScanFile(file string) (*File, error) {
 	var data []byte
 	var err error
@@ -106,17 +128,25 @@ func ScanFile(file string) (*File, error) {
 		}
 		return nil, err
 	}
-	return Scan(data)
+	dir := ""
+	if file != "-" {
+		dir = filepath.Dir(file)
+	}
+	return scan(data, dir)
 }
 
 // envoyTopLevel are fields of Envoy's Bootstrap, of a discovery response and
 // of a config dump: a JSON object with one of them is read as Envoy
 // configuration, any other as a plugin configuration.
 var envoyTopLevel = []string{"static_resources", "dynamic_resources", "admin", "node", "layered_runtime",
-	"overload_manager", "cluster_manager", "resources", "configs"}
+	"overload_manager", "cluster_manager", "resources", "configs", "load_balancing_policy"}
 
-// Scan finds the hashlb configurations in a file's contents.
-func Scan(data []byte) (*File, error) {
+// Scan finds the hashlb configurations in a file's contents; an EDS file
+// is looked for in the working directory.
+func Scan(data []byte) (*File, error) { return scan(data, "") }
+
+// scan is Scan of a file in dir.
+func scan(data []byte, dir string) (*File, error) {
 	trimmed := bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
 	if len(trimmed) == 0 {
 		return nil, errors.New("empty file")
@@ -133,7 +163,7 @@ func Scan(data []byte) (*File, error) {
 			return &File{Items: []Item{{Data: data}}}, nil
 		}
 	}
-	return scanYAML(data)
+	return scanYAML(data, dir)
 }
 
 func isEnvoyOrManifest(top map[string]json.RawMessage) bool {
@@ -150,7 +180,7 @@ func isEnvoyOrManifest(top map[string]json.RawMessage) bool {
 
 // scanYAML reads every document of a YAML (or JSON) file: Kubernetes
 // manifests by kind, anything else as Envoy configuration.
-func scanYAML(data []byte) (*File, error) {
+func scanYAML(data []byte, dir string) (*File, error) {
 	src := &File{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	docs, envoyDocs, wasmSeen := 0, 0, 0
@@ -188,13 +218,13 @@ func scanYAML(data []byte) (*File, error) {
 		envoyDocs++
 		w := &wasmWalk{src: src}
 		w.walk(root, walkCtx{})
-		wasmSeen += w.seen
+		wasmSeen += w.seen + src.policies(root, dir)
 	}
 	if docs == 0 {
 		return nil, errors.New("no hashlb configuration: the file holds no YAML or JSON document")
 	}
 	if envoyDocs > 0 && wasmSeen == 0 {
-		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm or envoy.filters.network.wasm filter in this Envoy configuration")
+		return nil, errors.New("no hashlb configuration: no envoy.filters.http.wasm or envoy.filters.network.wasm filter and no dynamic-module load-balancing policy in this Envoy configuration")
 	}
 	if envoyDocs > 0 && len(src.Configs()) == 0 {
 		return nil, fmt.Errorf("no hashlb configuration: %s", strings.Join(src.skipped(), "; "))

@@ -26,30 +26,15 @@ type Policy struct {
 	active, activeBackup bool
 }
 
-// refused are the options of the filter that a load-balancing policy cannot
-// serve, each with the reason and what to do instead. The policy refuses
-// them rather than ignore them: a configuration means what it says.
-var refused = []struct{ path, why string }{
-	{"services", "the policy balances over the cluster's hosts (its endpoints, from EDS or load_assignment); remove it"},
-	{"healthCheck", "the policy follows Envoy's own health of the hosts; configure the cluster's health_checks instead"},
-	{"passiveHealth", "the policy follows Envoy's own health of the hosts; configure the cluster's outlier_detection instead"},
-	{"filterType", "the policy is not a filter: Envoy asks it for a host for HTTP and TCP alike; remove it"},
-	{"upstreamVia", "the policy returns the host itself: no header or filter state carries the choice; remove it"},
-	{"upstreamHeader", "the policy returns the host itself: no header carries the choice; remove it"},
-	{"upstreamCount", "the policy returns one host, and Envoy's retries walk the ranking (retry_host_predicate previous_hosts); remove it"},
-	{"serviceHeader", "a load-balancing policy cannot add request headers; remove it"},
-	{"debugHeader", "a load-balancing policy cannot add response headers; remove it"},
-	{"persistence.fleet", "fleet-wide persistence makes HTTP calls to etcd, which a load-balancing policy cannot make; remove it (the table is per Envoy process)"},
-}
-
 // placeholder is the service the policy's JSON is parsed with: lbcore
 // requires services, the policy gets them from the cluster.
 const placeholder = `"services":[{"name":"placeholder","address":"127.0.0.1:1"}]`
 
 // ParseConfig validates the policy's configuration: hashlb's JSON
 // configuration (docs/config.md) without services. lbcore checks it,
-// with the filter's messages; then every option or input the policy cannot
-// serve is refused with the reason. All problems are returned, joined.
+// with the filter's messages; every option the policy cannot serve
+// (lbcore.HostPolicy's refusals) and every input it cannot read is refused
+// with the reason and what to do instead. All problems are returned, joined.
 func ParseConfig(data []byte) (*Policy, error) {
 	if !gjson.ValidBytes(data) || !gjson.ParseBytes(data).IsObject() {
 		_, err := lbcore.ParseConfig(data) // lbcore's message for what is wrong
@@ -58,13 +43,10 @@ func ParseConfig(data []byte) (*Policy, error) {
 		}
 		return nil, err
 	}
-	root := gjson.ParseBytes(data)
-	var errs []error
-	for _, r := range refused {
-		if root.Get(r.path).Exists() {
-			errs = append(errs, fmt.Errorf("%s: not served by the load-balancing policy: %s", r.path, r.why))
-		}
-	}
+	// What the policy refuses whole comes from lbcore's host table, as the
+	// network filter's refusals do: a field cannot be added without saying
+	// what the policy does with it.
+	errs := lbcore.HostPolicy.Refusals(gjson.ParseBytes(data))
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -134,12 +116,16 @@ func connectionProblems(c *lbcore.Config) []error {
 	switch {
 	case c.LBMethod == lbcore.MethodDestIPHash || c.LBMethod == lbcore.MethodSrcDestIPHash:
 		errs = append(errs, fmt.Errorf("lbMethod: %s hashes the address the connection was accepted on, which Envoy does not give a load-balancing policy; use the filter (envoy.yaml) for it", c.LBMethod))
+	case c.LBMethod == lbcore.MethodSrcIPSrcPortHash:
+		// It hashes the connection's peer and port, never x-forwarded-for
+		// (which has no port): trustedForwardedHops cannot help.
+		errs = append(errs, fmt.Errorf("lbMethod: SRCIPSRCPORTHASH hashes the connection's client address and port, which Envoy does not give a load-balancing policy (x-forwarded-for has no port); use SOURCEIPHASH with trustedForwardedHops, or the filter (envoy.yaml)"))
 	case in.Dest:
 		errs = append(errs, fmt.Errorf("token: reads ${server.ip} or ${server.port}, which Envoy does not give a load-balancing policy"))
 	}
-	if in.Source {
+	if in.Source && c.LBMethod != lbcore.MethodSrcIPSrcPortHash {
 		what := "token: reads ${client.ip} or ${client.port}"
-		if c.LBMethod == lbcore.MethodSourceIPHash || c.LBMethod == lbcore.MethodSrcIPSrcPortHash {
+		if c.LBMethod == lbcore.MethodSourceIPHash {
 			what = "lbMethod: " + c.LBMethod.String() + " hashes the client address"
 		}
 		errs = append(errs, fmt.Errorf("%s, and Envoy gives a load-balancing policy the request headers, not the connection: set trustedForwardedHops to 1 or more (with use_remote_address: true Envoy appends the client's address to x-forwarded-for)", what))

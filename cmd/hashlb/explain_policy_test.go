@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/deploycheck"
+	"github.com/hashlb/hashlb/internal/lbpolicy"
+)
+
+// policyHosts is lbpolicy.Hosts over the hosts "hashlb explain" read: what
+// Envoy's callbacks hand a worker of the policy.
+type policyHosts struct {
+	p       *deploycheck.Policy
+	healthy []int
+}
+
+func newPolicyHosts(p *deploycheck.Policy) *policyHosts {
+	h := &policyHosts{p: p}
+	for i, down := range p.Down {
+		if !down {
+			h.healthy = append(h.healthy, i)
+		}
+	}
+	return h
+}
+
+func (h *policyHosts) Count() int           { return len(h.p.Hosts) }
+func (h *policyHosts) Address(i int) string { return h.p.Hosts[i].Address }
+func (h *policyHosts) Weight(i int) int     { return h.p.Hosts[i].Weight }
+func (h *policyHosts) Health(i int) lbpolicy.Health {
+	if h.p.Down[i] {
+		return lbpolicy.Unhealthy
+	}
+	return lbpolicy.Healthy
+}
+func (h *policyHosts) Metadata(i int, key string) string {
+	switch key {
+	case "hashId":
+		return h.p.Hosts[i].HashID
+	case "name":
+		return h.p.Hosts[i].Name
+	}
+	return ""
+}
+func (h *policyHosts) ActiveRequests(int) int64         { return 0 }
+func (h *policyHosts) HealthyCount() int                { return len(h.healthy) }
+func (h *policyHosts) HealthyAddress(i int) string      { return h.p.Hosts[h.healthy[i]].Address }
+func (h *policyHosts) ShouldSelectAnotherHost(int) bool { return false }
+
+// pathCtx is a request of one :path.
+type pathCtx struct{ path string }
+
+func (c pathCtx) Header(name string, i int) (string, int) {
+	if name == ":path" && i == 0 {
+		return c.path, 1
+	}
+	return "", 0
+}
+func (c pathCtx) ShouldSelectAnotherHost(int) bool { return false }
+
+// policyItem scans file and returns its one policy configuration.
+func policyItem(t *testing.T, file string) deploycheck.Item {
+	t.Helper()
+	src, err := deploycheck.ScanFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range src.Configs() {
+		if e.Policy != nil && e.Policy.Unknown == "" {
+			return e
+		}
+	}
+	t.Fatalf("%s: no policy with known hosts", file)
+	return deploycheck.Item{}
+}
+
+// TestExplainPolicyIsWorker: for every :path of the request corpus,
+// "hashlb explain" on a bootstrap that uses the load-balancing policy
+// chooses the host that the policy's own worker (internal/lbpolicy.Worker,
+// the code Envoy runs) chooses over the same hosts: the shipped
+// configs/envoy-lbpolicy.yaml with its EDS file, and a CDS resource whose
+// EDS file has hashId, IPv6, a weight and a draining host.
+func TestExplainPolicyIsWorker(t *testing.T) {
+	for _, tt := range []struct{ name, dir, file, which string }{
+		{"shipped", "../..", "configs/envoy-lbpolicy.yaml", "1"},
+		{"cds", ".", "testdata/check/lbpolicy-cds.yaml", "shop"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Chdir(tt.dir)
+			item := policyItem(t, tt.file)
+			pol, problems := item.ParsePolicy()
+			if problems != nil {
+				t.Fatal(problems)
+			}
+			w := pol.NewWorker(item.Policy.Cluster)
+			hosts := newPolicyHosts(item.Policy)
+			if _, err := w.Update(hosts); err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]bool{}
+			for _, r := range corpus.Requests(300) {
+				path := r.Headers[0][1]
+				for _, h := range r.Headers {
+					if h[0] == ":path" {
+						path = h[1]
+					}
+				}
+				hi, f := w.Choose(hosts, pathCtx{path}, time.Unix(1767225600, 0))
+				want := "none"
+				if f == lbpolicy.NoFailure {
+					want = hosts.HealthyAddress(hi)
+				}
+				var stdout, stderr bytes.Buffer
+				run([]string{"explain", tt.file, "-config", tt.which, "-url", path, "-json"}, &stdout, &stderr)
+				var rep struct {
+					Chosen *svcRef `json:"chosen"`
+				}
+				if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+					t.Fatalf("explain -url %q: %v\n%s%s", path, err, stdout.String(), stderr.String())
+				}
+				got := "none"
+				if rep.Chosen != nil {
+					got = rep.Chosen.Address
+				}
+				if got != want {
+					t.Errorf("explain %s -url %q chose %s, the policy's worker %s", tt.file, path, got, want)
+				}
+				seen[got] = true
+			}
+			if len(seen) < 2 {
+				t.Errorf("the corpus reached %v only: want a spread", seen)
+			}
+		})
+	}
+}
+
+// TestCheckShippedPolicy: "hashlb check configs/envoy-lbpolicy.yaml", run
+// where Envoy runs it (the repository root), passes.
+func TestCheckShippedPolicy(t *testing.T) {
+	t.Chdir("../..")
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"check", "configs/envoy-lbpolicy.yaml"}, &stdout, &stderr)
+	want := "configs/envoy-lbpolicy.yaml: cluster hashlb_hosts, load-balancing policy hashlb: ok (URLHASH over 3 hosts from EDS file configs/lbpolicy-endpoints.yaml)\n"
+	if code != 0 || stdout.String() != want || stderr.Len() != 0 {
+		t.Errorf("hashlb check configs/envoy-lbpolicy.yaml = %d\n%s%s\nwant 0 and %q", code, stdout.String(), stderr.String(), want)
+	}
+}
+
+// TestExplainPolicyNeedsHosts: a cluster whose hosts come from an EDS
+// server cannot be explained, and the error says why.
+func TestExplainPolicyNeedsHosts(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"explain", "testdata/check/lbpolicy-cds.yaml", "-config", "from-ads", "-url", "/x"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "the cluster's hosts are not known: its hosts come from an EDS server") {
+		t.Errorf("explain on an ADS cluster = %d, stderr %q", code, stderr.String())
+	}
+}
