@@ -12,14 +12,15 @@ configurations, -config chooses one. A connection (a network filter) is
 -url '' -client IP:PORT -dest IP:PORT.
 
 For hashlb's load-balancing policy (a cluster's DynamicModulesLoadBalancerConfig)
-the services are the cluster's hosts at priority 0, from its load_assignment
+the services are the cluster's hosts, from its load_assignment
 or its EDS file (path_config_source, looked for in the working directory,
 taken to be Envoy's, else beside CONFIG), made services as the policy makes
 them: metadata hashlb.hashId, else hashlb.name, else the address, is the
 identity; hashlb.name, else the identity, the name; the LB weight, 1 to 100,
 the weight. Hosts whose EDS health_status is UNHEALTHY, DRAINING, TIMEOUT or
 DEGRADED are down; every other host is taken to pass its health checks
-(-down marks more). The failover order is the one a retry walks with
+(-down marks more). Only the lowest priority with a host up is ranked, as the
+policy serves it. The failover order is the one a retry walks with
 retry_host_predicate previous_hosts; no header is set.
 
 Persistence is explained for an empty table: the request's key is shown, and

@@ -19,7 +19,8 @@ type policyInfo struct {
 // explainPolicy explains a request to hashlb's load-balancing policy on a
 // cluster: the hosts are the cluster's (its load_assignment or EDS file),
 // made services as Envoy's workers make them (lbpolicy.Policy.Services),
-// those whose EDS health_status is not healthy and those -down names down;
+// those whose EDS health_status is not healthy, those of a priority not
+// served and those -down names down;
 // the failover order is the ranking a retry walks.
 func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Writer) int {
 	p := item.Policy
@@ -52,8 +53,14 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 		return 1
 	}
 	rb, _, _ := in.balancer(rcfg, stderr)
+	// A host is chosen only when healthy at the level served, the lowest
+	// priority with a healthy host (docs/deploy.md, "Priorities").
+	serving := p.Serving()
+	if serving > 0 {
+		fmt.Fprintf(stderr, "%spriority 0 has no healthy host: the policy serves priority %d\n", item.Prefix(in.file), serving)
+	}
 	for i, down := range p.Down {
-		if down {
+		if down || p.Priority[i] != serving {
 			b.SetDown(i, true)
 			rb.SetDown(i, true)
 		}

@@ -13,44 +13,47 @@ import (
 )
 
 // policyHosts is lbpolicy.Hosts over the hosts "hashlb explain" read: what
-// Envoy's callbacks hand a worker of the policy.
+// Envoy's callbacks hand a worker of the policy, level by level.
 type policyHosts struct {
 	p       *deploycheck.Policy
-	healthy []int
+	levels  [][]int // per priority, indices of p.Hosts
+	healthy [][]int // per priority, its healthy hosts
 }
 
 func newPolicyHosts(p *deploycheck.Policy) *policyHosts {
 	h := &policyHosts{p: p}
-	for i, down := range p.Down {
-		if !down {
-			h.healthy = append(h.healthy, i)
+	for i, prio := range p.Priority {
+		for len(h.levels) <= prio {
+			h.levels = append(h.levels, nil)
+			h.healthy = append(h.healthy, nil)
+		}
+		h.levels[prio] = append(h.levels[prio], i)
+		if !p.Down[i] {
+			h.healthy[prio] = append(h.healthy[prio], i)
 		}
 	}
 	return h
 }
 
-func (h *policyHosts) Count() int           { return len(h.p.Hosts) }
-func (h *policyHosts) Address(i int) string { return h.p.Hosts[i].Address }
-func (h *policyHosts) Weight(i int) int     { return h.p.Hosts[i].Weight }
-func (h *policyHosts) Health(i int) lbpolicy.Health {
-	if h.p.Down[i] {
-		return lbpolicy.Unhealthy
-	}
-	return lbpolicy.Healthy
-}
-func (h *policyHosts) Metadata(i int, key string) string {
+func (h *policyHosts) host(p, i int) *lbpolicy.HostInfo { return &h.p.Hosts[h.levels[p][i]] }
+func (h *policyHosts) Levels() int                      { return len(h.levels) }
+func (h *policyHosts) Count(p int) int                  { return len(h.levels[p]) }
+func (h *policyHosts) Address(p, i int) string          { return h.host(p, i).Address }
+func (h *policyHosts) Weight(p, i int) int              { return h.host(p, i).Weight }
+func (h *policyHosts) Metadata(p, i int, key string) string {
 	switch key {
 	case "hashId":
-		return h.p.Hosts[i].HashID
+		return h.host(p, i).HashID
 	case "name":
-		return h.p.Hosts[i].Name
+		return h.host(p, i).Name
 	}
 	return ""
 }
-func (h *policyHosts) ActiveRequests(int) int64         { return 0 }
-func (h *policyHosts) HealthyCount() int                { return len(h.healthy) }
-func (h *policyHosts) HealthyAddress(i int) string      { return h.p.Hosts[h.healthy[i]].Address }
-func (h *policyHosts) ShouldSelectAnotherHost(int) bool { return false }
+func (h *policyHosts) ActiveRequests(int, int) int64 { return 0 }
+func (h *policyHosts) HealthyCount(p int) int        { return len(h.healthy[p]) }
+func (h *policyHosts) HealthyAddress(p, i int) string {
+	return h.p.Hosts[h.healthy[p][i]].Address
+}
 
 // pathCtx is a request of one :path.
 type pathCtx struct{ path string }
@@ -61,19 +64,29 @@ func (c pathCtx) Header(name string, i int) (string, int) {
 	}
 	return "", 0
 }
-func (c pathCtx) ShouldSelectAnotherHost(int) bool { return false }
+func (c pathCtx) ShouldSelectAnotherHost(int, int) bool { return false }
 
-// policyItem scans file and returns its one policy configuration.
-func policyItem(t *testing.T, file string) deploycheck.Item {
+// policyItem scans file and returns its policy configuration on cluster
+// (the first with known hosts when no cluster has that name).
+func policyItem(t *testing.T, file, cluster string) deploycheck.Item {
 	t.Helper()
 	src, err := deploycheck.ScanFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var first *deploycheck.Item
 	for _, e := range src.Configs() {
 		if e.Policy != nil && e.Policy.Unknown == "" {
-			return e
+			if e.Policy.Cluster == cluster {
+				return e
+			}
+			if first == nil {
+				first = &e
+			}
 		}
+	}
+	if first != nil {
+		return *first
 	}
 	t.Fatalf("%s: no policy with known hosts", file)
 	return deploycheck.Item{}
@@ -84,15 +97,19 @@ func policyItem(t *testing.T, file string) deploycheck.Item {
 // chooses the host that the policy's own worker (internal/lbpolicy.Worker,
 // the code Envoy runs) chooses over the same hosts: the shipped
 // configs/envoy-lbpolicy.yaml with its EDS file, and a CDS resource whose
-// EDS file has hashId, IPv6, a weight and a draining host.
+// EDS file has hashId, IPv6, a weight and a draining host, and clusters
+// of two priorities,, priority 0 partly healthy (its healthy hosts serve)
+// and all unhealthy (priority 1's serve).
 func TestExplainPolicyIsWorker(t *testing.T) {
 	for _, tt := range []struct{ name, dir, file, which string }{
 		{"shipped", "../..", "configs/envoy-lbpolicy.yaml", "1"},
 		{"cds", ".", "testdata/check/lbpolicy-cds.yaml", "shop"},
+		{"priority", ".", "testdata/check/lbpolicy-priority.yaml", "tiers"},
+		{"failover", ".", "testdata/check/lbpolicy-priority.yaml", "failover"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Chdir(tt.dir)
-			item := policyItem(t, tt.file)
+			item := policyItem(t, tt.file, tt.which)
 			pol, problems := item.ParsePolicy()
 			if problems != nil {
 				t.Fatal(problems)
@@ -110,10 +127,10 @@ func TestExplainPolicyIsWorker(t *testing.T) {
 						path = h[1]
 					}
 				}
-				hi, f := w.Choose(hosts, pathCtx{path}, time.Unix(1767225600, 0))
+				pr, hi, f := w.Choose(hosts, pathCtx{path}, time.Unix(1767225600, 0))
 				want := "none"
 				if f == lbpolicy.NoFailure {
-					want = hosts.HealthyAddress(hi)
+					want = hosts.HealthyAddress(pr, hi)
 				}
 				var stdout, stderr bytes.Buffer
 				run([]string{"explain", tt.file, "-config", tt.which, "-url", path, "-json"}, &stdout, &stderr)

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -22,16 +23,19 @@ const (
 )
 
 // A Policy is hashlb's load-balancing policy on a cluster, and the
-// cluster's hosts as the policy sees them (priority 0, in Envoy's order).
+// cluster's hosts as the policy sees them (every priority's, priority 0's
+// first, each level in Envoy's order).
 type Policy struct {
 	// Cluster is the cluster's name.
 	Cluster string
-	// Hosts are the hosts at priority 0, in the order Envoy holds them;
+	// Hosts are the hosts of every priority, the lowest first, each
+	// level's in the order Envoy holds them; Priority is each one's level;
 	// Down marks those whose EDS health_status Envoy does not count healthy
 	// (UNHEALTHY, DRAINING, TIMEOUT, and DEGRADED, which the policy does not
 	// choose either).
-	Hosts []lbpolicy.HostInfo
-	Down  []bool
+	Hosts    []lbpolicy.HostInfo
+	Priority []int
+	Down     []bool
 	// From says where the hosts were read: "load_assignment" or "EDS file
 	// PATH".
 	From string
@@ -39,11 +43,22 @@ type Policy struct {
 	// (an EDS server, host names Envoy resolves); Hosts is then empty.
 	Unknown string
 
-	cluster   located // the cluster, and its path in its document
-	policy    located // the policy's typed_config
-	index     int     // its place in load_balancing_policy.policies
-	findings  []Finding
-	lowerPrio int // hosts at priority 1 and above
+	cluster  located // the cluster, and its path in its document
+	policy   located // the policy's typed_config
+	index    int     // its place in load_balancing_policy.policies
+	findings []Finding
+}
+
+// Serving is the priority the policy serves (the lowest with a host not
+// Down), or -1 when none has one.
+func (p *Policy) Serving() int {
+	best := -1
+	for i, down := range p.Down {
+		if !down && (best < 0 || p.Priority[i] < best) {
+			best = p.Priority[i]
+		}
+	}
+	return best
 }
 
 // ParsePolicy validates a load-balancing policy's configuration as the
@@ -242,31 +257,47 @@ func edsAssignment(file, cluster string) (*yaml.Node, error) {
 // as healthy.
 var unhealthy = []string{"UNHEALTHY", "DRAINING", "TIMEOUT", "DEGRADED"}
 
-// assignment reads the hosts of a ClusterLoadAssignment: every endpoint of
-// priority 0, in order, with its address, LB weight, health status and
-// hashlb metadata.
+// assignment reads the hosts of a ClusterLoadAssignment: every endpoint,
+// by priority (Envoy's levels, the lowest first) and in order within one,
+// with its address, LB weight, health status and hashlb metadata.
 func (p *Policy) assignment(la located) {
 	var unknown []string
+	type ep struct {
+		h    lbpolicy.HostInfo
+		prio int
+		down bool
+	}
+	var eps []ep
 	for i, le := range items(get(la.n, "endpoints")) {
 		lp := fmt.Sprintf("%s.endpoints[%d]", la.path, i)
-		if prio := str(get(le, "priority")); prio != "" && prio != "0" {
-			p.lowerPrio += len(items(get(le, "lb_endpoints")))
-			continue
-		}
-		for j, e := range items(get(le, "lb_endpoints")) {
-			ep := located{e, fmt.Sprintf("%s.lb_endpoints[%d]", lp, j)}
-			h, ok := p.host(ep)
-			if !ok {
-				unknown = append(unknown, ep.path)
+		prio := 0
+		if s := str(get(le, "priority")); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 0 {
+				unknown = append(unknown, lp+".priority")
 				continue
 			}
-			p.Hosts = append(p.Hosts, h)
-			p.Down = append(p.Down, contains(unhealthy, str(get(e, "health_status"))))
+			prio = n
 		}
+		for j, e := range items(get(le, "lb_endpoints")) {
+			loc := located{e, fmt.Sprintf("%s.lb_endpoints[%d]", lp, j)}
+			h, ok := p.host(loc)
+			if !ok {
+				unknown = append(unknown, loc.path)
+				continue
+			}
+			eps = append(eps, ep{h, prio, contains(unhealthy, str(get(e, "health_status")))})
+		}
+	}
+	sort.SliceStable(eps, func(i, j int) bool { return eps[i].prio < eps[j].prio })
+	for _, e := range eps {
+		p.Hosts = append(p.Hosts, e.h)
+		p.Priority = append(p.Priority, e.prio)
+		p.Down = append(p.Down, e.down)
 	}
 	if unknown != nil {
 		p.Unknown = fmt.Sprintf("%s: not an IP address and port (a host name Envoy resolves, or another kind of address), so the hosts Envoy ranks are not known offline", strings.Join(unknown, ", "))
-		p.Hosts, p.Down = nil, nil
+		p.Hosts, p.Priority, p.Down = nil, nil, nil
 	}
 }
 
@@ -325,15 +356,12 @@ func checkPolicy(file string, e Item) []Finding {
 		case err != nil:
 			p.addFinding(cl, false, "%v: Envoy's workers would have no host set (update_error) and every request no host", err)
 		case len(p.Hosts) == 0:
-			p.addFinding(cl, true, "no hosts at priority 0: every request gets no host (503)")
+			p.addFinding(cl, true, "no hosts: every request gets no host (503)")
 		default:
 			for _, w := range warnings {
 				p.addFinding(cl, true, "%s", w)
 			}
 		}
-	}
-	if p.lowerPrio > 0 {
-		p.addFinding(cl, true, "%s at priority 1 or above: the policy balances over priority 0 only, and never chooses them", plural(p.lowerPrio, "host"))
 	}
 	hc := get(cl.n, "health_checks")
 	switch {

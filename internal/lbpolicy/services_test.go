@@ -23,14 +23,14 @@ func TestServicesAsWorker(t *testing.T) {
 	f.hs[5].weight, f.hs[5].name = 7, "b6"
 	f.sync()
 	w := p.NewWorker("c")
-	wantWarn, err := w.Update(f)
+	notes, err := w.Update(f)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var hosts []HostInfo
-	for i := range f.Count() {
-		hosts = append(hosts, HostInfo{Address: f.Address(i), Weight: f.Weight(i),
-			HashID: f.Metadata(i, "hashId"), Name: f.Metadata(i, "name")})
+	for i := range f.Count(0) {
+		hosts = append(hosts, HostInfo{Address: f.Address(0, i), Weight: f.Weight(0, i),
+			HashID: f.Metadata(0, i, "hashId"), Name: f.Metadata(0, i, "name")})
 	}
 	cfg, warn, err := p.Services(hosts)
 	if err != nil {
@@ -39,8 +39,8 @@ func TestServicesAsWorker(t *testing.T) {
 	if got, want := cfg.Services, w.Services(); !slices.Equal(got, want) {
 		t.Errorf("Services =\n%+v\nWorker.Update made\n%+v", got, want)
 	}
-	if !slices.Equal(warn, wantWarn) {
-		t.Errorf("Services warns %q, Worker.Update %q", warn, wantWarn)
+	if len(warn) != notes.Clamped {
+		t.Errorf("Services warns %q, Worker.Update counted %d clamped weights", warn, notes.Clamped)
 	}
 	if len(warn) != 1 || !strings.Contains(warn[0], "250") {
 		t.Errorf("warnings %q, want one for the weight 250", warn)

@@ -112,29 +112,13 @@ func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
 		for i := range c {
 			addr := strings.Clone(h.Address(p, i))
 			w.v.add(p, addr)
-			s := lbcore.Service{Address: addr, Enabled: true, Weight: h.Weight(p, i)}
-			s.HashID = strings.Clone(h.Metadata(p, i, "hashId"))
-			name := strings.Clone(h.Metadata(p, i, "name"))
-			if s.HashID == "" {
-				s.HashID = name
-			}
-			switch {
-			case name != "":
-				s.Name = name
-			case s.HashID != "":
-				s.Name = s.HashID
-			default:
-				s.Name = addr
-			}
-			if s.Weight > 100 {
+			s, clamped := ServiceOf(HostInfo{Address: addr, Weight: h.Weight(p, i),
+				HashID: strings.Clone(h.Metadata(p, i, "hashId")), Name: strings.Clone(h.Metadata(p, i, "name"))})
+			if clamped {
 				if notes.Clamped == 0 {
-					notes.Example = fmt.Sprintf("%s (weight %d)", addr, s.Weight)
+					notes.Example = fmt.Sprintf("%s (weight %d)", addr, h.Weight(p, i))
 				}
 				notes.Clamped++
-				s.Weight = 100
-			}
-			if s.Weight < 1 {
-				s.Weight = 1
 			}
 			svcs = append(svcs, s)
 		}
