@@ -148,7 +148,9 @@ func TestLBPolicyShippedExplain(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "envoy-lbpolicy.yaml"), yaml, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: 4})}
+		// Run as the shipped file says: ENVOY_DYNAMIC_MODULES_SEARCH_PATH=dist.
+		e := &policyEnvoy{Envoy: startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: 4,
+			Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=dist"}})}
 		e.addr = e.MustListener(t, "main")
 		e.waitHosts(t, "hashlb_hosts", 3, 0)
 
