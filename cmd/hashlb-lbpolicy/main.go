@@ -31,21 +31,18 @@ import (
 // makes the init return no version.
 var abiVersion = "v0.1.0"
 
-// testPanic, set by a test build (-ldflags -X main.testPanic=choose),
-// makes every choice panic, to show that a panic stays in the module;
-// -X main.testPanic=floor makes every choice the Go floor of the paired
-// benchmark instead of lbcore's (goFloor).
-var testPanic string
-
-// testYield, set by a test build (-ldflags -X main.testYield=off), stops
-// the workers' yields (goruntime.go), to measure what they save.
-var testYield string
-
 // abiVersionC is abiVersion as a C string, made once: Envoy reads it during
 // envoy_dynamic_module_on_program_init.
 var abiVersionC *C.char
 
 func main() {}
+
+// The choice cache's longest key is C's (cache.h HL_CACHE_KEY) and Go's
+// (lbpolicy.PathKeyMax): the build fails when they differ.
+const (
+	_ = uint(lbpolicy.PathKeyMax - C.HL_CACHE_KEY)
+	_ = uint(C.HL_CACHE_KEY - lbpolicy.PathKeyMax)
+)
 
 //export envoy_dynamic_module_on_program_init
 func envoy_dynamic_module_on_program_init() (v *C.char) {
@@ -260,10 +257,7 @@ func hl_go_choose_host(lb, mod, ctx unsafe.Pointer, priority, index *C.uint32_t)
 	}()
 	st = stateOf(mod)
 	if testPanic != "" {
-		if testPanic == "choose" {
-			panic("the test build's panic")
-		}
-		return goFloor(st, ctx, priority, index)
+		return testChoose(st, ctx, priority, index)
 	}
 	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
 	now := time.Now()
@@ -296,26 +290,6 @@ func (st *lbState) remember() {
 	}
 	path, _ := st.ctx.Header(":path", 0)
 	C.hl_cache_put(C.uintptr_t(uintptr(unsafe.Pointer(st.cache))), strAddr(path), C.size_t(len(path)), C.uint32_t(host), C.uint32_t(healthy))
-}
-
-// goFloor is e2e/envoy/testdata/lbfloor's choice in Go, through the
-// module's own callbacks and Go runtime measures (the paired benchmark's Go
-// floor row): the request's :path, FNV-1a, modulo the healthy hosts.
-func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.bool {
-	st.ctx.ctx = C.uintptr_t(uintptr(ctx))
-	n := st.hosts.HealthyCount(0)
-	path, _ := st.ctx.Header(":path", 0)
-	st.ctx.ctx = 0
-	st.entries.enter(time.Now())
-	if n == 0 {
-		return false
-	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(path); i++ {
-		h = (h ^ uint64(path[i])) * 1099511628211
-	}
-	*priority, *index = 0, C.uint32_t(h%uint64(n))
-	return true
 }
 
 //export envoy_dynamic_module_on_lb_on_host_membership_update

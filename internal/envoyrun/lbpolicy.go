@@ -27,7 +27,9 @@ var (
 // -buildmode=c-shared), once per process and ldflags, into a directory of
 // its own as lib<LBPolicyName>.so, and returns the directory: what
 // ENVOY_DYNAMIC_MODULES_SEARCH_PATH names. ldflags "" is the module as
-// shipped; a test builds variants with others (-X main.abiVersion=...). The
+// shipped; a test builds variants with others (-X main.abiVersion=...; one
+// that sets a test switch, -X main.testPanic=... or main.testYield=..., is
+// built with the tag hashlb_testhooks that compiles them in). The
 // tests build the module from the source they test; a failed build is an
 // error.
 func BuildLBPolicy(ldflags string) (string, error) {
@@ -47,6 +49,11 @@ func BuildLBPolicy(ldflags string) (string, error) {
 	args := []string{"build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "lib"+LBPolicyName+".so")}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
+	}
+	if strings.Contains(ldflags, "main.test") {
+		// The test switches (main.testPanic, main.testYield) exist only
+		// in a build with this tag (cmd/hashlb-lbpolicy/testhooks.go).
+		args = append(args, "-tags", "hashlb_testhooks")
 	}
 	cmd := exec.Command("go", append(args, "./cmd/hashlb-lbpolicy")...)
 	cmd.Dir = root
