@@ -54,4 +54,3 @@ func goFloor(st *lbState, ctx unsafe.Pointer, priority, index *C.uint32_t) C.boo
 	*priority, *index = 0, C.uint32_t(h%uint64(n))
 	return true
 }
-
