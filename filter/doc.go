@@ -10,8 +10,14 @@
 // filter state (steer.go), the service header, local replies; the kind Envoy
 // really runs the plugin as (kind.go); the shared-data Store (store.go); the
 // active probes and passive ejection (health.go, callout.go); the fleet level
-// of persistence (fleet.go); metrics (metrics.go); the memory the host copies
-// into (hostmem_wasip1.go) and the clock (clock_wasip1.go).
+// of persistence (fleet.go); session persistence, its key from the VM's
+// environment and the client's session value kept from the upstream
+// (session.go); metrics (metrics.go); the memory the host copies into
+// (hostmem_wasip1.go) and the clock (clock_wasip1.go), which outside Wasm,
+// in the SDK's native test host, are ordinary Go memory and time.Now
+// (hostmem_other.go, clock_other.go). A test-only build with the tag
+// hashlb_memstats logs the guest's memory statistics at every tick
+// (memstats.go).
 //
 // The module must never start Go's netpoller: no timers, sleeps, goroutines,
 // files or printing (docs/envoy-host.md#the-go-runtime and RATIONALE.md):

@@ -1,16 +1,21 @@
 // Package hostsim is a proxy-wasm host built on wazero that runs a compiled
 // proxy-wasm module the way Envoy does, for tests and demos.
 //
-// It owns: loading (ABI marker and import checks with Envoy's wording, one VM
-// per worker, _initialize → root proxy_on_context_create → proxy_on_vm_start →
-// proxy_on_configure), the two import profiles "envoy-1.33" (default) and
-// "envoy-1.39" with Envoy's exact WASI return codes and V8's restricted
-// callback allow-lists, the env proxy_* host functions (logs, header maps,
-// buffers, properties, local replies, shared data with CAS, ticks, HTTP
-// callouts, metrics, time), a virtual clock that never moves under a running
-// guest call, a Stream API that drives one HTTP stream through a worker, and a
-// Conn API that drives one TCP connection through a network-filter context
-// (conn.go), with the foreign function set_envoy_filter_state (foreign.go).
+// It owns, by file: loading (host.go: ABI marker and import checks with
+// Envoy's wording, one VM per worker, _initialize → root
+// proxy_on_context_create → proxy_on_vm_start → proxy_on_configure) and a VM
+// with its contexts and traps (vm.go); the two import profiles "envoy-1.33"
+// (default) and "envoy-1.39" with V8's restricted callback allow-lists
+// (profile.go) and Envoy's exact WASI return codes (wasi.go); the env proxy_*
+// host functions: logs (logs.go), header maps (headers.go), buffers
+// (buffers.go), properties (properties.go), local replies and stream control
+// (control.go), shared data with CAS (shareddata.go), ticks and time
+// (timers.go), HTTP callouts (httpcall.go) and metrics (metrics.go); a
+// virtual clock that never moves under a running guest call (clock.go); a
+// Stream API that drives one HTTP stream through a worker (stream.go) and
+// records the host calls of its callbacks (trace.go); and a Conn API that
+// drives one TCP connection through a network-filter context (conn.go), with
+// the foreign function set_envoy_filter_state (foreign.go).
 //
 // Callouts: a proxy_http_call to a cluster of Config.Clusters (Envoy cluster
 // name → host:port) is sent as real HTTP/1.1 on its own goroutine and

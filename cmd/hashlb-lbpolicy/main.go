@@ -5,6 +5,15 @@
 // loads it by name; every decision is lbcore's, through internal/lbpolicy,
 // over the cluster's own hosts and Envoy's health of them
 // (docs/deploy.md, "The load-balancing policy").
+//
+// Its parts, by file: the hooks Envoy calls, from the program's init to a
+// choice, and the log (main.go); the part of Envoy's ABI the module uses
+// (abi.go, with the C declarations in hashlb_abi.h); a cluster's hosts as
+// lbpolicy.Hosts over Envoy's callbacks (hosts.go); the load balancers Envoy
+// holds, by slot, with their choice cache in C (states.go, cache.h,
+// cache.c); how the Go runtime lives with Envoy's threads (goruntime.go,
+// pin.c); and the test switches, compiled in only with the build tag
+// hashlb_testhooks (testhooks.go; off in testhooks_off.go).
 package main
 
 /*

@@ -7,6 +7,15 @@
 //	hashlb import-nsconf ns.conf […]    NetScaler load-balancing vservers to
 //	                                    hashlb configurations
 //
+// Its parts, by file: the dispatch to a subcommand and the flag set and usage
+// every command shares (main.go); check, which reads each FILE with
+// internal/deploycheck and reports its findings (check.go); explain, run by
+// explain.go, from its flags and the configuration they name
+// (explain_parse.go) through lbcore's explanation made a report
+// (explain_model.go) to text or JSON (explain_render.go), and for the
+// load-balancing policy from a cluster and its hosts (explain_policy.go);
+// and import-nsconf over internal/nsconf (importnsconf.go).
+//
 // Exit status: 0 when everything was fine, 1 when a check, a translation or a
 // request failed, 2 for a usage error.
 package main

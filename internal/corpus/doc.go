@@ -8,4 +8,7 @@
 // must get, Check compares what a host did with it.
 //
 // Test-only: the module never imports it.
+//
+// The configurations, the request generator, the oracle and the check are
+// corpus.go.
 package corpus

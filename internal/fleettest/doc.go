@@ -3,4 +3,6 @@
 // ports (EtcdArgs, FreeAddr), waiting for its JSON gateway, and the
 // measure of agreement, the last request whose key went elsewhere through
 // another proxy. Test-only: the module never imports it.
+//
+// All of it is fleettest.go.
 package fleettest

@@ -19,4 +19,6 @@
 // from a backend that sends one); any status other than 2xx, a malformed
 // answer or a connection error counts as an error, and the connection is
 // opened again. Test-only: nothing in the module imports it.
+//
+// The generator, its two modes and the reading of answers are loadgen.go.
 package loadgen

@@ -8,4 +8,6 @@
 // 65532, and writes nothing to its root filesystem, so a pod can mount it
 // read-only. The same binary always gives the same image (every time in the
 // layer and config is the Unix epoch unless Options.Created says otherwise).
+//
+// The image is written by ctrlimage.go.
 package ctrlimage

@@ -5,4 +5,6 @@
 // build the same bootstrap with the same function.
 //
 //	go run ./tools/envoydemo -o dist/envoy-demo.yaml   # from the repository root
+//
+// The command is main.go.
 package main

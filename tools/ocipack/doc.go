@@ -18,4 +18,8 @@
 // Store (the blobs, the manifest and its tag in a layout) and Command (the
 // packer's flags, its input and SOURCE_DATE_EPOCH) are what
 // tools/ctrlimage's controller image shares with it.
+//
+// Its parts, by file: the Wasm image's media types, its runtime config and
+// Write (ocipack.go); Store and the Layout it writes (layout.go); and Command
+// (command.go).
 package ocipack

@@ -7,4 +7,6 @@
 // a build failed, or when the input ends in the middle of a package.
 //
 //	go test -json ./... | go run ./tools/testprogress
+//
+// The command is main.go.
 package main

@@ -6,6 +6,13 @@
 // spec.wasm.pluginConfig.services of a TrafficExtension), optionally also
 // writing an Envoy ECDS file. docs/controller.md explains
 // it for operators.
+//
+// Its parts, by file: the options, the manager and its watches and indexes
+// (controller.go); the two Istio kinds, WasmPlugin and TrafficExtension, as
+// unstructured data (kind.go); the Reconciler that patches a plugin's
+// services and reports what it could not do (reconcile.go); Gateway API
+// session persistence made a plugin's session block (session.go); and the
+// ECDS files (ecds.go).
 package controller
 
 import (

@@ -21,4 +21,10 @@
 //
 // With -tcp ADDR it is a TCP proxy for a network-filter configuration instead
 // (tcp.go).
+//
+// Its parts, by file: the flags, the configuration's host settings and the
+// start of each proxy of the fleet (main.go); the HTTP side, one hostsim
+// stream per request (proxy.go); the TCP side (tcp.go); the demo backends,
+// alone with -backends-only (backends.go); -cluster and the fleet's
+// addresses (fleet.go); and the in-process etcd of -etcd (etcd.go).
 package main

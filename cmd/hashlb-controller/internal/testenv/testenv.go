@@ -14,6 +14,9 @@
 // /usr/bin/etcd (Debian's etcd-server, which ./build.sh test installs), else
 // one built the same way from go.etcd.io/etcd/server/v3 (the version
 // k8s.io/kubernetes requires).
+//
+// The environment, the binaries and their cache are testenv.go; finding the
+// Gateway API module and its CRD files is gatewayapi.go.
 package testenv
 
 import (

@@ -7,4 +7,6 @@
 //
 // Set SOURCE_DATE_EPOCH to stamp the image's creation time; without it the
 // time is the Unix epoch, so the same binary always gives the same image.
+//
+// The command is main.go, over tools/ocipack's Command.
 package main

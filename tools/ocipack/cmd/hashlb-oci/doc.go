@@ -8,4 +8,6 @@
 // and the manifest digest (the WasmPlugin sha256 for oci:// URLs). Set
 // SOURCE_DATE_EPOCH to stamp the manifest's creation time; without it the
 // time is the Unix epoch, so the same module always gives the same image.
+//
+// The command is main.go, over tools/ocipack's Command.
 package main
