@@ -5,8 +5,11 @@
 //     type, default and range comes from (fields.go), the JSON Schema
 //     generated from it (schema.go), parsing and validation, every problem
 //     reported at once (validate.go, validate_sections.go,
-//     validate_network.go), and the caps on what a request or a
-//     configuration can cost (limits.go).
+//     validate_network.go), the caps on what a request or a configuration
+//     can cost (limits.go), the hosts that run hashlb (Envoy's HTTP filter,
+//     network filter and load-balancing policy) and what each does with
+//     every field (hosts.go), and a configuration's copy over services a host
+//     learns elsewhere (outside.go).
 //   - The request: the read-only view of one request (request.go), what a
 //     configuration's decisions read from it so the filter fetches nothing
 //     else (inputs.go, inputs_host.go), addresses (addr.go).
@@ -15,7 +18,8 @@
 //     its cache of recent rankings (rankcache.go), the Balancer that decides
 //     (balancer.go), its backup methods (leastconn.go, roundrobin.go), and
 //     XXH64 in inlinable pieces for the Wasm build (xxh64.go; the build tag
-//     hashlb_inlinehash uses them natively too, xxh64_tag.go).
+//     hashlb_inlinehash uses them natively too, xxh64_tag.go; without it,
+//     xxh64_notag.go).
 //   - Key expressions: parsing, evaluation and functions (expr.go,
 //     exprparse.go, exprfuncs.go, exprtext.go), JSON paths for JWT claims
 //     (jsonpath.go, jsonsyntax.go), and replace()'s bounded regexp
@@ -24,6 +28,9 @@
 //   - Persistence: the TR7 table over a Store (persist.go, balancer_persist.go),
 //     the Store itself with createKey (store.go), and what the fleet level
 //     asks of the services (balancer_fleet.go).
+//   - Session persistence: the session block (session_config.go), and the
+//     signed cookie or header that names a service, checked on a request
+//     and set on its response (session.go).
 //   - The boards in shared data: LoadBoard shares active requests between
 //     workers (loadboard.go); HealthBoard holds health records and the probe
 //     lease (healthboard.go) in a bounded slot table (healthslots.go), with

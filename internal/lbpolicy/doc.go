@@ -7,4 +7,10 @@
 // Every decision is lbcore's: the cluster's hosts become lbcore services
 // (Config.WithServices), Envoy's health marks them down, and the ranking
 // lbcore returns is mapped back to the index Envoy asks for.
+//
+// Its parts, by file: the policy's configuration, parsed and checked
+// (config.go); what the policy reads of Envoy, the hosts and the request
+// (hosts.go), and a host made an lbcore service (services.go); the Worker, one
+// Envoy worker's Balancer and its choices (worker.go); and the persistence
+// table the workers of one process share (store.go).
 package lbpolicy

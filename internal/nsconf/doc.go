@@ -15,6 +15,13 @@
 // clamped value) or dropped. Nothing is guessed: a flag, value or expression
 // not understood is reported with its line and the part not understood.
 //
+// Its parts, by file: Translate, the report and its statuses (report.go); the
+// replay of the file's lines, each matched to a command and its flags
+// (translate.go), split into words as the CLI reads them (lex.go), a command
+// a copy wrapped joined again (join.go); each vserver written as a
+// configuration (build.go), its values clamped to the ranges of lbcore's field
+// table (ranges.go).
+//
 // The NetScaler facts relied on, and where they come from:
 //
 //   - command and flag synopses: commands.go (the command reference and the
