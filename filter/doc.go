@@ -11,8 +11,8 @@
 // really runs the plugin as (kind.go); the shared-data Store (store.go); the
 // active probes and passive ejection (health.go, callout.go); the fleet level
 // of persistence (fleet.go); session persistence, its key from the VM's
-// environment and the client's session value kept from the upstream
-// (session.go); metrics (metrics.go); the memory the host copies into
+// environment, and the client's session cookie or header removed before the
+// request goes upstream (session.go); metrics (metrics.go); the memory the host copies into
 // (hostmem_wasip1.go) and the clock (clock_wasip1.go), which outside Wasm,
 // in the SDK's native test host, are ordinary Go memory and time.Now
 // (hostmem_other.go, clock_other.go). A test-only build with the tag

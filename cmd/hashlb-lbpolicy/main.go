@@ -11,9 +11,10 @@
 // (abi.go, with the C declarations in hashlb_abi.h); a cluster's hosts as
 // lbpolicy.Hosts over Envoy's callbacks (hosts.go); the load balancers Envoy
 // holds, by slot, with their choice cache in C (states.go, cache.h,
-// cache.c); how the Go runtime lives with Envoy's threads (goruntime.go,
-// pin.c); and the test switches, compiled in only with the build tag
-// hashlb_testhooks (testhooks.go; off in testhooks_off.go).
+// cache.c); how the Go runtime lives with Envoy's threads (goruntime.go);
+// the library kept mapped for the life of the process (pin.c); and the test
+// switches, compiled in only with the build tag hashlb_testhooks
+// (testhooks.go; off in testhooks_off.go).
 package main
 
 /*
