@@ -8,9 +8,9 @@
 // Its parts, by file: finding the configurations in a file, a plugin
 // configuration, an Envoy configuration or Kubernetes manifests (scan.go);
 // Check over a run's files, its findings and the checks of an Envoy
-// configuration (envoy.go); those of
-// Istio's WasmPlugin and TrafficExtension against the resources given with
-// them (istio.go); the load-balancing policy on a cluster and the hosts it
-// reads, from load_assignment or an EDS file (lbpolicy.go); and the session
-// key a session block needs in the VM's environment (session.go).
+// configuration (envoy.go); those of Istio's WasmPlugin and TrafficExtension
+// against the resources given with them (istio.go); the load-balancing policy
+// on a cluster and the hosts it reads, from load_assignment or an EDS file
+// (lbpolicy.go); and the session key a session block needs in the VM's
+// environment (session.go).
 package deploycheck
