@@ -416,7 +416,7 @@ func sessionValues(t *testing.T, bs []*envoyrun.Backend, envoys []*sessionEnvoy)
 			t.Fatal(err)
 		}
 		b := lbcore.NewBalancer(c, rand.Uint64())
-		if err := b.EnableSession([]byte(key)); err != nil {
+		if err := b.EnableSession([]byte(key), typ); err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
