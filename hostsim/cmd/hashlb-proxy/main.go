@@ -98,16 +98,19 @@ func main() {
 	tcpListen := flag.String("tcp", "", "serve TCP on this address instead of HTTP, for a configuration with filterType network\n"+
 		"(default -config "+tcpDefaultConfig+"); the demo backends then answer each connection with one line, backend NAME")
 	flag.Parse()
+	if err := o.env.check(); err != nil {
+		log.Fatalf("hashlb-proxy: %v", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.backendsOnly {
-		if err := runBackendsOnly(ctx, o.out, o.wasmPath, o.configPath, o.profile, o.env); err != nil {
+		if err := runBackendsOnly(ctx, o.out, o.wasmPath, o.configPath, o.profile, &o.env); err != nil {
 			log.Fatalf("hashlb-proxy: %v", err)
 		}
 		return
 	}
 	if *tcpListen != "" {
-		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends, o.env); err != nil {
+		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends, &o.env); err != nil {
 			log.Fatalf("hashlb-proxy: %v", err)
 		}
 		return
@@ -120,7 +123,7 @@ func main() {
 // run serves until ctx ends or a member's server fails. Nothing listens
 // before the module has accepted the configuration.
 func run(ctx context.Context, o options) error {
-	wasm, raw, pc, err := load(o.wasmPath, o.configPath, o.profile, o.env)
+	wasm, raw, pc, err := load(o.wasmPath, o.configPath, o.profile, &o.env)
 	if err != nil {
 		return err
 	}
@@ -288,7 +291,7 @@ var compileCache = sync.OnceValue(func() wazero.CompilationCache {
 // configuration on one VM, as Envoy configures a filter before it serves:
 // the module's own validation, every problem it logs, before anything
 // listens. pc is the host's part of the accepted configuration.
-func load(wasmPath, configPath, profile string, env envFlags) (wasm, raw []byte, pc *pluginConfig, err error) {
+func load(wasmPath, configPath, profile string, env *envFlags) (wasm, raw []byte, pc *pluginConfig, err error) {
 	wasm, err = os.ReadFile(wasmPath)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w (build it with: ./build.sh wasm)", err)
@@ -313,7 +316,7 @@ func load(wasmPath, configPath, profile string, env envFlags) (wasm, raw []byte,
 			return nil, nil, nil, fmt.Errorf("%s: the module did not start: %w", configPath, err)
 		}
 		msg := strings.Join(lines, "\n")
-		if strings.Contains(msg, sessionKeyEnv) && !env.names(sessionKeyEnv) {
+		if strings.Contains(msg, sessionKeyEnv) && !env.has(sessionKeyEnv) {
 			msg += fmt.Sprintf("\n(the VMs get only the variables -env names: %s=... hashlb-proxy -env %s)", sessionKeyEnv, sessionKeyEnv)
 		}
 		return nil, nil, nil, fmt.Errorf("%s: the module refused the configuration:\n%s", configPath, msg)

@@ -39,7 +39,7 @@ func configFlag(configPath string) string {
 
 // runTCP serves TCP on listen until ctx ends (an interrupt). Nothing listens
 // before the module has accepted the configuration.
-func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers int, profile string, backends bool, env envFlags) error {
+func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers int, profile string, backends bool, env *envFlags) error {
 	wasm, raw, pc, err := load(wasmPath, configPath, profile, env)
 	if err != nil {
 		return err
