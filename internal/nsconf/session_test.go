@@ -3,6 +3,7 @@ package nsconf
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
 )
@@ -37,6 +38,29 @@ bind lb vserver named a1
 		if got[f] != n {
 			t.Errorf("%s: session.name %q, want %q (all: %v)", f, got[f], n, got)
 		}
+	}
+	// A session of shop, brought to cart (same key, same services) under
+	// cart's cookie name, is forged there.
+	js := map[string][]byte{}
+	for _, o := range res.Outputs {
+		js[o.File] = o.JSON
+	}
+	balancer := func(file string) (*lbcore.Config, *lbcore.Balancer) {
+		c, _ := lbcore.ParseConfig(js[file])
+		b := lbcore.NewBalancer(c, 1)
+		if err := b.EnableSession([]byte("nsconf-test-session-key-0123456789abcdef"), ""); err != nil {
+			t.Fatal(err)
+		}
+		return c, b
+	}
+	_, shop := balancer("shop.json")
+	cc, cart := balancer("cart.json")
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	d := shop.Decide(&lbcore.Request{}, now)
+	v := string(shop.AppendSessionValue(nil, &d, now))
+	got2 := cart.Decide(&lbcore.Request{Headers: [][2]string{{"cookie", cc.Session.Name + "=" + v}}}, now)
+	if got2.Session != lbcore.SessionForged || got2.Reason == lbcore.ReasonSession {
+		t.Errorf("shop's session at cart: %v (%v), want forged", got2.Session, got2.Reason)
 	}
 }
 

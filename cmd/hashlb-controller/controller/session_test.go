@@ -451,3 +451,44 @@ func TestStandardChannelDropsSessionPersistence(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleSessionsApart: two HTTPRoute rules without sessionName over
+// services of the same identity (a StatefulSet's pod names in two
+// namespaces), the second with that pod drained: a session the first
+// rule's plugin issues is forged under the second's, with the same key and
+// root_id, so it never reaches the drained pod.
+func TestRuleSessionsApart(t *testing.T) {
+	const key = "controller-test-session-key-0123456789abcdef"
+	balancer := func(route string, weight int) (*lbcore.Config, *lbcore.Balancer) {
+		block, err := sessionBlock(&gwv1.SessionPersistence{}, ruleSessionName("shop", route, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(map[string]any{"lbMethod": "ROUNDROBIN", "session": block, "services": []any{
+			map[string]any{"name": "web-0", "address": "10.0.0.1:8080", "hashId": "web-0", "weight": weight},
+			map[string]any{"name": "web-1", "address": "10.0.0.2:8080", "hashId": "web-1"},
+		}})
+		c, err := lbcore.ParseConfig(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := lbcore.NewBalancer(c, 1)
+		if err := b.EnableSession([]byte(key), ""); err != nil {
+			t.Fatal(err)
+		}
+		return c, b
+	}
+	ca, a := balancer("web", 1)
+	cb, b := balancer("checkout", 0)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		d := a.Decide(&lbcore.Request{}, now)
+		v := string(a.AppendSessionValue(nil, &d, now))
+		r := &lbcore.Request{Headers: [][2]string{{"cookie", cb.Session.Name + "=" + v}}}
+		got := b.Decide(r, now)
+		if got.Session != lbcore.SessionForged || got.Reason == lbcore.ReasonSession || cb.Services[got.At(0)].Name == "web-0" {
+			t.Fatalf("client %d: rule web's session for %s at rule checkout: %v, %v on %s; want forged, never web-0 (drained)",
+				i, ca.Services[d.At(0)].Name, got.Session, got.Reason, cb.Services[got.At(0)].Name)
+		}
+	}
+}
