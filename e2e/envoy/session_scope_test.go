@@ -150,7 +150,11 @@ func TestSessionEnvoyScope(t *testing.T) {
 // TestSessionEnvoyRotation: sessions issued under key K1; the
 // configuration changed to K2 with K1 previous: every session lands on its
 // backend and receives a K2 value (counted by key age); K1 removed: the
-// K2 values hold, the K1 ones fall back once and get a new session.
+// K2 values hold, the K1 ones fall back once and get a new session. The
+// keys change by ECDS (environment_variables.key_values), which makes new
+// VMs in Envoy 1.40; Envoy 1.36 keeps its VMs and their environment then
+// (HASHLB_ENVOY=…1.36… fails here: no VM is configured again), so the
+// test runs on the newest Envoy only.
 func TestSessionEnvoyRotation(t *testing.T) {
 	newestEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		const (
@@ -161,11 +165,22 @@ func TestSessionEnvoyRotation(t *testing.T) {
 		bs := envoyrun.StartBackends(t, 3)
 		block := map[string]any{"type": "cookie", "absoluteTimeout": "1h"}
 		se := startSessionListeners(t, bin, bs, []sessionListener{{name: "rotate", rootID: "rotate", key: k1, block: block}})
+		// A new key is a new vm_config: Envoy makes new VMs, each compiling
+		// the module, which takes longer than waitConfigured's 20 s on a
+		// loaded machine.
 		reconfigure := func(key string) {
 			t.Helper()
-			before := strings.Count(se.e.Log(), "hashlb: ROUNDROBIN over 3 services")
+			const line = "hashlb: ROUNDROBIN over 3 services"
+			before := strings.Count(se.e.Log(), line)
 			writeAtomic(t, se.files["rotate"], sessionECDS(t, "hashlb_rotate", "rotate", key, sessionPluginConfig(bs, block, nil, "")))
-			waitConfigured(t, se.e, "hashlb: ROUNDROBIN over 3 services", before, configureCalls)
+			deadline := time.Now().Add(3 * time.Minute)
+			for strings.Count(se.e.Log(), line) < before+configureCalls {
+				if time.Now().After(deadline) {
+					t.Fatalf("%q logged %d times after the new key, want %d or more", line, strings.Count(se.e.Log(), line)-before, configureCalls)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
 		old, owner := make([]string, n), make([]string, n)
 		for c := range n {
