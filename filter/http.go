@@ -65,7 +65,9 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 	req := p.readRequest()
 	defer p.doneRequest()
 	if p.cfg.Session != nil {
-		h.stripSession(req)
+		if status := h.stripSession(req); status != 0 {
+			return h.replyStrip(status)
+		}
 	}
 
 	// Persistence and sessions need the time in seconds (entries live 10
@@ -304,6 +306,7 @@ func (p *pluginContext) readRequest() *lbcore.Request {
 	in := &p.in
 	req := &p.req
 	*req = lbcore.Request{Headers: req.Headers[:0]}
+	p.readFailed = false
 	if in.Target {
 		req.Target = requestHeader(":path")
 	}
@@ -318,7 +321,9 @@ func (p *pluginContext) readRequest() *lbcore.Request {
 		// get_header_map_value returns only the first (Envoy's
 		// Context::getHeaderMapValue takes entry [0]). One host call for the
 		// whole map, kept only for the names the decision reads.
-		req.Headers, _ = appendRequestHeaders(req.Headers, in.Headers)
+		var err error
+		req.Headers, err = appendRequestHeaders(req.Headers, in.Headers)
+		p.readFailed = err != nil
 	} else {
 		callID := false // a non-empty call-id was read
 		for _, name := range in.Headers {

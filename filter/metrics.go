@@ -18,7 +18,7 @@ type metrics struct {
 	healthDown    []proxywasm.MetricCounter  // per service: active checks marked it DOWN
 	healthUp      []proxywasm.MetricCounter  // per service: selectable again (active checks passed, or an ejection ended)
 	ejected       []proxywasm.MetricCounter  // per service: passive health ejected it
-	session       []proxywasm.MetricCounter  // per lbcore.SessionState (from absent), then issued, refreshed
+	session       []proxywasm.MetricCounter  // per lbcore.SessionState (from absent), per key age, strip_failed, then issued, refreshed
 
 	// pend is what this worker counted on the request path and has not yet
 	// given the host: each metric is a host call, so the request path only
@@ -144,9 +144,14 @@ func defineMetrics(c *lbcore.Config, ids *metricIDs, prev *prevMetrics) *metrics
 		m.decisions = append(m.decisions, ids.counter("hashlb.decision."+r))
 	}
 	if c.Session != nil {
-		// hashlb.session_<state> per request, hashlb.session_issued and
+		// hashlb.session_<state> per request; hashlb.session_key_<age> per
+		// value that verified, by the key's place in HASHLB_SESSION_KEY;
+		// hashlb.session_strip_failed per request answered because its value
+		// could not be removed; hashlb.session_issued and
 		// hashlb.session_refreshed per response that carries one.
-		for _, s := range append(lbcore.SessionStates()[lbcore.SessionAbsent:], "issued", "refreshed") {
+		names := lbcore.SessionStates()[lbcore.SessionAbsent:]
+		names = append(names, sessionKeyAges[:]...)
+		for _, s := range append(names, "strip_failed", "issued", "refreshed") {
 			m.session = append(m.session, ids.counter("hashlb.session_"+s))
 		}
 		m.pend.session = make([]uint64, len(m.session))
@@ -203,20 +208,49 @@ func (m *metrics) decision(r lbcore.Reason) {
 	}
 }
 
-// sessionSeen counts what a request's session came to.
+// sessionKeyAges name the keys of HASHLB_SESSION_KEY in its metrics, by
+// place: the current key, then the previous ones.
+var sessionKeyAges = [lbcore.MaxSessionKeys]string{"key_current", "key_previous1", "key_previous2", "key_previous3"}
+
+// Offsets in metrics.session past the states.
+const (
+	sessionStates    = int(lbcore.SessionFuture-lbcore.SessionAbsent) + 1
+	sessionKeyAt     = sessionStates
+	sessionStripAt   = sessionKeyAt + lbcore.MaxSessionKeys
+	sessionCounters  = sessionStripAt + 3 // strip_failed, issued, refreshed
+	sessionIssuedAt  = sessionStripAt + 1
+	sessionRefreshAt = sessionStripAt + 2
+)
+
+// sessionSeen counts what a request's session came to, and which key
+// verified its value.
 func (m *metrics) sessionSeen(d *lbcore.Decision) {
-	if i := int(d.Session) - int(lbcore.SessionAbsent); i >= 0 && i < len(m.pend.session)-2 {
+	if len(m.pend.session) != sessionCounters {
+		return
+	}
+	if i := int(d.Session) - int(lbcore.SessionAbsent); i >= 0 && i < sessionStates {
 		m.pend.session[i]++
+	}
+	if k := d.SessionKey(); k >= 0 && k < lbcore.MaxSessionKeys {
+		m.pend.session[sessionKeyAt+k]++
+	}
+}
+
+// sessionStripFailed counts a request answered locally because its
+// session value could not be removed.
+func (m *metrics) sessionStripFailed() {
+	if len(m.pend.session) == sessionCounters {
+		m.pend.session[sessionStripAt]++
 	}
 }
 
 // sessionSet counts a response that carries a session: issued, or refreshed.
 func (m *metrics) sessionSet(d *lbcore.Decision) {
-	if n := len(m.pend.session); n >= 2 {
+	if len(m.pend.session) == sessionCounters {
 		if d.Refreshes() {
-			m.pend.session[n-1]++
+			m.pend.session[sessionRefreshAt]++
 		} else {
-			m.pend.session[n-2]++
+			m.pend.session[sessionIssuedAt]++
 		}
 	}
 }

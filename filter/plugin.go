@@ -42,6 +42,9 @@ type pluginContext struct {
 	// in is what decisions read from a request; req holds the request being decided.
 	in  lbcore.Inputs
 	req lbcore.Request
+	// readFailed: the last readRequest could not read the header map (too
+	// large for the module); stripSession then reads the Cookie line alone.
+	readFailed bool
 	// values are the header values made into strings (value).
 	values map[string]string
 	// free are ended requests' contexts, reused by NewHttpContext;
@@ -151,7 +154,7 @@ func (p *pluginContext) build(cfg *lbcore.Config, root string, pm *prevMetrics) 
 	// must not read each other's buckets.
 	ns := "hashlb/" + root
 	bal.EnablePersistence(sharedStore{}, ns)
-	if err := enableSession(bal, cfg); err != nil {
+	if err := enableSession(bal, cfg, root); err != nil {
 		proxywasm.LogErrorf("hashlb: config: %v", err)
 		return false
 	}

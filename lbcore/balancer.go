@@ -75,6 +75,7 @@ type Decision struct {
 	sessRefresh bool
 	sessIssued  uint32
 	sessSvc     int32
+	sessKey     int8 // the key a value verified under (SessionKey), or -1
 	n           int
 	ranked      [maxUpstreamCount]int32
 }
@@ -102,6 +103,7 @@ func (d *Decision) reset() {
 	d.sessRefresh = false
 	d.sessIssued = 0
 	d.sessSvc = -1
+	d.sessKey = -1
 	d.n = 0
 }
 

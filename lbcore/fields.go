@@ -98,6 +98,7 @@ const (
 	fSessionLifetime
 	fSessionAbsoluteTimeout
 	fSessionIdleTimeout
+	fSessionClockSkew
 	fUpstreamVia
 	fUpstreamHeader
 	fUpstreamCount
@@ -200,7 +201,7 @@ var fieldTable = [numFields]FieldSpec{
 	fSessionType: {Path: "session.type", Type: "string", Required: true, Enum: []string{SessionCookie, SessionHeader},
 		Doc: "cookie: a Set-Cookie on the response, read back from the Cookie header; header: a response header the client sends back as a request header (for API clients)."},
 	fSessionName: {Path: "session.name", Type: "string", Format: "name", Default: "hashlb-session",
-		Doc: "The cookie's or header's name (a header name is lower-cased), at most 128 bytes. The client's copies are removed before the request goes upstream. Give each hashlb plugin its own name: sessions are never shared between names."},
+		Doc: "The cookie's or header's name (a header name is lower-cased), at most 128 bytes. The client's copies are removed before the request goes upstream. A session is signed for its name and the plugin's root_id: a value issued under another name or root_id is refused, so give each hashlb plugin its own name."},
 	fSessionPath: {Path: "session.path", Type: "string", Format: "path", Default: "/",
 		Doc: "The cookie's Path attribute (cookie sessions); no ';' or ','."},
 	fSessionDomain: {Path: "session.domain", Type: "string", NonEmpty: true,
@@ -217,6 +218,8 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "How long after its issue a session is honoured, 1m to 365d; past it the request is balanced again and gets a new session."},
 	fSessionIdleTimeout: {Path: "session.idleTimeout", Type: "string", Format: "duration", Min: "1m", Max: "365d",
 		Doc: "When set, a session unused this long ends, 1m to 365d and at most absoluteTimeout; a response re-issues a session last used more than a tenth of it ago. Absent: no idle expiry."},
+	fSessionClockSkew: {Path: "session.clockSkew", Type: "string", Format: "duration", Default: "5m", Min: "10s", Max: "1h",
+		Doc: "How far ahead of this proxy's clock a session's signed times may be (another proxy's clock running ahead), 10s to 1h; a value signed further ahead is refused (hashlb.session_future) and the request gets a new session."},
 	fUpstreamVia: {Path: "upstreamVia", Type: "string", Default: ViaHeader, Enum: []string{ViaHeader, ViaFilterState},
 		Doc: "How the choice reaches Envoy: header sets upstreamHeader; filterState sets Envoy's filter state envoy.network.transport_socket.original_dst_address (set_envoy_filter_state, Envoy 1.28 or later), which an ORIGINAL_DST cluster reads before any header, so the client never sees or forges it. filterType network always uses filterState."},
 	fUpstreamHeader: {Path: "upstreamHeader", Type: "string", Format: "header", Default: "x-envoy-original-dst-host",

@@ -82,7 +82,7 @@ func hostileBalancer(t *testing.T, config string) *Balancer {
 	t.Helper()
 	b := NewBalancer(mustConfig(t, config), 1)
 	b.EnablePersistence(NewMemStore(), "x")
-	if err := b.EnableSession(testSessionKey); err != nil {
+	if err := b.EnableSession(testSessionKey, ""); err != nil {
 		t.Fatal(err)
 	}
 	return b

@@ -178,6 +178,7 @@ var hostTable = [numFields][numHosts]HostRule{
 	fSessionLifetime:        hosts(serve(), asParent(), asParent()),
 	fSessionAbsoluteTimeout: hosts(serve(), asParent(), asParent()),
 	fSessionIdleTimeout:     hosts(serve(), asParent(), asParent()),
+	fSessionClockSkew:       hosts(serve(), asParent(), asParent()),
 	fUpstreamVia: hosts(serve(),
 		limit("filterState only (the default there); header is refused: "+netNoHeaders),
 		refuse(polReturnsHost, polRemove)),

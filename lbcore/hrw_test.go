@@ -303,7 +303,7 @@ func TestUnitPassMatchesExact(t *testing.T) {
 // field by field (reset). A field added to Decision must be cleared there
 // too; this lists the fields reset knows.
 func TestDecisionResetCoversEveryField(t *testing.T) {
-	known := []string{"Reason", "Method", "Persist", "EmptyKey", "Capped", "Ask", "Session", "sessRefresh", "sessIssued", "sessSvc", "n", "ranked"}
+	known := []string{"Reason", "Method", "Persist", "EmptyKey", "Capped", "Ask", "Session", "sessRefresh", "sessIssued", "sessSvc", "sessKey", "n", "ranked"}
 	var got []string
 	dt := reflect.TypeFor[Decision]()
 	for i := 0; i < dt.NumField(); i++ {

@@ -1,6 +1,7 @@
 package lbcore
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -48,6 +49,9 @@ type Session struct {
 	// IdleTimeout, when not 0, ends a session unused that long (1m–365d, at
 	// most AbsoluteTimeout); 0: no idle expiry.
 	IdleTimeout time.Duration
+	// ClockSkew is how far ahead of the proxy's clock a value's signed
+	// times may be (default 5m, 10s–1h); further ahead it is refused.
+	ClockSkew time.Duration
 }
 
 // The session types.
@@ -65,13 +69,53 @@ const (
 )
 
 // SessionKeyEnv is the VM's environment variable (Envoy:
-// vm_config.environment_variables) that holds the key sessions are signed
-// with. Proxies that share it honour each other's sessions.
+// vm_config.environment_variables) that holds the keys sessions are signed
+// with: the current key, then up to MaxSessionKeys-1 previous ones, separated
+// by SessionKeySep (ParseSessionKeys). Proxies that share a key honour each
+// other's sessions.
 const SessionKeyEnv = "HASHLB_SESSION_KEY"
+
+// SessionKeySep separates the keys in SessionKeyEnv: "current,previous".
+// base64 and hex keys never hold it.
+const SessionKeySep = ","
+
+// MaxSessionKeys bounds the keys in SessionKeyEnv, the current one
+// included: a value that verifies under none costs one HMAC per key.
+const MaxSessionKeys = 4
 
 // MinSessionKeyBytes is the shortest key EnableSession accepts: 32 bytes,
 // e.g. the 44 characters of `openssl rand -base64 32`.
 const MinSessionKeyBytes = 32
+
+// ParseSessionKeys splits the value of SessionKeyEnv into its keys, the
+// current one first. It fails for an empty value, an empty or short key, a
+// repeated key and more than MaxSessionKeys keys; the error names the
+// position of the key, never its bytes.
+func ParseSessionKeys(v []byte) ([][]byte, error) {
+	if len(v) == 0 {
+		return nil, fmt.Errorf("session: no key: set the VM's environment variable %s to a secret of %d bytes or more (the same on every proxy that shares sessions)", SessionKeyEnv, MinSessionKeyBytes)
+	}
+	var keys [][]byte
+	for i, k := range bytes.Split(v, []byte(SessionKeySep)) {
+		what := "the key"
+		if i > 0 {
+			what = fmt.Sprintf("previous key %d", i)
+		}
+		switch {
+		case i >= MaxSessionKeys:
+			return nil, fmt.Errorf("session: %s holds more than %d keys (the current one and %d previous)", SessionKeyEnv, MaxSessionKeys, MaxSessionKeys-1)
+		case len(k) < MinSessionKeyBytes:
+			return nil, fmt.Errorf("session: %s in %s has %d bytes, want %d or more (e.g. openssl rand -base64 32; keys are separated by %q)", what, SessionKeyEnv, len(k), MinSessionKeyBytes, SessionKeySep)
+		}
+		for j, o := range keys {
+			if bytes.Equal(o, k) {
+				return nil, fmt.Errorf("session: %s in %s repeats key %d", what, SessionKeyEnv, j)
+			}
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
 
 // maxSessionName bounds a session's cookie or header name.
 const maxSessionName = 128
@@ -84,9 +128,10 @@ const sessionRefreshDivisor = 10
 
 // The session value: version, the service's tag, issue and last-use time
 // (Unix seconds, big-endian), then the MAC of what precedes it under the
-// session's name; base64url without padding.
+// session's scope (sessionKeys.ctx); base64url without padding. Version 1
+// values, whose MAC covered no root_id, are refused as forged.
 const (
-	sessionVersion = 1
+	sessionVersion = 2
 	sessionTagEnd  = 1 + 8
 	sessionBody    = sessionTagEnd + 4 + 4 // what the MAC covers
 	sessionMACLen  = 16                    // HMAC-SHA256 truncated to 128 bits
@@ -112,9 +157,10 @@ const (
 	// SessionValid: a valid session named a selectable service, which
 	// was chosen.
 	SessionValid
-	// SessionForged: the value is not one hashlb wrote with this key and
-	// name (malformed, truncated, too long, tampered with, or signed with
-	// another key); it selects nothing.
+	// SessionForged: the value is not one hashlb wrote with these keys and
+	// this scope (malformed, truncated, too long, tampered with, signed with
+	// another key, or under another session name or root_id); it selects
+	// nothing.
 	SessionForged
 	// SessionExpired: issued absoluteTimeout ago or more.
 	SessionExpired
@@ -125,9 +171,12 @@ const (
 	SessionUnknown
 	// SessionUnselectable: names a service that is disabled, DOWN or ejected.
 	SessionUnselectable
+	// SessionFuture: signed with an issue or last-use time more than
+	// clockSkew ahead of this proxy's clock; it selects nothing.
+	SessionFuture
 )
 
-var sessionStateNames = [...]string{"off", "absent", "valid", "forged", "expired", "idle", "unknown_service", "unselectable"}
+var sessionStateNames = [...]string{"off", "absent", "valid", "forged", "expired", "idle", "unknown_service", "unselectable", "future"}
 
 // String returns the state's name, for example "forged".
 func (s SessionState) String() string {
@@ -143,65 +192,96 @@ func SessionStates() []string { return sessionStateNames[:] }
 // sessionKeys is what a Balancer needs to check and issue sessions.
 type sessionKeys struct {
 	cfg  *Session
-	mac  hash.Hash      // HMAC-SHA256 with the key; Reset before each use
-	ctx  []byte         // what the MAC covers before the value: domain separation and the name
-	tags []uint64       // per service: its tag in a value
-	idx  map[uint64]int // tag → service index
+	keys []sessionKey // the current key first, then the previous ones
+	ctx  []byte       // what the MAC covers before the value: domain separation and the scope
+	skew int64        // cfg.ClockSkew in seconds
 	raw  [sessionRawLen]byte
 	sum  [sha256.Size]byte
 	out  [sessionValueLen]byte
 }
 
-// EnableSession attaches the key sessions are signed with (the VM's
-// HASHLB_SESSION_KEY). It does nothing without a session block, and fails
-// for a key shorter than MinSessionKeyBytes: without a key nobody can tell a
-// session hashlb issued from one a client wrote, and a client must never
-// choose its upstream.
-func (b *Balancer) EnableSession(key []byte) error {
+// sessionKey is one key of SessionKeyEnv.
+type sessionKey struct {
+	mac  hash.Hash      // HMAC-SHA256 with the key; Reset before each use
+	tags []uint64       // per service: its tag in a value under this key
+	idx  map[uint64]int // tag → service index
+}
+
+// EnableSession attaches the keys sessions are signed with (the VM's
+// HASHLB_SESSION_KEY, ParseSessionKeys) and the scope they are signed for:
+// the plugin's root_id, "" read as "default" as the filter names its shared
+// data. It does nothing without a session block, and fails without a usable
+// key: without one nobody can tell a session hashlb issued from one a client
+// wrote, and a client must never choose its upstream.
+//
+// The MAC covers the type, the name and the root_id, so a value issued by a
+// plugin of another name or root_id is forged here, with the same key and
+// services of the same identity (RATIONALE.md, "Sessions").
+func (b *Balancer) EnableSession(keys []byte, rootID string) error {
 	s := b.cfg.Session
 	if s == nil {
 		return nil
 	}
-	if len(key) == 0 {
-		return fmt.Errorf("session: no key: set the VM's environment variable %s to a secret of %d bytes or more (the same on every proxy that shares sessions)", SessionKeyEnv, MinSessionKeyBytes)
+	ks, err := ParseSessionKeys(keys)
+	if err != nil {
+		return err
 	}
-	if len(key) < MinSessionKeyBytes {
-		return fmt.Errorf("session: the key in %s has %d bytes, want %d or more (e.g. openssl rand -base64 32)", SessionKeyEnv, len(key), MinSessionKeyBytes)
+	if rootID == "" {
+		rootID = "default"
 	}
-	k := &sessionKeys{cfg: s, mac: hmac.New(sha256.New, key), tags: make([]uint64, len(b.services)), idx: make(map[uint64]int, len(b.services))}
+	k := &sessionKeys{cfg: s, skew: int64(s.ClockSkew / time.Second)}
 	k.ctx = append(append(append([]byte(nil), "hashlb-session\x00"...), s.Type...), 0)
 	k.ctx = append(append(k.ctx, s.Name...), 0)
-	for i := range b.services {
-		sv := &b.services[i]
-		id := sv.HashID
-		if id == "" {
-			id = sv.Address
+	k.ctx = append(append(k.ctx, rootID...), 0)
+	for _, key := range ks {
+		sk := sessionKey{mac: hmac.New(sha256.New, key), tags: make([]uint64, len(b.services)), idx: make(map[uint64]int, len(b.services))}
+		for i := range b.services {
+			sv := &b.services[i]
+			id := sv.HashID
+			if id == "" {
+				id = sv.Address
+			}
+			// The tag is keyed: a value shows no address, and without the key
+			// nobody can tell which service a value names.
+			sk.mac.Reset()
+			sk.mac.Write([]byte("hashlb-session-service\x00"))
+			sk.mac.Write([]byte(id))
+			sum := sk.mac.Sum(k.sum[:0])
+			t := binary.BigEndian.Uint64(sum)
+			if j, dup := sk.idx[t]; dup {
+				return fmt.Errorf("session: services %s and %s have the same session tag (a 2^-64 event): change a hashId", b.services[j].Name, sv.Name)
+			}
+			sk.tags[i], sk.idx[t] = t, i
 		}
-		// The tag is keyed: a value shows no address, and without the key
-		// nobody can tell which service a value names.
-		k.mac.Reset()
-		k.mac.Write([]byte("hashlb-session-service\x00"))
-		k.mac.Write([]byte(id))
-		sum := k.mac.Sum(k.sum[:0])
-		t := binary.BigEndian.Uint64(sum)
-		if j, dup := k.idx[t]; dup {
-			return fmt.Errorf("session: services %s and %s have the same session tag (a 2^-64 event): change a hashId", b.services[j].Name, sv.Name)
-		}
-		k.tags[i], k.idx[t] = t, i
+		// The first Reset of an HMAC keeps its padded key's state, so later
+		// ones copy it back (no allocation per request).
+		sk.mac.Reset()
+		k.keys = append(k.keys, sk)
 	}
-	// The first Reset of an HMAC keeps its padded key's state, so later
-	// ones copy it back (no allocation per request).
-	k.mac.Reset()
 	b.sess = k
 	return nil
 }
 
-// sign writes the MAC of k.raw's body into k.sum.
-func (k *sessionKeys) sign() []byte {
-	k.mac.Reset()
-	k.mac.Write(k.ctx)
-	k.mac.Write(k.raw[:sessionBody])
-	return k.mac.Sum(k.sum[:0])[:sessionMACLen]
+// sign writes the MAC of k.raw's body under key i into k.sum.
+func (k *sessionKeys) sign(i int) []byte {
+	m := k.keys[i].mac
+	m.Reset()
+	m.Write(k.ctx)
+	m.Write(k.raw[:sessionBody])
+	return m.Sum(k.sum[:0])[:sessionMACLen]
+}
+
+// verify returns the index of the key k.raw's MAC verifies under, the
+// current key first, or -1.
+func (k *sessionKeys) verify() int {
+	var mac [sessionMACLen]byte
+	copy(mac[:], k.raw[sessionBody:])
+	for i := range k.keys {
+		if subtle.ConstantTimeCompare(k.sign(i), mac[:]) == 1 {
+			return i
+		}
+	}
+	return -1
 }
 
 // sessionValue finds the request's session value: the first cookie called
@@ -240,21 +320,26 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 	if err != nil || n != sessionRawLen || k.raw[0] != sessionVersion {
 		return false
 	}
-	var mac [sessionMACLen]byte
-	copy(mac[:], k.raw[sessionBody:])
-	if subtle.ConstantTimeCompare(k.sign(), mac[:]) != 1 {
+	ki := k.verify()
+	if ki < 0 {
 		return false
 	}
+	d.sessKey = int8(ki)
 	tag := binary.BigEndian.Uint64(k.raw[1:sessionTagEnd])
 	issued := binary.BigEndian.Uint32(k.raw[sessionTagEnd:])
 	last := binary.BigEndian.Uint32(k.raw[sessionTagEnd+4:])
-	i, known := k.idx[tag]
+	i, known := k.keys[ki].idx[tag]
 	if known {
 		d.sessSvc = int32(i)
 	}
 	nowS := now.Unix()
-	// A time ahead of this proxy's clock (another proxy's, a little ahead)
-	// counts as now.
+	// A time a little ahead of this proxy's clock (another proxy's) counts
+	// as now; one further ahead than clockSkew was signed by a clock that
+	// is wrong, and would otherwise live that much longer.
+	if int64(issued) > nowS+k.skew || int64(last) > nowS+k.skew {
+		d.Session = SessionFuture
+		return false
+	}
 	age, idle := max(nowS-int64(issued), 0), max(nowS-int64(last), 0)
 	switch {
 	case age >= int64(k.cfg.AbsoluteTimeout/time.Second):
@@ -271,7 +356,9 @@ func (b *Balancer) sessionDecide(d *Decision, r *Request, now time.Time) bool {
 		return false
 	}
 	d.Session, d.sessIssued = SessionValid, issued
-	d.sessRefresh = k.cfg.IdleTimeout > 0 && idle >= max(int64(k.cfg.IdleTimeout/time.Second)/sessionRefreshDivisor, 1)
+	// A value signed with a previous key is re-issued with the current
+	// one, so removing that key later ends no active session.
+	d.sessRefresh = ki > 0 || k.cfg.IdleTimeout > 0 && idle >= max(int64(k.cfg.IdleTimeout/time.Second)/sessionRefreshDivisor, 1)
 	d.Reason, d.Method = ReasonSession, b.cfg.LBMethod
 	d.add(i)
 	if b.want > 1 {
@@ -311,6 +398,11 @@ func (b *Balancer) explainSession(r *Request, d *Decision, now time.Time) *Sessi
 	return se
 }
 
+// SessionKey returns which key of SessionKeyEnv the request's session value
+// verified under: 0 the current key, 1 the first previous one, and so on;
+// -1 when it carried no value that verified.
+func (d *Decision) SessionKey() int { return int(d.sessKey) }
+
 // sessionService returns the index of the service the request's session
 // named (also an expired or idle one), or -1 (none, forged, or a service
 // the configuration does not have).
@@ -324,7 +416,8 @@ func (d *Decision) SetsSession() bool {
 }
 
 // Refreshes reports whether the response re-issues a valid session (the
-// idle refresh) rather than starting a new one.
+// idle refresh, or a value signed with a previous key) rather than starting
+// a new one.
 func (d *Decision) Refreshes() bool { return d.Session == SessionValid && d.sessRefresh }
 
 // AppendSessionValue appends the session value the response to decision d
@@ -342,10 +435,10 @@ func (b *Balancer) AppendSessionValue(dst []byte, d *Decision, now time.Time) []
 		issued = d.sessIssued
 	}
 	k.raw[0] = sessionVersion
-	binary.BigEndian.PutUint64(k.raw[1:], k.tags[d.ranked[0]])
+	binary.BigEndian.PutUint64(k.raw[1:], k.keys[0].tags[d.ranked[0]])
 	binary.BigEndian.PutUint32(k.raw[sessionTagEnd:], issued)
 	binary.BigEndian.PutUint32(k.raw[sessionTagEnd+4:], nowS)
-	copy(k.raw[sessionBody:], k.sign())
+	copy(k.raw[sessionBody:], k.sign(0))
 	sessionB64.Encode(k.out[:], k.raw[:])
 	return append(dst, k.out[:]...)
 }

@@ -11,7 +11,8 @@ import (
 func (d *decoder) session(path string, v gjson.Result) *Session {
 	s := &Session{Name: fSessionName.defaultString(), Path: fSessionPath.defaultString(),
 		Secure: fSessionSecure.defaultBool(), HTTPOnly: fSessionHTTPOnly.defaultBool(),
-		Lifetime: fSessionLifetime.defaultString(), AbsoluteTimeout: fSessionAbsoluteTimeout.defaultDuration()}
+		Lifetime: fSessionLifetime.defaultString(), AbsoluteTimeout: fSessionAbsoluteTimeout.defaultDuration(),
+		ClockSkew: fSessionClockSkew.defaultDuration()}
 	hasType, idleSet := false, false
 	if !d.object(path, v, func(name string, v gjson.Result) bool {
 		fp := path + "." + name
@@ -68,6 +69,8 @@ func (d *decoder) session(path string, v gjson.Result) *Session {
 		case "idleTimeout":
 			idleSet = true
 			s.IdleTimeout = d.duration(fSessionIdleTimeout, fp, v)
+		case "clockSkew":
+			s.ClockSkew = d.duration(fSessionClockSkew, fp, v)
 		default:
 			return false
 		}

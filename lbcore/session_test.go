@@ -18,7 +18,7 @@ func sessionBalancer(t testing.TB, js string, key []byte, seed uint64) (*Config,
 	t.Helper()
 	c := mustConfig(t, js)
 	b := NewBalancer(c, seed)
-	if err := b.EnableSession(key); err != nil {
+	if err := b.EnableSession(key, ""); err != nil {
 		t.Fatal(err)
 	}
 	return c, b
@@ -172,7 +172,7 @@ func TestSessionForgeries(t *testing.T) {
 	// A value with a version byte, tag and times of our own making, and a MAC guessed.
 	raw := make([]byte, sessionRawLen)
 	raw[0] = sessionVersion
-	binary.BigEndian.PutUint64(raw[1:], b.sess.tags[0])
+	binary.BigEndian.PutUint64(raw[1:], b.sess.keys[0].tags[0])
 	binary.BigEndian.PutUint32(raw[sessionTagEnd:], uint32(epoch.Unix()))
 	binary.BigEndian.PutUint32(raw[sessionTagEnd+4:], uint32(epoch.Unix()))
 	mustNot("a guessed MAC", base64.RawURLEncoding.EncodeToString(raw))
@@ -201,10 +201,10 @@ func TestSessionMAC(t *testing.T) {
 		t.Errorf("tag %x, want HMAC(key, identity) %x", got, want)
 	}
 	m = hmac.New(sha256.New, testSessionKey)
-	m.Write([]byte("hashlb-session\x00cookie\x00sid\x00"))
+	m.Write([]byte("hashlb-session\x00cookie\x00sid\x00default\x00"))
 	m.Write(raw[:sessionBody])
 	if !hmac.Equal(m.Sum(nil)[:sessionMACLen], raw[sessionBody:]) {
-		t.Error("the MAC is not HMAC-SHA256(key, domain|type|name|body) truncated")
+		t.Error("the MAC is not HMAC-SHA256(key, domain|type|name|root_id|body) truncated")
 	}
 	if strings.Contains(v, "10.0.0") || strings.Contains(string(raw), "10.0.0") {
 		t.Error("the value shows the address")
@@ -413,11 +413,11 @@ func TestSessionHeader(t *testing.T) {
 func TestSessionKeyRequired(t *testing.T) {
 	c := mustConfig(t, pool("URLHASH", 2, `"session":{"type":"cookie"}`))
 	for _, key := range []string{"", "short", strings.Repeat("k", MinSessionKeyBytes-1)} {
-		if err := NewBalancer(c, 1).EnableSession([]byte(key)); err == nil || !strings.Contains(err.Error(), SessionKeyEnv) {
+		if err := NewBalancer(c, 1).EnableSession([]byte(key), ""); err == nil || !strings.Contains(err.Error(), SessionKeyEnv) {
 			t.Errorf("key of %d bytes: %v, want an error naming %s", len(key), err, SessionKeyEnv)
 		}
 	}
-	if err := NewBalancer(c, 1).EnableSession([]byte(strings.Repeat("k", MinSessionKeyBytes))); err != nil {
+	if err := NewBalancer(c, 1).EnableSession([]byte(strings.Repeat("k", MinSessionKeyBytes)), ""); err != nil {
 		t.Error(err)
 	}
 }
@@ -439,6 +439,8 @@ func TestSessionConfigErrors(t *testing.T) {
 		{`"session":{"type":"cookie","name":"sid"},"persistence":{"keys":["${request.cookie.sid}"]}`, `persistence.keys[0]: "${request.cookie.sid}" reads the session's cookie "sid"`},
 		{`"session":{"type":"header","name":"x-s"},"persistence":{"keys":["${request.header.x-s}"]}`, `reads the session's header "x-s"`},
 		{`"session":{"type":"cookie"},"filterType":"network","lbMethod":"SOURCEIPHASH"`, "session: not served by the network filter (filterType network): it needs HTTP request and response headers"},
+		{`"session":{"type":"cookie","clockSkew":"2h"}`, `session.clockSkew: "2h" is out of range [10s, 1h]`},
+		{`"session":{"type":"cookie","clockSkew":"1s"}`, `session.clockSkew: "1s" is out of range [10s, 1h]`},
 	} {
 		js := pool("URLHASH", 2, tc.extra)
 		if strings.Contains(tc.extra, `"lbMethod"`) {

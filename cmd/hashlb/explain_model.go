@@ -289,7 +289,7 @@ func sessionReport(cfg *lbcore.Config, s *lbcore.SessionExplanation, chosen *svc
 	case s.State == lbcore.SessionValid:
 		out.Outcome = fmt.Sprintf("valid: names %s, which is selectable, so it is chosen before persistence, hashing and weights", named)
 	case s.State == lbcore.SessionForged:
-		out.Outcome = fmt.Sprintf("forged: the %s is not a value hashlb signed with this key and name (malformed, altered, or another key's); it selects nothing, and the method decides", what)
+		out.Outcome = fmt.Sprintf("forged: the %s is not a value hashlb signed with these keys for this name and root_id (malformed, altered, another key's, or another plugin's); it selects nothing, and the method decides", what)
 	case s.State == lbcore.SessionExpired:
 		out.Outcome = fmt.Sprintf("expired: issued more than absoluteTimeout %s ago (for %s); the method decides", duration(sc.AbsoluteTimeout), named)
 	case s.State == lbcore.SessionIdle:
@@ -298,6 +298,8 @@ func sessionReport(cfg *lbcore.Config, s *lbcore.SessionExplanation, chosen *svc
 		out.Outcome = "signed, but names a service this configuration does not have (gone); the method decides"
 	case s.State == lbcore.SessionUnselectable:
 		out.Outcome = fmt.Sprintf("names %s, which is disabled, DOWN or ejected: the request falls back to the method", named)
+	case s.State == lbcore.SessionFuture:
+		out.Outcome = fmt.Sprintf("future: signed more than clockSkew %s ahead of this clock (a proxy whose clock ran ahead); it selects nothing, and the method decides", duration(sc.ClockSkew))
 	}
 	switch {
 	case s.Header[0] != "":

@@ -50,6 +50,7 @@ type explainInput struct {
 	headers        headerFlag
 	down           string // -down
 	keyFile        string // -session-key-file
+	rootID         string // -root-id
 	seed           uint64
 	asJSON         bool
 	now            time.Time // -at, or now
@@ -76,6 +77,8 @@ func parseExplain(args []string, stdout, stderr io.Writer) (in *explainInput, co
 	fset.BoolVar(&in.asJSON, "json", false, "print the report as JSON")
 	fset.StringVar(&in.keyFile, "session-key-file", "", "read the session key from `FILE` (its bytes, a final newline dropped)\n"+
 		"instead of the environment variable "+lbcore.SessionKeyEnv)
+	fset.StringVar(&in.rootID, "root-id", "", "the plugin's Envoy root_id, `ID`, which a session is signed for (\"\": \"default\", as for\n"+
+		"a filter without one)")
 	at := fset.String("at", "", "decide as at `TIME` (RFC 3339, e.g. 2026-01-01T12:00:00Z) instead of now: a session's\n"+
 		"issue and last-use times are compared with it")
 	fset.Var(&in.headers, "header", "a request header `'name: value'` (repeatable); host is :authority, as Envoy stores\n"+
@@ -189,7 +192,7 @@ func (in *explainInput) enableSession(b *lbcore.Balancer) error {
 	if key == "" {
 		return nil
 	}
-	return b.EnableSession([]byte(key))
+	return b.EnableSession([]byte(key), in.rootID)
 }
 
 // request is the request the flags describe, as the module would see it:

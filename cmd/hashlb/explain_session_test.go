@@ -23,7 +23,7 @@ func sessionValue(t *testing.T, js []byte, name string, at time.Time) string {
 		t.Fatal(err)
 	}
 	b := lbcore.NewBalancer(c, 0)
-	if err := b.EnableSession([]byte(strings.TrimSuffix(string(key), "\n"))); err != nil {
+	if err := b.EnableSession([]byte(strings.TrimSuffix(string(key), "\n")), ""); err != nil {
 		t.Fatal(err)
 	}
 	// A request whose URL ranks name first.
@@ -39,7 +39,8 @@ func sessionValue(t *testing.T, js []byte, name string, at time.Time) string {
 
 // TestExplainSessionGolden: the report of a request's session: valid (the
 // response sets nothing), due for the idle refresh, idle, expired, forged,
-// naming a DOWN service, naming a service the configuration does not have,
+// naming a DOWN service, signed a day ahead of the clock, naming a service
+// the configuration does not have,
 // without a session (the response starts one), and without the key.
 func TestExplainSessionGolden(t *testing.T) {
 	t.Setenv(lbcore.SessionKeyEnv, "")
@@ -64,6 +65,7 @@ func TestExplainSessionGolden(t *testing.T) {
 		{"session-expired", append(cookie(sessionValue(t, js, "b2", at.Add(-25*time.Hour))), base...)},
 		{"session-forged", append(cookie(forged), base...)},
 		{"session-down", append(append(cookie(valid), base...), "-down", "b2")},
+		{"session-future", append(cookie(sessionValue(t, js, "b2", at.Add(24*time.Hour))), base...)},
 		{"session-gone", append(cookie(sessionValue(t, gone, "b9", at.Add(-time.Minute))), base...)},
 		{"session-none", base},
 		{"session-no-key", append(cookie(valid), base[:5]...)},

@@ -106,6 +106,9 @@ type listenerSpec struct {
 	// the downstream address is then the connection's peer (appended to
 	// x-forwarded-for), not the last x-forwarded-for entry.
 	useRemoteAddress bool
+	// raisedLimits sets max_request_headers_kb 8192 and max_headers_count
+	// 10000, Envoy's maxima (hostile_test.go's raisedLimits).
+	raisedLimits bool
 }
 
 func (l listenerSpec) build(t testing.TB) obj {
@@ -137,6 +140,10 @@ func (l listenerSpec) build(t testing.TB) obj {
 	}
 	if l.customMethods {
 		hcm["http_protocol_options"] = obj{"allow_custom_methods": true}
+	}
+	if l.raisedLimits {
+		hcm["max_request_headers_kb"] = 8192
+		hcm["common_http_protocol_options"] = obj{"max_headers_count": 10000}
 	}
 	ln := obj{
 		"name": l.name,

@@ -390,7 +390,8 @@ func TestSessionEnvoyFleet(t *testing.T) {
 // cookie carries Max-Age = absoluteTimeout and holds on every Envoy; then
 // values lbcore signs with the same key but older times (Envoy's clock
 // cannot be moved on): last used 30 s ago, valid and re-issued with what is
-// left of the hour; 2 minutes ago, idle; issued 2 hours ago, expired; and
+// left of the hour; 2 minutes ago, idle; issued 2 hours ago, expired;
+// signed a minute ahead, honoured, and a day ahead, refused; and
 // forged ones (every character replaced in turn, truncated, 16 KiB,
 // another key's), none of which selects a service, each answered with a
 // new session.
@@ -416,7 +417,7 @@ func sessionValues(t *testing.T, bs []*envoyrun.Backend, envoys []*sessionEnvoy)
 			t.Fatal(err)
 		}
 		b := lbcore.NewBalancer(c, rand.Uint64())
-		if err := b.EnableSession([]byte(key)); err != nil {
+		if err := b.EnableSession([]byte(key), typ); err != nil {
 			t.Fatal(err)
 		}
 		now := time.Now()
@@ -438,6 +439,16 @@ func sessionValues(t *testing.T, bs []*envoyrun.Backend, envoys []*sessionEnvoy)
 		if err != nil || a.reason == "session" || a.value == "" || !strings.Contains(a.attrs, "Max-Age=3600") {
 			t.Errorf("a session %s, for %s: %+v, %v; want balanced again with a new session", tc.what, svc, a, err)
 		}
+	}
+	// Signed ahead of Envoy's clock: a day (a proxy whose clock ran ahead)
+	// is refused, a minute (within clockSkew 5m) counts as now.
+	ahead, svc := sign(envoySessionKey, -time.Minute)
+	if a, err := envoys[0].send(typ, 3, ahead); err != nil || a.backend != svc || a.reason != "session" {
+		t.Errorf("a session signed a minute ahead, for %s: %+v, %v; want honoured", svc, a, err)
+	}
+	ahead, _ = sign(envoySessionKey, -24*time.Hour)
+	if a, err := envoys[0].send(typ, 4, ahead); err != nil || a.reason == "session" || a.value == "" {
+		t.Errorf("a session signed a day ahead: %+v, %v; want refused with a new session", a, err)
 	}
 	good, _ := sign(envoySessionKey, 0)
 	foreign, _ := sign("another-proxy-key-0123456789abcdef0123456789", 0)

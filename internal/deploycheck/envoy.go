@@ -67,7 +67,8 @@ func Check(files []Named) []Finding {
 			}
 		}
 	}
-	return append(out, checkIstio(files)...)
+	out = append(out, checkIstio(files)...)
+	return append(out, inlineKeys(files)...)
 }
 
 // plugins maps each configuration node of f to its Item and parsed

@@ -71,7 +71,9 @@ func (b *Backend) listen(addr string) error {
 		return err
 	}
 	b.Addr = ln.Addr().String()
-	srv := &http.Server{Handler: http.HandlerFunc(b.serve)}
+	// Headers up to Envoy's own maximum (max_request_headers_kb 8192) reach
+	// the handler, so a test can see what Envoy forwarded of a large request.
+	srv := &http.Server{Handler: http.HandlerFunc(b.serve), MaxHeaderBytes: 9 << 20}
 	b.mu.Lock()
 	b.srv = srv
 	b.mu.Unlock()

@@ -559,12 +559,12 @@ type outSession struct {
 // hashlb's persistence on the client IP, the fallback for a request
 // without a valid session.
 func (t *translator) cookieInsert(v *vserver, cfg *outConfig, v4, v6 int, warnAt func(int, string, ...any)) {
-	s := &outSession{}
+	s := &outSession{name: vserverCookie(v.name)}
 	if n := v.cookieName; n.line != 0 {
 		if isCookieToken(n.s) && len(n.s) <= 128 {
 			s.name = n.s
 		} else {
-			warnAt(n.line, "-cookieName %q: not a cookie name hashlb accepts (a token of at most 128 bytes): the default hashlb-session is used", n.s)
+			warnAt(n.line, "-cookieName %q: not a cookie name hashlb accepts (a token of at most 128 bytes): the vserver's own %s is used", n.s, s.name)
 		}
 	}
 	if d := v.cookieDomain; d.line != 0 {
@@ -602,6 +602,30 @@ func (t *translator) cookieInsert(v *vserver, cfg *outConfig, v4, v6 int, warnAt
 
 // isCookieToken reports whether s is an HTTP token (RFC 9110 5.6.2), what
 // a cookie name must be.
+// vserverCookie is the session cookie name of vserver name without
+// -cookieName: NSC_ and the name, as NetScaler names its cookie per vserver
+// (NSC_ and the name encoded), so two vservers' sessions never share a
+// name, which the session signature covers. A byte a cookie name cannot
+// hold becomes '_', and then the name's FNV-1a hash is added, so that two
+// names differing there still differ; a long name is cut likewise.
+func vserverCookie(name string) string {
+	b := []byte("NSC_" + name)
+	clean := true
+	for i := 4; i < len(b); i++ {
+		if !isCookieToken(string(b[i : i+1])) {
+			b[i], clean = '_', false
+		}
+	}
+	if clean && len(b) <= 128 {
+		return string(b)
+	}
+	h := uint32(2166136261)
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint32(name[i])) * 16777619
+	}
+	return fmt.Sprintf("%s_%08x", b[:min(len(b), 128-9)], h)
+}
+
 func isCookieToken(s string) bool {
 	if s == "" {
 		return false

@@ -153,14 +153,14 @@ func TestTranslate(t *testing.T) {
 				"ns.conf:6: translated: add lb vserver c: c.json (ROUNDROBIN, 2 services, session cookie, persistence, passiveHealth)",
 				"ns.conf:6: warning: -persistenceType COOKIEINSERT: hashlb signs its session cookie with the VM's HASHLB_SESSION_KEY (32 bytes or more, the same on every proxy); without it the plugin refuses to start. NetScaler's NSC_ cookies are not read: their clients start a new session",
 				"ns.conf:9: translated: add lb vserver p: p.json (LEASTCONNECTION, 1 service, session cookie, passiveHealth)",
-				`ns.conf:11: warning: -cookieName "a b": not a cookie name hashlb accepts (a token of at most 128 bytes): the default hashlb-session is used`,
+				`ns.conf:11: warning: -cookieName "a b": not a cookie name hashlb accepts (a token of at most 128 bytes): the vserver's own NSC_d is used`,
 				"ns.conf:11: warning: no -timeout: NetScaler's default is 2 minutes; written as idleTimeout 2m with a permanent cookie kept for 1d",
 			},
 			out: map[string][]string{
 				"c.json": {`"session": {"type": "cookie", "name": "SRV", "domain": "example.com", "lifetime": "session"}`,
 					`"keys": ["${client.ip | replace(\".*:.*\", \"\") | mask(24) || client.ip}"]`, `"expire": "30m"`},
-				"p.json": {`"session": {"type": "cookie", "httpOnly": false, "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "1h"}`},
-				"d.json": {`"session": {"type": "cookie", "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "2m"}`},
+				"p.json": {`"session": {"type": "cookie", "name": "NSC_p", "httpOnly": false, "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "1h"}`},
+				"d.json": {`"session": {"type": "cookie", "name": "NSC_d", "lifetime": "permanent", "absoluteTimeout": "1d", "idleTimeout": "2m"}`},
 			},
 		},
 		{

@@ -161,7 +161,8 @@ func (e *ECDS) Remove(k *Kind, key types.NamespacedName) error {
 // buildVMConfig): an entry with valueFrom HOST names a variable copied from
 // Envoy's own environment (host_env_keys), any other (INLINE, the default)
 // gives its value inline (key_values). This is how the fleet's etcd
-// credentials, HASHLB_ETCD_USER and HASHLB_ETCD_PASSWORD, reach the VM.
+// credentials, HASHLB_ETCD_USER and HASHLB_ETCD_PASSWORD, reach the VM. The
+// session key inline is refused: it would be written into the file.
 func environment(wp *unstructured.Unstructured, wasm ...string) (map[string]any, error) {
 	path := append(append([]string(nil), wasm...), "vmConfig", "env")
 	list, found, err := unstructured.NestedSlice(wp.Object, path...)
@@ -183,6 +184,10 @@ func environment(wp *unstructured.Unstructured, wasm ...string) (map[string]any,
 		case "HOST", int64(1), float64(1):
 			host = append(host, name)
 		case nil, "", "INLINE", int64(0), float64(0):
+			if name == sessionKeyEnv {
+				// The file, and Envoy's /config_dump, would show the key.
+				return nil, badf("%s[%d] (%s): the session key is written inline (valueFrom INLINE, the default), and hashlb-controller never writes a key into an ECDS file: use valueFrom HOST and set the proxy's environment from a Secret", strings.Join(path, "."), i, name)
+			}
 			value, _ := m["value"].(string)
 			inline[name] = value
 		default:

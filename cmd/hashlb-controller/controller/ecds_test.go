@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -404,6 +405,20 @@ func TestECDSResource(t *testing.T) {
 		e := &ECDS{Dir: t.TempDir(), Module: "/etc/envoy/hashlb.wasm"}
 		if _, err := e.Resource(wp, map[string]any{}); err == nil {
 			t.Errorf("Resource with vmConfig.env %v: no error", bad)
+		}
+	}
+
+	// The session key inline is refused: the file would hold it.
+	for _, inline := range []map[string]any{
+		{"name": "HASHLB_SESSION_KEY", "value": "inline-session-key-0123456789abcdef0123"},
+		{"name": "HASHLB_SESSION_KEY", "valueFrom": "INLINE", "value": "inline-session-key-0123456789abcdef0123"},
+	} {
+		wp := NewWasmPlugin()
+		wp.Object["spec"] = map[string]any{"vmConfig": map[string]any{"env": []any{inline}}}
+		e := &ECDS{Dir: t.TempDir(), Module: "/etc/envoy/hashlb.wasm"}
+		data, err := e.Resource(wp, map[string]any{})
+		if err == nil || !strings.Contains(err.Error(), "valueFrom HOST") || strings.Contains(string(data), "inline-session-key") {
+			t.Errorf("Resource with vmConfig.env %v: %v, file %s; want a refusal naming valueFrom HOST and no file", inline, err, data)
 		}
 	}
 }

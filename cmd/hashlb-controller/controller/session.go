@@ -7,10 +7,13 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -306,14 +309,16 @@ func (r *Reconciler) sessionRules(ctx context.Context, ns, service string) (rule
 				continue
 			}
 			name := fmt.Sprintf("HTTPRoute %s/%s rule %d", rt.Namespace, rt.Name, j)
+			ruleID := strconv.Itoa(j)
 			if rule.Name != nil && *rule.Name != "" {
 				name = fmt.Sprintf("HTTPRoute %s/%s rule %q", rt.Namespace, rt.Name, *rule.Name)
+				ruleID = string(*rule.Name)
 			}
 			if others {
 				problems = append(problems, fmt.Sprintf("%s has sessionPersistence and backendRefs other than Service %s, and a hashlb session names a pod of one Service", name, key))
 				continue
 			}
-			block, err := sessionBlock(rule.SessionPersistence)
+			block, err := sessionBlock(rule.SessionPersistence, ruleSessionName(rt.Namespace, rt.Name, ruleID))
 			if err != nil {
 				problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 				continue
@@ -348,9 +353,25 @@ func (r *Reconciler) granted(ctx context.Context, from, to, service string) (boo
 	return false, nil
 }
 
-// sessionBlock is hashlb's session block for a Gateway API sessionPersistence.
-// Fields Gateway API leaves out stay out, so hashlb's defaults apply.
-func sessionBlock(sp *gwv1.SessionPersistence) (map[string]any, error) {
+// ruleSessionName is the session name of an HTTPRoute rule without
+// sessionName: hashlb_<namespace>_<route>_<rule> (the rule's name, else its
+// index). A session is signed for its name, so two rules never honour each
+// other's sessions, as Gateway API requires, even over services of the same
+// identity ('_' is in no Kubernetes name, so no two rules share one). A name
+// over 128 bytes is cut and ends with a hash of the whole.
+func ruleSessionName(ns, route, rule string) string {
+	n := "hashlb_" + ns + "_" + route + "_" + rule
+	if len(n) <= 128 {
+		return n
+	}
+	sum := sha256.Sum256([]byte(n))
+	return n[:128-17] + "_" + hex.EncodeToString(sum[:8])
+}
+
+// sessionBlock is hashlb's session block for a Gateway API sessionPersistence;
+// name is the session name when sessionName is absent (ruleSessionName).
+// Other fields Gateway API leaves out stay out, so hashlb's defaults apply.
+func sessionBlock(sp *gwv1.SessionPersistence, name string) (map[string]any, error) {
 	b := map[string]any{}
 	switch {
 	case sp.Type == nil || *sp.Type == gwv1.CookieBasedSessionPersistence:
@@ -360,7 +381,8 @@ func sessionBlock(sp *gwv1.SessionPersistence) (map[string]any, error) {
 	default:
 		return nil, fmt.Errorf("sessionPersistence.type %q is neither Cookie nor Header", *sp.Type)
 	}
-	if sp.SessionName != nil {
+	b["name"] = name
+	if sp.SessionName != nil && *sp.SessionName != "" {
 		b["name"] = *sp.SessionName
 	}
 	if sp.AbsoluteTimeout != nil {

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	gwv1beta1 "sigs.k8s.io/gateway-api/apis/v1beta1"
 
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/internal/testenv"
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // sessionDebounce keeps the session tests' successive writes quick.
@@ -198,10 +200,11 @@ func testSessionFromHTTPRoute(t *testing.T, k *kube) {
 		Type: ptr(gwv1.HeaderBasedSessionPersistence), SessionName: ptr("X-Web-Session"), AbsoluteTimeout: ptr(gwv1.Duration("2h"))}})
 	k.waitSession("hashlb", jsonOf(map[string]any{"type": "header", "name": "X-Web-Session", "absoluteTimeout": "2h"}))
 
-	// No name, no timeout: hashlb's defaults stay (the keys are absent);
-	// Session lifetime maps to "session".
+	// No name, no timeout: the name is the rule's own (sessions are signed
+	// for it, so no other rule honours them), the timeout hashlb's default
+	// (absent); Session lifetime maps to "session".
 	k.putRoute(gw, k.ns, "web", rule{[]gwv1.BackendObjectReference{svcRef("web")}, cookie("", "", gwv1.SessionCookieLifetimeType)})
-	k.waitSession("hashlb", jsonOf(map[string]any{"type": "cookie", "lifetime": "session"}))
+	k.waitSession("hashlb", jsonOf(map[string]any{"type": "cookie", "name": "hashlb_" + k.ns + "_web_0", "lifetime": "session"}))
 
 	// The persistence removed: the block and the annotation go.
 	k.putRoute(gw, k.ns, "web", rule{[]gwv1.BackendObjectReference{svcRef("web")}, nil})
@@ -385,13 +388,13 @@ func TestSessionBlockMapping(t *testing.T) {
 		sp   *gwv1.SessionPersistence
 		want string
 	}{
-		{&gwv1.SessionPersistence{}, `{"type":"cookie"}`},
+		{&gwv1.SessionPersistence{}, `{"name":"hashlb_ns_route_0","type":"cookie"}`},
 		{cookie("s", "1h30m", gwv1.PermanentCookieLifetimeType), `{"absoluteTimeout":"90m","lifetime":"permanent","name":"s","type":"cookie"}`},
-		{cookie("", "24h", gwv1.SessionCookieLifetimeType), `{"absoluteTimeout":"1d","lifetime":"session","type":"cookie"}`},
-		{cookie("", "1m500ms", ""), `{"absoluteTimeout":"60500ms","type":"cookie"}`},
+		{cookie("", "24h", gwv1.SessionCookieLifetimeType), `{"absoluteTimeout":"1d","lifetime":"session","name":"hashlb_ns_route_0","type":"cookie"}`},
+		{cookie("", "1m500ms", ""), `{"absoluteTimeout":"60500ms","name":"hashlb_ns_route_0","type":"cookie"}`},
 		{&gwv1.SessionPersistence{Type: ptr(gwv1.HeaderBasedSessionPersistence), SessionName: ptr("X-S")}, `{"name":"X-S","type":"header"}`},
 	} {
-		b, err := sessionBlock(tt.sp)
+		b, err := sessionBlock(tt.sp, ruleSessionName("ns", "route", "0"))
 		if err != nil {
 			t.Errorf("%+v: %v", tt.sp, err)
 			continue
@@ -400,8 +403,28 @@ func TestSessionBlockMapping(t *testing.T) {
 			t.Errorf("%+v: block %s, want %s", tt.sp, got, tt.want)
 		}
 	}
-	if _, err := sessionBlock(&gwv1.SessionPersistence{Type: ptr(gwv1.SessionPersistenceType("Query"))}); err == nil {
+	if _, err := sessionBlock(&gwv1.SessionPersistence{Type: ptr(gwv1.SessionPersistenceType("Query"))}, "x"); err == nil {
 		t.Error("type Query: no error")
+	}
+}
+
+// TestRuleSessionName: one name per rule, a cookie name lbcore accepts,
+// whatever the lengths; rules of two routes, or of two namespaces, whose
+// names run together stay apart.
+func TestRuleSessionName(t *testing.T) {
+	long := strings.Repeat("r", 253)
+	seen := map[string]string{}
+	for _, r := range [][3]string{{"shop", "web", "0"}, {"shop", "web", "1"}, {"shop", "web-0", "0"}, {"shop-web", "0", "0"},
+		{"a", "b.c", "0"}, {"a", "b", "c"}, {"ns", long, "0"}, {"ns", long, "1"}, {strings.Repeat("n", 63), long, "checkout"}} {
+		n := ruleSessionName(r[0], r[1], r[2])
+		if o, dup := seen[n]; dup {
+			t.Errorf("rules %v and %s share session name %q", r, o, n)
+		}
+		seen[n] = fmt.Sprint(r)
+		js := fmt.Sprintf(`{"session":{"type":"cookie","name":%q},"services":[{"name":"a","address":"10.0.0.1:80"}]}`, n)
+		if _, err := lbcore.ParseConfig([]byte(js)); err != nil {
+			t.Errorf("ruleSessionName%v = %q: %v", r, n, err)
+		}
 	}
 }
 
@@ -425,6 +448,47 @@ func TestStandardChannelDropsSessionPersistence(t *testing.T) {
 		}
 		if got := strings.Contains(string(data), "sessionPersistence:"); got != want {
 			t.Errorf("%s channel %s: has sessionPersistence = %v, want %v", channel, filepath.Base(files[0]), got, want)
+		}
+	}
+}
+
+// TestRuleSessionsApart: two HTTPRoute rules without sessionName over
+// services of the same identity (a StatefulSet's pod names in two
+// namespaces), the second with that pod drained: a session the first
+// rule's plugin issues is forged under the second's, with the same key and
+// root_id, so it never reaches the drained pod.
+func TestRuleSessionsApart(t *testing.T) {
+	const key = "controller-test-session-key-0123456789abcdef"
+	balancer := func(route string, weight int) (*lbcore.Config, *lbcore.Balancer) {
+		block, err := sessionBlock(&gwv1.SessionPersistence{}, ruleSessionName("shop", route, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, _ := json.Marshal(map[string]any{"lbMethod": "ROUNDROBIN", "session": block, "services": []any{
+			map[string]any{"name": "web-0", "address": "10.0.0.1:8080", "hashId": "web-0", "weight": weight},
+			map[string]any{"name": "web-1", "address": "10.0.0.2:8080", "hashId": "web-1"},
+		}})
+		c, err := lbcore.ParseConfig(js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := lbcore.NewBalancer(c, 1)
+		if err := b.EnableSession([]byte(key), ""); err != nil {
+			t.Fatal(err)
+		}
+		return c, b
+	}
+	ca, a := balancer("web", 1)
+	cb, b := balancer("checkout", 0)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 4 {
+		d := a.Decide(&lbcore.Request{}, now)
+		v := string(a.AppendSessionValue(nil, &d, now))
+		r := &lbcore.Request{Headers: [][2]string{{"cookie", cb.Session.Name + "=" + v}}}
+		got := b.Decide(r, now)
+		if got.Session != lbcore.SessionForged || got.Reason == lbcore.ReasonSession || cb.Services[got.At(0)].Name == "web-0" {
+			t.Fatalf("client %d: rule web's session for %s at rule checkout: %v, %v on %s; want forged, never web-0 (drained)",
+				i, ca.Services[d.At(0)].Name, got.Session, got.Reason, cb.Services[got.At(0)].Name)
 		}
 	}
 }

@@ -52,8 +52,8 @@ func startBackends(out io.Writer, services []service, tcp bool) error {
 
 // runBackendsOnly starts the demo backends of the configuration, once the
 // module has accepted it, and serves them until ctx ends.
-func runBackendsOnly(ctx context.Context, out io.Writer, wasmPath, configPath, profile string) error {
-	_, _, pc, err := load(wasmPath, configPath, profile)
+func runBackendsOnly(ctx context.Context, out io.Writer, wasmPath, configPath, profile string, env *envFlags) error {
+	_, _, pc, err := load(wasmPath, configPath, profile, env)
 	if err != nil {
 		return err
 	}

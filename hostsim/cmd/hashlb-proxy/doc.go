@@ -26,5 +26,7 @@
 // start of each proxy of the fleet (main.go); the HTTP side, one hostsim
 // stream per request (proxy.go); the TCP side (tcp.go); the demo backends,
 // alone with -backends-only (backends.go); -cluster and the fleet's
-// addresses (fleet.go); and the in-process etcd of -etcd (etcd.go).
+// addresses (fleet.go); the environment -env gives the VMs, copied from this
+// process's as Envoy's host_env_keys does (env.go); and the in-process etcd
+// of -etcd (etcd.go).
 package main

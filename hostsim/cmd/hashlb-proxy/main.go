@@ -72,6 +72,7 @@ type options struct {
 	etcd                                         bool
 	etcdDir                                      string
 	fleet                                        int
+	env                                          envFlags  // -env: the VMs' environment variables, by name
 	out                                          io.Writer // where what runs where is printed
 }
 
@@ -90,20 +91,26 @@ func main() {
 	flag.Var(o.clusters, "cluster", "an Envoy cluster the module's callouts reach, `NAME=HOST:PORT`, answered asynchronously (repeatable)")
 	flag.BoolVar(&o.etcd, "etcd", false, "start an etcd server in process on a free loopback port and map cluster \"etcd\" to it")
 	flag.StringVar(&o.etcdDir, "etcd-dir", "", "with -etcd: etcd's data directory, kept (default: a temporary one, removed at exit)")
+	flag.Var(&o.env, "env", "give the VMs this process's environment variable `NAME` (repeatable), as Envoy's\n"+
+		"vm_config.environment_variables.host_env_keys does; the value is never taken from a flag\n"+
+		"(HASHLB_SESSION_KEY=... hashlb-proxy -env HASHLB_SESSION_KEY -config shop.json)")
 	flag.IntVar(&o.fleet, "fleet", 1, "run N independent proxies (separate shared data, as N Envoy processes) on consecutive ports")
 	tcpListen := flag.String("tcp", "", "serve TCP on this address instead of HTTP, for a configuration with filterType network\n"+
 		"(default -config "+tcpDefaultConfig+"); the demo backends then answer each connection with one line, backend NAME")
 	flag.Parse()
+	if err := o.env.check(); err != nil {
+		log.Fatalf("hashlb-proxy: %v", err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if o.backendsOnly {
-		if err := runBackendsOnly(ctx, o.out, o.wasmPath, o.configPath, o.profile); err != nil {
+		if err := runBackendsOnly(ctx, o.out, o.wasmPath, o.configPath, o.profile, &o.env); err != nil {
 			log.Fatalf("hashlb-proxy: %v", err)
 		}
 		return
 	}
 	if *tcpListen != "" {
-		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends); err != nil {
+		if err := runTCP(ctx, o.wasmPath, configFlag(o.configPath), *tcpListen, o.workers, o.profile, o.backends, &o.env); err != nil {
 			log.Fatalf("hashlb-proxy: %v", err)
 		}
 		return
@@ -116,7 +123,7 @@ func main() {
 // run serves until ctx ends or a member's server fails. Nothing listens
 // before the module has accepted the configuration.
 func run(ctx context.Context, o options) error {
-	wasm, raw, pc, err := load(o.wasmPath, o.configPath, o.profile)
+	wasm, raw, pc, err := load(o.wasmPath, o.configPath, o.profile, &o.env)
 	if err != nil {
 		return err
 	}
@@ -236,7 +243,7 @@ func serveMember(ctx context.Context, o options, wasm, raw []byte, pc *pluginCon
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 		Workers: o.workers, Profile: o.profile, PluginConfig: raw, RealTime: true,
 		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: p.callout, Clusters: o.clusters,
-		Properties: props, Cache: compileCache(),
+		Properties: props, Cache: compileCache(), Env: o.env.values(),
 	})
 	if err != nil {
 		return nil, err
@@ -284,7 +291,7 @@ var compileCache = sync.OnceValue(func() wazero.CompilationCache {
 // configuration on one VM, as Envoy configures a filter before it serves:
 // the module's own validation, every problem it logs, before anything
 // listens. pc is the host's part of the accepted configuration.
-func load(wasmPath, configPath, profile string) (wasm, raw []byte, pc *pluginConfig, err error) {
+func load(wasmPath, configPath, profile string, env *envFlags) (wasm, raw []byte, pc *pluginConfig, err error) {
 	wasm, err = os.ReadFile(wasmPath)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("%w (build it with: ./build.sh wasm)", err)
@@ -296,6 +303,7 @@ func load(wasmPath, configPath, profile string) (wasm, raw []byte, pc *pluginCon
 	var logs strings.Builder
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 		Workers: 1, Profile: profile, PluginConfig: raw, LogLevel: hostsim.LogWarn, LogOutput: &logs, Cache: compileCache(),
+		Env: env.values(),
 	})
 	if err != nil {
 		var lines []string // the module's error lines, without hostsim's own
@@ -307,7 +315,11 @@ func load(wasmPath, configPath, profile string) (wasm, raw []byte, pc *pluginCon
 		if len(lines) == 0 {
 			return nil, nil, nil, fmt.Errorf("%s: the module did not start: %w", configPath, err)
 		}
-		return nil, nil, nil, fmt.Errorf("%s: the module refused the configuration:\n%s", configPath, strings.Join(lines, "\n"))
+		msg := strings.Join(lines, "\n")
+		if strings.Contains(msg, sessionKeyEnv) && !env.has(sessionKeyEnv) {
+			msg += fmt.Sprintf("\n(the VMs get only the variables -env names: %s=... hashlb-proxy -env %s)", sessionKeyEnv, sessionKeyEnv)
+		}
+		return nil, nil, nil, fmt.Errorf("%s: the module refused the configuration:\n%s", configPath, msg)
 	}
 	h.Close(context.Background())
 	pc = &pluginConfig{}

@@ -253,3 +253,33 @@ func TestEtcdFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvFlag: -env copies a variable of this process by name; a
+// NAME=VALUE, an empty name or an unset variable is refused, and the
+// refusal never shows the value.
+func TestEnvFlag(t *testing.T) {
+	t.Setenv("HASHLB_PROXY_TEST_VAR", "from-the-environment")
+	var e envFlags
+	for _, v := range []string{"HASHLB_PROXY_TEST_VAR", "HASHLB_PROXY_TEST_VAR"} {
+		if err := e.Set(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.check(); err != nil || len(e.values()) != 1 || e.values()["HASHLB_PROXY_TEST_VAR"] != "from-the-environment" {
+		t.Fatalf("-env HASHLB_PROXY_TEST_VAR: %v, VMs' environment %v", err, e.values())
+	}
+	for _, tc := range []struct{ arg, want string }{
+		{"HASHLB_SESSION_KEY=a-secret-on-the-command-line", "never from the command line"},
+		{"", "want a variable NAME"},
+		{"HASHLB_PROXY_TEST_UNSET", "not set in hashlb-proxy's environment"},
+	} {
+		var e envFlags
+		if err := e.Set(tc.arg); err != nil {
+			t.Fatalf("Set(%q) = %v: the flag package would print the value", tc.arg, err)
+		}
+		err := e.check()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "a-secret") {
+			t.Errorf("-env %q: %v, want a refusal saying %q, without the value", tc.arg, err, tc.want)
+		}
+	}
+}

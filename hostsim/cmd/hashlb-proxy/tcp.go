@@ -39,8 +39,8 @@ func configFlag(configPath string) string {
 
 // runTCP serves TCP on listen until ctx ends (an interrupt). Nothing listens
 // before the module has accepted the configuration.
-func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers int, profile string, backends bool) error {
-	wasm, raw, pc, err := load(wasmPath, configPath, profile)
+func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers int, profile string, backends bool, env *envFlags) error {
+	wasm, raw, pc, err := load(wasmPath, configPath, profile, env)
 	if err != nil {
 		return err
 	}
@@ -55,6 +55,7 @@ func runTCP(ctx context.Context, wasmPath, configPath, listen string, workers in
 	h, err := hostsim.New(context.Background(), wasm, hostsim.Config{
 		Workers: workers, Profile: profile, PluginConfig: raw, RealTime: true,
 		LogLevel: hostsim.LogInfo, LogOutput: os.Stderr, HTTPCall: tcpProbe, Cache: compileCache(),
+		Env: env.values(),
 	})
 	if err != nil {
 		return err
