@@ -23,7 +23,7 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-var churnFor = flag.Duration("lbpolicy.churn", 30*time.Second, "TestLBPolicyChurn: how long each scenario changes the cluster under load")
+var churnFor = flag.Duration("lbpolicy.churn", 20*time.Second, "TestLBPolicyChurn: how long each scenario changes the cluster under load")
 
 // churnLoad is what a closed-loop load saw: per key, the backends that
 // answered it with a 2xx, and every other answer.
