@@ -170,7 +170,7 @@ test)
 	# -count=1: the .wasm half of the tests reads dist/, which go test's cache does not see.
 	# tools/testprogress prints each package as it starts and ends, and every 30 s what runs.
 	echo "test: every package"
-	# -timeout 60m: e2e and e2e/envoy take 8-12 min each on 2 quiet cores and passed 25 min on a
+	# -timeout 60m: e2e and e2e/envoy take 8-12 min each on 2 quiet cores and over 25 min on a
 	# machine loaded 12-15 times over; the bound leaves room for one twice as slow again.
 	go test -json -count=1 -timeout 60m "$@" ./... | go run ./tools/testprogress
 	# The Wasm build hashes short keys in place (lbcore/xxh64.go); the tag does so natively.
