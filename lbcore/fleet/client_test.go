@@ -672,10 +672,10 @@ func TestFleetKnownBounded(t *testing.T) {
 	if n := r.c.Known(); n != KnownMax {
 		t.Errorf("Known() = %d, want %d", n, KnownMax)
 	}
-	if r.c.knows(h("k9")) {
+	if r.c.known.has(h("k9")) {
 		t.Error("k9, among the oldest, is still known")
 	}
-	if !r.c.knows(h("k10")) {
+	if !r.c.known.has(h("k10")) {
 		t.Error("k10 is forgotten; want only the 10 oldest gone")
 	}
 }
@@ -713,22 +713,22 @@ func TestFleetKnownIndex(t *testing.T) {
 		want[h] = svc
 		r.c.know(h, svc, r.now.Unix())
 	}
-	if len(r.c.ring) != len(want) {
-		t.Fatalf("the ring holds %d keys, want %d", len(r.c.ring), len(want))
+	if len(r.c.known.ring) != len(want) {
+		t.Fatalf("the ring holds %d keys, want %d", len(r.c.known.ring), len(want))
 	}
 	for h, svc := range want {
-		s, found := r.c.knownSlot(h)
-		if !found || int(r.c.ring[r.c.known[s]-1].svc) != svc {
+		s, found := r.c.known.slot(h)
+		if !found || int(r.c.known.ring[r.c.known.index[s]-1].svc) != svc {
 			t.Fatalf("key %#x: found %v, want it on service %d", h, found, svc)
 		}
 	}
-	for _, e := range r.c.ring {
+	for _, e := range r.c.known.ring {
 		if _, ok := want[e.h]; !ok {
 			t.Fatalf("the ring holds %#x, which was forgotten", e.h)
 		}
 	}
 	n := 0
-	for _, e := range r.c.known {
+	for _, e := range r.c.known.index {
 		if e != 0 {
 			n++
 		}
