@@ -11,8 +11,15 @@ import (
 // probe every ProbeEvery asks whether it is back; while it is up, a
 // heartbeat every HeartbeatEvery asks whether it still knows the worker's
 // lease (known.go). One probe or heartbeat is in flight at a time.
+//
+// Calls in a row are calls sent one after the other's failure: the
+// failures of calls sent before the last failure counted (calls under way
+// together, which one slow moment of etcd or of the host fails at once)
+// count as that one. So a burst of timeouts marks etcd down only when the
+// calls sent after it fail too.
 type health struct {
 	fails     int
+	failAt    time.Time // when the last failure in the run was counted (monotonic)
 	down      bool
 	probeAt   time.Time // the next probe of a down etcd (monotonic)
 	recovered int64     // Unix second after the last recovery: hits used before it sync their key
@@ -27,7 +34,7 @@ type health struct {
 // answered ends a run of failures at wall-clock time now; back reports
 // whether etcd was down until then.
 func (h *health) answered(now time.Time) (back bool) {
-	h.fails = 0
+	h.fails, h.failAt = 0, time.Time{}
 	if !h.down {
 		return false
 	}
@@ -35,10 +42,14 @@ func (h *health) answered(now time.Time) (back bool) {
 	return true
 }
 
-// failed adds a failed call at mono to the run; down reports whether it
-// marked etcd down.
-func (h *health) failed(mono time.Time) (down bool) {
-	h.fails++
+// failed adds the failure at mono of a call sent at mono sent to the run,
+// unless the call was sent before the last failure counted; down reports
+// whether it marked etcd down.
+func (h *health) failed(mono, sent time.Time) (down bool) {
+	if h.fails > 0 && sent.Before(h.failAt) {
+		return false // under way with a call that failed: the same failure
+	}
+	h.fails, h.failAt = h.fails+1, mono
 	if h.down {
 		h.probeAt = mono.Add(ProbeEvery)
 		return false
@@ -114,14 +125,14 @@ func (c *Client) onProbe(cl *fleetCall, now time.Time, body []byte, err error) {
 		if err == nil {
 			_, _, err = parseRange(body, &c.out.decodeBuf)
 		}
-		c.after(now, err)
+		c.after(now, cl.sent, err)
 		return
 	}
 	var known bool
 	if err == nil {
 		known, err = parseTimeToLive(body)
 	}
-	c.after(now, err)
+	c.after(now, cl.sent, err)
 	if err == nil && !known {
 		c.lostLease(cl.lease, now)
 	}
@@ -134,10 +145,10 @@ func (c *Client) onProbe(cl *fleetCall, now time.Time, body []byte, err error) {
 // heartbeats), and the call is tried again once the cure is in.
 func retryable(err error) bool { return err == errAuthToken || err == errLeaseNotFound }
 
-// after counts a call's outcome: a success, or an answer that asks for a
-// retry (retryable), ends a run of failures (and a down etcd); a failure
-// adds to it.
-func (c *Client) after(now time.Time, err error) {
+// after counts the outcome of a call sent at mono sent: a success, or an
+// answer that asks for a retry (retryable), ends a run of failures (and a
+// down etcd); a failure adds to it (health.failed).
+func (c *Client) after(now, sent time.Time, err error) {
 	if retryable(err) {
 		if err == errAuthToken {
 			c.root.token = ""
@@ -166,7 +177,7 @@ func (c *Client) after(now time.Time, err error) {
 	} else {
 		c.counts.Error++
 	}
-	if c.health.failed(c.clk.mono) {
+	if c.health.failed(c.clk.mono, sent) {
 		c.out.log(true, "hashlb: fleet: etcd on cluster "+c.cluster()+
 			" failed "+itoa(c.health.fails)+" times in a row (last: "+err.Error()+
 			"); new keys are decided locally until it answers again (asked every "+lbcore.FormatDuration(ProbeEvery)+")")

@@ -157,7 +157,7 @@ func (c *Client) onRoot(cl *fleetCall, now time.Time, body []byte, err error) {
 				c.root.token = tok
 			}
 		}
-		c.after(now, err)
+		c.after(now, cl.sent, err)
 		c.resumeWaiting(callAuth, now, err)
 	case callGrant:
 		c.root.granting = false
@@ -168,7 +168,7 @@ func (c *Client) onRoot(cl *fleetCall, now time.Time, body []byte, err error) {
 		if err == nil {
 			c.root.setLease(cl.slot, id)
 		}
-		c.after(now, err)
+		c.after(now, cl.sent, err)
 		if retryable(err) {
 			err = nil // the waiting transactions renew the token first
 		}

@@ -131,10 +131,10 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 			kv, found, err = parseRange(body, &c.out.decodeBuf)
 		}
 		if err != nil {
-			c.retryOrFail(o, now, err)
+			c.retryOrFail(o, cl, now, err)
 			return
 		}
-		c.after(now, nil)
+		c.after(now, cl.sent, nil)
 		switch i, st := c.classify(kv, found, now); {
 		case st == recUsable:
 			c.fleetHit(o, i, kv, now)
@@ -157,10 +157,10 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
-		c.retryOrFail(o, now, err)
+		c.retryOrFail(o, cl, now, err)
 		return
 	}
-	c.after(now, nil)
+	c.after(now, cl.sent, nil)
 	if found && !put {
 		c.budget.refund(&o.held) // the key exists: no create of this transaction grows etcd
 	}
@@ -195,7 +195,7 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 
 // retryOrFail retries o after an error that another call can cure (a lost
 // lease, a refused token), else settles it locally.
-func (c *Client) retryOrFail(o *fleetOp, now time.Time, err error) {
+func (c *Client) retryOrFail(o *fleetOp, cl *fleetCall, now time.Time, err error) {
 	switch {
 	case err == errLeaseNotFound:
 		c.next(o, now)
@@ -204,7 +204,7 @@ func (c *Client) retryOrFail(o *fleetOp, now time.Time, err error) {
 		c.root.token = ""
 		c.next(o, now)
 	default:
-		c.failOp(o, now, err)
+		c.failOp(o, cl.sent, now, err)
 	}
 }
 
@@ -254,11 +254,11 @@ func (c *Client) outOfTime(o *fleetOp, now time.Time) {
 
 // failOp settles o locally after a failed call, counting it: a call
 // without an answer at o's deadline is a timeout.
-func (c *Client) failOp(o *fleetOp, now time.Time, err error) {
+func (c *Client) failOp(o *fleetOp, sent, now time.Time, err error) {
 	if err == errNoAnswer && !c.clk.mono.Before(o.deadline.Add(-time.Millisecond)) {
 		err = errTimeout
 	}
-	c.after(now, err)
+	c.after(now, sent, err)
 	c.settleLocal(o, now)
 }
 

@@ -168,7 +168,7 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
-		c.after(now, err)
+		c.after(now, cl.sent, err)
 		// A call without an answer says nothing of the key: it is tried
 		// again, however often, while it lives (a run of them marks etcd
 		// down, which pauses the queue). An answer that asks for a retry
@@ -191,7 +191,7 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		}
 		return
 	}
-	c.after(now, nil)
+	c.after(now, cl.sent, nil)
 	if found && !put {
 		c.budget.refund(&j.held)
 	}
