@@ -229,32 +229,17 @@ type loadRec struct {
 // due, until stop is called; stop returns every request's record. A
 // request that fails fails the test.
 //
-// late reports the most a 10 ms timer of this process fired late meanwhile:
-// a host's callout timeout is such a timer, and on a loaded machine (or with
-// other VMs' guest code holding both Ps) it fires that much after the
-// module's timeout.
+// late reports the most a 10 ms timer of this process fired late meanwhile
+// (lateMeter).
 func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var lateNs atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			t0 := time.Now()
-			time.Sleep(10 * time.Millisecond)
-			if d := time.Since(t0) - 10*time.Millisecond; d > time.Duration(lateNs.Load()) {
-				lateNs.Store(int64(d))
-			}
-		}
-	}()
+	m := newLateMeter()
 	stopLoad := (&swapLoad{hosts: hosts}).run(t, keys, rate, 19)
 	stop = func() []loadRec {
 		recs := stopLoad()
-		cancel()
-		<-done
+		m.stop()
 		return recs
 	}
-	return stop, func() time.Duration { return time.Duration(lateNs.Load()) }
+	return stop, m.late
 }
 
 // swapLoad is a steady load's proxies, which may be restarted meanwhile
