@@ -465,6 +465,28 @@ func (l *calloutLog) unanswered(proxy int, etcdKey string, at time.Time) bool {
 	return last != nil && at.Sub(last.Answered) <= unansweredFor && last.status() != "200"
 }
 
+// mark is where the calls recorded so far end, for everUnanswered.
+func (l *calloutLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.recs)
+}
+
+// everUnanswered reports whether a proxy's call about etcdKey since mark
+// got no answer from etcd in time (a timeout, a refused or reset
+// connection, an error status).
+func (l *calloutLog) everUnanswered(etcdKey string, mark int) bool {
+	enc := []byte(base64.StdEncoding.EncodeToString([]byte(etcdKey)))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := mark; i < len(l.recs); i++ {
+		if r := &l.recs[i]; bytes.Contains(r.Req.Body, enc) && r.status() != "200" {
+			return true
+		}
+	}
+	return false
+}
+
 // status is the :status the module was handed for the call ("" for none).
 func (r *proxyCallout) status() string {
 	if r.Resp == nil {
