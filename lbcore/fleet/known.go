@@ -299,7 +299,9 @@ func (c *Client) Stop() {
 			c.budget.drop(&j.held)
 		}
 	}
+	syncing := c.syncs.syncing // still in flight: they settle here
 	c.stopped, c.syncs, c.known.ring, c.known.index = true, newSyncQueue(), nil, nil
+	c.syncs.syncing = syncing
 }
 
 // remap is service i of a stopped client as its successor numbers it.
