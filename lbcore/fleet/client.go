@@ -31,7 +31,8 @@ import (
 //     entry follows it (Remember), once.
 //   - After FailLimit failed calls in a row etcd is down: misses are
 //     decided at once, and the tick probes etcd every ProbeEvery; the
-//     first answer ends it. A hit of a key last used before that moment
+//     first answer ends it. Calls under way together that fail at once
+//     count as one failure (health). A hit of a key last used before that moment
 //     asks etcd as a miss does, proposing its entry (etcd may have lost the
 //     key, or another proxy placed it meanwhile).
 //   - A hit in a later slot than its previous use refreshes the stamp: the
