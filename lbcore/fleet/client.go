@@ -404,6 +404,7 @@ func (c *Client) Tick(now time.Time) {
 	}
 	c.heartbeat(now)
 	c.grantAhead(now)
+	c.syncs.resting = false
 	c.pump(now)
 }
 

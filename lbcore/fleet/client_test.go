@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"cmp"
+	"encoding/base64"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -783,4 +784,32 @@ func TestFleetHandOver(t *testing.T) {
 			r.wantEtcd("cy", "")
 		})
 	}
+}
+
+// TestFleetSyncRests: a sync etcd did not answer is retried at the next
+// tick, not at once: the queue of a worker goes at the tick's pace while
+// etcd is slow, instead of keeping it busy with retries that time out again
+// and mark it down (burst by burst) for the new keys too.
+func TestFleetSyncRests(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	r.c.Miss(r.now, []byte("k"), 1)
+	r.take()
+	r.noAnswer(false) // the miss's create: decided locally, its key queued
+	r.tick(time.Second)
+	for len(r.pending) > 0 && !strings.Contains(string(r.pending[0].Body), base64.StdEncoding.EncodeToString([]byte(r.key("k")))) {
+		r.answer() // the lease grant
+	}
+	if len(r.pending) == 0 {
+		t.Fatalf("no sync of k sent from the tick; logs %q", r.logs)
+	}
+	r.noAnswer(false)
+	if len(r.pending) != 0 {
+		t.Fatalf("a sync etcd did not answer was sent again at once (%s), want it at the next tick", r.pending[0].Path)
+	}
+	r.tick(time.Second)
+	if len(r.pending) == 0 {
+		t.Fatal("the sync was not sent again at the next tick")
+	}
+	r.drain()
+	r.wantEtcd("k", "b")
 }

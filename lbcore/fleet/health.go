@@ -158,6 +158,7 @@ func (c *Client) after(now, sent time.Time, err error) {
 	switch err {
 	case nil:
 		if c.health.answered(now) {
+			c.syncs.resting = false // the queue goes on at once
 			c.out.log(false, "hashlb: fleet: etcd on cluster "+c.cluster()+
 				" answers again; new keys are decided fleet-wide, and keys decided locally meanwhile are reconciled")
 		}

@@ -10,11 +10,17 @@ import "time"
 // syncQueue holds the keys to sync: queue, sent as soon as etcd is up;
 // budgetQ, sent while over half the create budget is left; queued, the
 // keys in either (a key is queued once); and syncing, the syncs in flight.
+// After a sync etcd did not answer, the queue rests until the next tick:
+// the syncs it retries go at the tick's pace, not as fast as they fail
+// (right after a restart, a worker's queue of keys decided meanwhile would
+// else keep a slow etcd busy, time out again and again, and mark it down
+// for the new keys too).
 type syncQueue struct {
 	queue   jobQueue
 	budgetQ jobQueue
 	queued  map[uint64]struct{}
 	syncing int
+	resting bool
 }
 
 func newSyncQueue() syncQueue { return syncQueue{queued: map[uint64]struct{}{}} }
@@ -120,6 +126,9 @@ func (c *Client) pump(now time.Time) {
 		return
 	}
 	q := &c.syncs
+	if q.resting {
+		return
+	}
 	for q.queue.n > 0 && q.syncing < SyncAtOnce {
 		c.sendSync(q.pop(&q.queue), now)
 	}
@@ -182,6 +191,8 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 			}
 		case err != errNoAnswer && err != errTimeout:
 			j.tries++
+		default:
+			c.syncs.resting = true
 		}
 		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {
 			j.rev = 0
