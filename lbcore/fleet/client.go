@@ -375,8 +375,10 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 }
 
 // Tick runs the worker's own work: it gives up calls the host forgot,
-// probes a down etcd (and an idle one, HeartbeatEvery), authenticates,
-// grants leases ahead, and sends queued syncs.
+// probes a down etcd (and an idle one, HeartbeatEvery), places the known
+// keys again after a data loss whose resync was deferred, authenticates,
+// grants leases ahead, and sends queued syncs (the queue's rest after an
+// unanswered sync ends here).
 func (c *Client) Tick(now time.Time) {
 	c.clock(now)
 	var lost []uint32
