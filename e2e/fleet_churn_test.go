@@ -28,8 +28,9 @@ func TestFleetAuthChurn(t *testing.T) {
 	counted, count := countingProxy(t, e.addr)
 	const workers = 2
 	cfg := fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "2s", "createsPerSecond": 5000}, fourServices(), nil)
+	calls := &calloutLog{}
 	h, err := hostsim.New(t.Context(), module(t), hostsim.Config{Workers: workers, PluginConfig: cfg, RootID: persistRootID,
-		RealTime: true, Clusters: map[string]string{"etcd": counted},
+		RealTime: true, Clusters: map[string]string{"etcd": counted}, OnCallout: calls.hook(0),
 		Env: map[string]string{"HASHLB_ETCD_USER": "hashlb", "HASHLB_ETCD_PASSWORD": password}})
 	if err != nil {
 		t.Fatal(err)
@@ -75,9 +76,11 @@ func TestFleetAuthChurn(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	end := time.Now()
-	reauth := count("/v3/auth/authenticate") - authBefore
-	if reauth > workers {
-		t.Errorf("after the tokens were outdated under load: %d authenticates, want at most one per worker (%d)", reauth, workers)
+	// An authenticate that went unanswered in time (a bcrypt on a loaded
+	// machine can take longer than the timeout) is sent again, by design.
+	reauth, lost := count("/v3/auth/authenticate")-authBefore, int64(calls.unansweredPath("/v3/auth/authenticate"))
+	if reauth > workers+lost {
+		t.Errorf("after the tokens were outdated under load: %d authenticates, want at most one per worker (%d) and one for each that went unanswered (%d)", reauth, workers, lost)
 	}
 	if authBefore > workers {
 		t.Errorf("before: %d authenticates for the first tokens, want at most one per worker (%d)", authBefore, workers)

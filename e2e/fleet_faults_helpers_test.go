@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,32 +230,17 @@ type loadRec struct {
 // due, until stop is called; stop returns every request's record. A
 // request that fails fails the test.
 //
-// late reports the most a 10 ms timer of this process fired late meanwhile:
-// a host's callout timeout is such a timer, and on a loaded machine (or with
-// other VMs' guest code holding both Ps) it fires that much after the
-// module's timeout.
+// late reports the most a 10 ms timer of this process fired late meanwhile
+// (lateMeter).
 func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var lateNs atomic.Int64
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			t0 := time.Now()
-			time.Sleep(10 * time.Millisecond)
-			if d := time.Since(t0) - 10*time.Millisecond; d > time.Duration(lateNs.Load()) {
-				lateNs.Store(int64(d))
-			}
-		}
-	}()
+	m := newLateMeter()
 	stopLoad := (&swapLoad{hosts: hosts}).run(t, keys, rate, 19)
 	stop = func() []loadRec {
 		recs := stopLoad()
-		cancel()
-		<-done
+		m.stop()
 		return recs
 	}
-	return stop, func() time.Duration { return time.Duration(lateNs.Load()) }
+	return stop, m.late
 }
 
 // swapLoad is a steady load's proxies, which may be restarted meanwhile
@@ -480,6 +466,42 @@ func (l *calloutLog) unanswered(proxy int, etcdKey string, at time.Time) bool {
 	return last != nil && at.Sub(last.Answered) <= unansweredFor && last.status() != "200"
 }
 
+// unansweredPath counts the calls to path that got no answer from etcd in
+// time.
+func (l *calloutLog) unansweredPath(path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i := range l.recs {
+		if r := &l.recs[i]; r.Req.Header(":path") == path && r.status() != "200" {
+			n++
+		}
+	}
+	return n
+}
+
+// mark is where the calls recorded so far end, for everUnanswered.
+func (l *calloutLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.recs)
+}
+
+// everUnanswered reports whether a proxy's call about etcdKey since mark
+// got no answer from etcd in time (a timeout, a refused or reset
+// connection, an error status).
+func (l *calloutLog) everUnanswered(etcdKey string, mark int) bool {
+	enc := []byte(base64.StdEncoding.EncodeToString([]byte(etcdKey)))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := mark; i < len(l.recs); i++ {
+		if r := &l.recs[i]; bytes.Contains(r.Req.Body, enc) && r.status() != "200" {
+			return true
+		}
+	}
+	return false
+}
+
 // status is the :status the module was handed for the call ("" for none).
 func (r *proxyCallout) status() string {
 	if r.Resp == nil {
@@ -525,27 +547,34 @@ func etcdDown(h *hostsim.Host) []downSpan {
 	return spans
 }
 
-// upAgain is when every worker of hosts last saw etcd answer again after
-// holding it down, at least since; ok is false while one still holds it
-// down.
-func upAgain(hosts []*hostsim.Host, since time.Time) (at time.Time, ok bool) {
-	at = since
+// firstUp is the first time from since at which no worker of hosts held
+// etcd down (each that did had logged that it answers again); ok is false
+// while there is none yet.
+func firstUp(hosts []*hostsim.Host, since time.Time) (at time.Time, ok bool) {
+	var spans []downSpan
 	for _, h := range hosts {
-		for _, s := range etcdDown(h) {
-			if s.to.IsZero() {
-				return time.Time{}, false
-			}
-			if s.to.After(at) {
-				at = s.to
-			}
+		spans = append(spans, etcdDown(h)...)
+	}
+	candidates := []time.Time{since}
+	for _, s := range spans {
+		if s.to.After(since) {
+			candidates = append(candidates, s.to)
 		}
 	}
-	return at, true
+	slices.SortFunc(candidates, time.Time.Compare)
+	for _, c := range candidates {
+		if !slices.ContainsFunc(spans, func(s downSpan) bool { return !c.Before(s.from) && (s.to.IsZero() || c.Before(s.to)) }) {
+			return c, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // localByDesign is recs without the requests a proxy decided locally by
-// design: while one of its workers held etcd down, or with its last call
-// about the key unanswered (unanswered); and how many those were.
+// design: while one of its workers held etcd down, or less than
+// unansweredFor after (the keys decided then are reconciled from the
+// ticks that follow), or with its last call about the key unanswered
+// (unanswered); and how many those were.
 func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host) (kept []loadRec, local int) {
 	down := make([][]downSpan, len(hosts))
 	for i, h := range hosts {
@@ -553,7 +582,7 @@ func (l *calloutLog) localByDesign(recs []loadRec, hosts []*hostsim.Host) (kept 
 	}
 	isDown := func(proxy int, at time.Time) bool {
 		for _, s := range down[proxy] {
-			if !at.Before(s.from) && (s.to.IsZero() || at.Before(s.to)) {
+			if !at.Before(s.from) && (s.to.IsZero() || at.Before(s.to.Add(unansweredFor))) {
 				return true
 			}
 		}

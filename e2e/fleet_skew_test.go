@@ -15,6 +15,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -77,7 +78,9 @@ func TestFleetSkew(t *testing.T) {
 			t.Parallel()
 			e := startEtcdProc(t, bin, etcdDir(t))
 			p := persistence(map[string]any{"expire": "1h"})
-			p["fleet"] = map[string]any{"cluster": "etcd", "timeout": faultTimeout.String()}
+			lateBefore := measureLate(time.Second)
+			timeout := callTimeout(faultTimeout, lateBefore, maxFaultTimeout)
+			p["fleet"] = map[string]any{"cluster": "etcd", "timeout": timeout.String()}
 			extra := func(svcs []svcDef) []byte {
 				c := lbConfig(t, "ROUNDROBIN", p, svcs)
 				if !tt.health {
@@ -103,6 +106,7 @@ func TestFleetSkew(t *testing.T) {
 				}
 			})
 			keys := keysN("skew", 172)
+			meter := newLateMeter()
 			stop := l.run(t, keys, 150, 28)
 			time.Sleep(3 * time.Second) // the fleet places the keys
 			began := time.Now()
@@ -118,9 +122,16 @@ func TestFleetSkew(t *testing.T) {
 				l.swap(0, skewProxy(t, cfg, e.addr, "", calls.hook(0)))
 			}
 			ended := time.Now()
-			const bound = 10 * time.Second
-			time.Sleep(bound + 2*time.Second)
+			// The bound, widened by the lateness measured meanwhile as in
+			// TestFleetFaults.
+			const quietBound = 10 * time.Second
+			bound := func() time.Duration { return widen(quietBound, meter.late(), 10) }
+			for time.Since(ended) < bound()+2*time.Second {
+				time.Sleep(100 * time.Millisecond)
+			}
 			recs := stop()
+			meter.stop()
+			late := meter.late()
 
 			// During the skew the proxies that can use every service follow
 			// the fleet's records, which the skewed one leaves alone: keys
@@ -140,9 +151,10 @@ func TestFleetSkew(t *testing.T) {
 			// As in TestFleetFaults, a request its proxy decided locally by
 			// design (etcd held down, or its last call about the key
 			// unanswered: the loaded machine) is not held to the bound.
-			split, story, local, judged := calls.agreement(recs, l.hosts, ended.Add(bound), ended)
+			split, story, local, judged := calls.agreement(recs, l.hosts, ended.Add(bound()), ended)
 			if split > 0 {
-				t.Errorf("%d of %d keys got two services from %v after the skew ended, e.g. %s (times from the skew's end)", split, len(keys), bound, story)
+				t.Errorf("%d of %d keys got two services from %v after the skew ended %s, e.g. %s (times from the skew's end)", split, len(keys), bound(),
+					lateNote(late, fmt.Sprintf("the bound is %v widened by 10 times that; fleet.timeout %v", quietBound, timeout)), story)
 			}
 			converged := time.Duration(0)
 			if last, _ := lastSplit(recs, ended); !last.IsZero() {
@@ -153,8 +165,8 @@ func TestFleetSkew(t *testing.T) {
 				diverted += persistMetric(h, "hashlb.persistence_fleet_diverted")
 				replaced += persistMetric(h, "hashlb.persistence_fleet_replaced")
 			}
-			t.Logf("%s: %d requests over %d keys; converged %v after the skew ended (bound %v; %d of %d requests held to it decided locally by design); during it %d keys split between the other two proxies (%d of their transactions timed out); the proxies now count %d diverted, %d replaced",
-				tt.name, len(recs), len(keys), converged.Round(time.Millisecond), bound, local, judged, during, timeouts, diverted, replaced)
+			t.Logf("%s: fleet.timeout %v (timers %v late before the run, up to %v during it); %d requests over %d keys; converged %v after the skew ended (bound %v; after it %d requests decided locally by design, %d held to it); during it %d keys split between the other two proxies (%d of their transactions timed out); the proxies now count %d diverted, %d replaced",
+				tt.name, timeout, lateBefore.Round(time.Millisecond), late.Round(time.Millisecond), len(recs), len(keys), converged.Round(time.Millisecond), bound(), local, judged, during, timeouts, diverted, replaced)
 		})
 	}
 }

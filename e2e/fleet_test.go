@@ -54,6 +54,9 @@ func fleetHosts(t testing.TB, n, workers int, cfg []byte, etcdAddr string, start
 
 // fleetReply is one request's outcome through a host.
 type fleetReply struct {
+	key     string
+	host    int       // the index of the host that served it (spray)
+	at      time.Time // when it was decided
 	service string
 	reason  string
 	waited  time.Duration // real time from the request headers to the request leaving the filter
@@ -106,8 +109,10 @@ func spray(t *testing.T, hosts []*hostsim.Host, keys []string, perKey, conc int)
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for j := range jobs {
-				h := hosts[rng.IntN(len(hosts))]
+				hi := rng.IntN(len(hosts))
+				h := hosts[hi]
 				rep, err := fleetRoundTrip(h, rng.IntN(h.Workers()), j.key)
+				rep.key, rep.host, rep.at = j.key, hi, time.Now()
 				if err != nil {
 					failed.Store(err)
 					continue
@@ -398,26 +403,42 @@ func TestFleetAgreement(t *testing.T) {
 // not asked); etcd restarted on the same data: every worker sees it answer
 // within seconds (its tick probes), earlier entries hold again (a fresh
 // proxy serves them) and new keys agree again.
+//
+// etcd runs in a process of its own (go.mod's etcd, embeddedEtcd), killed
+// and started again behind a front that keeps its address: a test process
+// that hosts etcd itself shares its CPU with the proxies, and its Close was
+// seen to block for good. New keys are judged as docs/persistence.md
+// promises (#failure-etcd-slow-down-or-partitioned): a key agrees on every
+// proxy as soon as etcd answers every call about it in time; one whose
+// call went unanswered (a timeout on a loaded machine), or which a proxy
+// decided while one of its workers held etcd down (calls timing out one
+// after the other), is decided locally by design, and agrees once its
+// reconcile ran (reconcileBound, widened by
+// the lateness measured in the run). fleet.timeout is 300 ms widened by
+// the lateness measured before the run.
 func TestFleetEtcdDown(t *testing.T) {
-	dir := t.TempDir()
-	etcdAddr, stop := startEtcd(t, dir)
-	const timeout = 300 * time.Millisecond
-	fleet := map[string]any{"cluster": "etcd", "timeout": "300ms"}
-	cfg := fleetConfig(t, fleet, fourServices(), nil)
-	hosts := fleetHosts(t, 3, 2, cfg, etcdAddr, time.Time{}, true)
+	dir := etcdDir(t)
+	e := startEtcdProc(t, embeddedEtcd, dir)
+	fr := newFront(t, e.addr)
+	lateBefore := measureLate(time.Second)
+	timeout := callTimeout(300*time.Millisecond, lateBefore, 1500*time.Millisecond)
+	meter := newLateMeter()
+	defer meter.stop()
+	fleetCfg := map[string]any{"cluster": "etcd", "timeout": timeout.String()}
+	cfg := fleetConfig(t, fleetCfg, fourServices(), nil)
+	calls := &calloutLog{}
+	hosts := fleetLoggedHosts(t, 3, 2, cfg, fr.addr, calls, 0)
 	before := keysN("before", 300)
-	got, _ := spray(t, hosts, before, 2, 6)
-	if split, ex := splitKeys(got); split != 0 {
-		t.Fatalf("etcd up: %d keys split, e.g. %s", split, ex)
-	}
+	got := sprayAgreed(t, hosts, before, calls, "etcd up", meter)
 
-	stop()
+	e.kill()
 	_, replies := spray(t, hosts, keysN("down", 300), 2, 6)
 	worst := longestWait(replies)
 	// Every request was served (spray fails the test otherwise); the bound
 	// is the timeout plus the time to deliver the failure to a busy worker.
-	if worst > timeout+2*time.Second {
-		t.Errorf("etcd down: a request waited %v, want at most the timeout %v (+ delivery)", worst, timeout)
+	if limit := timeout + widen(time.Second, meter.late(), 2); worst > limit {
+		t.Errorf("etcd down: a request waited %v, want at most the timeout %v (+ delivery: %v in all) %s", worst, timeout, limit,
+			lateNote(meter.late(), "delivery is 1 s widened by twice that"))
 	}
 	t.Logf("etcd down: %d requests served, longest wait %v (timeout %v)", len(replies), worst, timeout)
 
@@ -426,20 +447,121 @@ func TestFleetEtcdDown(t *testing.T) {
 	}
 	// Each worker's tick probes a down etcd every second: every one of them
 	// sees it answer again, with no request having to wait for it.
-	startEtcdOn(t, dir, etcdAddr)
-	took := waitFleetUp(t, hosts, 10*time.Second)
+	e = startEtcdProc(t, embeddedEtcd, dir)
+	fr.setTarget(e.addr)
+	took := waitFleetUp(t, hosts, widen(10*time.Second, meter.late(), 10))
 	t.Logf("etcd restarted: every worker saw it answer within %v", took.Round(time.Millisecond))
-	fresh := fleetHosts(t, 1, 2, cfg, etcdAddr, time.Time{}, true)
+	fresh := fleetLoggedHosts(t, 1, 2, cfg, fr.addr, calls, len(hosts))
+	mark := calls.mark()
 	again, _ := spray(t, fresh, before, 1, 2)
 	for k, s := range again {
-		if s[0] != got[k][0] {
-			t.Errorf("after restart: %s on %s by a new proxy, was %s before etcd stopped", k, s[0], got[k][0])
+		if s[0] != got[k] && !calls.everUnanswered(fleetEtcdKey(k), mark) {
+			t.Errorf("after restart: %s on %s by a new proxy, was %s before etcd stopped, and etcd answered every call about it in time", k, s[0], got[k])
 		}
 	}
-	newKeys, _ := spray(t, append(hosts, fresh...), keysN("after", 300), 2, 6)
-	if split, ex := splitKeys(newKeys); split != 0 {
-		t.Errorf("after restart: %d new keys split, e.g. %s", split, ex)
+	sprayAgreed(t, append(hosts, fresh...), keysN("after", 300), calls, "after restart", meter)
+	t.Logf("timers fired up to %v late during the run (%v before it); fleet.timeout %v", meter.late().Round(time.Millisecond), lateBefore.Round(time.Millisecond), timeout)
+}
+
+// fleetLoggedHosts is fleetHosts in real time whose calls to etcd go to
+// calls, proxies numbered from first.
+func fleetLoggedHosts(t *testing.T, n, workers int, cfg []byte, etcdAddr string, calls *calloutLog, first int) []*hostsim.Host {
+	t.Helper()
+	var hs []*hostsim.Host
+	for i := range n {
+		hs = append(hs, moduleHost(t, hostsim.Config{
+			Workers: workers, PluginConfig: cfg, RootID: persistRootID, RealTime: true,
+			Clusters: map[string]string{"etcd": etcdAddr}, OnCallout: calls.hook(first + i)}))
 	}
+	return hs
+}
+
+func spans(down [][]downSpan) (n int) {
+	for _, d := range down {
+		n += len(d)
+	}
+	return n
+}
+
+// fleetLog is every "hashlb: fleet:" log line of hosts, times from zero.
+func fleetLog(hosts []*hostsim.Host, zero time.Time) string {
+	var b strings.Builder
+	for i, h := range hosts {
+		for _, l := range h.Logs() {
+			if strings.Contains(l.Message, "hashlb: fleet:") {
+				fmt.Fprintf(&b, "\n\t%+8v proxy %d worker %d: %s", l.At.Sub(zero).Round(time.Millisecond), i, l.Worker, l.Message)
+			}
+		}
+	}
+	return b.String()
+}
+
+// reconcileBound is how long after its call went unanswered a key decided
+// locally agrees with the fleet on a quiet machine: its sync goes at the
+// next tick that finds etcd up, and its answer moves the local entry
+// (docs/persistence.md).
+const reconcileBound = 2 * time.Second
+
+// sprayAgreed sends every key twice to random workers of hosts and judges
+// agreement as the fleet promises it: a key that got two services must
+// have had a call about it go unanswered, or a request of it served by a
+// proxy while one of its workers held etcd down (decided locally by
+// design); then,
+// after reconcileBound (widened by the lateness measured, the hosts' ticks
+// firing meanwhile), every key is on one service on every proxy. It returns
+// that service of each key.
+func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *calloutLog, phase string, meter *lateMeter) map[string]string {
+	t.Helper()
+	mark, began := calls.mark(), time.Now()
+	got, replies := spray(t, hosts, keys, 2, 6)
+	down := make([][]downSpan, len(hosts))
+	for i, h := range hosts {
+		down[i] = etcdDown(h)
+	}
+	// A request a proxy decided while one of its workers held etcd down
+	// (it asks no one then), as TestFleetFaults judges it.
+	whileDown := map[string]bool{}
+	for _, r := range replies {
+		for _, sp := range down[r.host] {
+			if !r.at.Before(sp.from) && (sp.to.IsZero() || r.at.Before(sp.to)) {
+				whileDown[r.key] = true
+			}
+		}
+	}
+	local, unexplained := 0, 0
+	for k, svcs := range got {
+		if !slices.ContainsFunc(svcs, func(s string) bool { return s != svcs[0] }) {
+			continue
+		}
+		if !whileDown[k] && !calls.everUnanswered(fleetEtcdKey(k), mark) {
+			if unexplained++; unexplained <= 3 {
+				t.Errorf("%s: %s got %v though etcd answered every call about it in time; its calls (times from the spray's start):%s", phase, k, svcs, calls.story(fleetEtcdKey(k), began))
+			}
+			continue
+		}
+		local++
+	}
+	if unexplained > 0 {
+		t.Errorf("%s: %d keys in all got two services without a call about them unanswered; the proxies' fleet log lines (times from the spray's start):%s", phase, unexplained, fleetLog(hosts, began))
+	}
+	bound := widen(reconcileBound, meter.late(), 10)
+	for start := time.Now(); time.Since(start) < bound; time.Sleep(50 * time.Millisecond) {
+		for _, h := range hosts {
+			h.Tick()
+		}
+	}
+	settled, _ := spray(t, hosts, keys, 2, 6)
+	split, ex := splitKeys(settled)
+	if split != 0 {
+		t.Errorf("%s: %d of %d keys still on two services %v after they were sprayed (%d of them decided locally then) %s, e.g. %s",
+			phase, split, len(keys), bound, local, lateNote(meter.late(), fmt.Sprintf("the bound is %v widened by 10 times that", reconcileBound)), ex)
+	}
+	t.Logf("%s: %d keys, %d split by a call etcd did not answer in time or while a worker held etcd down (decided locally by design), all on one service %v later; %d down spans of a worker in all", phase, len(keys), local, bound, spans(down))
+	out := make(map[string]string, len(settled))
+	for k, s := range settled {
+		out[k] = s[0]
+	}
+	return out
 }
 
 // fleetUp reports whether every worker of the hosts considers etcd up: its
@@ -492,10 +614,13 @@ func TestFleetSlowEtcd(t *testing.T) {
 	slow, _ := delayProxy(t, etcdAddr, func() time.Duration { return time.Duration(delay.Load()) })
 	const timeout = 200 * time.Millisecond
 	hosts := fleetHosts(t, 2, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "200ms"}, fourServices(), nil), slow, time.Time{}, true)
+	meter := newLateMeter()
 	_, replies := spray(t, hosts, keysN("slow", 40), 1, 4)
+	meter.stop()
 	worst := longestWait(replies)
-	if worst > timeout+2*time.Second {
-		t.Errorf("slow etcd: a request waited %v, want at most the timeout %v (+ delivery)", worst, timeout)
+	if limit := timeout + widen(2*time.Second, meter.late(), 2); worst > limit {
+		t.Errorf("slow etcd: a request waited %v, want at most the timeout %v (+ delivery: %v in all) %s", worst, timeout, limit,
+			lateNote(meter.late(), "delivery is 2 s widened by twice that"))
 	}
 	var timeouts int64
 	for _, h := range hosts {

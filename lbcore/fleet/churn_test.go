@@ -148,7 +148,7 @@ func TestFleetChurn(t *testing.T) {
 			}
 		}},
 		{"the wall clock steps back 30 s: 100 new keys at half the budget are all created", "", func(t *testing.T, r *rig) {
-			r.c.cfg.CreatesPerSecond = 20
+			r.c.cfg.CreatesPerSecond, r.c.budget.rate = 20, 20
 			r.drainMiss("first", 0)
 			r.now = r.now.Add(-30 * time.Second)
 			for i := range 100 {
@@ -175,7 +175,7 @@ func TestFleetChurn(t *testing.T) {
 			}
 		}},
 		{"the wall clock steps forward 1 h: the budget holds one second's worth", "", func(t *testing.T, r *rig) {
-			r.c.cfg.CreatesPerSecond = 10
+			r.c.cfg.CreatesPerSecond, r.c.budget.rate = 10, 10
 			r.now = r.now.Add(time.Hour)
 			for i := range 20 {
 				r.drainMiss("k"+itoa(i), 0)
@@ -250,8 +250,8 @@ func TestFleetBudget(t *testing.T) {
 			r.wantSettled(op, 0, false)
 			r.tick(0)
 			r.drain() // the sync finds ada on a: nothing more to give back
-			if want := 2 + 0.2*3; r.c.tokens > want+1e-9 {
-				t.Errorf("tokens = %v, want %v: one spent on x, ada's given back once", r.c.tokens, want)
+			if want := 2 + 0.2*3; r.c.budget.tokens > want+1e-9 {
+				t.Errorf("tokens = %v, want %v: one spent on x, ada's given back once", r.c.budget.tokens, want)
 			}
 		}},
 		{"etcd loses its data under 500 keys placed: they are placed again within the create budget", 50, func(t *testing.T, r *rig) {
@@ -295,12 +295,12 @@ func TestFleetHandOverAge(t *testing.T) {
 		n.know(h(-1-i), 0, r.now.Unix())
 	}
 	for _, i := range []int{KnownMax + 99, KnownMax + 50, 300} {
-		if !n.knows(h(i)) {
+		if !n.known.has(h(i)) {
 			t.Errorf("after the hand-over and 100 new keys, k%d (among the newest kept) is forgotten", i)
 		}
 	}
 	for _, i := range []int{100, 199} {
-		if n.knows(h(i)) {
+		if n.known.has(h(i)) {
 			t.Errorf("k%d, among the oldest, is still known; want the oldest forgotten first", i)
 		}
 	}

@@ -31,7 +31,8 @@ import (
 //     entry follows it (Remember), once.
 //   - After FailLimit failed calls in a row etcd is down: misses are
 //     decided at once, and the tick probes etcd every ProbeEvery; the
-//     first answer ends it. A hit of a key last used before that moment
+//     first answer ends it. Calls under way together that fail at once
+//     count as one failure (health). A hit of a key last used before that moment
 //     asks etcd as a miss does, proposing its entry (etcd may have lost the
 //     key, or another proxy placed it meanwhile).
 //   - A hit in a later slot than its previous use refreshes the stamp: the
@@ -56,76 +57,23 @@ import (
 //   - With credentials, every call carries the token of
 //     /v3/auth/authenticate, the worker's one in flight.
 type Client struct {
-	cfg      *lbcore.Fleet
-	svcs     Services
-	prefix   string
-	expire   time.Duration
-	slotSecs int64
-	user     string
-	password string
+	cfg    *lbcore.Fleet
+	svcs   Services
+	expire time.Duration
 
-	lastID uint32
-	ops    map[uint64]*fleetOp // by lbcore.PersistKeyHash
-	byID   map[uint32]*fleetOp
-	calls  map[uint32]*fleetCall
-
-	// Records and buffers reused, so that a transaction allocates nothing
-	// in a steady state: settled transactions, answered calls, the etcd
-	// key, a record's value and an answer's decoded value being written.
-	freeOps   []*fleetOp
-	freeCalls []*fleetCall
-	keyBuf    []byte
-	valueBuf  []byte
-	decodeBuf []byte
-
-	token                    string
-	leases                   [2]struct{ slot, id int64 } // at index slot%2: this slot's and the next
-	authing, granting, probe bool                        // root calls in flight
-	authEnd, grantEnd        time.Time                   // when the authenticate or grant in flight ends at the latest
-	authWait, grantWait      []uint32                    // transactions waiting on them
-	spareWait                []uint32
-
-	// The monotonic clock (clock): budgets, probes, backoffs, deadlines
-	// and the heartbeat run on mono; stamps and slots on the wall clock.
-	wall, mono time.Time
-
-	fails     int
-	down      bool
-	probeAt   time.Time
-	recovered int64 // Unix second after the last recovery: hits used before it sync their key
-
-	queue   jobQueue
-	budgetQ jobQueue            // keys to create once the budget allows: placed again after a data loss, or throttled
-	queued  map[uint64]struct{} // the keys in queue and budgetQ
-	syncing int
-
-	tokens   float64 // the create budget
-	budgetAt time.Time
-	ledger   ledger
-
-	lastOK    time.Time // etcd's last answer
-	maxRev    int64     // the highest header.revision etcd answered with
-	maxRevAt  time.Time // when it did
-	clusterID string    // header.cluster_id of its answers
-	known     []int32   // the ring's index by key: 1 + its index in ring, 0 for none (known.go)
-	ring      []fleetKnown
-	ringAt    int // the oldest of ring, once full
-	resyncAt  time.Time
-
-	aliveAt    time.Time // when the last heartbeat was sent (monotonic)
-	aliveLease int64     // the lease aliveBody asks after
-	aliveBody  []byte    // the heartbeat's body
-	aliveCall  fleetCall // the heartbeat in flight (one at a time: probe)
-	spare      Out       // buffers given back (Recycle)
-
-	diverted map[uint64]diverted // keys served on their second choice (divert), by hash
+	clk      clock    // the monotonic clock of budgets, probes, backoffs and deadlines
+	reg      registry // the transactions and calls in flight
+	out      outbox   // what the client asks for, and the buffers it writes it with
+	root     roots    // the token and the leases, and the calls that get them (root.go)
+	health   health   // etcd up or down, and the probes and heartbeats that tell (health.go)
+	budget   budget   // the create budget (budget.go)
+	syncs    syncQueue
+	known    knownKeys // the keys placed, and the signs that etcd lost them (known.go)
+	diverted divertSet // keys served on their second choice (divert.go)
 
 	stopped bool    // handed over to a new configuration's client (HandOver)
 	succ    *Client // that client, when compatible: what c still queues goes to it
-
-	logged map[error]bool // errors logged once
-	out    Out
-	counts Counts
+	counts  Counts
 }
 
 // Services is what the fleet protocol needs to know of the services
@@ -286,27 +234,19 @@ type fleetCall struct {
 // under prefix (Prefix), at now; user and password, when user is not
 // "", authenticate to etcd.
 func NewClient(p *lbcore.Persistence, prefix string, svcs Services, user, password string, now time.Time) *Client {
-	return &Client{cfg: p.Fleet, svcs: svcs, prefix: prefix, expire: p.Expire,
-		slotSecs: int64(Slot(p.Expire) / time.Second), user: user, password: password,
-		ops: map[uint64]*fleetOp{}, byID: map[uint32]*fleetOp{}, calls: map[uint32]*fleetCall{},
-		queued: map[uint64]struct{}{}, logged: map[error]bool{},
-		tokens: float64(p.Fleet.CreatesPerSecond), budgetAt: now, wall: now, mono: now, aliveAt: now}
+	return &Client{cfg: p.Fleet, svcs: svcs, expire: p.Expire,
+		clk: clock{wall: now, mono: now}, reg: newRegistry(), out: newOutbox(prefix),
+		root: roots{user: user, password: password}, health: health{beatAt: now},
+		budget: newBudget(p.Fleet.CreatesPerSecond, now), syncs: newSyncQueue()}
 }
 
 // Take returns what the client asks for since the last Take, and forgets it.
-func (c *Client) Take() Out {
-	o := c.out
-	s := c.spare
-	c.out = Out{Calls: s.Calls[:0], Settled: s.Settled[:0], Remember: s.Remember[:0], Logs: s.Logs[:0],
-		bodies: s.bodies[:0]}
-	c.spare = Out{}
-	return o
-}
+func (c *Client) Take() Out { return c.out.take() }
 
 // Recycle gives back what Take returned, once the caller is done with it
 // (the calls' bodies included): the next Take but one writes into its
 // buffers, so that a worker's steady work allocates nothing.
-func (c *Client) Recycle(o Out) { c.spare = o }
+func (c *Client) Recycle(o Out) { c.out.spare = o }
 
 // Pending reports whether the client asks for something (Take).
 func (c *Client) Pending() bool { return !c.out.Empty() }
@@ -315,10 +255,10 @@ func (c *Client) Pending() bool { return !c.out.Empty() }
 func (c *Client) Counts() Counts { return c.counts }
 
 // Down reports whether etcd is considered down (misses do not ask it).
-func (c *Client) Down() bool { return c.down }
+func (c *Client) Down() bool { return c.health.down }
 
 // Queued is how many keys wait to be synced.
-func (c *Client) Queued() int { return c.queue.n + c.budgetQ.n }
+func (c *Client) Queued() int { return c.syncs.len() }
 
 // Miss starts or joins the transaction for persistence key key, whose
 // method proposed service proposal. wait false means: decide with the
@@ -327,11 +267,11 @@ func (c *Client) Queued() int { return c.queue.n + c.budgetQ.n }
 func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait bool) {
 	c.clock(now)
 	k := lbcore.PersistKeyHash(key)
-	if o := c.ops[k]; o != nil {
+	if o := c.reg.ops[k]; o != nil {
 		return o.id, true
 	}
-	create := c.spend(now)
-	if c.down {
+	create := c.budget.spend(c.clk.mono)
+	if c.health.down {
 		c.counts.Skipped++
 		if !create {
 			c.counts.Throttled++
@@ -355,19 +295,19 @@ func (c *Client) Miss(now time.Time, key []byte, proposal int) (op uint32, wait 
 // the tick and the request is served at once.
 func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint32, wait bool) {
 	c.clock(now)
-	stale := prevUse < c.recovered
-	if c.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
+	stale := prevUse < c.health.recovered
+	if c.health.down || (!stale && c.slotOf(prevUse) >= c.slotOf(now.Unix())) {
 		return 0, false
 	}
 	k := lbcore.PersistKeyHash(key)
-	if o := c.ops[k]; o != nil {
+	if o := c.reg.ops[k]; o != nil {
 		return o.id, true
 	}
 	if !stale { // a refresh: the key is in use, it spends no create
 		c.enqueue(fleetJob{h: k, svc: svc, stamp: now.Unix()})
 		return 0, false
 	}
-	if c.spend(now) {
+	if c.budget.spend(c.clk.mono) {
 		return c.start(now, k, svc, false), true
 	}
 	c.enqueueBudgeted(fleetJob{h: k, svc: svc, stamp: now.Unix()})
@@ -376,10 +316,10 @@ func (c *Client) Hit(now time.Time, key []byte, svc int, prevUse int64) (op uint
 
 // start sends the first call of a new transaction for the key of hash k.
 func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uint32 {
-	o := c.newOp()
-	*o = fleetOp{id: c.newID(), h: k, proposal: proposal, start: c.mono,
-		deadline: c.mono.Add(c.cfg.Timeout), readOnly: readOnly, held: !readOnly}
-	c.ops[k], c.byID[o.id] = o, o
+	o := c.reg.newOp()
+	*o = fleetOp{id: c.reg.newID(), h: k, proposal: proposal, start: c.clk.mono,
+		deadline: c.clk.mono.Add(c.cfg.Timeout), readOnly: readOnly, held: !readOnly}
+	c.reg.ops[k], c.reg.byID[o.id] = o, o
 	c.next(o, now)
 	return o.id
 }
@@ -388,7 +328,7 @@ func (c *Client) start(now time.Time, k uint64, proposal int, readOnly bool) uin
 // deliver no answer to it. Its key is reconciled later.
 func (c *Client) Abandon(now time.Time, op uint32) {
 	c.clock(now)
-	if o := c.byID[op]; o != nil {
+	if o := c.reg.byID[op]; o != nil {
 		c.settleLocal(o, now)
 	}
 }
@@ -397,7 +337,7 @@ func (c *Client) Abandon(now time.Time, op uint32) {
 // length (the body is not read when size is over MaxAnswerBytes).
 func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size int) {
 	c.clock(now)
-	cl := c.calls[id]
+	cl := c.reg.calls[id]
 	if cl == nil {
 		return
 	}
@@ -405,7 +345,7 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 		c.NoAnswer(now, id)
 		return
 	}
-	delete(c.calls, id)
+	delete(c.reg.calls, id)
 	err := checkAnswer(body, size)
 	if err == nil && status != 200 {
 		if err = answerError(body); err == nil {
@@ -413,7 +353,6 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 		}
 	}
 	if err == nil {
-		c.lastOK = c.mono
 		c.sawHeader(now, cl.sent, body)
 	}
 	c.handle(cl, now, body, err)
@@ -424,10 +363,10 @@ func (c *Client) Answer(now time.Time, id uint32, status int, body []byte, size 
 // passed, the connection failed, or it could not be sent.
 func (c *Client) NoAnswer(now time.Time, id uint32) {
 	c.clock(now)
-	if cl := c.calls[id]; cl != nil {
-		delete(c.calls, id)
+	if cl := c.reg.calls[id]; cl != nil {
+		delete(c.reg.calls, id)
 		err := errNoAnswer
-		if !c.mono.Before(cl.sent.Add(cl.timeout - time.Millisecond)) {
+		if !c.clk.mono.Before(cl.sent.Add(cl.timeout - time.Millisecond)) {
 			err = errTimeout // no answer within its timeout
 		}
 		c.handle(cl, now, nil, err)
@@ -436,13 +375,15 @@ func (c *Client) NoAnswer(now time.Time, id uint32) {
 }
 
 // Tick runs the worker's own work: it gives up calls the host forgot,
-// probes a down etcd (and an idle one, HeartbeatEvery), authenticates,
-// grants leases ahead, and sends queued syncs.
+// probes a down etcd (and an idle one, HeartbeatEvery), places the known
+// keys again after a data loss whose resync was deferred, authenticates,
+// grants leases ahead, and sends queued syncs (the queue's rest after an
+// unanswered sync ends here).
 func (c *Client) Tick(now time.Time) {
 	c.clock(now)
 	var lost []uint32
-	for id, cl := range c.calls {
-		if c.mono.Sub(cl.sent) > cl.timeout+fleetLostCall {
+	for id, cl := range c.reg.calls {
+		if c.clk.mono.Sub(cl.sent) > cl.timeout+fleetLostCall {
 			lost = append(lost, id)
 		}
 	}
@@ -456,39 +397,16 @@ func (c *Client) Tick(now time.Time) {
 	if len(c.diverted) > 0 {
 		c.undivert(now)
 	}
-	if c.down {
-		if !c.probe && !c.mono.Before(c.probeAt) {
-			switch {
-			case c.needAuth() && !c.authing:
-				c.probe = true
-				c.authIn(now, c.cfg.Timeout).probe = true
-			case !c.needAuth():
-				c.probe = true
-				c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
-			}
-		}
+	if c.health.down {
+		c.probe(now)
 		return
 	}
-	slot := c.slotOf(now.Unix())
-	if !c.probe && !c.needAuth() && len(c.ring) > 0 && c.mono.Sub(c.aliveAt) >= HeartbeatEvery {
-		c.probe, c.aliveAt = true, c.mono
-		l := c.leaseFor(slot)
-		if l == 0 {
-			l = c.leaseFor(slot - 1) // it outlives its slot by expire + slot
-		}
-		if l != 0 {
-			if c.aliveLease != l { // the body is made once per lease
-				c.aliveLease, c.aliveBody = l, timeToLiveRequest(l)
-			}
-			c.rootCall(callAlive, "/v3/lease/timetolive", c.aliveBody, now).lease = l
-		} else {
-			c.rootCall(callProbe, "/v3/kv/range", c.rangeBody(c.prefixKey()), now)
-		}
+	if why := c.known.resyncDeferred(c.clk.mono); why != "" {
+		c.resync(now, why)
 	}
-	if !c.granting && !c.needAuth() && c.leaseFor(slot) != 0 && c.leaseFor(slot+1) == 0 &&
-		(slot+1)*c.slotSecs-now.Unix() < c.slotSecs/4+1 {
-		c.grantIn(slot+1, now, c.cfg.Timeout)
-	}
+	c.heartbeat(now)
+	c.grantAhead(now)
+	c.syncs.resting = false
 	c.pump(now)
 }
 
@@ -527,260 +445,39 @@ const (
 	errTimeout  = fleetError("timeout")
 )
 
-func (c *Client) newID() uint32 {
-	c.lastID++
-	if c.lastID == 0 {
-		c.lastID++
+// clock is the monotonic clock made of the wall clock's forward steps:
+// the host gives wasm no monotonic clock (only the wall clock), so a step
+// back of the wall clock stops none of the budget, probes, backoffs and
+// deadlines (they run on mono), while a step forward advances them by the
+// step. Stamps and slots stay on the wall clock: they must agree across
+// proxies.
+type clock struct{ wall, mono time.Time }
+
+// advance moves the clock to an event at wall-clock time now: mono by how
+// much now is later than the last event's wall-clock time, by nothing when
+// it is earlier.
+func (k *clock) advance(now time.Time) {
+	if d := now.Sub(k.wall); d > 0 {
+		k.mono = k.mono.Add(d)
 	}
-	return c.lastID
+	k.wall = now
 }
 
-// clock advances the monotonic clock to the event at wall-clock time now:
-// by how much now is later than the last event's wall-clock time, by
-// nothing when it is earlier. The host gives wasm no monotonic clock (only
-// the wall clock), so a step back of the wall clock stops none of the
-// budget, probes, backoffs and deadlines (they run on c.mono), while a step
-// forward advances them by the step. Stamps and slots stay on the wall
-// clock: they must agree across proxies.
-func (c *Client) clock(now time.Time) {
-	if d := now.Sub(c.wall); d > 0 {
-		c.mono = c.mono.Add(d)
-	}
-	c.wall = now
-}
+// clock advances c's clock to the event at wall-clock time now.
+func (c *Client) clock(now time.Time) { c.clk.advance(now) }
 
 // Mono is the client's monotonic clock (clock).
-func (c *Client) Mono() time.Time { return c.mono }
+func (c *Client) Mono() time.Time { return c.clk.mono }
 
-// spend takes one create from the budget: CreatesPerSecond, a burst of one
-// second's worth.
-func (c *Client) spend(now time.Time) bool {
-	c.refill()
-	if c.tokens < 1 {
-		return false
-	}
-	c.tokens--
-	c.ledger.spent++
-	return true
-}
+func (c *Client) slotOf(t int64) int64 { return SlotOf(t, c.expire) }
 
-// refill adds the tokens earned since the last refill.
-func (c *Client) refill() {
-	rate := float64(c.cfg.CreatesPerSecond)
-	if dt := c.mono.Sub(c.budgetAt); dt > 0 {
-		c.tokens = min(rate, c.tokens+rate*dt.Seconds())
-		c.budgetAt = c.mono
-	}
-}
+func (c *Client) slotSecs() int64 { return int64(Slot(c.expire) / time.Second) }
 
-// The create tokens' ledger: each token spent (spend) is held by one
-// transaction or sync (fleetOp.held, fleetJob.held) until it is, exactly
-// once, refunded (the key existed: nothing grew etcd), consumed (the
-// create was applied) or dropped (its outcome is unknown, or it was given
-// up: counted as grown). So spent = refunded + consumed + dropped + held.
-type ledger struct{ spent, refunded, consumed, dropped uint64 }
-
-// refund gives back the token *held holds, if it holds one.
-func (c *Client) refund(held *bool) {
-	if *held {
-		*held = false
-		c.ledger.refunded++
-		c.tokens = min(float64(c.cfg.CreatesPerSecond), c.tokens+1)
-	}
-}
-
-// consume marks the token *held holds as spent on a create applied.
-func (c *Client) consume(held *bool) {
-	if *held {
-		*held = false
-		c.ledger.consumed++
-	}
-}
-
-// drop gives up the token *held holds: it stays spent.
-func (c *Client) drop(held *bool) {
-	if *held {
-		*held = false
-		c.ledger.dropped++
-	}
-}
-
-func (c *Client) slotOf(t int64) int64 { return t / c.slotSecs }
-
-func (c *Client) needAuth() bool { return c.user != "" && c.token == "" }
-
-// leaseFor is the lease of slot, 0 when this worker has none.
-func (c *Client) leaseFor(slot int64) int64 {
-	if l := c.leases[slot&1]; l.slot == slot {
-		return l.id
-	}
-	return 0
-}
-
-func (c *Client) setLease(slot, id int64) { c.leases[slot&1] = struct{ slot, id int64 }{slot, id} }
-
-// lostLease handles "lease not found" for lease id. Its TTL outlives every
-// slot it is used in (leaseTTL), so etcd lost it with its data, or an
-// operator revoked it: keys used before now may be gone from etcd too.
-func (c *Client) lostLease(id int64, now time.Time) {
-	c.recovered = now.Unix() + 1
-	for _, l := range c.leases {
-		if l.id == id && id != 0 {
-			c.dataLost(now, "it does not know the lease it granted")
-			return
-		}
-	}
-}
-
-func (c *Client) logOnce(err error, warn bool, msg string) {
-	if !c.logged[err] {
-		c.logged[err] = true
-		c.out.Logs = append(c.out.Logs, Log{Warn: warn, Msg: msg})
-	}
+// alive reports whether a key used at Unix second used has not expired.
+func (c *Client) alive(used int64, now time.Time) bool {
+	return Record{Stamp: used}.Alive(now, c.expire)
 }
 
 func (c *Client) cluster() string { return strconv.Quote(c.cfg.Cluster) }
 
-// Records are reused: an op once settled, a call once answered (or given
-// up), is no longer reachable from c.ops, c.byID or c.calls.
-
-// takeFree returns a record from free, or a new one.
-func takeFree[T any](free *[]*T) *T {
-	if n := len(*free); n > 0 {
-		r := (*free)[n-1]
-		*free = (*free)[:n-1]
-		return r
-	}
-	return new(T)
-}
-
-func (c *Client) newOp() *fleetOp { return takeFree(&c.freeOps) }
-
-func (c *Client) freeOp(o *fleetOp) { c.freeOps = append(c.freeOps, o) }
-
-func (c *Client) newCall() *fleetCall { return takeFree(&c.freeCalls) }
-
-func (c *Client) freeCall(cl *fleetCall) {
-	if cl != &c.aliveCall {
-		*cl = fleetCall{}
-		c.freeCalls = append(c.freeCalls, cl)
-	}
-}
-
-// The calls' bodies are written into the output's buffer (Out.bodies),
-// which the caller gives back with Recycle once it sent them.
-
-// body returns what was appended to the bodies since len start.
-func (c *Client) body(start int) []byte {
-	return c.out.bodies[start:len(c.out.bodies):len(c.out.bodies)]
-}
-
-// fleetKey is the etcd key of the key of hash h, in a buffer reused.
-func (c *Client) fleetKey(h uint64) []byte {
-	c.keyBuf = appendKey(c.keyBuf[:0], c.prefix, h)
-	return c.keyBuf
-}
-
-// txnBody is the body of a create-if-absent (rev 0) or replace (at
-// mod_revision rev) of the key of hash h with a record of stamp and service
-// svc.
-func (c *Client) txnBody(h uint64, rev, stamp int64, svc int, lease int64) []byte {
-	return c.txnBodyAt(c.fleetKey(h), rev, stamp, svc, lease)
-}
-
-// txnBodyAt is txnBody for etcd key k.
-func (c *Client) txnBodyAt(k []byte, rev, stamp int64, svc int, lease int64) []byte {
-	c.valueBuf = appendRecord(c.valueBuf[:0], stamp, c.svcs.FleetService(svc))
-	start := len(c.out.bodies)
-	c.out.bodies = appendTxn(c.out.bodies, k, rev, c.valueBuf, lease)
-	return c.body(start)
-}
-
-// opKey is the etcd key o works on: its key's, or its second choice's
-// (AltSuffix), in the key's buffer.
-func (c *Client) opKey(o *fleetOp) []byte {
-	k := c.fleetKey(o.h)
-	if o.alt {
-		k = append(k, AltSuffix...)
-		c.keyBuf = k
-	}
-	return k
-}
-
-// prefixKey is the table's prefix, in the key's buffer.
-func (c *Client) prefixKey() []byte {
-	c.keyBuf = append(c.keyBuf[:0], c.prefix...)
-	return c.keyBuf
-}
-
-// rangeBody is the body of a read of etcd key k.
-func (c *Client) rangeBody(k []byte) []byte {
-	start := len(c.out.bodies)
-	c.out.bodies = appendRange(c.out.bodies, k)
-	return c.body(start)
-}
-
-func (c *Client) grantBody(ttl int64) []byte {
-	start := len(c.out.bodies)
-	c.out.bodies = appendLeaseGrant(c.out.bodies, ttl)
-	return c.body(start)
-}
-
-func (c *Client) authBody() []byte {
-	start := len(c.out.bodies)
-	c.out.bodies = appendAuthenticate(c.out.bodies, c.user, c.password)
-	return c.body(start)
-}
-
-// jobQueue is the sync queue: a ring of jobs that grows (doubling, up to
-// QueueMax) and never shrinks, so that keys going through it allocate
-// nothing once it is as large as the worker's backlog has been.
-type jobQueue struct {
-	jobs    []fleetJob
-	head, n int
-}
-
-func (q *jobQueue) grow() {
-	size := max(2*len(q.jobs), 64)
-	if limit := QueueMax + SyncAtOnce; size > limit { // requeued syncs may pass QueueMax
-		size = max(limit, q.n+1)
-	}
-	jobs := make([]fleetJob, size)
-	for i := range q.n {
-		jobs[i] = q.jobs[(q.head+i)%len(q.jobs)]
-	}
-	q.jobs, q.head = jobs, 0
-}
-
-func (q *jobQueue) push(j fleetJob) {
-	if q.n == len(q.jobs) {
-		q.grow()
-	}
-	q.jobs[(q.head+q.n)%len(q.jobs)] = j
-	q.n++
-}
-
-func (q *jobQueue) pushFront(j fleetJob) {
-	if q.n == len(q.jobs) {
-		q.grow()
-	}
-	q.head = (q.head + len(q.jobs) - 1) % len(q.jobs)
-	q.jobs[q.head] = j
-	q.n++
-}
-
-func (q *jobQueue) pop() fleetJob {
-	j := q.jobs[q.head]
-	q.head = (q.head + 1) % len(q.jobs)
-	q.n--
-	return j
-}
-
-// all is the queue's jobs, in order.
-func (q *jobQueue) all() []fleetJob {
-	out := make([]fleetJob, q.n)
-	for i := range out {
-		out[i] = q.jobs[(q.head+i)%len(q.jobs)]
-	}
-	return out
-}
+func (c *Client) logOnce(err error, warn bool, msg string) { c.out.logOnce(err, warn, msg) }

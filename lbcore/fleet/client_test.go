@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"cmp"
+	"encoding/base64"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -672,10 +673,10 @@ func TestFleetKnownBounded(t *testing.T) {
 	if n := r.c.Known(); n != KnownMax {
 		t.Errorf("Known() = %d, want %d", n, KnownMax)
 	}
-	if r.c.knows(h("k9")) {
+	if r.c.known.has(h("k9")) {
 		t.Error("k9, among the oldest, is still known")
 	}
-	if !r.c.knows(h("k10")) {
+	if !r.c.known.has(h("k10")) {
 		t.Error("k10 is forgotten; want only the 10 oldest gone")
 	}
 }
@@ -713,22 +714,22 @@ func TestFleetKnownIndex(t *testing.T) {
 		want[h] = svc
 		r.c.know(h, svc, r.now.Unix())
 	}
-	if len(r.c.ring) != len(want) {
-		t.Fatalf("the ring holds %d keys, want %d", len(r.c.ring), len(want))
+	if len(r.c.known.ring) != len(want) {
+		t.Fatalf("the ring holds %d keys, want %d", len(r.c.known.ring), len(want))
 	}
 	for h, svc := range want {
-		s, found := r.c.knownSlot(h)
-		if !found || int(r.c.ring[r.c.known[s]-1].svc) != svc {
+		s, found := r.c.known.slot(h)
+		if !found || int(r.c.known.ring[r.c.known.index[s]-1].svc) != svc {
 			t.Fatalf("key %#x: found %v, want it on service %d", h, found, svc)
 		}
 	}
-	for _, e := range r.c.ring {
+	for _, e := range r.c.known.ring {
 		if _, ok := want[e.h]; !ok {
 			t.Fatalf("the ring holds %#x, which was forgotten", e.h)
 		}
 	}
 	n := 0
-	for _, e := range r.c.known {
+	for _, e := range r.c.known.index {
 		if e != 0 {
 			n++
 		}
@@ -783,4 +784,32 @@ func TestFleetHandOver(t *testing.T) {
 			r.wantEtcd("cy", "")
 		})
 	}
+}
+
+// TestFleetSyncRests: a sync etcd did not answer is retried at the next
+// tick, not at once: the queue of a worker goes at the tick's pace while
+// etcd is slow, instead of keeping it busy with retries that time out again
+// and mark it down (burst by burst) for the new keys too.
+func TestFleetSyncRests(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	r.c.Miss(r.now, []byte("k"), 1)
+	r.take()
+	r.noAnswer(false) // the miss's create: decided locally, its key queued
+	r.tick(time.Second)
+	for len(r.pending) > 0 && !strings.Contains(string(r.pending[0].Body), base64.StdEncoding.EncodeToString([]byte(r.key("k")))) {
+		r.answer() // the lease grant
+	}
+	if len(r.pending) == 0 {
+		t.Fatalf("no sync of k sent from the tick; logs %q", r.logs)
+	}
+	r.noAnswer(false)
+	if len(r.pending) != 0 {
+		t.Fatalf("a sync etcd did not answer was sent again at once (%s), want it at the next tick", r.pending[0].Path)
+	}
+	r.tick(time.Second)
+	if len(r.pending) == 0 {
+		t.Fatal("the sync was not sent again at the next tick")
+	}
+	r.drain()
+	r.wantEtcd("k", "b")
 }

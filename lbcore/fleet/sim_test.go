@@ -156,7 +156,7 @@ func (s *fleetSim) call(p int, c Call) {
 	px := s.proxies[p]
 	noAnswer := func(at time.Time) {
 		s.at(at, func() {
-			if px.c.calls[c.ID] != nil {
+			if px.c.reg.calls[c.ID] != nil {
 				px.run++
 			}
 			px.c.NoAnswer(s.wall(p), c.ID)
@@ -183,7 +183,7 @@ func (s *fleetSim) call(p int, c Call) {
 				return
 			}
 			s.at(answerAt, func() {
-				if px.c.calls[c.ID] != nil {
+				if px.c.reg.calls[c.ID] != nil {
 					px.run = 0
 				}
 				px.c.Answer(s.wall(p), c.ID, status, body, len(body))
@@ -488,17 +488,17 @@ func TestFleetSimConverges(t *testing.T) {
 // heldTokens counts the create tokens c's transactions and syncs hold.
 func (c *Client) heldTokens() uint64 {
 	var n uint64
-	for _, o := range c.ops {
+	for _, o := range c.reg.ops {
 		if o.held {
 			n++
 		}
 	}
-	for _, cl := range c.calls {
+	for _, cl := range c.reg.calls {
 		if cl.op == nil && cl.job.held && (cl.kind == callTxn || cl.kind == callRange) {
 			n++
 		}
 	}
-	for _, q := range []*jobQueue{&c.queue, &c.budgetQ} {
+	for _, q := range []*jobQueue{&c.syncs.queue, &c.syncs.budgetQ} {
 		for _, j := range q.all() {
 			if j.held {
 				n++
@@ -515,13 +515,13 @@ func (c *Client) heldTokens() uint64 {
 func (s *fleetSim) checkInvariants(p int, wasDown bool) {
 	px := s.proxies[p]
 	c := px.c
-	l := c.ledger
+	l := c.budget.ledger
 	if held := c.heldTokens(); l.spent != l.refunded+l.consumed+l.dropped+held {
 		s.t.Fatalf("%v proxy %d: tokens spent %d ≠ refunded %d + consumed %d + dropped %d + held %d",
 			s.now, p, l.spent, l.refunded, l.consumed, l.dropped, held)
 	}
 	auths, grants := 0, 0
-	for _, cl := range c.calls {
+	for _, cl := range c.reg.calls {
 		switch cl.kind {
 		case callAuth:
 			auths++

@@ -3,8 +3,6 @@ package fleet
 import (
 	"strconv"
 	"time"
-
-	"github.com/hashlb/hashlb/lbcore"
 )
 
 // The steps of Client: what each answer leads to.
@@ -17,116 +15,57 @@ import (
 func (c *Client) next(o *fleetOp, now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
-	case c.needAuth():
+	case c.root.needAuth():
 		c.waitRoot(o, callAuth, now)
 	case !o.readOnly && !c.svcs.Selectable(o.proposal):
 		// Never write a service not selectable here: read, follow the
 		// fleet if it holds one, else decide locally.
 		o.readOnly = true
-		c.refund(&o.held)
+		c.budget.refund(&o.held)
 		c.next(o, now)
 	case o.readOnly:
-		c.opCall(o, callRange, "/v3/kv/range", c.rangeBody(c.opKey(o)), now, 0)
-	case c.leaseFor(slot) == 0:
+		c.opCall(o, callRange, "/v3/kv/range", c.out.rangeBody(c.opKey(o)), now, 0)
+	case c.root.leaseFor(slot) == 0:
 		c.waitRoot(o, callGrant, now)
 	default:
-		lease := c.leaseFor(slot)
+		lease := c.root.leaseFor(slot)
 		if o.rev == 0 {
 			o.creates++
 		}
-		c.opCall(o, callTxn, "/v3/kv/txn", c.txnBodyAt(c.opKey(o), o.rev, now.Unix(), o.proposal, lease), now, lease)
+		c.opCall(o, callTxn, "/v3/kv/txn", c.out.txnBody(c.opKey(o), o.rev, now.Unix(), c.svcs.FleetService(o.proposal), lease), now, lease)
 	}
-}
-
-// waitRoot makes o wait for the worker's authenticate (kind callAuth) or
-// lease grant (callGrant), sending it when none is in flight, with what
-// remains of o's time. A transaction whose time ends before the call in
-// flight can answer is settled locally at once: it cannot wait that long,
-// and etcd did not fail (nothing is counted).
-func (c *Client) waitRoot(o *fleetOp, kind callKind, now time.Time) {
-	left := o.deadline.Sub(c.mono)
-	if left < time.Millisecond || o.calls >= fleetMaxCalls {
-		c.outOfTime(o, now)
-		return
-	}
-	inFlight, end := c.authing, c.authEnd
-	if kind == callGrant {
-		inFlight, end = c.granting, c.grantEnd
-	}
-	if inFlight && end.After(o.deadline) {
-		c.settleLocal(o, now)
-		return
-	}
-	o.waiting, o.call = kind, 0
-	if kind == callGrant {
-		c.grantWait = append(c.grantWait, o.id)
-	} else {
-		c.authWait = append(c.authWait, o.id)
-	}
-	if inFlight {
-		return
-	}
-	o.calls++
-	if kind == callGrant {
-		c.grantIn(c.slotOf(now.Unix()), now, left)
-	} else {
-		c.authIn(now, left)
-	}
-}
-
-// resumeWaiting goes on with the transactions that waited for the root
-// call of kind: each takes its next step (err nil), or, when the call
-// failed, is settled locally (its failure was counted once, for the call).
-func (c *Client) resumeWaiting(kind callKind, now time.Time, err error) {
-	list := &c.authWait
-	if kind == callGrant {
-		list = &c.grantWait
-	}
-	ids := *list
-	*list = c.spareWait[:0]
-	for _, id := range ids {
-		o := c.byID[id]
-		if o == nil || o.waiting != kind {
-			continue // settled meanwhile (Abandon), or waiting on another call
-		}
-		o.waiting = 0
-		if err != nil {
-			c.settleLocal(o, now)
-		} else {
-			c.next(o, now)
-		}
-	}
-	c.spareWait = ids[:0]
 }
 
 // opCall sends one call of o with what remains of o's time; with too little
 // left, or too many calls sent, o is settled as timed out (nil).
 func (c *Client) opCall(o *fleetOp, kind callKind, path string, body []byte, now time.Time, lease int64) *fleetCall {
-	left := o.deadline.Sub(c.mono)
+	left := o.deadline.Sub(c.clk.mono)
 	if left < time.Millisecond || o.calls >= fleetMaxCalls {
 		c.outOfTime(o, now)
 		return nil
 	}
 	o.calls++
-	o.call = c.send(kind, o, path, body, left, now, lease)
-	return c.calls[o.call]
+	o.call = c.send(kind, o, path, body, left, lease)
+	return c.reg.calls[o.call]
 }
 
-func (c *Client) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, now time.Time, lease int64) uint32 {
-	id := c.newID()
+// send asks for a call of kind, of transaction o (nil: the worker's own),
+// to answer within timeout, and records it.
+func (c *Client) send(kind callKind, o *fleetOp, path string, body []byte, timeout time.Duration, lease int64) uint32 {
+	id := c.reg.newID()
 	var cl *fleetCall
 	if kind == callAlive {
-		cl = &c.aliveCall // at most one in flight (c.probe): made once
+		cl = &c.health.beatCall // at most one in flight (health.probing): made once
 	} else {
-		cl = c.newCall()
+		cl = c.reg.newCall()
 	}
-	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: c.mono, timeout: timeout}
-	c.calls[id] = cl
+	*cl = fleetCall{kind: kind, op: o, lease: lease, sent: c.clk.mono, timeout: timeout}
+	c.reg.calls[id] = cl
 	var op uint32
 	if o != nil {
 		op = o.id
 	}
-	tok := c.token
+	tok := c.root.token
 	if kind == callAuth {
 		tok = ""
 	}
@@ -134,14 +73,31 @@ func (c *Client) send(kind callKind, o *fleetOp, path string, body []byte, timeo
 	return id
 }
 
-func (c *Client) rootCall(kind callKind, path string, body []byte, now time.Time) *fleetCall {
-	return c.calls[c.send(kind, nil, path, body, c.cfg.Timeout, now, 0)]
+// rootCall sends a call of the worker's own, within the configured timeout.
+func (c *Client) rootCall(kind callKind, path string, body []byte) *fleetCall {
+	return c.reg.calls[c.send(kind, nil, path, body, c.cfg.Timeout, 0)]
+}
+
+// freeCall gives back the record of a call answered or given up.
+func (c *Client) freeCall(cl *fleetCall) {
+	if cl != &c.health.beatCall {
+		c.reg.freeCall(cl)
+	}
+}
+
+// opKey is the etcd key o works on: its key's, or its second choice's
+// (AltSuffix), in the key's buffer.
+func (c *Client) opKey(o *fleetOp) []byte {
+	if o.alt {
+		return c.out.altKey(o.h)
+	}
+	return c.out.fleetKey(o.h)
 }
 
 // handle reads the answer (or err) of call cl.
 func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 	if o := cl.op; o != nil {
-		if c.byID[o.id] != o || o.call == 0 {
+		if c.reg.byID[o.id] != o || o.call == 0 {
 			return // settled meanwhile
 		}
 		o.call = 0
@@ -149,115 +105,16 @@ func (c *Client) handle(cl *fleetCall, now time.Time, body []byte, err error) {
 		return
 	}
 	switch cl.kind {
-	case callAuth:
-		c.authing = false
-		if cl.probe {
-			c.probe = false
-		}
-		if err == nil {
-			err = c.authenticated(body)
-		}
-		c.after(now, err)
-		c.resumeWaiting(callAuth, now, err)
-	case callGrant:
-		c.granting = false
-		var id int64
-		if err == nil {
-			id, err = parseLease(body)
-		}
-		if err == nil {
-			c.setLease(cl.slot, id)
-		}
-		c.after(now, err)
-		if retryable(err) {
-			err = nil // the waiting transactions renew the token first
-		}
-		c.resumeWaiting(callGrant, now, err)
-	case callProbe:
-		c.probe = false
-		if err == nil {
-			_, _, err = parseRange(body, &c.decodeBuf)
-		}
-		c.after(now, err)
-	case callAlive:
-		c.probe = false
-		var known bool
-		if err == nil {
-			known, err = parseTimeToLive(body)
-		}
-		c.after(now, err)
-		if err == nil && !known {
-			c.lostLease(cl.lease, now)
-		}
+	case callAuth, callGrant:
+		c.onRoot(cl, now, body, err)
+	case callProbe, callAlive:
+		c.onProbe(cl, now, body, err)
 	case callTxn, callRange:
-		c.syncing--
+		c.syncs.syncing--
 		c.onSync(cl, now, body, err)
 	}
-	if !c.down {
+	if !c.health.down {
 		c.pump(now)
-	}
-}
-
-func (c *Client) authenticated(body []byte) error {
-	tok, err := parseAuth(body)
-	if err == nil {
-		c.token = tok
-	}
-	return err
-}
-
-// retryable reports whether err is an answer of etcd that another call
-// cures: a token it no longer accepts (authenticate again), a lease it no
-// longer knows (grant another). etcd answered: such an answer is never a
-// failure of etcd, on any path (transactions, syncs, grants, probes,
-// heartbeats), and the call is tried again once the cure is in.
-func retryable(err error) bool { return err == errAuthToken || err == errLeaseNotFound }
-
-// after counts a call's outcome: a success, or an answer that asks for a
-// retry (retryable), ends a run of failures (and a down etcd); a failure
-// adds to it.
-func (c *Client) after(now time.Time, err error) {
-	if retryable(err) {
-		if err == errAuthToken {
-			c.token = ""
-		}
-		err = nil
-	}
-	switch err {
-	case nil:
-		c.fails = 0
-		if c.down {
-			c.down = false
-			c.recovered = now.Unix() + 1
-			c.out.Logs = append(c.out.Logs, Log{Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
-				" answers again; new keys are decided fleet-wide, and keys decided locally meanwhile are reconciled"})
-		}
-		return
-	case errAuthFailed:
-		c.counts.Auth++
-		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+
-			" refused the user "+quoteUser(c.user)+": wrong user or password (HASHLB_ETCD_USER, HASHLB_ETCD_PASSWORD); keys are decided locally")
-	case errPermission:
-		c.logOnce(err, true, "hashlb: fleet: etcd on cluster "+c.cluster()+": "+err.Error())
-	case errAnswerTooLarge, errAnswerTooDeep:
-		c.logOnce(errAnswerTooDeep, true, "hashlb: fleet: an answer of etcd on cluster "+c.cluster()+" was refused unread ("+
-			err.Error()+"); such answers are failed calls, and this is logged once")
-	}
-	if err == errTimeout {
-		c.counts.Timeout++
-	} else {
-		c.counts.Error++
-	}
-	c.fails++
-	if c.down {
-		c.probeAt = c.mono.Add(ProbeEvery)
-		return
-	}
-	if c.fails >= FailLimit {
-		c.down, c.probeAt = true, c.mono.Add(ProbeEvery)
-		c.out.Logs = append(c.out.Logs, Log{Warn: true, Msg: "hashlb: fleet: etcd on cluster " + c.cluster() +
-			" failed " + itoa(c.fails) + " times in a row (last: " + err.Error() +
-			"); new keys are decided locally until it answers again (asked every " + lbcore.FormatDuration(ProbeEvery) + ")"})
 	}
 }
 
@@ -271,13 +128,13 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 		var kv etcdKV
 		var found bool
 		if err == nil {
-			kv, found, err = parseRange(body, &c.decodeBuf)
+			kv, found, err = parseRange(body, &c.out.decodeBuf)
 		}
 		if err != nil {
-			c.retryOrFail(o, now, err)
+			c.retryOrFail(o, cl, now, err)
 			return
 		}
-		c.after(now, nil)
+		c.after(now, cl.sent, nil)
 		switch i, st := c.classify(kv, found, now); {
 		case st == recUsable:
 			c.fleetHit(o, i, kv, now)
@@ -294,21 +151,21 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 	}
 	put, kv, found := false, etcdKV{}, false
 	if err == nil {
-		put, kv, found, err = parseTxn(body, &c.decodeBuf)
+		put, kv, found, err = parseTxn(body, &c.out.decodeBuf)
 	}
 	if err != nil {
 		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
-		c.retryOrFail(o, now, err)
+		c.retryOrFail(o, cl, now, err)
 		return
 	}
-	c.after(now, nil)
+	c.after(now, cl.sent, nil)
 	if found && !put {
-		c.refund(&o.held) // the key exists: no create of this transaction grows etcd
+		c.budget.refund(&o.held) // the key exists: no create of this transaction grows etcd
 	}
 	if put && o.rev == 0 {
-		c.consume(&o.held)
+		c.budget.consume(&o.held)
 	}
 	switch i, st := c.classify(kv, found, now); {
 	case put:
@@ -336,35 +193,18 @@ func (c *Client) onOp(o *fleetOp, cl *fleetCall, now time.Time, body []byte, err
 	}
 }
 
-// divert goes on with o, whose key the fleet holds on a live service this
-// proxy cannot use (not selectable here, or not in its configuration),
-// with the key's second choice (its alt key): the fleet's record is left
-// as it is, for the proxies that can use its service, and this proxy
-// serves the second choice, created with its proposal by the first proxy
-// that could not use the first. A worker over the create budget only reads
-// it. The key is remembered as diverted: once the fleet's service is
-// selectable here again, the tick moves the local entry back to it
-// (undivert).
-func (c *Client) divert(o *fleetOp, kv etcdKV, now time.Time) {
-	rec, _ := ParseRecord(kv.Value)
-	c.noteDiverted(o.h, rec.Service, rec.Stamp)
-	c.counts.Diverted++
-	o.alt, o.rev, o.creates, o.replaces = true, 0, 0, 0
-	c.next(o, now)
-}
-
 // retryOrFail retries o after an error that another call can cure (a lost
 // lease, a refused token), else settles it locally.
-func (c *Client) retryOrFail(o *fleetOp, now time.Time, err error) {
+func (c *Client) retryOrFail(o *fleetOp, cl *fleetCall, now time.Time, err error) {
 	switch {
 	case err == errLeaseNotFound:
 		c.next(o, now)
 	case err == errAuthToken && o.auths < 1:
 		o.auths++
-		c.token = ""
+		c.root.token = ""
 		c.next(o, now)
 	default:
-		c.failOp(o, now, err)
+		c.failOp(o, cl.sent, now, err)
 	}
 }
 
@@ -414,11 +254,11 @@ func (c *Client) outOfTime(o *fleetOp, now time.Time) {
 
 // failOp settles o locally after a failed call, counting it: a call
 // without an answer at o's deadline is a timeout.
-func (c *Client) failOp(o *fleetOp, now time.Time, err error) {
-	if err == errNoAnswer && !c.mono.Before(o.deadline.Add(-time.Millisecond)) {
+func (c *Client) failOp(o *fleetOp, sent, now time.Time, err error) {
+	if err == errNoAnswer && !c.clk.mono.Before(o.deadline.Add(-time.Millisecond)) {
 		err = errTimeout
 	}
-	c.after(now, err)
+	c.after(now, sent, err)
 	c.settleLocal(o, now)
 }
 
@@ -443,16 +283,16 @@ func (c *Client) settle(o *fleetOp, svc int, fleet bool, now time.Time) {
 	if (fleet || !o.readOnly) && !o.alt { // over the budget, a key etcd does not hold stays local
 		c.know(o.h, svc, now.Unix())
 	}
-	c.drop(&o.held)
-	delete(c.ops, o.h)
-	delete(c.byID, o.id)
+	c.budget.drop(&o.held)
+	delete(c.reg.ops, o.h)
+	delete(c.reg.byID, o.id)
 	if o.call != 0 {
-		if cl := c.calls[o.call]; cl != nil {
-			delete(c.calls, o.call) // its answer, if one comes, is for nobody
+		if cl := c.reg.calls[o.call]; cl != nil {
+			delete(c.reg.calls, o.call) // its answer, if one comes, is for nobody
 			c.freeCall(cl)
 		}
 	}
-	c.out.Settled = append(c.out.Settled, Settled{Op: o.id, Service: svc, Fleet: fleet, Waited: c.mono.Sub(o.start)})
+	c.out.Settled = append(c.out.Settled, Settled{Op: o.id, Service: svc, Fleet: fleet, Waited: c.clk.mono.Sub(o.start)})
 	*o = fleetOp{}
-	c.freeOp(o)
+	c.reg.freeOp(o)
 }

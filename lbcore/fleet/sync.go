@@ -1,48 +1,66 @@
 package fleet
 
-import (
-	"strings"
-	"time"
-)
+import "time"
 
 // The sync queue of Client: keys decided locally (reconciled) and hits
-// in a new slot (refreshed), sent from the tick.
+// in a new slot (refreshed), sent from the tick, and keys to create once
+// the create budget allows (placed again after a loss of etcd's data, or
+// decided locally over the budget).
 
-// enqueue adds a key to sync; a key already queued keeps its place.
-func (c *Client) enqueue(j fleetJob) { c.enqueueIn(&c.queue, j) }
+// syncQueue holds the keys to sync: queue, sent as soon as etcd is up;
+// budgetQ, sent while over half the create budget is left; queued, the
+// keys in either (a key is queued once); and syncing, the syncs in flight.
+// After a sync etcd did not answer, the queue rests until the next tick:
+// the syncs it retries go at the tick's pace, not as fast as they fail
+// (right after a restart, a worker's queue of keys decided meanwhile would
+// else keep a slow etcd busy, time out again and again, and mark it down
+// for the new keys too).
+type syncQueue struct {
+	queue   jobQueue
+	budgetQ jobQueue
+	queued  map[uint64]struct{}
+	syncing int
+	resting bool
+}
 
-// enqueueBudgeted adds a key to create once the budget allows (pump): one
-// placed again after a loss of etcd's data, or one decided locally over the
-// budget.
-func (c *Client) enqueueBudgeted(j fleetJob) { c.enqueueIn(&c.budgetQ, j) }
+func newSyncQueue() syncQueue { return syncQueue{queued: map[uint64]struct{}{}} }
 
-func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
-	if c.stopped {
-		c.drop(&j.held) // spent here: the successor's ledger never held it
-		if i, ok := c.remap(j.svc); ok {
-			j.svc = i
-			if q == &c.budgetQ {
-				c.succ.enqueueBudgeted(j)
-			} else {
-				c.succ.enqueue(j)
-			}
-		}
-		return
+// len is how many keys wait.
+func (s *syncQueue) len() int { return s.queue.n + s.budgetQ.n }
+
+// add queues j in q (s.queue or s.budgetQ); false when its key is already
+// queued or the queues hold QueueMax keys (full).
+func (s *syncQueue) add(q *jobQueue, j fleetJob) (added, full bool) {
+	if _, ok := s.queued[j.h]; ok {
+		return false, false
 	}
-	if _, ok := c.queued[j.h]; ok {
-		c.drop(&j.held)
-		return
+	if s.len() >= QueueMax {
+		return false, true
 	}
-	if c.queue.n+c.budgetQ.n >= QueueMax {
-		c.counts.QueueFull++
-		c.drop(&j.held)
-		return
+	if q == &s.budgetQ && len(q.jobs) == 0 {
+		s.wholeBudgetQueue()
 	}
-	if q == &c.budgetQ && len(q.jobs) == 0 {
-		c.wholeBudgetQueue()
-	}
-	c.queued[j.h] = struct{}{}
+	s.queued[j.h] = struct{}{}
 	q.push(j)
+	return true, false
+}
+
+// requeue puts j back at the front of the queue; false when its key is
+// queued already.
+func (s *syncQueue) requeue(j fleetJob) bool {
+	if _, ok := s.queued[j.h]; ok {
+		return false
+	}
+	s.queued[j.h] = struct{}{}
+	s.queue.pushFront(j)
+	return true
+}
+
+// pop takes the first key of q, which is then no longer queued.
+func (s *syncQueue) pop(q *jobQueue) fleetJob {
+	j := q.pop()
+	delete(s.queued, j.h)
+	return j
 }
 
 // wholeBudgetQueue makes the budget queue, and the set of queued keys,
@@ -51,13 +69,42 @@ func (c *Client) enqueueIn(q *jobQueue, j fleetJob) {
 // (its backlog grows until QueueMax), and a data loss queues every known
 // key at once: a queue grown by doubling would leave garbage all along
 // that climb, while one made whole allocates nothing after its first key.
-func (c *Client) wholeBudgetQueue() {
-	c.budgetQ.jobs, c.budgetQ.head = make([]fleetJob, QueueMax+SyncAtOnce), 0
+func (s *syncQueue) wholeBudgetQueue() {
+	s.budgetQ.jobs, s.budgetQ.head = make([]fleetJob, QueueMax+SyncAtOnce), 0
 	m := make(map[uint64]struct{}, QueueMax+SyncAtOnce)
-	for h := range c.queued {
+	for h := range s.queued {
 		m[h] = struct{}{}
 	}
-	c.queued = m
+	s.queued = m
+}
+
+// enqueue adds a key to sync; a key already queued keeps its place.
+func (c *Client) enqueue(j fleetJob) { c.enqueueIn(false, j) }
+
+// enqueueBudgeted adds a key to create once the budget allows (pump): one
+// placed again after a loss of etcd's data, or one decided locally over the
+// budget.
+func (c *Client) enqueueBudgeted(j fleetJob) { c.enqueueIn(true, j) }
+
+func (c *Client) enqueueIn(budgeted bool, j fleetJob) {
+	if c.stopped {
+		c.budget.drop(&j.held) // spent here: the successor's ledger never held it
+		if i, ok := c.remap(j.svc); ok {
+			j.svc = i
+			c.succ.enqueueIn(budgeted, j)
+		}
+		return
+	}
+	q := &c.syncs.queue
+	if budgeted {
+		q = &c.syncs.budgetQ
+	}
+	if added, full := c.syncs.add(q, j); !added {
+		if full {
+			c.counts.QueueFull++
+		}
+		c.budget.drop(&j.held)
+	}
 }
 
 // pump sends queued syncs while etcd is up, authenticated and this slot has
@@ -65,45 +112,32 @@ func (c *Client) wholeBudgetQueue() {
 func (c *Client) pump(now time.Time) {
 	slot := c.slotOf(now.Unix())
 	switch {
-	case c.down, c.stopped:
+	case c.health.down, c.stopped:
 		return
-	case c.needAuth():
-		if !c.authing {
-			c.authIn(now, c.cfg.Timeout)
+	case c.root.needAuth():
+		if !c.root.authing {
+			c.authIn(c.cfg.Timeout)
 		}
 		return
-	case c.leaseFor(slot) == 0:
-		if !c.granting {
+	case c.root.leaseFor(slot) == 0:
+		if !c.root.granting {
 			c.grantIn(slot, now, c.cfg.Timeout)
 		}
 		return
 	}
-	for c.queue.n > 0 && c.syncing < SyncAtOnce {
-		j := c.queue.pop()
-		delete(c.queued, j.h)
-		c.sendSync(j, now)
+	q := &c.syncs
+	if q.resting {
+		return
+	}
+	for q.queue.n > 0 && q.syncing < SyncAtOnce {
+		c.sendSync(q.pop(&q.queue), now)
 	}
 	// Syncs that create leave half the budget to misses.
-	c.refill()
-	for c.budgetQ.n > 0 && c.syncing < SyncAtOnce && c.tokens >= 1+float64(c.cfg.CreatesPerSecond)/2 && c.spend(now) {
-		j := c.budgetQ.pop()
-		delete(c.queued, j.h)
+	for q.budgetQ.n > 0 && q.syncing < SyncAtOnce && c.budget.overHalf(c.clk.mono) && c.budget.spend(c.clk.mono) {
+		j := q.pop(&q.budgetQ)
 		j.held = true
 		c.sendSync(j, now)
 	}
-}
-
-// grantIn sends the worker's one lease grant, for slot, to answer within
-// timeout; authIn its one authenticate. Transactions and syncs that need
-// them wait (waitRoot, pump): a worker never has two of either in flight.
-func (c *Client) grantIn(slot int64, now time.Time, timeout time.Duration) {
-	c.granting, c.grantEnd = true, c.mono.Add(timeout)
-	c.calls[c.send(callGrant, nil, "/v3/lease/grant", c.grantBody(leaseTTL(slot, now.Unix(), c.expire)), timeout, now, 0)].slot = slot
-}
-
-func (c *Client) authIn(now time.Time, timeout time.Duration) *fleetCall {
-	c.authing, c.authEnd = true, c.mono.Add(timeout)
-	return c.calls[c.send(callAuth, nil, "/v3/auth/authenticate", c.authBody(), timeout, now, 0)]
 }
 
 // sendSync sends create-if-absent (or, with j.rev, a replace) of j's key
@@ -112,19 +146,19 @@ func (c *Client) sendSync(j fleetJob, now time.Time) {
 	if (!j.readOnly || j.rev != 0) && !c.svcs.Selectable(j.svc) {
 		// Never write a service not selectable here (it may have gone
 		// down, or out of the configuration, since j was queued).
-		c.refund(&j.held)
+		c.budget.refund(&j.held)
 		if j.rev != 0 {
 			return
 		}
 		j.readOnly = true // read: the local entry follows a live service the fleet holds
 	}
-	c.syncing++
+	c.syncs.syncing++
 	if j.readOnly && j.rev == 0 {
-		c.rootCall(callRange, "/v3/kv/range", c.rangeBody(c.fleetKey(j.h)), now).job = j
+		c.rootCall(callRange, "/v3/kv/range", c.out.rangeBody(c.out.fleetKey(j.h))).job = j
 		return
 	}
-	lease := c.leaseFor(c.slotOf(now.Unix()))
-	cl := c.rootCall(callTxn, "/v3/kv/txn", c.txnBody(j.h, j.rev, j.stamp, j.svc, lease), now)
+	lease := c.root.leaseFor(c.slotOf(now.Unix()))
+	cl := c.rootCall(callTxn, "/v3/kv/txn", c.out.txnBody(c.out.fleetKey(j.h), j.rev, j.stamp, c.svcs.FleetService(j.svc), lease))
 	cl.job, cl.lease = j, lease
 }
 
@@ -135,15 +169,15 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 	j := cl.job
 	put, kv, found := false, etcdKV{}, false
 	if err == nil && cl.kind == callRange {
-		kv, found, err = parseRange(body, &c.decodeBuf)
+		kv, found, err = parseRange(body, &c.out.decodeBuf)
 	} else if err == nil {
-		put, kv, found, err = parseTxn(body, &c.decodeBuf)
+		put, kv, found, err = parseTxn(body, &c.out.decodeBuf)
 	}
 	if err != nil {
 		if err == errLeaseNotFound {
 			c.lostLease(cl.lease, now)
 		}
-		c.after(now, err)
+		c.after(now, cl.sent, err)
 		// A call without an answer says nothing of the key: it is tried
 		// again, however often, while it lives (a run of them marks etcd
 		// down, which pauses the queue). An answer that asks for a retry
@@ -157,23 +191,25 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 			}
 		case err != errNoAnswer && err != errTimeout:
 			j.tries++
+		default:
+			c.syncs.resting = true
 		}
 		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {
 			j.rev = 0
 			c.requeue(j)
 		} else {
-			c.drop(&j.held)
+			c.budget.drop(&j.held)
 		}
 		return
 	}
-	c.after(now, nil)
+	c.after(now, cl.sent, nil)
 	if found && !put {
-		c.refund(&j.held)
+		c.budget.refund(&j.held)
 	}
 	if put && j.rev == 0 {
-		c.consume(&j.held)
+		c.budget.consume(&j.held)
 	}
-	defer c.drop(&j.held) // a token j still holds when it ends (resend passes it on)
+	defer c.budget.drop(&j.held) // a token j still holds when it ends (resend passes it on)
 	i, st := c.classify(kv, found, now)
 	switch {
 	case put && j.rev != 0:
@@ -223,67 +259,60 @@ func (c *Client) requeue(j fleetJob) {
 		c.enqueue(j)
 		return
 	}
-	if _, ok := c.queued[j.h]; ok {
-		c.drop(&j.held)
-		return
-	}
-	c.queued[j.h] = struct{}{}
-	c.queue.pushFront(j)
-}
-
-// DivertMax bounds the keys a worker remembers as diverted (divert): past
-// it, a key served on its second choice goes back to the fleet's service
-// at its next refresh (the first hit in a later slot) instead of the next
-// tick.
-const DivertMax = 4096
-
-// diverted is a key served on its second choice: the fleet's service for
-// it (its identity), in a record stamped at Unix second stamp.
-type diverted struct {
-	id    string
-	stamp int64
-}
-
-// noteDiverted remembers the key of hash h as served off the fleet's
-// service id (identity, from a record stamped stamp).
-func (c *Client) noteDiverted(h uint64, id string, stamp int64) {
-	if c.stopped {
-		if c.succ != nil {
-			c.succ.noteDiverted(h, id, stamp)
-		}
-		return
-	}
-	if d, ok := c.diverted[h]; ok && d.id == id {
-		c.diverted[h] = diverted{d.id, stamp}
-		return
-	}
-	if len(c.diverted) >= DivertMax {
-		return
-	}
-	if c.diverted == nil {
-		c.diverted = map[uint64]diverted{}
-	}
-	c.diverted[h] = diverted{strings.Clone(id), stamp}
-}
-
-// undivert moves back the local entries of diverted keys whose fleet
-// service is selectable here again (Remember), and forgets those whose
-// record has expired. The tick runs it: after a service comes back on this
-// proxy (its configuration or its health view), its keys agree with the
-// fleet within one tick.
-func (c *Client) undivert(now time.Time) {
-	for h, d := range c.diverted {
-		if !c.alive(d.stamp, now) {
-			delete(c.diverted, h)
-			continue
-		}
-		if i, ok := c.svcs.ServiceByKey(d.id); ok && c.svcs.Selectable(i) {
-			delete(c.diverted, h)
-			c.know(h, i, now.Unix())
-			c.out.Remember = append(c.out.Remember, Remember{Hash: h, Service: i})
-		}
+	if !c.syncs.requeue(j) {
+		c.budget.drop(&j.held)
 	}
 }
 
-// Diverted is how many keys the worker serves on their second choice.
-func (c *Client) Diverted() int { return len(c.diverted) }
+// jobQueue is the sync queue: a ring of jobs that grows (doubling, up to
+// QueueMax) and never shrinks, so that keys going through it allocate
+// nothing once it is as large as the worker's backlog has been.
+type jobQueue struct {
+	jobs    []fleetJob
+	head, n int
+}
+
+func (q *jobQueue) grow() {
+	size := max(2*len(q.jobs), 64)
+	if limit := QueueMax + SyncAtOnce; size > limit { // requeued syncs may pass QueueMax
+		size = max(limit, q.n+1)
+	}
+	jobs := make([]fleetJob, size)
+	for i := range q.n {
+		jobs[i] = q.jobs[(q.head+i)%len(q.jobs)]
+	}
+	q.jobs, q.head = jobs, 0
+}
+
+func (q *jobQueue) push(j fleetJob) {
+	if q.n == len(q.jobs) {
+		q.grow()
+	}
+	q.jobs[(q.head+q.n)%len(q.jobs)] = j
+	q.n++
+}
+
+func (q *jobQueue) pushFront(j fleetJob) {
+	if q.n == len(q.jobs) {
+		q.grow()
+	}
+	q.head = (q.head + len(q.jobs) - 1) % len(q.jobs)
+	q.jobs[q.head] = j
+	q.n++
+}
+
+func (q *jobQueue) pop() fleetJob {
+	j := q.jobs[q.head]
+	q.head = (q.head + 1) % len(q.jobs)
+	q.n--
+	return j
+}
+
+// all is the queue's jobs, in order.
+func (q *jobQueue) all() []fleetJob {
+	out := make([]fleetJob, q.n)
+	for i := range out {
+		out[i] = q.jobs[(q.head+i)%len(q.jobs)]
+	}
+	return out
+}
