@@ -3,7 +3,6 @@ package istio
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,7 +47,13 @@ func startCluster(t *testing.T, r releaseSetup) *cluster {
 		ControlPlaneStartTimeout: 3 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
 	}
-	te.ControlPlane.GetAPIServer().Path = env.KubeAPIServer
+	api := te.ControlPlane.GetAPIServer()
+	api.Path = env.KubeAPIServer
+	// The namespace has no default route, from which kube-apiserver
+	// otherwise takes the address it advertises, and a loopback address
+	// is refused: a documentation address (RFC 5737), which no endpoint
+	// of the kubernetes Service is written for.
+	api.Configure().Set("advertise-address", "192.0.2.1").Set("endpoint-reconciler-type", "none")
 	te.ControlPlane.Etcd = &envtest.Etcd{Path: env.Etcd}
 	start := time.Now()
 	cfg, err := te.Start()
@@ -189,5 +194,3 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
-
-var _ = fmt.Sprint

@@ -3,7 +3,6 @@ package istio
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -191,10 +190,13 @@ func (o *oracle) check(r corpus.Request, a reply) error {
 	return nil
 }
 
-// memStore is an in-memory lbcore.Store, the oracle's shared data.
+// memStore is an in-memory lbcore.Store with the semantics of Envoy's
+// shared data (lbcore.Store's comment): one cas counter for every key, a
+// Set with cas 0 or on a missing key always writes.
 type memStore struct {
-	mu sync.Mutex
-	m  map[string]memEntry
+	mu  sync.Mutex
+	cas uint32
+	m   map[string]memEntry
 }
 
 type memEntry struct {
@@ -215,12 +217,11 @@ func (s *memStore) Get(key string) ([]byte, uint32, error) {
 func (s *memStore) Set(key string, value []byte, cas uint32) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if cas != 0 && (!ok || e.cas != cas) {
+	if e, ok := s.m[key]; ok && cas != 0 && e.cas != cas {
 		return lbcore.ErrCASMismatch
 	}
-	s.m[key] = memEntry{v: append([]byte(nil), value...), cas: e.cas + 1}
+	s.cas++
+	// Cloned: lbcore passes keys backed by a buffer it reuses.
+	s.m[strings.Clone(key)] = memEntry{v: append([]byte(nil), value...), cas: s.cas}
 	return nil
 }
-
-var _ = errors.New

@@ -78,18 +78,47 @@ func (cl *cluster) apply(name string, data []byte) error {
 	return nil
 }
 
-// pluginConfigJSON is the pluginConfig of a WasmPlugin file, as JSON.
-func pluginConfigJSON(t testing.TB, wasmplugin []byte) []byte {
+// delete deletes every object of a YAML file.
+func (cl *cluster) delete(name string, data []byte) error {
+	for i, doc := range bytes.Split(data, []byte("\n---")) {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			return fmt.Errorf("%s: document %d: %v", name, i, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := cl.Client.Delete(context.Background(), &u); err != nil {
+			return fmt.Errorf("%s: deleting %s %s: %v", name, u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// pluginConfigJSON is the pluginConfig of a WasmPlugin file (spec) or a
+// TrafficExtension file (spec.wasm), as JSON.
+func pluginConfigJSON(t testing.TB, file []byte) []byte {
 	t.Helper()
+	type wasm struct {
+		PluginConfig json.RawMessage `json:"pluginConfig"`
+	}
 	var w struct {
 		Spec struct {
-			PluginConfig json.RawMessage `json:"pluginConfig"`
+			wasm
+			Wasm wasm `json:"wasm"`
 		} `json:"spec"`
 	}
-	if err := yaml.Unmarshal(wasmplugin, &w); err != nil || len(w.Spec.PluginConfig) == 0 {
-		t.Fatalf("wasmplugin.yaml: no spec.pluginConfig (%v)", err)
+	if err := yaml.Unmarshal(file, &w); err != nil {
+		t.Fatal(err)
 	}
-	return w.Spec.PluginConfig
+	if c := w.Spec.PluginConfig; len(c) > 0 {
+		return c
+	}
+	if c := w.Spec.Wasm.PluginConfig; len(c) > 0 {
+		return c
+	}
+	t.Fatalf("no spec.pluginConfig or spec.wasm.pluginConfig in %.200s", file)
+	return nil
 }
 
 // check is what one shipped file makes Envoy run, checked in a
@@ -99,8 +128,10 @@ type check struct {
 	fn   func(dump gjson.Result) error
 }
 
-// sidecarChecks are the checks of sidecarFiles on a sidecar's config.
-func sidecarChecks(module string, pluginConfig []byte) []check {
+// sidecarChecks are the checks of sidecarFiles on a sidecar's config, the
+// plugin's being of pluginFile (wasmplugin.yaml, or its TrafficExtension
+// twin) with pluginConfig.
+func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 	cluster := func(dump gjson.Result) (gjson.Result, error) {
 		c := section(dump, "ClustersConfigDump").Get(`dynamic_active_clusters.#(cluster.name==` + quote(backendsCluster) + `).cluster`)
 		if !c.Exists() {
@@ -171,31 +202,42 @@ func sidecarChecks(module string, pluginConfig []byte) []check {
 			p := c.Get("load_balancing_policy.policies.0.typed_extension_config")
 			if p.Get("name").String() != "envoy.load_balancing_policies.override_host" ||
 				p.Get("typed_config.override_host_sources.0.header").String() != "x-envoy-original-dst-host" {
-				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, c.Get("load_balancing_policy").Raw)
+				got := c.Get("load_balancing_policy").Raw
+				if got == "" {
+					got = "none (lb_policy " + c.Get("lb_policy").String() + ")"
+				}
+				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, got)
 			}
 			return nil
 		}},
-		{"wasmplugin.yaml", func(dump gjson.Result) error {
+		{pluginFile, func(dump gjson.Result) error {
 			names, err := outboundHTTPFilters(dump)
 			if err != nil {
 				return err
 			}
-			at, router := slices.Index(names, pluginFilter), slices.Index(names, "envoy.filters.http.router")
-			if at < 0 || router < 0 || at > router {
-				return fmt.Errorf("the outbound listener on port 8080 has HTTP filters %v: want %s before envoy.filters.http.router", names, pluginFilter)
+			// istiod turns a WasmPlugin into a TrafficExtension of its own
+			// (NAME~istio-translated-wasmplugin) and names the filter after it.
+			name := "extensions.istio.io/trafficextension/demo.hashlb"
+			if pluginFile == "wasmplugin.yaml" {
+				name += "~istio-translated-wasmplugin"
 			}
-			ecds := section(dump, "EcdsConfigDump").Get(`ecds_filters.#(ecds_filter.name==` + quote(pluginFilter) + `).ecds_filter.typed_config`)
+			ecds := section(dump, "EcdsConfigDump").Get(`ecds_filters.#(ecds_filter.name==` + quote(name) + `).ecds_filter`)
 			if !ecds.Exists() {
-				return fmt.Errorf("Envoy has no ECDS filter %s", pluginFilter)
+				return fmt.Errorf("Envoy has no ECDS filter %s", name)
 			}
-			if f := ecds.Get("config.vm_config.code.local.filename").String(); f != module {
-				return fmt.Errorf("ECDS filter %s loads %q, want %q", pluginFilter, f, module)
+			if f := ecds.Get("typed_config.config.vm_config.code.local.filename").String(); f != module {
+				return fmt.Errorf("ECDS filter %s loads %q, want %q", name, f, module)
 			}
-			if !jsonEqual([]byte(ecds.Get("config.configuration.value").String()), pluginConfig) {
-				return fmt.Errorf("ECDS filter %s has configuration %s, want the pluginConfig %s", pluginFilter, ecds.Get("config.configuration.value"), pluginConfig)
+			at, router := slices.Index(names, name), slices.Index(names, "envoy.filters.http.router")
+			if at < 0 || router < 0 || at > router {
+				return fmt.Errorf("the outbound listener on port 8080 has HTTP filters %v: want %s before envoy.filters.http.router", names, name)
 			}
-			if fp := ecds.Get("config.failure_policy").String(); ecds.Get("config.fail_open").Bool() || fp != "FAIL_CLOSED" {
-				return fmt.Errorf("ECDS filter %s has failure_policy %q, want FAIL_CLOSED (failStrategy: FAIL_CLOSE)", pluginFilter, fp)
+			cfg := ecds.Get("typed_config.config")
+			if !jsonEqual([]byte(cfg.Get("configuration.value").String()), pluginConfig) {
+				return fmt.Errorf("ECDS filter %s has configuration %s, want the pluginConfig %s", name, cfg.Get("configuration.value"), pluginConfig)
+			}
+			if fp := cfg.Get("failure_policy").String(); cfg.Get("fail_open").Bool() || fp != "FAIL_CLOSED" {
+				return fmt.Errorf("ECDS filter %s has failure_policy %q, want FAIL_CLOSED (failStrategy: FAIL_CLOSE)", name, fp)
 			}
 			return nil
 		}},

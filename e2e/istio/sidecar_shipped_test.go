@@ -23,7 +23,9 @@ const corpusRequests = 240
 // configuration, with lbcore's ranking as the only x-envoy-original-dst-host
 // the backend receives (a client's forged copies never reach it). Then each
 // of two files changed as a user might get them wrong fails the checks
-// with a message naming that file, and the shipped files restore them.
+// with a message naming that file, and the shipped files restore them; and
+// the TrafficExtension twin, applied in the WasmPlugin's place, gives the
+// same filter and the same choices.
 func TestShippedSidecar(t *testing.T) {
 	eachRelease(t, func(t *testing.T, r releaseSetup) {
 		cl := startCluster(t, r)
@@ -40,7 +42,7 @@ func TestShippedSidecar(t *testing.T) {
 		}
 		pluginConfig := pluginConfigJSON(t, files["wasmplugin.yaml"])
 		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"})
-		checks := sidecarChecks(env.Module, pluginConfig)
+		checks := sidecarChecks(env.Module, "wasmplugin.yaml", pluginConfig)
 		start := time.Now()
 		if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
 			t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
@@ -48,36 +50,7 @@ func TestShippedSidecar(t *testing.T) {
 		t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
 
 		t.Run("corpus", func(t *testing.T) {
-			o, err := newOracle(pluginConfig)
-			if err != nil {
-				t.Fatalf("wasmplugin.yaml's pluginConfig: %v", err)
-			}
-			served := map[string]int{}
-			bad, forged := 0, 0
-			for i, cr := range corpus.Requests(corpusRequests) {
-				c := fromCorpus(cr)
-				a, err := c.send(outboundAddr)
-				if err == nil {
-					err = o.check(c.seen(a.peer), a)
-				}
-				if err != nil {
-					if bad++; bad <= 5 {
-						t.Errorf("corpus request %d (%s from %s): %v", i, corpus.Brief(c.headers), c.srcIP, err)
-					}
-					continue
-				}
-				served[a.backend]++
-				if len(corpus.HeaderValues(c.headers, o.c.UpstreamHeader)) > 0 {
-					forged++
-				}
-			}
-			if bad > 0 {
-				t.Fatalf("%d of %d corpus requests did not reach lbcore's choice", bad, corpusRequests)
-			}
-			t.Logf("%d corpus requests on lbcore's choice (%v), %d of them with forged %s", corpusRequests, served, forged, o.c.UpstreamHeader)
-			if forged == 0 || len(served) != len(bs) {
-				t.Errorf("the corpus proves too little: %d forged headers, backends served %v", forged, served)
-			}
+			checkCorpus(t, pluginConfig, corpus.Requests(corpusRequests), len(bs))
 		})
 
 		t.Run("changed manifests name their file", func(t *testing.T) {
@@ -106,5 +79,68 @@ func TestShippedSidecar(t *testing.T) {
 				}
 			}
 		})
+
+		t.Run("TrafficExtension", func(t *testing.T) {
+			// Its twin instead of the WasmPlugin, as docs/deploy.md says to
+			// move: apply one, delete the other.
+			te := shipped(t, "trafficextension/trafficextension.yaml")
+			if err := cl.apply("trafficextension/trafficextension.yaml", te); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
+				t.Fatal(err)
+			}
+			teConfig := pluginConfigJSON(t, te)
+			teChecks := sidecarChecks(env.Module, "trafficextension/trafficextension.yaml", teConfig)
+			if err := waitFor(sc, teChecks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+				t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
+			}
+			// The VM may keep the WasmPlugin's persistence table: only
+			// requests without a persistence key, which its state cannot
+			// change.
+			var reqs []corpus.Request
+			for _, r := range corpus.Requests(corpusRequests) {
+				if len(corpus.HeaderValues(r.Headers, "x-client-id")) == 0 {
+					reqs = append(reqs, r)
+				}
+			}
+			checkCorpus(t, teConfig, reqs, len(bs))
+		})
 	})
+}
+
+// checkCorpus sends reqs one at a time, in order, through the sidecar and
+// checks each answer against lbcore under pluginConfig.
+func checkCorpus(t *testing.T, pluginConfig []byte, reqs []corpus.Request, backends int) {
+	t.Helper()
+	o, err := newOracle(pluginConfig)
+	if err != nil {
+		t.Fatalf("the shipped pluginConfig: %v", err)
+	}
+	served := map[string]int{}
+	bad, forged := 0, 0
+	for i, cr := range reqs {
+		c := fromCorpus(cr)
+		a, err := c.send(outboundAddr)
+		if err == nil {
+			err = o.check(c.seen(a.peer), a)
+		}
+		if err != nil {
+			if bad++; bad <= 5 {
+				t.Errorf("corpus request %d (%s from %s): %v", i, corpus.Brief(c.headers), c.srcIP, err)
+			}
+			continue
+		}
+		served[a.backend]++
+		if len(corpus.HeaderValues(c.headers, o.c.UpstreamHeader)) > 0 {
+			forged++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d corpus requests did not reach lbcore's choice", bad, len(reqs))
+	}
+	t.Logf("%d corpus requests on lbcore's choice (%v), %d of them with forged %s", len(reqs), served, forged, o.c.UpstreamHeader)
+	if forged == 0 || len(served) != backends {
+		t.Errorf("the corpus proves too little: %d forged headers, backends served %v", forged, served)
+	}
 }

@@ -98,7 +98,7 @@ func build(s Spec, bin string) (Result, error) {
 	fmt.Fprintf(s.Progress, "bincache: building %s %s (%s) into %s (%s)\n", s.Name, s.Version, s.Package, filepath.Dir(bin), s.Why)
 	start := time.Now()
 	tmp := bin + ".tmp"
-	args := []string{"build", "-trimpath", "-o", tmp}
+	args := []string{"build", "-o", tmp}
 	if s.Tags != "" {
 		args = append(args, "-tags="+s.Tags)
 	}
