@@ -80,6 +80,10 @@ func TestShippedSidecar(t *testing.T) {
 			}
 		})
 
+		t.Run("a pluginConfig hashlb refuses", func(t *testing.T) {
+			testRefusedConfig(t, cl, sc, files["wasmplugin.yaml"], pluginConfig)
+		})
+
 		t.Run("TrafficExtension", func(t *testing.T) {
 			// Its twin instead of the WasmPlugin, as docs/deploy.md says to
 			// move: apply one, delete the other.
