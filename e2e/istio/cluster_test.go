@@ -22,9 +22,10 @@ import (
 
 // cluster is a kube-apiserver with Istio's CRDs and an istiod watching it.
 type cluster struct {
-	Config *rest.Config
-	Client client.Client
-	istiod *istiod
+	Config     *rest.Config
+	Client     client.Client
+	KubeConfig string // a kubeconfig file for the API server
+	istiod     *istiod
 }
 
 // istiod ports in the test's network namespace: the defaults for xDS
@@ -80,6 +81,7 @@ func startCluster(t *testing.T, r releaseSetup) *cluster {
 	if err := os.WriteFile(kubeconfig, te.KubeConfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	cl.KubeConfig = kubeconfig
 	cl.istiod = startIstiod(t, r, kubeconfig)
 	return cl
 }

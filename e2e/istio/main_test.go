@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +42,7 @@ type setup struct {
 	KubeAPIServer string
 	Etcd          string
 	Module        string // hashlb.wasm, built from ./filter
+	Controller    string // hashlb-controller, built from cmd/hashlb-controller
 	RepoRoot      string
 	Releases      []releaseSetup
 }
@@ -67,8 +69,8 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "istio: %s: %v\n", setupEnv, err)
 			os.Exit(2)
 		}
-		if err := loopbackUp(); err != nil {
-			fmt.Fprintf(os.Stderr, "istio: bringing up the namespace's loopback: %v\n", err)
+		if err := netnsUp(); err != nil {
+			fmt.Fprintf(os.Stderr, "istio: the network namespace: %v\n", err)
 			os.Exit(2)
 		}
 		os.Exit(m.Run())
@@ -80,13 +82,18 @@ func TestMain(m *testing.M) {
 func outer() int {
 	s, err := prepare()
 	defer envoyrun.RemoveModule()
+	if s.Controller != "" {
+		defer os.RemoveAll(filepath.Dir(s.Controller))
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "istio: %v\n", err)
 		return 1
 	}
 	data, _ := json.Marshal(s)
-	if _, err := exec.LookPath("unshare"); err != nil {
-		return skipAll("no unshare (util-linux) to give the tests a network namespace")
+	for _, tool := range []string{"unshare", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return skipAll("no " + tool + " (util-linux, iproute2) to give the tests a network namespace of their own")
+		}
 	}
 	cmd := exec.Command("unshare", append([]string{"--net", "--", os.Args[0]}, os.Args[1:]...)...)
 	cmd.Env = append(os.Environ(), setupEnv+"="+string(data))
@@ -124,6 +131,9 @@ func prepare() (setup, error) {
 	}
 	s.RepoRoot = root
 	if s.Module, err = envoyrun.ModulePath(); err != nil {
+		return s, err
+	}
+	if s.Controller, err = buildController(root); err != nil {
 		return s, err
 	}
 	if s.KubeAPIServer, err = kubeAPIServer(root); err != nil {
@@ -189,6 +199,21 @@ func prepareRelease(r release) (releaseSetup, error) {
 	return rs, nil
 }
 
+// buildController builds hashlb-controller from the tree into a temporary
+// directory.
+func buildController(root string) (string, error) {
+	dir, err := os.MkdirTemp("", "hashlb-istio-controller-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "hashlb-controller")
+	if _, err := goCmd(filepath.Join(root, "cmd", "hashlb-controller"), "build", "-o", bin, "."); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return bin, nil
+}
+
 // kubeAPIServer is the controller tests' kube-apiserver: built from their
 // wrapper module into their cache directory (docs/controller.md).
 func kubeAPIServer(root string) (string, error) {
@@ -247,6 +272,34 @@ func goCmd(dir string, args ...string) (string, error) {
 		return "", fmt.Errorf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// serviceAddrs are the addresses of configs/istio/serviceentry.yaml's
+// endpoints, which the tests' backends listen on.
+var serviceAddrs = []string{"10.10.0.11", "10.10.0.12", "10.10.0.13"}
+
+// netnsUp makes the test's network namespace ready: lo up, with the
+// shipped ServiceEntry's endpoint addresses on it (Kubernetes refuses
+// loopback addresses in an EndpointSlice, so the tests use these). It
+// first checks that the namespace is a new one, with lo as its only
+// interface: no address of the machine's networks is reachable from it.
+func netnsUp() error {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	if len(ifs) != 1 || ifs[0].Name != "lo" {
+		return fmt.Errorf("not a new network namespace (interfaces %v): refusing to add addresses", ifs)
+	}
+	if err := loopbackUp(); err != nil {
+		return fmt.Errorf("bringing up lo: %w", err)
+	}
+	for _, a := range serviceAddrs {
+		if out, err := exec.Command("ip", "addr", "add", a+"/32", "dev", "lo").CombinedOutput(); err != nil {
+			return fmt.Errorf("ip addr add %s/32 dev lo: %v: %s", a, err, out)
+		}
+	}
+	return nil
 }
 
 // loopbackUp sets the new network namespace's lo up (SIOCSIFFLAGS), which

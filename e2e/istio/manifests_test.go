@@ -35,17 +35,15 @@ const (
 var urlLine = regexp.MustCompile(`(?m)^(\s*)url: .*$`)
 
 // shipped is a file of configs/istio/ as the tests apply it: as shipped
-// but for the module's URL (file:// of the module built from this tree;
-// registry.example.com is a placeholder) and the service addresses
-// (10.10.0.x, no address here, becomes 127.10.0.x of the test's own
-// loopback).
+// but for the module's URL, file:// of the module built from this tree
+// (registry.example.com is a placeholder). The service addresses,
+// 10.10.0.11-13, are the test's own network namespace's (serviceAddrs).
 func shipped(t testing.TB, name string) []byte {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(env.RepoRoot, "configs", "istio", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	data = bytes.ReplaceAll(data, []byte("10.10.0."), []byte("127.10.0."))
 	return urlLine.ReplaceAll(data, []byte("${1}url: file://"+env.Module))
 }
 
@@ -153,7 +151,7 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 				})
 				return true
 			})
-			if want := "127.10.0.11:8080 127.10.0.12:8080 127.10.0.13:8080"; strings.Join(sorted(got), " ") != want {
+			if want := "10.10.0.11:8080 10.10.0.12:8080 10.10.0.13:8080"; strings.Join(sorted(got), " ") != want {
 				return fmt.Errorf("cluster %s has endpoints %v, want %s", backendsCluster, got, want)
 			}
 			return nil

@@ -31,7 +31,7 @@ func TestShippedSidecar(t *testing.T) {
 		cl := startCluster(t, r)
 		var bs []*envoyrun.Backend
 		for i, name := range []string{"backend-1", "backend-2", "backend-3"} {
-			bs = append(bs, envoyrun.StartBackendAt(t, name, "127.10.0.1"+string(rune('1'+i))+":8080"))
+			bs = append(bs, envoyrun.StartBackendAt(t, name, "10.10.0.1"+string(rune('1'+i))+":8080"))
 		}
 		files := map[string][]byte{}
 		for _, f := range sidecarFiles {
@@ -82,6 +82,10 @@ func TestShippedSidecar(t *testing.T) {
 
 		t.Run("a pluginConfig hashlb refuses", func(t *testing.T) {
 			testRefusedConfig(t, cl, sc, files["wasmplugin.yaml"], pluginConfig)
+		})
+
+		t.Run("hashlb-controller in the loop", func(t *testing.T) {
+			testControllerLoop(t, cl, sc, files["wasmplugin.yaml"])
 		})
 
 		t.Run("TrafficExtension", func(t *testing.T) {
