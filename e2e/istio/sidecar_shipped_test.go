@@ -1,0 +1,154 @@
+package istio
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/envoyrun"
+)
+
+// corpusRequests is how many corpus requests go through the sidecar.
+const corpusRequests = 240
+
+// TestShippedSidecar applies configs/istio/'s sidecar files as shipped to
+// a real istiod and connects the release's Envoy as the sidecar of a
+// frontend pod (the workloads the WasmPlugin and the EnvoyFilter select):
+// each file's effect is in what Envoy runs (the cluster's endpoints, outlier
+// detection and override_host policy, the route's retries, hashlb's ECDS
+// filter before the router with the pluginConfig as its configuration), and
+// every corpus request reaches the backend lbcore chooses under the shipped
+// configuration, with lbcore's ranking as the only x-envoy-original-dst-host
+// the backend receives (a client's forged copies never reach it). Then each
+// of two files changed as a user might get them wrong fails the checks
+// with a message naming that file, and the shipped files restore them; and
+// the TrafficExtension twin, applied in the WasmPlugin's place, gives the
+// same filter and the same choices.
+func TestShippedSidecar(t *testing.T) {
+	eachRelease(t, func(t *testing.T, r releaseSetup) {
+		cl := startCluster(t, r)
+		var bs []*envoyrun.Backend
+		for i, name := range []string{"backend-1", "backend-2", "backend-3"} {
+			bs = append(bs, envoyrun.StartBackendAt(t, name, "10.10.0.1"+string(rune('1'+i))+":8080"))
+		}
+		files := map[string][]byte{}
+		for _, f := range sidecarFiles {
+			files[f] = shipped(t, f)
+			if err := cl.apply(f, files[f]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pluginConfig := pluginConfigJSON(t, files["wasmplugin.yaml"])
+		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"})
+		checks := sidecarChecks(env.Module, "wasmplugin.yaml", pluginConfig)
+		start := time.Now()
+		if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+			t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
+		}
+		t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+
+		t.Run("corpus", func(t *testing.T) {
+			checkCorpus(t, pluginConfig, corpus.Requests(corpusRequests), len(bs))
+		})
+
+		t.Run("changed manifests name their file", func(t *testing.T) {
+			for _, ch := range []struct{ file, old, new, what string }{
+				{"envoyfilter.yaml", "service: " + backendsHost, "service: hashlb-backend.demo.internal", "the cluster match renamed"},
+				{"wasmplugin.yaml", "app: frontend", "app: front-end", "a selector that selects no workload"},
+			} {
+				changed := bytes.Replace(files[ch.file], []byte(ch.old), []byte(ch.new), 1)
+				if bytes.Equal(changed, files[ch.file]) {
+					t.Fatalf("%s has no %q to change", ch.file, ch.old)
+				}
+				if err := cl.apply(ch.file, changed); err != nil {
+					t.Fatal(err)
+				}
+				err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err != nil })
+				if err == nil || !strings.Contains(err.Error(), "configs/istio/"+ch.file+" not applied") {
+					t.Errorf("%s with %s: the checks say %v, want a failure naming the file", ch.file, ch.what, err)
+				} else {
+					t.Logf("%s with %s fails the checks:\n%v", ch.file, ch.what, err)
+				}
+				if err := cl.apply(ch.file, files[ch.file]); err != nil {
+					t.Fatal(err)
+				}
+				if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+					t.Fatalf("the shipped %s applied again, after 3 min: %v", ch.file, err)
+				}
+			}
+		})
+
+		t.Run("a pluginConfig hashlb refuses", func(t *testing.T) {
+			testRefusedConfig(t, cl, sc, files["wasmplugin.yaml"], pluginConfig)
+		})
+
+		t.Run("hashlb-controller in the loop", func(t *testing.T) {
+			testControllerLoop(t, cl, sc, files["wasmplugin.yaml"])
+		})
+
+		t.Run("TrafficExtension", func(t *testing.T) {
+			// Its twin instead of the WasmPlugin, as docs/deploy.md says to
+			// move: apply one, delete the other.
+			te := shipped(t, "trafficextension/trafficextension.yaml")
+			if err := cl.apply("trafficextension/trafficextension.yaml", te); err != nil {
+				t.Fatal(err)
+			}
+			if err := cl.delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
+				t.Fatal(err)
+			}
+			teConfig := pluginConfigJSON(t, te)
+			teChecks := sidecarChecks(env.Module, "trafficextension/trafficextension.yaml", teConfig)
+			if err := waitFor(sc, teChecks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+				t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
+			}
+			// The VM may keep the WasmPlugin's persistence table: only
+			// requests without a persistence key, which its state cannot
+			// change.
+			var reqs []corpus.Request
+			for _, r := range corpus.Requests(corpusRequests) {
+				if len(corpus.HeaderValues(r.Headers, "x-client-id")) == 0 {
+					reqs = append(reqs, r)
+				}
+			}
+			checkCorpus(t, teConfig, reqs, len(bs))
+		})
+	})
+}
+
+// checkCorpus sends reqs one at a time, in order, through the sidecar and
+// checks each answer against lbcore under pluginConfig.
+func checkCorpus(t *testing.T, pluginConfig []byte, reqs []corpus.Request, backends int) {
+	t.Helper()
+	o, err := newOracle(pluginConfig)
+	if err != nil {
+		t.Fatalf("the shipped pluginConfig: %v", err)
+	}
+	served := map[string]int{}
+	bad, forged := 0, 0
+	for i, cr := range reqs {
+		c := fromCorpus(cr)
+		a, err := c.send(outboundAddr)
+		if err == nil {
+			err = o.check(c.seen(a.peer), a)
+		}
+		if err != nil {
+			if bad++; bad <= 5 {
+				t.Errorf("corpus request %d (%s from %s): %v", i, corpus.Brief(c.headers), c.srcIP, err)
+			}
+			continue
+		}
+		served[a.backend]++
+		if len(corpus.HeaderValues(c.headers, o.c.UpstreamHeader)) > 0 {
+			forged++
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d corpus requests did not reach lbcore's choice", bad, len(reqs))
+	}
+	t.Logf("%d corpus requests on lbcore's choice (%v), %d of them with forged %s", len(reqs), served, forged, o.c.UpstreamHeader)
+	if forged == 0 || len(served) != backends {
+		t.Errorf("the corpus proves too little: %d forged headers, backends served %v", forged, served)
+	}
+}
