@@ -3,9 +3,9 @@
 // and cached), a real kube-apiserver with Istio's CRDs, the manifests of
 // configs/istio/ as shipped, and an upstream Envoy of the release's version
 // connected to istiod's xDS as a sidecar. Everything runs in a network
-// namespace of the test's own, on its loopback (docs/deploy.md, "Through istiod", says
-// what differs from a full Istio install and why hashlb depends on none of
-// it).
+// namespace of the test's own, on its loopback (docs/deploy.md, "Through
+// istiod", says what differs from a full Istio install and why hashlb
+// depends on none of it).
 //
 // It is a Go module of its own, as cmd/hashlb-controller is, so that the
 // root module gains no Kubernetes or Istio dependency; istiod itself is
