@@ -200,8 +200,9 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	recs := stop()
 	late := lateTimers()
 	if !ok {
-		t.Errorf("etcd did not answer every worker again within %v after the fault ended (a worker held it down, each time after %d calls in a row went unanswered): agreement could not be judged %s",
-			etcdLate(), fleet.FailLimit, lateNote(late, fmt.Sprintf("fleet.timeout %v, from %v measured before the run", env.timeout, lateBefore.Round(time.Millisecond))))
+		t.Errorf("etcd did not answer every worker again within %v after the fault ended (a worker held it down, each time after %d calls in a row went unanswered): agreement could not be judged %s; the proxies' fleet log lines (times from the fault's end):%s",
+			etcdLate(), fleet.FailLimit, lateNote(late, fmt.Sprintf("fleet.timeout %v, from %v measured before the run", env.timeout, lateBefore.Round(time.Millisecond))),
+			fleetLog(hosts, healed))
 	}
 
 	for i, h := range hosts {
