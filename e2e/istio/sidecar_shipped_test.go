@@ -25,7 +25,8 @@ const corpusRequests = 240
 // of two files changed as a user might get them wrong fails the checks
 // with a message naming that file, and the shipped files restore them; and
 // the TrafficExtension twin, applied in the WasmPlugin's place, gives the
-// same filter and the same choices.
+// same filter and the same choices; last, a session block whose key comes
+// from a Secret through vmConfig.env.
 func TestShippedSidecar(t *testing.T) {
 	eachRelease(t, func(t *testing.T, r releaseSetup) {
 		cl := startCluster(t, r)
@@ -113,6 +114,13 @@ func TestShippedSidecar(t *testing.T) {
 				}
 			}
 			checkCorpus(t, teConfig, reqs, len(bs))
+		})
+
+		t.Run("session key from a Secret", func(t *testing.T) {
+			// Its own sidecar, started with the key in its environment:
+			// the first one's listener port is taken while it runs.
+			sc.Stop()
+			testSessionKey(t, cl, r)
 		})
 	})
 }
