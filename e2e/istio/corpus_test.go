@@ -98,6 +98,7 @@ func envoySource(hs [][2]string, peer string) string {
 // reply is what the client got back.
 type reply struct {
 	status  int
+	header  http.Header
 	backend string
 	echo    envoyrun.Echo
 	peer    string
@@ -132,7 +133,7 @@ func (c clientRequest) send(addr string) (reply, error) {
 	if err != nil {
 		return a, err
 	}
-	a.status, a.backend = resp.StatusCode, resp.Header.Get("X-Backend")
+	a.status, a.header, a.backend = resp.StatusCode, resp.Header, resp.Header.Get("X-Backend")
 	if a.backend == "" {
 		return a, fmt.Errorf("answer %d from Envoy, not a backend: %.200s", a.status, body)
 	}

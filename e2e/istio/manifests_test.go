@@ -163,7 +163,7 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 			}
 			od := c.Get("outlier_detection")
 			if od.Get("consecutive_5xx").Int() != 5 || od.Get("interval").String() != "10s" || od.Get("base_ejection_time").String() != "30s" {
-				return fmt.Errorf("cluster %s: outlier_detection %s, want consecutive_5xx 5, interval 10s, base_ejection_time 30s", backendsCluster, od.Raw)
+				return fmt.Errorf("cluster %s: outlier_detection %s, want consecutive_5xx 5, interval 10s, base_ejection_time 30s", backendsCluster, orNone(od.Raw))
 			}
 			return nil
 		}},
@@ -200,11 +200,7 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 			p := c.Get("load_balancing_policy.policies.0.typed_extension_config")
 			if p.Get("name").String() != "envoy.load_balancing_policies.override_host" ||
 				p.Get("typed_config.override_host_sources.0.header").String() != "x-envoy-original-dst-host" {
-				got := c.Get("load_balancing_policy").Raw
-				if got == "" {
-					got = "none (lb_policy " + c.Get("lb_policy").String() + ")"
-				}
-				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, got)
+				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, orNone(c.Get("load_balancing_policy").Raw))
 			}
 			return nil
 		}},
@@ -292,6 +288,14 @@ type configDumper interface{ configDump() (gjson.Result, error) }
 
 func section(dump gjson.Result, kind string) gjson.Result {
 	return dump.Get(`configs.#(@type=="type.googleapis.com/envoy.admin.v3.` + kind + `")`)
+}
+
+// orNone is a JSON text for a message, "none" when absent.
+func orNone(raw string) string {
+	if raw == "" {
+		return "none"
+	}
+	return raw
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -22,10 +22,11 @@ const corpusRequests = 240
 // every corpus request reaches the backend lbcore chooses under the shipped
 // configuration, with lbcore's ranking as the only x-envoy-original-dst-host
 // the backend receives (a client's forged copies never reach it). Then each
-// of two files changed as a user might get them wrong fails the checks
+// of the files changed as a user might get it wrong fails the checks
 // with a message naming that file, and the shipped files restore them; and
 // the TrafficExtension twin, applied in the WasmPlugin's place, gives the
-// same filter and the same choices.
+// same filter and the same choices; last, a session block whose key comes
+// from a Secret through vmConfig.env.
 func TestShippedSidecar(t *testing.T) {
 	eachRelease(t, func(t *testing.T, r releaseSetup) {
 		cl := startCluster(t, r)
@@ -57,6 +58,9 @@ func TestShippedSidecar(t *testing.T) {
 			for _, ch := range []struct{ file, old, new, what string }{
 				{"envoyfilter.yaml", "service: " + backendsHost, "service: hashlb-backend.demo.internal", "the cluster match renamed"},
 				{"wasmplugin.yaml", "app: frontend", "app: front-end", "a selector that selects no workload"},
+				{"destinationrule.yaml", "host: " + backendsHost, "host: hashlb-backend.demo.internal", "its host misspelled"},
+				{"virtualservice.yaml", "  - " + backendsHost + "\n", "  - hashlb-backend.demo.internal\n", "its hosts misspelled"},
+				{"serviceentry.yaml", "address: 10.10.0.13", "address: 10.10.0.31", "an endpoint's address mistyped"},
 			} {
 				changed := bytes.Replace(files[ch.file], []byte(ch.old), []byte(ch.new), 1)
 				if bytes.Equal(changed, files[ch.file]) {
@@ -113,6 +117,13 @@ func TestShippedSidecar(t *testing.T) {
 				}
 			}
 			checkCorpus(t, teConfig, reqs, len(bs))
+		})
+
+		t.Run("session key from a Secret", func(t *testing.T) {
+			// Its own sidecar, started with the key in its environment:
+			// the first one's listener port is taken while it runs.
+			sc.Stop()
+			testSessionKey(t, cl, r)
 		})
 	})
 }

@@ -65,15 +65,15 @@ admin:
 }
 
 // startSidecar starts the Envoy of r as a sidecar of pod in namespace demo
-// with labels, and waits until Envoy is ready (its first listeners and
+// with labels (and envVars, "NAME=value", in its environment), and waits until Envoy is ready (its first listeners and
 // their ECDS filters received and warm).
-func startSidecar(t *testing.T, r releaseSetup, pod string, labels map[string]string) *sidecar {
+func startSidecar(t *testing.T, r releaseSetup, pod string, labels map[string]string, envVars ...string) *sidecar {
 	t.Helper()
 	bin := envoyrun.Binary{Path: r.Envoy, Version: r.Envoy}
 	start := time.Now()
 	e := envoyrun.Start(t, bin, envoyrun.Options{
 		Bootstrap: bootstrap(pod, "demo", labels), Dir: t.TempDir(), Concurrency: 2,
-		ReadyTimeout: 5 * time.Minute,
+		ReadyTimeout: 5 * time.Minute, Env: envVars,
 	})
 	t.Logf("Envoy %s connected to istiod %s and ready in %s", r.Envoy, r.Name, time.Since(start).Round(100*time.Millisecond))
 	return &sidecar{e}
