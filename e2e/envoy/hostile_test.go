@@ -206,8 +206,10 @@ func corpusThrough(t *testing.T, r *rig, label, addr string) {
 		}
 		lines = append(lines, fmt.Sprintf("%-18s sent %3d (unsendable in HTTP/1.1 %d): %s; Envoy CPU %.2f ms/request", class, tl.n, tl.unsendable, strings.Join(sts, " "), per))
 		// The CPU clock ticks in 10 ms: a class's mean is only meaningful
-		// over its total.
-		if tl.n > 0 && tl.cpu > 20*time.Millisecond && per > msPerRequestBound {
+		// over its total, and the total may be a tick more than was used
+		// (the bound is held to the least the total can mean).
+		least := float64(tl.cpu-10*time.Millisecond) / float64(time.Millisecond) / float64(max(tl.n, 1))
+		if tl.n > 0 && tl.cpu > 20*time.Millisecond && least > msPerRequestBound {
 			t.Errorf("%s: Envoy used %.2f ms of CPU per request, over SECURITY.md's %v ms", class, per, msPerRequestBound)
 		}
 	}
