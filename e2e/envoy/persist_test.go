@@ -420,7 +420,10 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		writeAtomic(t, lds, ldsFile(t, "1", listener(persistConfig(bs, false, ""))))
 		yaml := bootstrap{clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
-		deadline := time.Now().Add(20 * time.Second)
+		// The LDS listener is warm once V8 has compiled the module, which
+		// takes over a minute on a loaded machine (Options.ReadyTimeout):
+		// the wait is as long as Envoy's own readiness wait.
+		deadline := time.Now().Add(3 * time.Minute)
 		for {
 			if _, err := e.Listener("hashlb_listener"); err == nil {
 				break
