@@ -401,6 +401,9 @@ func (c *Client) Tick(now time.Time) {
 		c.probe(now)
 		return
 	}
+	if why := c.known.resyncDeferred(c.clk.mono); why != "" {
+		c.resync(now, why)
+	}
 	c.heartbeat(now)
 	c.grantAhead(now)
 	c.syncs.resting = false

@@ -56,6 +56,7 @@ type knownKeys struct {
 	maxRevAt  time.Time // when it did (monotonic)
 	clusterID string    // header.cluster_id of its answers
 	resyncAt  time.Time // the last resync (monotonic)
+	deferred  string    // why etcd lost its data again within fleetResyncEvery of the last resync: the next one is due
 }
 
 // fleetKnown is a key the worker placed or followed (of lbcore.PersistKeyHash h):
@@ -185,6 +186,30 @@ func (k *knownKeys) resyncDue(mono time.Time) bool {
 	return true
 }
 
+// lost notes a loss of etcd's data (why) at mono: it reports whether the
+// resync runs now; else it is deferred (deferred names why) until
+// fleetResyncEvery after the last one (resyncDeferred). Keys placed since
+// the last resync are then placed again too: a second loss within
+// fleetResyncEvery loses them as the first lost the others.
+func (k *knownKeys) lost(mono time.Time, why string) bool {
+	if k.resyncDue(mono) {
+		k.deferred = ""
+		return true
+	}
+	k.deferred = why
+	return false
+}
+
+// resyncDeferred is why a deferred resync is due at mono, "" when none is.
+func (k *knownKeys) resyncDeferred(mono time.Time) string {
+	if k.deferred == "" || !k.resyncDue(mono) {
+		return ""
+	}
+	why := k.deferred
+	k.deferred = ""
+	return why
+}
+
 // know records that the key of hash h holds service svc, used at Unix
 // second used (knownKeys.put); a stopped client passes it on.
 func (c *Client) know(h uint64, svc int, used int64) {
@@ -223,14 +248,20 @@ func (c *Client) lostLease(id int64, now time.Time) {
 }
 
 // dataLost queues every known key that is still alive and selectable for
-// reconciliation, at most once every fleetResyncEvery: leases and keys are
-// gone, so hits of entries used before now ask etcd too (Hit).
+// reconciliation (resync), at most once every fleetResyncEvery: a loss seen
+// again within it is resynced from the tick once it passed. Leases and
+// keys are gone, so hits of entries used before now ask etcd too (Hit).
 func (c *Client) dataLost(now time.Time, why string) {
 	c.root.leases = [2]slotLease{}
 	c.health.recovered = now.Unix() + 1
-	if !c.known.resyncDue(c.clk.mono) {
-		return
+	if c.known.lost(c.clk.mono, why) {
+		c.resync(now, why)
 	}
+}
+
+// resync queues every known key that is still alive and selectable to be
+// placed again (enqueueBudgeted).
+func (c *Client) resync(now time.Time, why string) {
 	n := 0
 	for _, e := range c.known.ring {
 		if !c.alive(int64(e.used), now) || !c.svcs.Selectable(int(e.svc)) {
@@ -281,6 +312,7 @@ func (c *Client) HandOver(n *Client) {
 	n.health.fails, n.health.down, n.health.probeAt, n.health.recovered = c.health.fails, c.health.down, c.health.probeAt, c.health.recovered
 	n.health.beatAt = c.health.beatAt
 	n.known.maxRev, n.known.maxRevAt, n.known.clusterID, n.known.resyncAt = c.known.maxRev, c.known.maxRevAt, c.known.clusterID, c.known.resyncAt
+	n.known.deferred = c.known.deferred
 	n.budget.tokens, n.budget.at = c.budget.tokens, c.budget.at
 	n.clk = c.clk // n goes on on c's monotonic clock
 	n.out.logged = c.out.logged
