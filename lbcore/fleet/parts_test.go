@@ -203,6 +203,19 @@ func TestKnownKeys(t *testing.T) {
 	if !w.resyncDue(t0) || w.resyncDue(t0.Add(fleetResyncEvery-time.Millisecond)) || !w.resyncDue(t0.Add(fleetResyncEvery)) {
 		t.Fatal("resyncs are not one per fleetResyncEvery")
 	}
+	var d knownKeys // a second loss within fleetResyncEvery is deferred, not dropped
+	if !d.lost(t0, "a") || d.lost(t0.Add(time.Second), "b") {
+		t.Fatal("the first loss not resynced at once, or the second not deferred")
+	}
+	if why := d.resyncDeferred(t0.Add(2 * time.Second)); why != "" {
+		t.Fatalf("the deferred resync ran within fleetResyncEvery (%q)", why)
+	}
+	if why := d.resyncDeferred(t0.Add(fleetResyncEvery)); why != "b" {
+		t.Fatalf("deferred resync at fleetResyncEvery: %q, want the second loss's", why)
+	}
+	if why := d.resyncDeferred(t0.Add(3 * fleetResyncEvery)); why != "" {
+		t.Fatalf("a deferred resync ran twice (%q)", why)
+	}
 }
 
 func TestDivertSet(t *testing.T) {
