@@ -162,6 +162,10 @@ lbpolicy)
 	mkdir -p dist
 	CGO_ENABLED=1 go build -trimpath -buildmode=c-shared -o dist/libhashlb_lbpolicy.so ./cmd/hashlb-lbpolicy
 	rm -f dist/libhashlb_lbpolicy.h
+	# Envoy opens lib<name>.so from its working directory when ENVOY_DYNAMIC_MODULES_SEARCH_PATH
+	# is unset (Envoy 1.38 by name only): a link at the root makes envoy -c configs/envoy-lbpolicy.yaml
+	# and envoy --mode validate work from there as well.
+	ln -sf dist/libhashlb_lbpolicy.so libhashlb_lbpolicy.so
 	echo "built dist/libhashlb_lbpolicy.so ($(wc -c <dist/libhashlb_lbpolicy.so) bytes)"
 	;;
 test)
