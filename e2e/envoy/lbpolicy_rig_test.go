@@ -49,6 +49,7 @@ type policyCluster struct {
 	eps     []policyEndpoint
 	health  bool // an active HTTP health check on /healthz, 100 ms apart
 	retries bool // the route retries 5xx on other hosts (previous_hosts)
+	ring    bool // Envoy's ring_hash on :path instead of the policy (a benchmark's reference)
 }
 
 // policyYAML is the bootstrap for clusters cs: one listener (port 0) whose
@@ -62,6 +63,10 @@ func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
               - match: {prefix: "/", headers: [{name: x-test-cluster, string_match: {exact: %s}}]}
                 route:
                   cluster: %s`, c.name, c.name)
+		if c.ring {
+			routes.WriteString(`
+                  hash_policy: [{header: {header_name: ":path"}}]`)
+		}
 		if c.retries {
 			routes.WriteString(`
                   retry_policy:
@@ -90,7 +95,11 @@ func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
       healthy_threshold: 1
       http_health_check: {path: /healthz}`)
 		}
-		clusters.WriteString("\n" + strings.TrimSuffix(policyBalancing(envoyrun.LBPolicyName, c.config), "\n"))
+		if c.ring {
+			clusters.WriteString("\n    lb_policy: RING_HASH")
+		} else {
+			clusters.WriteString("\n" + strings.TrimSuffix(policyBalancing(envoyrun.LBPolicyName, c.config), "\n"))
+		}
 		writePolicyEDS(t, dir, c)
 	}
 	return []byte(`node: {id: hashlb-test, cluster: hashlb-test}
@@ -212,7 +221,11 @@ func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit
 		cli: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}}
 	t.Cleanup(pe.cli.CloseIdleConnections)
 	for _, c := range cs {
-		pe.waitHosts(t, c.name, len(c.eps), 0)
+		if c.ring {
+			pe.waitMembership(t, c.name, len(c.eps))
+		} else {
+			pe.waitHosts(t, c.name, len(c.eps), 0)
+		}
 	}
 	return pe
 }
@@ -233,6 +246,20 @@ func (e *policyEnvoy) waitHosts(t testing.TB, cluster string, n int, mark int) {
 			t.Fatalf("cluster %s: the policy did not see %d hosts on every thread within 15 s (%d log lines %q)", cluster, n, countLog(e.Log(), want), want)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitMembership waits until Envoy's cluster has n hosts (its
+// membership_total), for a cluster the policy does not balance.
+func (e *policyEnvoy) waitMembership(t testing.TB, cluster string, n int) {
+	t.Helper()
+	stat := "cluster." + cluster + ".membership_total"
+	deadline := time.Now().Add(3 * time.Minute)
+	for e.Stat(t, stat) != int64(n) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster %s: %s is %d after 3 min, want %d", cluster, stat, e.Stat(t, stat), n)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
