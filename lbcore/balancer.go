@@ -172,7 +172,11 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		buf:      make([]byte, 0, 512),
 		pkey:     make([]byte, 0, 256),
 		x:        evalCtx{hops: c.TrustedForwardedHops},
-		ids:      make(map[uint64]int, n),
+		ids:      c.byIDFor(), // shared with every Balancer of c: never written
+	}
+	shared := b.ids != nil
+	if !shared {
+		b.ids = make(map[uint64]int, n)
 	}
 	if b.method == nil { // not from ParseConfig: an unknown method
 		b.method = MethodRoundRobin.spec()
@@ -188,7 +192,9 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		if c.Services[i].Weight != c.Services[0].Weight {
 			b.uniform = false
 		}
-		b.ids[c.Services[i].ID] = i
+		if !shared {
+			b.ids[c.Services[i].ID] = i
+		}
 		total += c.Services[i].Weight
 	}
 	for i := range c.Services {

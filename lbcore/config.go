@@ -59,6 +59,21 @@ type Config struct {
 	HashBalanceFactor int
 	// DebugHeader adds the response header x-hashlb-decision (default false).
 	DebugHeader bool
+
+	// byID is the index of Services by identity when WithServices made
+	// it (for byIDOf, the slice it indexes): a host whose workers share one
+	// Config shares it too, read-only (NewBalancer, byIDFor).
+	byID   map[uint64]int
+	byIDOf []Service
+}
+
+// byIDFor is the index of c.Services by identity WithServices made, or
+// nil when c's services are not the ones it indexed.
+func (c *Config) byIDFor() map[uint64]int {
+	if c.byID == nil || len(c.byIDOf) != len(c.Services) || len(c.Services) == 0 || &c.byIDOf[0] != &c.Services[0] {
+		return nil
+	}
+	return c.byID
 }
 
 // Service is one upstream service.

@@ -53,5 +53,6 @@ func (c *Config) WithServices(services []Service) (*Config, error) {
 	}
 	out := *c
 	out.Services = services
+	out.byID, out.byIDOf = ids, services
 	return &out, nil
 }

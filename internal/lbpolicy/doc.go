@@ -10,7 +10,9 @@
 //
 // Its parts, by file: the policy's configuration, parsed and checked
 // (config.go); what the policy reads of Envoy, the hosts and the request
-// (hosts.go), and a host made an lbcore service (services.go); the Worker, one
-// Envoy worker's Balancer and its choices (worker.go); and the persistence
-// table the workers of one process share (store.go).
+// (hosts.go), and a host made an lbcore service (services.go); the host
+// set made hashlb's, shared by the workers that see the same hosts
+// (hostset.go); the Worker, one Envoy worker's Balancer and its choices
+// (worker.go); and the persistence table the workers of one process share
+// (store.go).
 package lbpolicy

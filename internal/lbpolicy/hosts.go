@@ -53,47 +53,32 @@ type level struct {
 // place among its level's healthy hosts, and the level served. It is built
 // from Envoy's snapshot alone: the healthy hosts Envoy lists are the hosts
 // hashlb may choose, and the index Envoy asks for is their position in that
-// list.
+// list. The hosts themselves are a hostSet the workers share; what depends
+// on health is the worker's.
 type view struct {
-	levels []level
-	addrs  []string // host i's address (a copy)
-	lvl    []int32  // host i's priority
-	hidx   []int32  // host i's index among its level's healthy hosts, or -1
-	byAddr map[string]int32
-	dup    []int32 // the next host with host i's address, or -1
+	hs     *hostSet
+	levels []level // hs's levels, with the worker's healthy counts
+	hidx   []int32 // host i's index among its level's healthy hosts, or -1
 	serve  int     // the level served: the lowest with a healthy host; -1 none
 }
 
-// reset empties the view for a host set of n hosts over levels levels.
-func (v *view) reset(levels, n int) {
-	v.levels = v.levels[:0]
-	v.addrs = v.addrs[:0]
-	v.lvl = v.lvl[:0]
+// reset makes the view hs's, with no host placed yet.
+func (v *view) reset(hs *hostSet) {
+	v.hs = hs
+	v.levels = append(v.levels[:0], hs.levels...)
 	v.hidx = v.hidx[:0]
-	v.dup = v.dup[:0]
-	if v.byAddr == nil || n > 2*len(v.byAddr)+64 {
-		v.byAddr = make(map[string]int32, n)
-	} else {
-		clear(v.byAddr)
+	for range hs.addrs {
+		v.hidx = append(v.hidx, -1)
 	}
 	v.serve = -1
 }
 
-// add appends host addr of level p.
-func (v *view) add(p int, addr string) {
-	i := int32(len(v.addrs))
-	v.addrs = append(v.addrs, addr)
-	v.lvl = append(v.lvl, int32(p))
-	v.hidx = append(v.hidx, -1)
-	v.dup = append(v.dup, -1)
-	if j, ok := v.byAddr[addr]; ok {
-		for v.dup[j] >= 0 {
-			j = v.dup[j]
-		}
-		v.dup[j] = i
-		return
+// hosts is the number of hosts of every level.
+func (v *view) hosts() int {
+	if v.hs == nil {
+		return 0
 	}
-	v.byAddr[addr] = i
+	return len(v.hs.addrs)
 }
 
 // scan reads every level's healthy hosts from h and places each host among
@@ -129,12 +114,13 @@ func (v *view) scan(h Hosts) bool {
 // find is the first host of level p with address addr not yet placed among
 // the healthy hosts, or -1.
 func (v *view) find(p int, addr string) int {
-	j, ok := v.byAddr[addr]
+	hs := v.hs
+	j, ok := hs.byAddr[addr]
 	if !ok {
 		return -1
 	}
-	for ; j >= 0; j = v.dup[j] {
-		if v.lvl[j] == int32(p) && v.hidx[j] < 0 {
+	for ; j >= 0; j = hs.dup[j] {
+		if hs.lvl[j] == int32(p) && v.hidx[j] < 0 {
 			return int(j)
 		}
 	}
@@ -143,12 +129,12 @@ func (v *view) find(p int, addr string) int {
 
 // serving reports whether host i may be chosen: healthy at the level served.
 func (v *view) serving(i int) bool {
-	return v.serve >= 0 && v.lvl[i] == int32(v.serve) && v.hidx[i] >= 0
+	return v.serve >= 0 && v.hs.lvl[i] == int32(v.serve) && v.hidx[i] >= 0
 }
 
 // local is host i's priority and index within its level.
 func (v *view) local(i int) (p, k int) {
-	p = int(v.lvl[i])
+	p = int(v.hs.lvl[i])
 	return p, i - v.levels[p].first
 }
 
@@ -181,10 +167,10 @@ func (v *view) healthyIndex(h Hosts, i int) (int, bool) {
 	if k < 0 {
 		return 0, false
 	}
-	p := int(v.lvl[i])
+	p := int(v.hs.lvl[i])
 	l := &v.levels[p]
 	if l.healthy == l.count {
 		return k, true
 	}
-	return k, h.HealthyAddress(p, k) == v.addrs[i]
+	return k, h.HealthyAddress(p, k) == v.hs.addrs[i]
 }

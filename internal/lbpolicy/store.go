@@ -26,11 +26,13 @@ type sharedStore struct {
 	now    func() time.Time
 }
 
-// nsTable is one namespace's keys and the workers using it.
+// nsTable is one namespace's keys and the workers using it, and the host
+// set they share (hostset.go).
 type nsTable struct {
 	m      map[string]*storeEntry
 	refs   int
 	closed time.Time // when refs fell to 0
+	hosts  sharedHosts
 }
 
 type storeEntry struct {
@@ -70,6 +72,7 @@ func (s *sharedStore) release(ns string) {
 	if t := s.tables[ns]; t != nil && t.refs > 0 {
 		if t.refs--; t.refs == 0 {
 			t.closed = s.now()
+			t.hosts.drop()
 		}
 	}
 	s.sweep()

@@ -3,7 +3,6 @@ package lbpolicy
 import (
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -37,6 +36,8 @@ type Worker struct {
 	ns  string // the persistence namespace: hashlb/<cluster>
 	st  *workerStore
 
+	hosts *sharedHosts // the host set the cluster's workers share
+
 	v     view
 	svcs  []lbcore.Service
 	seed  uint64
@@ -62,11 +63,13 @@ type Worker struct {
 // NewWorker returns the policy's worker for the cluster named cluster.
 func (p *Policy) NewWorker(cluster string) *Worker {
 	ns := "hashlb/" + cluster
+	t := processStore.acquire(ns)
 	return &Worker{
-		pol: p,
-		ns:  ns,
-		st:  newWorkerStore(processStore, processStore.acquire(ns)),
-		req: lbcore.Request{Headers: make([][2]string, 0, 8)},
+		pol:   p,
+		ns:    ns,
+		st:    newWorkerStore(processStore, t),
+		hosts: &t.hosts,
+		req:   lbcore.Request{Headers: make([][2]string, 0, 8)},
 	}
 }
 
@@ -95,44 +98,21 @@ type UpdateNotes struct {
 func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
 	w.bal, w.svcs = nil, nil
 	w.gen++
-	levels := h.Levels()
-	n := 0
-	for p := range levels {
-		n += h.Count(p)
+	hs := w.hosts.get(h, w.pol)
+	w.v.reset(hs)
+	if hs.err != nil {
+		return hs.notes, hs.err
 	}
-	w.v.reset(levels, n)
-	if n == 0 {
-		return notes, nil
+	if hs.cfg == nil { // no hosts
+		return hs.notes, nil
 	}
-	svcs := make([]lbcore.Service, 0, n)
-	for p := range levels {
-		c := h.Count(p)
-		w.v.levels = append(w.v.levels, level{first: len(svcs), count: c})
-		for i := range c {
-			addr := strings.Clone(h.Address(p, i))
-			w.v.add(p, addr)
-			s, clamped := ServiceOf(HostInfo{Address: addr, Weight: h.Weight(p, i),
-				HashID: strings.Clone(h.Metadata(p, i, "hashId")), Name: strings.Clone(h.Metadata(p, i, "name"))})
-			if clamped {
-				if notes.Clamped == 0 {
-					notes.Example = fmt.Sprintf("%s (weight %d)", addr, h.Weight(p, i))
-				}
-				notes.Clamped++
-			}
-			svcs = append(svcs, s)
-		}
-	}
-	c, err := w.pol.Config.WithServices(svcs)
-	if err != nil {
-		return notes, fmt.Errorf("the cluster's hosts cannot be hashlb's services: %v", err)
-	}
-	w.svcs = svcs
+	w.svcs = hs.svcs
 	w.seed = rand.Uint64()
-	w.bal = lbcore.NewBalancer(c, w.seed)
+	w.bal = lbcore.NewBalancer(hs.cfg, w.seed)
 	w.bal.EnablePersistence(w.st, w.ns)
 	w.v.scan(h) // from the same snapshot: a host it lacks is not served
 	w.mark()
-	return notes, nil
+	return hs.notes, nil
 }
 
 // scan places the hosts among Envoy's healthy hosts and marks down, for
@@ -151,7 +131,7 @@ func (w *Worker) scan(h Hosts) {
 // mark gives lbcore the view's health: a host is up when it is healthy at
 // the level served.
 func (w *Worker) mark() {
-	for i := range w.v.addrs {
+	for i := range w.v.hidx {
 		up := w.v.serving(i)
 		w.bal.SetDown(i, !up)
 	}
@@ -251,7 +231,7 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, int, Failure) {
 // Summary describes the view for the log: hosts, healthy hosts, and the
 // priority served when the cluster has several.
 func (w *Worker) Summary() string {
-	n, levels := len(w.v.addrs), len(w.v.levels)
+	n, levels := w.v.hosts(), len(w.v.levels)
 	switch {
 	case levels <= 1:
 		return fmt.Sprintf("%d hosts (%d healthy)", n, w.healthy())
