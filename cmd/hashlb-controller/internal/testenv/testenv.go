@@ -17,8 +17,10 @@
 // are the repository's internal/bincache, which e2e/istio shares, so either
 // suite finds what the other built.
 //
-// The environment, the binaries and their cache are testenv.go; finding the
-// Gateway API module and its CRD files is gatewayapi.go.
+// The environment and the binaries are testenv.go; finding the Gateway API
+// module and its CRD files is gatewayapi.go; decoding the shipped manifests
+// of configs/istio/controller and applying the ServiceAccount and RBAC the
+// controller runs as is manifests.go.
 package testenv
 
 import (
