@@ -38,14 +38,7 @@ var hashMethodConfigs = []string{
 // exampleConfig reads configs/<name>.json and applies set (nil values delete).
 func exampleConfig(t testing.TB, name string, set map[string]any) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
+	c := readExampleConfig(t, name)
 	delete(c, "debugHeader")
 	delete(c, "persistence")
 	for k, v := range set {
@@ -55,11 +48,21 @@ func exampleConfig(t testing.TB, name string, set map[string]any) []byte {
 			c[k] = v
 		}
 	}
-	out, err := json.Marshal(c)
+	return configJSON(t, c, nil)
+}
+
+// readExampleConfig reads configs/<name>.json.
+func readExampleConfig(t testing.TB, name string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // costRequest is a request every hash method finds its input in.
@@ -397,21 +400,12 @@ func guestCases(t testing.TB) []guestCase {
 		cases = append(cases, guestCase{name: name, cfg: exampleConfig(t, name, nil)})
 	}
 	for _, name := range shippedHTTPConfigs(t) {
-		b, err := os.ReadFile(filepath.Join(repoRoot(t), "configs", name+".json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c map[string]any
-		if err := json.Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
+		c := readExampleConfig(t, name)
 		what := " (as shipped)"
 		if c["healthCheck"] != nil {
 			what = " (as shipped, active probes answered)"
 		}
-		if b, err = json.Marshal(c); err != nil {
-			t.Fatal(err)
-		}
+		b := configJSON(t, c, nil)
 		cases = append(cases, guestCase{name: name + what, cfg: b})
 		if svcs, _ := c["services"].([]any); c["healthCheck"] != nil && len(svcs) > 1 {
 			s, _ := svcs[1].(map[string]any)

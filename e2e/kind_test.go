@@ -9,8 +9,6 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -112,13 +110,7 @@ func TestWrongFilterKind(t *testing.T) {
 // TestV8WrongFilterKind: the same in Node's V8 with Envoy's host
 // (e2e/v8/hashlbv8.mjs), both profiles.
 func TestV8WrongFilterKind(t *testing.T) {
-	node := nodeForV8(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(repoRoot(t), filepath.FromSlash(v8Script))
+	rig := newV8Rig(t, "")
 	reqs := []hostile.Request{{Class: "plain", Headers: [][2]string{{":method", "GET"}, {":path", "/x"}, {":authority", "example.com"}},
 		Source: "192.0.2.7:40000", Dest: "198.51.100.1:5432"}}
 	phases, err := json.Marshal([]v8Phase{{Name: "wrong-kind", Requests: reqs}})
@@ -134,7 +126,7 @@ func TestV8WrongFilterKind(t *testing.T) {
 	for i := range jobs {
 		jobs[i].RootID, jobs[i].Repeat, jobs[i].PerRequest = "hashlb", 1000, true
 	}
-	lines := runV8Jobs(t, node, script, wasmFile, filepath.Join(dir, "jobs.json"),
+	lines := rig.run(t, "jobs.json",
 		v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
 	for _, job := range jobs {
 		t.Run(job.Name, func(t *testing.T) {

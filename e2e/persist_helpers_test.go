@@ -45,6 +45,20 @@ func persistence(extra map[string]any) map[string]any {
 	return p
 }
 
+// configJSON is the plugin configuration c, with the fields of extra set
+// over it, as JSON.
+func configJSON(t testing.TB, c, extra map[string]any) []byte {
+	t.Helper()
+	for k, v := range extra {
+		c[k] = v
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // lbConfig returns a plugin configuration; p == nil leaves persistence off.
 func lbConfig(t testing.TB, method string, p map[string]any, services []svcDef) []byte {
 	t.Helper()
@@ -52,11 +66,7 @@ func lbConfig(t testing.TB, method string, p map[string]any, services []svcDef) 
 	if p != nil {
 		c["persistence"] = p
 	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return configJSON(t, c, nil)
 }
 
 // lbHost runs the module in workers VMs with plugin configuration cfg.

@@ -214,6 +214,25 @@ func stickyBackend(t *testing.T, c *http.Client, n int, url string, headers ...s
 	return ""
 }
 
+// spreadKeys sends keys 0 to count-1 through reach, key 0 in 50 requests
+// and each other key in 5 (reach(i, n) returns the one backend key i
+// reached in n requests), and fails unless the keys reach at least two
+// backends; noun names the keys in the error.
+func spreadKeys(t *testing.T, count int, noun string, reach func(i, n int) string) {
+	t.Helper()
+	seen := map[string]bool{}
+	for i := 0; i < count; i++ {
+		n := 5
+		if i == 0 {
+			n = 50
+		}
+		seen[reach(i, n)] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("%d %s all reached %v: the method does not spread them", count, noun, seen)
+	}
+}
+
 func TestProxy(t *testing.T) {
 	module(t) // build both before the parallel subtests
 	bin := buildProxy(t)
@@ -231,23 +250,15 @@ func TestProxy(t *testing.T) {
 			t.Fatal(err)
 		}
 		oracle := lbcore.NewBalancer(cfg, 0)
-		seen := map[string]bool{}
-		for i := 0; i < 12; i++ {
+		spreadKeys(t, 12, "paths", func(i, n int) string {
 			path := fmt.Sprintf("/items/%d?view=full", i)
-			n := 5
-			if i == 0 {
-				n = 50
-			}
 			got := stickyBackend(t, client, n, base+path)
 			d := oracle.Decide(&lbcore.Request{Target: path}, time.Now())
 			if want := cfg.Services[d.At(0)].Name; got != want {
 				t.Errorf("GET %s reached %s, lbcore chooses %s", path, got, want)
 			}
-			seen[got] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("12 paths all reached %v: URLHASH does not spread", seen)
-		}
+			return got
+		})
 	})
 
 	t.Run("forged-upstream-header", func(t *testing.T) {
@@ -301,46 +312,30 @@ func TestProxy(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
 		base := runProxy(t, bin, proxyConfig("CALLIDHASH", "", bs))
-		seen := map[string]bool{}
-		for i := 0; i < 10; i++ {
+		spreadKeys(t, 10, "Call-IDs", func(i, n int) string {
 			id := fmt.Sprintf("call-%d@pbx.example.com", i)
-			n := 5
-			if i == 0 {
-				n = 50
-			}
 			b := stickyBackend(t, fresh, n, fmt.Sprintf("%s/sip/%d", base, i), "Call-ID", id)
 			if i%2 == 0 { // the compact form is the same key
 				if c := stickyBackend(t, client, 3, base+"/other", "i", id); c != b {
 					t.Errorf("Call-ID %q reached %s, compact i %s", id, b, c)
 				}
 			}
-			seen[b] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("10 Call-IDs all reached %v", seen)
-		}
+			return b
+		})
 	})
 
 	t.Run("TOKEN", func(t *testing.T) {
 		t.Parallel()
 		bs := startBackends(t, "b1", "b2", "b3", "b4")
 		base := runProxy(t, bin, proxyConfig("TOKEN", `"token": "${request.header.x-tenant||request.cookie.tenant}",`, bs))
-		seen := map[string]bool{}
-		for i := 0; i < 10; i++ {
+		spreadKeys(t, 10, "tenants", func(i, n int) string {
 			tenant := fmt.Sprintf("tenant-%d", i)
-			n := 5
-			if i == 0 {
-				n = 50
-			}
 			b := stickyBackend(t, fresh, n, fmt.Sprintf("%s/t/%d", base, i), "x-tenant", tenant)
 			if c := stickyBackend(t, client, 3, base+"/cookie", "cookie", "a=1; tenant="+tenant); c != b {
 				t.Errorf("tenant %q in a header reached %s, in a cookie %s", tenant, b, c)
 			}
-			seen[b] = true
-		}
-		if len(seen) < 2 {
-			t.Errorf("10 tenants all reached %v", seen)
-		}
+			return b
+		})
 	})
 
 	t.Run("no-healthy-service", func(t *testing.T) {

@@ -7,7 +7,6 @@ package e2e
 // oracle for where every key must go.
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"runtime"
@@ -40,15 +39,7 @@ func podServices(pods []pod) []map[string]any {
 // podConfig is a plugin configuration over pods; extra adds fields.
 func podConfig(t testing.TB, method string, pods []pod, extra map[string]any) []byte {
 	t.Helper()
-	c := map[string]any{"lbMethod": method, "debugHeader": true, "services": podServices(pods)}
-	for k, v := range extra {
-		c[k] = v
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return configJSON(t, map[string]any{"lbMethod": method, "debugHeader": true, "services": podServices(pods)}, extra)
 }
 
 func makePods(n int) []pod {

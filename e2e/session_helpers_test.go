@@ -4,7 +4,6 @@ package e2e
 // one full request and what it brought back.
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -30,14 +29,7 @@ func sessionConfig(t testing.TB, s map[string]any, services []map[string]any, ex
 	if s != nil {
 		c["session"] = s
 	}
-	for k, v := range extra {
-		c[k] = v
-	}
-	b, err := json.Marshal(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return configJSON(t, c, extra)
 }
 
 // sessionServices are b1…bn on 10.0.0.11…:8080, with weights (1 when nil).

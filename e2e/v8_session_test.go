@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/hashlb/hashlb/internal/hostile"
@@ -16,13 +14,7 @@ import (
 // later one carries it and is served by the same service with nothing set
 // (the script reports "moved" otherwise), and the VM never traps.
 func TestV8Session(t *testing.T) {
-	node := nodeForV8(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(repoRoot(t), "e2e", "v8", "hashlbv8.mjs")
+	rig := newV8Rig(t, "")
 	const clients, rounds = 200, 10
 	var reqs []hostile.Request
 	for c := range clients {
@@ -42,7 +34,7 @@ func TestV8Session(t *testing.T) {
 		jobs = append(jobs, v8Job{Name: profile, Profile: profile, Config: config, RootID: "hashlb", Repeat: clients * rounds,
 			BudgetMs: int(v8PhaseBudget.Milliseconds()), Env: v8Env, SessionCookie: "hashlb-session"})
 	}
-	results := runV8Jobs(t, node, script, wasmFile, filepath.Join(dir, "jobs.json"), v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
+	results := rig.run(t, "jobs.json", v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
 	for _, j := range jobs {
 		got := map[string]int{}
 		for _, l := range results[j.Name] {

@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,13 +26,7 @@ const v8TCPConns = 10_000
 // connections, closed by the client or after the upstream ended, every
 // active count is 0.
 func TestV8TCP(t *testing.T) {
-	node := nodeForV8(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(repoRoot(t), filepath.FromSlash(v8Script))
+	rig := newV8Rig(t, "")
 
 	// Each tuple three times: forward, forward again, reversed (IPv4 only, so
 	// that a reversed tuple is a connection a listener could accept).
@@ -69,7 +61,7 @@ func TestV8TCP(t *testing.T) {
 	for i := range jobs {
 		jobs[i].RootID, jobs[i].Repeat, jobs[i].PerRequest, jobs[i].FinalTick = "hashlb", v8TCPConns, true, true
 	}
-	lines := runV8Jobs(t, node, script, wasmFile, filepath.Join(dir, "jobs.json"),
+	lines := rig.run(t, "jobs.json",
 		v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
 	if t.Failed() {
 		return

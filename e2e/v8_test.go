@@ -318,17 +318,9 @@ type v8Run struct {
 }
 
 func TestV8(t *testing.T) {
-	node := nodeForV8(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if *v8Wasm != "" {
-		wasmFile = *v8Wasm
-	} else if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(repoRoot(t), filepath.FromSlash(v8Script))
+	rig := newV8Rig(t, *v8Wasm)
 
-	t.Run("harness", func(t *testing.T) { testV8Harness(t, node, script, dir) })
+	t.Run("harness", func(t *testing.T) { testV8Harness(t, rig.node, rig.script, rig.dir) })
 
 	hostileReqs, benignReqs := hostile.Requests(), hostile.Benign()
 	if len(hostileReqs) == 0 || len(benignReqs) == 0 {
@@ -402,7 +394,7 @@ func TestV8(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[p] = runV8Jobs(t, node, script, wasmFile, filepath.Join(dir, fmt.Sprintf("jobs-%d.json", p)),
+			results[p] = rig.run(t, fmt.Sprintf("jobs-%d.json", p),
 				v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
 		}()
 	}
@@ -418,6 +410,29 @@ func TestV8(t *testing.T) {
 }
 
 func (r v8Run) key() string { return r.profile + "/" + r.name }
+
+// v8Rig is what a V8 check runs: node, the harness script, the module in a
+// file, and a test directory for the job files.
+type v8Rig struct{ node, script, wasm, dir string }
+
+// newV8Rig finds node (nodeForV8) and writes the module built from the tree
+// into a test directory, or takes the module file wasm when it is not "".
+func newV8Rig(t *testing.T, wasm string) v8Rig {
+	r := v8Rig{node: nodeForV8(t), script: filepath.Join(repoRoot(t), filepath.FromSlash(v8Script)), wasm: wasm, dir: t.TempDir()}
+	if r.wasm == "" {
+		r.wasm = filepath.Join(r.dir, "hashlb.wasm")
+		if err := os.WriteFile(r.wasm, module(t), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// run runs the jobs in one node process (runV8Jobs), written to the file
+// name in the rig's directory.
+func (r v8Rig) run(t *testing.T, name string, jobs v8JobFile) map[string][]v8Line {
+	return runV8Jobs(t, r.node, r.script, r.wasm, filepath.Join(r.dir, name), jobs)
+}
 
 // runV8Jobs writes the jobs to file, runs node on them and returns each job's output lines.
 func runV8Jobs(t *testing.T, node, script, wasmFile, file string, jobs v8JobFile) map[string][]v8Line {

@@ -166,38 +166,28 @@ func defineMetrics(c *lbcore.Config, ids *metricIDs, prev *prevMetrics) *metrics
 // host call per metric that changed, none when nothing did.
 func (m *metrics) flush() {
 	p := &m.pend
-	for i, n := range p.requests {
-		if n != 0 {
-			p.requests[i] = 0
-			m.requests[i].Increment(n)
-		}
-	}
+	flushCounts(p.requests, m.requests)
 	for i, d := range p.active {
 		if d != 0 {
 			p.active[i] = 0
 			m.active[i].Add(d)
 		}
 	}
-	for i, n := range p.decisions {
-		if n != 0 {
-			p.decisions[i] = 0
-			m.decisions[i].Increment(n)
-		}
-	}
-	for i, n := range p.session {
-		if n != 0 {
-			p.session[i] = 0
-			m.session[i].Increment(n)
-		}
-	}
+	flushCounts(p.decisions, m.decisions)
+	flushCounts(p.session, m.session)
 	if p.capped != 0 {
 		m.capped.Increment(p.capped)
 		p.capped = 0
 	}
-	for i, n := range p.persist {
+	flushCounts(p.persist[:], m.persist[:])
+}
+
+// flushCounts adds each count that is not 0 to its counter and zeroes it.
+func flushCounts(counts []uint64, counters []proxywasm.MetricCounter) {
+	for i, n := range counts {
 		if n != 0 {
-			p.persist[i] = 0
-			m.persist[i].Increment(n)
+			counts[i] = 0
+			counters[i].Increment(n)
 		}
 	}
 }

@@ -147,26 +147,17 @@ func (c *Conn) data(export string, typ uint64, data []byte, end bool) (Action, e
 // Close does nothing.
 func (c *Conn) Close(peer int) error {
 	s := c.s
-	v := s.v
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if s.finished {
-		return nil
-	}
-	s.finished = true
-	defer v.forget(s)
-	if v.dead != nil {
-		return v.dead
-	}
-	if _, err := v.call("proxy_on_downstream_connection_close", uint64(s.id), uint64(peer)); err != nil {
-		return err
-	}
-	for _, name := range []string{"proxy_on_done", "proxy_on_log", "proxy_on_delete"} {
-		if _, err := v.call(name, uint64(s.id)); err != nil {
+	return s.end(func(v *vm) error {
+		if _, err := v.call("proxy_on_downstream_connection_close", uint64(s.id), uint64(peer)); err != nil {
 			return err
 		}
-	}
-	return nil
+		for _, name := range []string{"proxy_on_done", "proxy_on_log", "proxy_on_delete"} {
+			if _, err := v.call(name, uint64(s.id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // CloseRequested reports whether the module asked Envoy to close the

@@ -268,6 +268,35 @@ func (s *Stream) ResponseHeaders(headers [][2]string) Result {
 // dead. A context whose proxy_on_done returns false is still logged and
 // deleted at once (hostsim does not wait for proxy_done).
 func (s *Stream) Finish() error {
+	return s.end(func(v *vm) error {
+		if _, err := v.call("proxy_on_done", uint64(s.id)); err != nil {
+			return err
+		}
+		for _, m := range s.maps {
+			if m.state != mapAbsent {
+				m.state = mapReadOnly
+			}
+		}
+		if _, err := v.call("proxy_on_log", uint64(s.id)); err != nil {
+			return err
+		}
+		for _, m := range s.maps {
+			if m.state != mapAbsent {
+				m.state = mapClosed
+			}
+		}
+		_, err := v.call("proxy_on_delete", uint64(s.id))
+		return err
+	})
+}
+
+// end ends the context once, with the VM locked (a second end does
+// nothing): a request still paused in the filter is resolved as Envoy's
+// reset resolves it (the context goes away and nothing resumes it), the
+// module's last callbacks run in calls unless the VM is dead (whose error
+// end returns), and the VM forgets the context either way. Stream.Finish
+// and Conn.Close end their contexts so.
+func (s *Stream) end(calls func(v *vm) error) error {
 	v := s.v
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -276,32 +305,13 @@ func (s *Stream) Finish() error {
 	}
 	s.finished = true
 	if s.req == reqPaused {
-		// Envoy's reset of a stream whose filter still holds the request:
-		// the stream's context goes away and nothing resumes it.
 		s.resolve(Result{Action: ActionPause, Err: ErrStreamFinished})
 	}
 	defer v.forget(s)
 	if v.dead != nil {
 		return v.dead
 	}
-	if _, err := v.call("proxy_on_done", uint64(s.id)); err != nil {
-		return err
-	}
-	for _, m := range s.maps {
-		if m.state != mapAbsent {
-			m.state = mapReadOnly
-		}
-	}
-	if _, err := v.call("proxy_on_log", uint64(s.id)); err != nil {
-		return err
-	}
-	for _, m := range s.maps {
-		if m.state != mapAbsent {
-			m.state = mapClosed
-		}
-	}
-	_, err := v.call("proxy_on_delete", uint64(s.id))
-	return err
+	return calls(v)
 }
 
 // Wait blocks until the request of a stream whose RequestHeaders returned

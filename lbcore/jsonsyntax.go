@@ -98,14 +98,13 @@ func (p *jsonScan) value(depth int) bool {
 func (p *jsonScan) object(depth int) bool {
 	p.i++ // {
 	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == '}' {
-		p.i++
+	if p.eat('}') {
 		return true
 	}
 	for {
 		p.ws()
-		if p.i >= len(p.b) || p.b[p.i] != '"' {
-			if p.i < len(p.b) && p.b[p.i] == '}' {
+		if !p.is('"') {
+			if p.is('}') {
 				return p.fail("unexpected '}' after ',' (a trailing comma?)")
 			}
 			return p.fail("unexpected %s, want a quoted field name", p.what())
@@ -114,53 +113,63 @@ func (p *jsonScan) object(depth int) bool {
 			return false
 		}
 		p.ws()
-		if p.i >= len(p.b) || p.b[p.i] != ':' {
+		if !p.eat(':') {
 			return p.fail("unexpected %s, want ':' after the field name", p.what())
 		}
-		p.i++
 		p.ws()
 		if !p.value(depth + 1) {
 			return false
 		}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ',' {
-			p.i++
-			continue
+		if more, ok := p.afterItem('}', "an object"); !more {
+			return ok
 		}
-		if p.i < len(p.b) && p.b[p.i] == '}' {
-			p.i++
-			return true
-		}
-		return p.fail("unexpected %s, want ',' or '}' in an object", p.what())
 	}
 }
 
 func (p *jsonScan) array(depth int) bool {
 	p.i++ // [
 	p.ws()
-	if p.i < len(p.b) && p.b[p.i] == ']' {
-		p.i++
+	if p.eat(']') {
 		return true
 	}
 	for {
 		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ']' {
+		if p.is(']') {
 			return p.fail("unexpected ']' after ',' (a trailing comma?)")
 		}
 		if !p.value(depth + 1) {
 			return false
 		}
-		p.ws()
-		if p.i < len(p.b) && p.b[p.i] == ',' {
-			p.i++
-			continue
+		if more, ok := p.afterItem(']', "an array"); !more {
+			return ok
 		}
-		if p.i < len(p.b) && p.b[p.i] == ']' {
-			p.i++
-			return true
-		}
-		return p.fail("unexpected %s, want ',' or ']' in an array", p.what())
 	}
+}
+
+// is reports whether the next byte is c.
+func (p *jsonScan) is(c byte) bool { return p.i < len(p.b) && p.b[p.i] == c }
+
+// eat steps over the next byte when it is c.
+func (p *jsonScan) eat(c byte) bool {
+	if p.is(c) {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// afterItem reads what follows an item of an object or an array (in names
+// which, for the error) and white space: a ',' (more), the closing byte
+// (done, ok) or anything else (a failure).
+func (p *jsonScan) afterItem(closing byte, in string) (more, ok bool) {
+	p.ws()
+	if p.eat(',') {
+		return true, true
+	}
+	if p.eat(closing) {
+		return false, true
+	}
+	return false, p.fail("unexpected %s, want ',' or '%c' in %s", p.what(), closing, in)
 }
 
 func (p *jsonScan) str() bool {

@@ -19,9 +19,7 @@ func (d *decoder) session(path string, v gjson.Result) *Session {
 		switch name {
 		case "type":
 			hasType = true
-			if t, ok := d.enum(fSessionType, fp, v); ok {
-				s.Type = t
-			}
+			d.setEnum(&s.Type, fSessionType, fp, v)
 		case "name":
 			if n, ok := d.str(fp, v); ok {
 				switch {
@@ -43,27 +41,15 @@ func (d *decoder) session(path string, v gjson.Result) *Session {
 				s.Path = p
 			}
 		case "domain":
-			if dom, ok := d.str(fp, v); ok {
-				switch {
-				case dom == "":
-					d.errorf("%s: must not be empty", fp)
-				case !isCookieDomain(dom):
-					d.errorf("%s: %q is not a domain such as example.com (letters, digits, - and .)", fp, dom)
-				}
-				s.Domain = dom
-			}
+			d.setChecked(&s.Domain, fp, v, isCookieDomain, "%s: %q is not a domain such as example.com (letters, digits, - and .)")
 		case "secure":
 			s.Secure = d.boolean(fp, v)
 		case "httpOnly":
 			s.HTTPOnly = d.boolean(fp, v)
 		case "sameSite":
-			if ss, ok := d.enum(fSessionSameSite, fp, v); ok {
-				s.SameSite = ss
-			}
+			d.setEnum(&s.SameSite, fSessionSameSite, fp, v)
 		case "lifetime":
-			if l, ok := d.enum(fSessionLifetime, fp, v); ok {
-				s.Lifetime = l
-			}
+			d.setEnum(&s.Lifetime, fSessionLifetime, fp, v)
 		case "absoluteTimeout":
 			s.AbsoluteTimeout = d.duration(fSessionAbsoluteTimeout, fp, v)
 		case "idleTimeout":

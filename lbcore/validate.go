@@ -110,13 +110,9 @@ func (d *decoder) topField(c *Config, top *topLevel, name string, v gjson.Result
 	top.set.note(name)
 	switch name {
 	case "filterType":
-		if s, ok := d.enum(fFilterType, name, v); ok {
-			c.FilterType = s
-		}
+		d.setEnum(&c.FilterType, fFilterType, name, v)
 	case "upstreamVia":
-		if s, ok := d.enum(fUpstreamVia, name, v); ok {
-			c.UpstreamVia = s
-		}
+		d.setEnum(&c.UpstreamVia, fUpstreamVia, name, v)
 	case "lbMethod":
 		c.LBMethod = d.method(fLBMethod, name, v)
 	case "hashLength":
@@ -307,6 +303,15 @@ func (d *decoder) method(f fieldID, path string, v gjson.Result) Method {
 	}
 	d.errorf("%s: %q is not one of %s", path, s, strings.Join(allowed, ", "))
 	return MethodRoundRobin
+}
+
+// setEnum sets *dst to string field f when v is a string, and reports one
+// that is not among the field's Enum exactly; *dst keeps its value when v is
+// no string.
+func (d *decoder) setEnum(dst *string, f fieldID, path string, v gjson.Result) {
+	if s, ok := d.enum(f, path, v); ok {
+		*dst = s
+	}
 }
 
 // enum parses string field f, one of the field's Enum exactly.

@@ -253,9 +253,7 @@ func (d *decoder) persistence(path string, v gjson.Result) *Persistence {
 		case "expire":
 			p.Expire = d.duration(fPersistenceExpire, fp, v)
 		case "emptyKey":
-			if s, ok := d.enum(fPersistenceEmptyKey, fp, v); ok {
-				p.EmptyKey = s
-			}
+			d.setEnum(&p.EmptyKey, fPersistenceEmptyKey, fp, v)
 		case "fleet":
 			p.Fleet = d.fleet(fp, v)
 		default:
@@ -300,15 +298,32 @@ func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
 // visible decodes a string that must be non-empty printable ASCII without
 // spaces; what says what the value is, for the error.
 func (d *decoder) visible(path string, v gjson.Result, what string) string {
+	var s string
+	d.setChecked(&s, path, v, isVisibleASCII, invisible(what))
+	return s
+}
+
+// invisible is the error format (path, value) for a string that is not
+// printable ASCII without spaces; what says what the value is.
+func invisible(what string) string {
+	return "%s: %q has a space, control character or non-ASCII byte, which " + strings.ReplaceAll(what, "%", "%%") + " cannot"
+}
+
+// setChecked sets *dst to string field v when it is a string, and reports
+// one that is empty, or that valid refuses with the format bad (given the
+// path and the value); *dst keeps its value when v is no string.
+func (d *decoder) setChecked(dst *string, path string, v gjson.Result, valid func(string) bool, bad string) {
 	s, ok := d.str(path, v)
+	if !ok {
+		return
+	}
 	switch {
-	case !ok:
 	case s == "":
 		d.errorf("%s: must not be empty", path)
-	case !isVisibleASCII(s):
-		d.errorf("%s: %q has a space, control character or non-ASCII byte, which %s cannot", path, s, what)
+	case !valid(s):
+		d.errorf(bad, path, s)
 	}
-	return s
+	*dst = s
 }
 
 func (d *decoder) keys(path string, v gjson.Result) []*Expr {
@@ -358,21 +373,11 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 				h.Path = s
 			}
 		case "method":
-			if m, ok := d.enum(fHealthMethod, fp, v); ok {
-				h.Method = m
-			}
+			d.setEnum(&h.Method, fHealthMethod, fp, v)
 		case "port":
 			h.Port = d.intField(fHealthPort, fp, v)
 		case "host":
-			if s, ok := d.str(fp, v); ok {
-				switch {
-				case s == "":
-					d.errorf("%s: must not be empty", fp)
-				case !isAuthority(s):
-					d.errorf("%s: %q is not a host[:port] (letters, digits and - . _ ~ : [ ], no space, / or @)", fp, s)
-				}
-				h.Host = s
-			}
+			d.setChecked(&h.Host, fp, v, isAuthority, "%s: %q is not a host[:port] (letters, digits and - . _ ~ : [ ], no space, / or @)")
 		case "expectBody":
 			if s, ok := d.str(fp, v); ok {
 				switch {
@@ -395,14 +400,7 @@ func (d *decoder) healthCheck(path string, v gjson.Result) *HealthCheck {
 		case "expectedStatuses":
 			h.ExpectedStatuses = d.statuses(fp, v)
 		case "cluster":
-			if s, ok := d.str(fp, v); ok {
-				if s == "" {
-					d.errorf("%s: must not be empty", fp)
-				} else if !isVisibleASCII(s) {
-					d.errorf("%s: %q has a space, control character or non-ASCII byte, which an Envoy cluster name cannot", fp, s)
-				}
-				h.Cluster = s
-			}
+			d.setChecked(&h.Cluster, fp, v, isVisibleASCII, invisible("an Envoy cluster name"))
 		default:
 			return false
 		}

@@ -22,10 +22,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -81,24 +79,8 @@ func TestInClusterConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The ServiceAccount and its RBAC, as kubectl apply -f configs/istio/controller/ would.
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "hashlb-system"}}); err != nil {
+	if err := testenv.ApplyRBAC(ctx, admin, manifestDir); err != nil {
 		t.Fatal(err)
-	}
-	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
-	for _, f := range []string{"serviceaccount.yaml", "rbac.yaml"} {
-		data, err := os.ReadFile(filepath.Join(manifestDir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, doc := range bytes.Split(data, []byte("\n---\n")) {
-			obj, _, err := dec.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s: %v", f, err)
-			}
-			if err := admin.Create(ctx, obj.(client.Object)); err != nil && !apierrors.IsAlreadyExists(err) {
-				t.Fatalf("%s: %v", f, err)
-			}
-		}
 	}
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {

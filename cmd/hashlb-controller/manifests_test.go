@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -13,10 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/hashlb/hashlb/cmd/hashlb-controller/controller"
+	"github.com/hashlb/hashlb/cmd/hashlb-controller/internal/testenv"
 )
 
 const manifestDir = "../../configs/istio/controller"
@@ -25,31 +22,13 @@ const manifestDir = "../../configs/istio/controller"
 // strictly into client-go's types (an unknown field is an error).
 func decodeManifests(t *testing.T) []runtime.Object {
 	t.Helper()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	dec := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer()
 	files, err := filepath.Glob(filepath.Join(manifestDir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no manifests in %s (%v)", manifestDir, err)
 	}
-	var out []runtime.Object
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, doc := range bytes.Split(data, []byte("\n---\n")) {
-			if len(bytes.TrimSpace(doc)) == 0 {
-				continue
-			}
-			obj, _, err := dec.Decode(doc, nil, nil)
-			if err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			out = append(out, obj)
-		}
+	out, err := testenv.Manifests(files...)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/hashlb/hashlb/internal/bincache"
 )
 
 // cluster is a kube-apiserver with Istio's CRDs and an istiod watching it.
@@ -59,7 +61,7 @@ func startCluster(t *testing.T, r releaseSetup) *cluster {
 	start := time.Now()
 	cfg, err := te.Start()
 	if err != nil {
-		t.Fatalf("kube-apiserver %s with Istio %s's CRDs: %v", kubeVersion, r.Name, err)
+		t.Fatalf("kube-apiserver %s with Istio %s's CRDs: %v", bincache.KubeVersion, r.Name, err)
 	}
 	t.Cleanup(func() {
 		if err := te.Stop(); err != nil {

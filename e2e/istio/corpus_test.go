@@ -191,6 +191,17 @@ func (o *oracle) check(r corpus.Request, a reply) error {
 	return nil
 }
 
+// send sends corpus request r through the sidecar's outbound listener and
+// checks the reply (check); the error is the send's or the check's.
+func (o *oracle) send(r corpus.Request) (reply, error) {
+	c := fromCorpus(r)
+	a, err := c.send(outboundAddr)
+	if err == nil {
+		err = o.check(c.seen(a.peer), a)
+	}
+	return a, err
+}
+
 // memStore is an in-memory lbcore.Store with the semantics of Envoy's
 // shared data (lbcore.Store's comment): one cas counter for every key, a
 // Set with cas 0 or on a missing key always writes.

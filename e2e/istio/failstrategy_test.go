@@ -65,12 +65,7 @@ func testRefusedConfig(t *testing.T, cl *cluster, sc *sidecar, wasmplugin, plugi
 	// choice.
 	reqs := keyless(corpus.Requests(60))
 	for i, cr := range reqs {
-		c := fromCorpus(cr)
-		a, err := c.send(outboundAddr)
-		if err == nil {
-			err = o.check(c.seen(a.peer), a)
-		}
-		if err != nil {
+		if _, err := o.send(cr); err != nil {
 			t.Fatalf("request %d after the refused configuration: %v", i, err)
 		}
 	}

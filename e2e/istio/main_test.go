@@ -13,7 +13,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/hashlb/hashlb/e2e/istio/internal/bincache"
+	"github.com/hashlb/hashlb/internal/bincache"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
@@ -30,11 +30,6 @@ type release struct {
 var releases = []release{
 	{Name: "1.31", Commit: "eed52ebb66ad", Wrapper: "internal/istio131", Envoy: "1.39.3"},
 }
-
-// kubeVersion is the kube-apiserver the controller's tests build
-// (cmd/hashlb-controller/internal/testenv.KubeVersion): the same wrapper
-// module and cache, so either suite reuses the other's build.
-const kubeVersion = "v1.37.2"
 
 // setup is what the outer process prepares (builds, downloads) before the
 // tests run in their network namespace, which has no way out.
@@ -136,10 +131,10 @@ func prepare() (setup, error) {
 	if s.Controller, err = buildController(root); err != nil {
 		return s, err
 	}
-	if s.KubeAPIServer, err = kubeAPIServer(root); err != nil {
+	if s.KubeAPIServer, err = bincache.KubeAPIServer(envtestWrapper(root)); err != nil {
 		return s, err
 	}
-	if s.Etcd, err = etcd(root); err != nil {
+	if s.Etcd, err = bincache.Etcd(envtestWrapper(root)); err != nil {
 		return s, err
 	}
 	want := os.Getenv("HASHLB_ISTIO_RELEASES") // every release by default
@@ -214,48 +209,11 @@ func buildController(root string) (string, error) {
 	return bin, nil
 }
 
-// kubeAPIServer is the controller tests' kube-apiserver: built from their
-// wrapper module into their cache directory (docs/controller.md).
-func kubeAPIServer(root string) (string, error) {
-	v := "k8s.io/component-base/version."
-	ld := "-X " + v + "gitVersion=" + kubeVersion + " -X " + v + "gitMajor=1 -X " + v + "gitMinor=37 -X " + v + "gitTreeState=clean"
-	res, err := bincache.Get(bincache.Spec{
-		Wrapper: filepath.Join(root, "cmd", "hashlb-controller", "internal", "envtestbin"), Dir: envtestCache(),
-		Name: "kube-apiserver", Version: kubeVersion, Package: "k8s.io/kubernetes/cmd/kube-apiserver", LDFlags: ld,
-		Why: "first run only, shared with the controller's tests: about 7 minutes of 2 idle cores and 2.9 GB",
-	})
-	return res.Path, err
-}
-
-// etcd is $HASHLB_ETCD_BIN, etcd on the PATH, Debian's /usr/bin/etcd, or
-// the one the controller's tests build.
-func etcd(root string) (string, error) {
-	if p := os.Getenv("HASHLB_ETCD_BIN"); p != "" {
-		return p, nil
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
-	}
-	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
-		return "/usr/bin/etcd", nil
-	}
-	res, err := bincache.Get(bincache.Spec{
-		Wrapper: filepath.Join(root, "cmd", "hashlb-controller", "internal", "envtestbin"), Dir: envtestCache(),
-		Name: "etcd", Version: "v3.7.0", Package: "go.etcd.io/etcd/server/v3",
-		Why: "no etcd on this machine (Debian's etcd-server, which ./build.sh test installs, or $HASHLB_ETCD_BIN)",
-	})
-	return res.Path, err
-}
-
-func envtestCache() string {
-	if d := os.Getenv("HASHLB_ENVTEST_CACHE"); d != "" {
-		return d
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "hashlb-envtest")
-	}
-	return filepath.Join(base, "hashlb", "envtest")
+// envtestWrapper is the module that pins the controller tests'
+// kube-apiserver and etcd: the same wrapper module and cache as theirs
+// (internal/bincache), so either suite reuses the other's build.
+func envtestWrapper(root string) string {
+	return filepath.Join(root, "cmd", "hashlb-controller", "internal", "envtestbin")
 }
 
 func goCmd(dir string, args ...string) (string, error) {

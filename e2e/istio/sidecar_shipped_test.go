@@ -140,10 +140,7 @@ func checkCorpus(t *testing.T, pluginConfig []byte, reqs []corpus.Request, backe
 	bad, forged := 0, 0
 	for i, cr := range reqs {
 		c := fromCorpus(cr)
-		a, err := c.send(outboundAddr)
-		if err == nil {
-			err = o.check(c.seen(a.peer), a)
-		}
+		a, err := o.send(cr)
 		if err != nil {
 			if bad++; bad <= 5 {
 				t.Errorf("corpus request %d (%s from %s): %v", i, corpus.Brief(c.headers), c.srcIP, err)

@@ -27,9 +27,7 @@ func TestConcurrentOperatorEdit(t *testing.T) {
 	t.Parallel()
 	k := newKube(t)
 	w, _ := k.controller(Options{})
-	k.service("web")
-	p := pods("web", 1, 3)
-	k.slice("web", "web-a", v4, httpPort, p...)
+	p := k.webPods(3)
 
 	// edits: what the operator changes in each WasmPlugin, once, just
 	// before the controller's first patch of its services.

@@ -69,9 +69,7 @@ func TestUnchangedWritesNothing(t *testing.T) {
 	t.Parallel()
 	k := newKube(t)
 	w, _ := k.controller(Options{})
-	k.service("web")
-	p := pods("web", 1, 3)
-	k.slice("web", "web-a", v4, httpPort, p...)
+	p := k.webPods(3)
 	k.wasmPlugin("hashlb", annotated("web"), basicConfig())
 	k.waitServices("hashlb", want(8080, p...), settle)
 	time.Sleep(2 * time.Second) // let the write's own watch event pass
@@ -98,9 +96,7 @@ func TestUnchangedWritesNothing(t *testing.T) {
 func TestReadinessFlip(t *testing.T) {
 	forKinds(t, func(t *testing.T, k *kube) {
 		k.controller(Options{})
-		k.service("web")
-		p := pods("web", 1, 3)
-		k.slice("web", "web-a", v4, httpPort, p...)
+		p := k.webPods(3)
 		k.wasmPlugin("hashlb", annotated("web"), basicConfig())
 		k.waitServices("hashlb", want(8080, p...), settle)
 		time.Sleep(1500 * time.Millisecond) // past the debounce of the first write
@@ -272,9 +268,7 @@ func TestMissingService(t *testing.T) {
 func TestInvalidResultKeptOut(t *testing.T) {
 	forKinds(t, func(t *testing.T, k *kube) {
 		k.controller(Options{})
-		k.service("web")
-		p := pods("web", 1, 3)
-		k.slice("web", "web-a", v4, httpPort, p...)
+		p := k.webPods(3)
 		k.wasmPlugin("hashlb", annotated("web"), basicConfig())
 		good := want(8080, p...)
 		k.waitServices("hashlb", good, settle)
@@ -299,9 +293,7 @@ func TestInvalidResultKeptOut(t *testing.T) {
 func TestOtherFieldsUntouched(t *testing.T) {
 	forKinds(t, func(t *testing.T, k *kube) {
 		k.controller(Options{})
-		k.service("web")
-		p := pods("web", 1, 2)
-		k.slice("web", "web-a", v4, httpPort, p...)
+		p := k.webPods(2)
 		cfg := map[string]any{
 			"lbMethod":       "SOURCEIPHASH",
 			"netmask":        "255.255.255.0",

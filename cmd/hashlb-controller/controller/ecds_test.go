@@ -204,9 +204,7 @@ func TestECDSFiles(t *testing.T) {
 	k := newKube(t)
 	dir := t.TempDir()
 	k.controller(Options{ECDSDir: dir, ECDSModule: "/etc/envoy/hashlb.wasm"})
-	k.service("web")
-	p := pods("web", 1, 3)
-	k.slice("web", "web-a", v4, httpPort, p...)
+	p := k.webPods(3)
 	wp := k.wasmPlugin("hashlb", annotated("web"), basicConfig())
 	// The fleet's etcd credentials, as docs/controller.md shows them.
 	if err := unstructured.SetNestedSlice(wp.Object, []any{

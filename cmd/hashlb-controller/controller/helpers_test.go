@@ -283,6 +283,16 @@ func (k *kube) slice(svc, name string, family discoveryv1.AddressType, ports map
 
 var httpPort = map[string]int32{"http": 8080}
 
+// webPods creates Service web and its EndpointSlice web-a of n ready pods
+// (pods("web", 1, n)) on the http port, and returns the pods.
+func (k *kube) webPods(n int) []ep {
+	k.t.Helper()
+	k.service("web")
+	p := pods("web", 1, n)
+	k.slice("web", "web-a", v4, httpPort, p...)
+	return p
+}
+
 // pods returns n ready endpoints prefix-0 … at 10.<net>.0.1 ….
 func pods(prefix string, net, n int) []ep {
 	out := make([]ep, n)

@@ -164,9 +164,7 @@ func TestSessionFromHTTPRoute(t *testing.T) { forKinds(t, testSessionFromHTTPRou
 func testSessionFromHTTPRoute(t *testing.T, k *kube) {
 	gw := k.gw()
 	k.controller(Options{Debounce: sessionDebounce})
-	k.service("web")
-	p := pods("web", 1, 2)
-	k.slice("web", "web-a", v4, httpPort, p...)
+	p := k.webPods(2)
 	orig := sessionPlugin(k, "hashlb", "web", true)
 	k.waitServices("hashlb", want(8080, p...), settle)
 
@@ -338,9 +336,7 @@ func TestSessionCrossNamespace(t *testing.T) {
 	other := newKube(t)
 	gw := k.gw()
 	k.controller(Options{Namespace: allNamespaces, Debounce: sessionDebounce})
-	k.service("web")
-	p := pods("web", 1, 2)
-	k.slice("web", "web-a", v4, httpPort, p...)
+	p := k.webPods(2)
 	sessionPlugin(k, "hashlb", "web", true)
 	k.waitServices("hashlb", want(8080, p...), settle)
 

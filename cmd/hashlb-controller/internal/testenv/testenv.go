@@ -7,40 +7,33 @@
 // module cache's copy of sigs.k8s.io/gateway-api, installed.
 //
 // The kube-apiserver binary is built once and cached outside the
-// repository (os.UserCacheDir()/hashlb/envtest/<version>-<hash>, or
-// $HASHLB_ENVTEST_CACHE), keyed by the wrapper's go.mod, go.sum and the Go
-// version, so a cold first run compiles Kubernetes and later runs start in
-// seconds. etcd is $HASHLB_ETCD_BIN, else the first etcd on $PATH or
-// /usr/bin/etcd (Debian's etcd-server, which ./build.sh test installs), else
-// one built the same way from go.etcd.io/etcd/server/v3 (the version
-// k8s.io/kubernetes requires).
+// repository (os.UserCacheDir()/hashlb/envtest/<name>-<version>-<key>, or
+// $HASHLB_ENVTEST_CACHE), keyed by the wrapper's go.mod, go.sum, the Go
+// version and the platform, so a cold first run compiles Kubernetes and
+// later runs start in seconds. etcd is $HASHLB_ETCD_BIN, else the first etcd
+// on $PATH or /usr/bin/etcd (Debian's etcd-server, which ./build.sh test
+// installs), else one built the same way from go.etcd.io/etcd/server/v3 (the
+// version k8s.io/kubernetes requires). The versions, the build and the cache
+// are the repository's internal/bincache, which e2e/istio shares, so either
+// suite finds what the other built.
 //
-// The environment, the binaries and their cache are testenv.go; finding the
-// Gateway API module and its CRD files is gatewayapi.go.
+// The environment and the binaries are testenv.go; finding the Gateway API
+// module and its CRD files is gatewayapi.go; decoding the shipped manifests
+// of configs/istio/controller and applying the ServiceAccount and RBAC the
+// controller runs as is manifests.go.
 package testenv
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
-	"strings"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-)
 
-// KubeVersion is the k8s.io/kubernetes release the wrapper module pins;
-// EtcdVersion is the etcd server it requires.
-const (
-	KubeVersion = "v1.37.2"
-	EtcdVersion = "v3.7.0"
+	"github.com/hashlb/hashlb/internal/bincache"
 )
 
 const modulePath = "github.com/hashlb/hashlb/cmd/hashlb-controller"
@@ -110,110 +103,13 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// Etcd returns the etcd binary to run, building it when the machine has none.
-func Etcd(root string) (string, error) {
-	if p := os.Getenv("HASHLB_ETCD_BIN"); p != "" {
-		return p, nil
-	}
-	if p, err := exec.LookPath("etcd"); err == nil {
-		return p, nil
-	}
-	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
-		return "/usr/bin/etcd", nil
-	}
-	return cachedBuild(root, "etcd", EtcdVersion, "go.etcd.io/etcd/server/v3", "",
-		"no etcd on this machine (Debian's etcd-server, which ./build.sh test installs, or $HASHLB_ETCD_BIN)")
-}
+// Etcd returns the etcd binary to run (bincache.Etcd: the machine's, else
+// one built from the wrapper module under root).
+func Etcd(root string) (string, error) { return bincache.Etcd(wrapper(root)) }
 
 // KubeAPIServer returns the cached kube-apiserver built from the wrapper
 // module under root, building it first if it is missing.
-func KubeAPIServer(root string) (string, error) {
-	// The version Kubernetes' own build stamps in (hack/lib/version.sh);
-	// without it the server reports v0.0.0-master.
-	v := "k8s.io/component-base/version."
-	major, minor, _ := strings.Cut(strings.TrimPrefix(KubeVersion, "v"), ".")
-	minor, _, _ = strings.Cut(minor, ".")
-	ldflags := "-X " + v + "gitVersion=" + KubeVersion + " -X " + v + "gitMajor=" + major + " -X " + v + "gitMinor=" + minor +
-		" -X " + v + "gitTreeState=clean"
-	return cachedBuild(root, "kube-apiserver", KubeVersion, "k8s.io/kubernetes/cmd/kube-apiserver", ldflags,
-		"first run only; about 7 minutes of 2 cores and 2.9 GB")
-}
+func KubeAPIServer(root string) (string, error) { return bincache.KubeAPIServer(wrapper(root)) }
 
-// cachedBuild returns the binary name built from package pkg of the
-// wrapper module under root, building it into the cache first if it is
-// missing. A lock file keeps two test processes from building it at once.
-func cachedBuild(root, name, version, pkg, ldflags, why string) (string, error) {
-	wrapper := filepath.Join(root, "internal", "envtestbin")
-	key, err := cacheKey(wrapper)
-	if err != nil {
-		return "", err
-	}
-	dir := os.Getenv("HASHLB_ENVTEST_CACHE")
-	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("testenv: no cache directory (set HASHLB_ENVTEST_CACHE): %w", err)
-		}
-		dir = filepath.Join(base, "hashlb", "envtest")
-	}
-	dir = filepath.Join(dir, name+"-"+version+"-"+key)
-	bin := filepath.Join(dir, name)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return "", err
-	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", fmt.Errorf("testenv: lock %s: %w", lock.Name(), err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil // another process built it while this one waited
-	}
-	fmt.Fprintf(os.Stderr, "testenv: building %s %s into %s (%s)\n", name, version, dir, why)
-	start := time.Now()
-	tmp := bin + ".tmp"
-	args := []string{"build", "-o", tmp}
-	if ldflags != "" {
-		args = append(args, "-ldflags="+ldflags)
-	}
-	cmd := exec.Command("go", append(args, pkg)...)
-	cmd.Dir = wrapper
-	cmd.Env = append(os.Environ(), "GOWORK=off")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("testenv: go build %s in %s: %w\n%s", pkg, wrapper, err, out.Bytes())
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "testenv: built %s in %s\n", name, time.Since(start).Round(time.Second))
-	return bin, nil
-}
-
-// cacheKey hashes what decides the binary: the wrapper's pins and the Go
-// toolchain.
-func cacheKey(wrapper string) (string, error) {
-	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum"} {
-		data, err := os.ReadFile(filepath.Join(wrapper, f))
-		if err != nil {
-			return "", fmt.Errorf("testenv: the kube-apiserver wrapper module: %w", err)
-		}
-		h.Write(data)
-	}
-	goVersion, err := exec.Command("go", "env", "GOVERSION").Output()
-	if err != nil {
-		return "", fmt.Errorf("testenv: go env GOVERSION: %w", err)
-	}
-	h.Write(bytes.TrimSpace(goVersion))
-	h.Write([]byte(runtime.GOOS + "/" + runtime.GOARCH))
-	return strings.ToLower(hex.EncodeToString(h.Sum(nil))[:12]), nil
-}
+// wrapper is the directory of the module that pins kube-apiserver and etcd.
+func wrapper(root string) string { return filepath.Join(root, "internal", "envtestbin") }

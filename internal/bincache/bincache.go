@@ -1,15 +1,19 @@
 // Package bincache builds a command from a pinned wrapper Go module once and
 // keeps the binary in the user cache: the istiod (pilot-discovery) of each
-// Istio release e2e/istio runs, and the kube-apiserver the controller's
-// tests build (same wrapper module, same cache directory and key as
-// cmd/hashlb-controller/internal/testenv, so that either suite finds what
-// the other built).
+// Istio release e2e/istio runs, and the control plane of the controller's
+// tests (kube-apiserver and, on a machine without one, etcd), which
+// cmd/hashlb-controller/internal/testenv and e2e/istio both take from here,
+// so that either suite finds what the other built.
 //
 // A binary lives in DIR/<name>-<version>-<key>/<name>, where key hashes the
 // wrapper's go.mod and go.sum, the Go version and the platform: a new pin or
 // a new toolchain builds anew, anything else reuses. A lock file in that
 // directory keeps two processes from building it at once; the second waits
 // and takes the first one's binary.
+//
+// The cache, the key and the build are bincache.go; the control plane's
+// binaries (their versions, link flags and cache directory, and where etcd
+// is found first) are envtest.go.
 package bincache
 
 import (
