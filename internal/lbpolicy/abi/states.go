@@ -1,4 +1,4 @@
-package main
+package abi
 
 /*
 #include "cache.h"
@@ -10,6 +10,17 @@ import (
 	"sync/atomic"
 	"unsafe"
 )
+
+// lbState is one load balancer as Envoy holds it. Envoy keeps it as a slot
+// of states (not a cgo.Handle, whose lookup is a map lookup with interface
+// hashing on every choice).
+type lbState struct {
+	cfg     *config
+	lb      LB
+	ctx     Context // the request of the choice under way
+	entries entries // when the thread entered Go and yielded (goruntime.go)
+	cache   *Cache  // nil when choices cannot be remembered
+}
 
 // states are the load balancers Envoy holds, by slot. Envoy keeps, for each,
 // a C cell (cache.h's hl_lb) holding the slot's number and the state's
@@ -42,7 +53,7 @@ func keepState(st *lbState) unsafe.Pointer {
 		next = append(next, st)
 	}
 	states.all.Store(&next)
-	cell := C.hl_lb_new(C.uintptr_t(slot), st.cache)
+	cell := C.hl_lb_new(C.uintptr_t(slot), st.cache.cell())
 	if cell == nil {
 		panic("hashlb: out of C memory for a load balancer")
 	}

@@ -1,8 +1,8 @@
-package main
+package abi
 
-// The part of Envoy's dynamic-module ABI this module uses, declared here in
-// the module's own words. It follows the oldest Envoy the module supports,
-// 1.38.3 (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d), because Envoy
+// The part of Envoy's dynamic-module ABI the policy uses, declared in the
+// binding's own words (hashlb_abi.h). It follows the oldest Envoy the module
+// supports, 1.38.3 (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d), because Envoy
 // promises that a module built for 1.N loads in 1.N+1, not the reverse, and
 // 1.40 loads modules with RTLD_NOW (a callback the binary lacks fails the
 // load). Envoy's header is source/extensions/dynamic_modules/abi/abi.h; at
@@ -52,3 +52,36 @@ package main
 #include "hashlb_abi.h"
 */
 import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// abiVersion is the ABI version the binding was written against: that of
+// the oldest Envoy it supports, 1.38 (above). The tests build variants with
+// another (-ldflags -X with this package's path, .abiVersion=...) to see
+// what Envoy says; an empty one makes the program init return no version.
+var abiVersion = "v0.1.0"
+
+// abiVersionC is abiVersion as a C string, made once: Envoy reads it during
+// envoy_dynamic_module_on_program_init.
+var abiVersionC *C.char
+
+// LogLevel is a level of Envoy's log (envoy_dynamic_module_type_log_level).
+type LogLevel int
+
+// The levels the policy logs at.
+const (
+	LogDebug LogLevel = 1
+	LogInfo  LogLevel = 2
+	LogWarn  LogLevel = 3
+	LogError LogLevel = 4
+)
+
+// Logf writes to Envoy's log under the dynamic_modules logger, prefixed
+// "hashlb: ".
+func Logf(level LogLevel, format string, args ...any) {
+	msg := "hashlb: " + fmt.Sprintf(format, args...)
+	C.hl_log(C.int(level), (*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
