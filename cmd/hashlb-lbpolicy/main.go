@@ -9,11 +9,12 @@
 // It is the library's main package and the policy's glue: internal/lbpolicy
 // as the Module of internal/lbpolicy/abi, the binding to Envoy's ABI that
 // exports the hooks (cgo; this package has none). Its parts, by file: the
-// Module registered and the choice cache's key length checked against the
-// binding's (main.go); the configuration with its counters, and the load
-// balancer of one Envoy thread with its log lines and its use of the choice
-// cache (policy.go); and the test switches, compiled in only with the build
-// tag hashlb_testhooks (testhooks.go; off in testhooks_off.go).
+// choice cache's key length checked against the binding's (main.go); the
+// Module, registered with the binding, the configuration with its counters,
+// and the load balancer of one Envoy thread with its log lines and its use
+// of the choice cache (policy.go); and the test switches, compiled in only
+// with the build tag hashlb_testhooks (testhooks.go; off in
+// testhooks_off.go).
 package main
 
 import (
@@ -22,8 +23,6 @@ import (
 )
 
 func main() {}
-
-func init() { abi.Serve(module{}) }
 
 // The choice cache's longest key is the binding's (abi.CacheKeyMax, from
 // its cache.h) and the policy's (lbpolicy.PathKeyMax): the build fails when

@@ -10,6 +10,8 @@ import (
 // module is the policy as the binding serves it (abi.Module).
 type module struct{}
 
+func init() { abi.Serve(module{}) }
+
 // The policy's counters, in Envoy's stats under the policy's namespace,
 // beside the binding's own (panic, cached).
 const (
@@ -101,7 +103,7 @@ func (l *lb) syncCache() {
 // Choose is lbcore's decision, remembered in the cache when it may be.
 func (l *lb) Choose(ctx *abi.Context, now time.Time) (priority, index int, ok bool) {
 	if testPanic != "" {
-		return testChoose(l, ctx)
+		return testChoose(l.hosts, ctx)
 	}
 	p, i, f := l.w.Choose(l.hosts, ctx, now)
 	l.remember(ctx)

@@ -17,18 +17,18 @@ import "github.com/hashlb/hashlb/internal/lbpolicy/abi"
 var testPanic string
 
 // testChoose is a choice of a test build: testPanic's panic or floor.
-func testChoose(l *lb, ctx *abi.Context) (int, int, bool) {
+func testChoose(hosts *abi.Hosts, ctx *abi.Context) (int, int, bool) {
 	if testPanic == "choose" {
 		panic("the test build's panic")
 	}
-	return goFloor(l, ctx)
+	return goFloor(hosts, ctx)
 }
 
 // goFloor is e2e/envoy/testdata/lbfloor's choice in Go, through the
 // module's own binding and its Go runtime measures (the paired benchmark's
 // Go floor row): the request's :path, FNV-1a, modulo the healthy hosts.
-func goFloor(l *lb, ctx *abi.Context) (int, int, bool) {
-	n := l.hosts.HealthyCount(0)
+func goFloor(hosts *abi.Hosts, ctx *abi.Context) (int, int, bool) {
+	n := hosts.HealthyCount(0)
 	path, _ := ctx.Header(":path", 0)
 	if n == 0 {
 		return 0, 0, false

@@ -9,4 +9,4 @@ import "github.com/hashlb/hashlb/internal/lbpolicy/abi"
 const testPanic = ""
 
 // testChoose is never called: testPanic is empty.
-func testChoose(*lb, *abi.Context) (int, int, bool) { return 0, 0, false }
+func testChoose(*abi.Hosts, *abi.Context) (int, int, bool) { return 0, 0, false }

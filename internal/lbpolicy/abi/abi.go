@@ -85,3 +85,29 @@ func Logf(level LogLevel, format string, args ...any) {
 	msg := "hashlb: " + fmt.Sprintf(format, args...)
 	C.hl_log(C.int(level), (*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
 }
+
+// Stats defines a configuration's counters in Envoy's stats (valid during
+// Module.NewConfig only: Envoy defines counters in on_lb_config_new).
+type Stats struct{ envoy unsafe.Pointer }
+
+// Counter defines the counter called name. One Envoy refused is a Counter
+// that counts nothing.
+func (s Stats) Counter(name string) Counter {
+	c := C.hl_define_counter(s.envoy, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)))
+	return Counter{envoy: s.envoy, id: c.id, ok: c.result == 0}
+}
+
+// Counter is one of a configuration's counters; any thread may add to it.
+// The zero Counter counts nothing.
+type Counter struct {
+	envoy unsafe.Pointer // the configuration's envoy pointer, its owner
+	id    C.size_t
+	ok    bool // Envoy defined it
+}
+
+// Add adds n to the counter.
+func (c Counter) Add(n uint64) {
+	if c.ok {
+		C.hl_increment(c.envoy, c.id, C.uint64_t(n))
+	}
+}

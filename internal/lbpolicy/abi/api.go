@@ -1,14 +1,6 @@
 package abi
 
-/*
-#include "hashlb_abi.h"
-*/
-import "C"
-
-import (
-	"time"
-	"unsafe"
-)
+import "time"
 
 // Module is the policy the binding serves: Envoy's configurations of it are
 // made with NewConfig.
@@ -55,37 +47,3 @@ var module Module
 // waits until the library's packages are initialised (runtime/cgocall.go,
 // cgocallbackg1), so no hook runs before it.
 func Serve(m Module) { module = m }
-
-// Stats defines a configuration's counters in Envoy's stats (valid during
-// Module.NewConfig only: Envoy defines counters in on_lb_config_new).
-type Stats struct{ config unsafe.Pointer }
-
-// Counter defines the counter called name. One Envoy refused is a Counter
-// that counts nothing.
-func (s Stats) Counter(name string) Counter {
-	c := C.hl_define_counter(s.config, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)))
-	return Counter{config: s.config, id: c.id, ok: c.result == 0}
-}
-
-// Counter is one of a configuration's counters; any thread may add to it.
-// The zero Counter counts nothing.
-type Counter struct {
-	config unsafe.Pointer // the configuration's envoy pointer, its owner
-	id     C.size_t
-	ok     bool // Envoy defined it
-}
-
-// Add adds n to the counter.
-func (c Counter) Add(n uint64) {
-	if c.ok {
-		C.hl_increment(c.config, c.id, C.uint64_t(n))
-	}
-}
-
-// The counters the binding counts itself, defined with every configuration
-// after the Module's: panics the barrier recovered (exports.go), and
-// choices the cache answered (cache.h; Cache.SetView adds the rest).
-const (
-	panicCounter  = "panic"
-	cachedCounter = "cached"
-)

@@ -26,7 +26,7 @@ type Cache struct {
 func newCache(n int, prefix bool, hits Counter) *Cache {
 	var owner unsafe.Pointer // the counter's, when Envoy defined it
 	if hits.ok {
-		owner = hits.config
+		owner = hits.envoy
 	}
 	c := C.hl_cache_new(C.uint32_t(n), C.bool(prefix), owner, hits.id)
 	if c == nil {

@@ -31,15 +31,15 @@
 // (cache.h); and the barrier counting panics as well as logging them.
 //
 // Its parts, by file: the ABI's facts and the versions they were read
-// from, the ABI version the program init returns, and the log (abi.go, with
-// the C declarations and call wrappers in hashlb_abi.h); the typed API,
-// Module, Config and LB, and the counters (api.go); the exports Envoy calls
-// and the panic barrier they share (exports.go); the cluster's hosts and
-// the request over Envoy's callbacks (hosts.go); the choice cache, the
-// choice hook in C that consults it before entering Go (cache.h, cache.c)
-// and its Go side (cache.go); the load balancers Envoy holds, by slot
-// (states.go); how the Go runtime lives with Envoy's threads
-// (goruntime.go); the library kept mapped for the life of the process
-// (pin.c); and the test switch, compiled in only with the build tag
-// hashlb_testhooks (testhooks.go; off in testhooks_off.go).
+// from, the ABI version the program init returns, the log and the counters
+// (abi.go, with the C declarations and call wrappers in hashlb_abi.h); the
+// typed API, Module, Config and LB (api.go); the exports Envoy calls and the
+// panic barrier they share (exports.go); what Envoy holds, each
+// configuration by a handle and each load balancer by a slot (states.go);
+// the cluster's hosts and the request over Envoy's callbacks (hosts.go); the
+// choice cache, the choice hook in C that consults it before entering Go
+// (cache.h, cache.c) and its Go side (cache.go); how the Go runtime lives
+// with Envoy's threads (goruntime.go); the library kept mapped for the life
+// of the process (pin.c); and the test switch, compiled in only with the
+// build tag hashlb_testhooks (testhooks.go; off in testhooks_off.go).
 package abi

@@ -7,8 +7,6 @@ package abi
 import "C"
 
 import (
-	"runtime/cgo"
-	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -17,15 +15,6 @@ import (
 // panic barrier. A hook's results are named and set by its return
 // statements alone, so one that panics returns their zero values: Envoy's
 // "no" (no ABI version, no configuration, no load balancer, no host).
-
-// config is one configuration as Envoy holds it: the Module's, with the
-// binding's own counters.
-type config struct {
-	mod    Config
-	panics Counter
-	cached Counter
-	logged atomic.Int32 // panics logged so far
-}
 
 // maxPanicLogs is how many of a configuration's panics are logged; the
 // counter has them all.
@@ -83,26 +72,19 @@ func envoy_dynamic_module_on_program_init() (v *C.char) {
 	return abiVersionC
 }
 
-// handleOf stores a Go handle in C memory: what Envoy keeps for a
-// configuration.
-func handleOf(v any) unsafe.Pointer {
-	p := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
-	*(*cgo.Handle)(p) = cgo.NewHandle(v)
-	return p
-}
-
-func valueOf(p unsafe.Pointer) any { return (*(*cgo.Handle)(p)).Value() }
-
-func freeHandle(p unsafe.Pointer) {
-	(*(*cgo.Handle)(p)).Delete()
-	C.free(p)
-}
+// The counters the binding counts itself, defined with every configuration
+// after the Module's: panics the barrier recovered (exports.go), and
+// choices the cache answered (cache.h; Cache.SetView adds the rest).
+const (
+	panicCounter  = "panic"
+	cachedCounter = "cached"
+)
 
 //export envoy_dynamic_module_on_lb_config_new
 func envoy_dynamic_module_on_lb_config_new(envoy unsafe.Pointer, name C.hl_buf, data C.hl_buf) (out unsafe.Pointer) {
 	defer barrier(&atConfig, nil)
 	raw := C.GoBytes(unsafe.Pointer(data.ptr), C.int(data.length))
-	stats := Stats{config: envoy}
+	stats := Stats{envoy: envoy}
 	mod, err := module.NewConfig(C.GoStringN(name.ptr, C.int(name.length)), raw, stats)
 	if err != nil {
 		Logf(LogError, "configuration refused: %v", err)

@@ -1,15 +1,44 @@
 package abi
 
 /*
+#include "hashlb_abi.h"
 #include "cache.h"
 */
 import "C"
 
 import (
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 )
+
+// What Envoy holds: each configuration by a cgo.Handle in C memory, each
+// load balancer by a slot of states.
+
+// config is one configuration as Envoy holds it: the Module's, with the
+// binding's own counters.
+type config struct {
+	mod    Config
+	panics Counter
+	cached Counter
+	logged atomic.Int32 // panics logged so far
+}
+
+// handleOf stores a Go handle in C memory: what Envoy keeps for a
+// configuration (valueOf reads it, freeHandle frees it).
+func handleOf(v any) unsafe.Pointer {
+	p := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
+	*(*cgo.Handle)(p) = cgo.NewHandle(v)
+	return p
+}
+
+func valueOf(p unsafe.Pointer) any { return (*(*cgo.Handle)(p)).Value() }
+
+func freeHandle(p unsafe.Pointer) {
+	(*(*cgo.Handle)(p)).Delete()
+	C.free(p)
+}
 
 // lbState is one load balancer as Envoy holds it. Envoy keeps it as a slot
 // of states (not a cgo.Handle, whose lookup is a map lookup with interface
