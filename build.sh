@@ -54,7 +54,7 @@ check() {
 	go vet ./...
 	go vet -tags spreadtable ./internal/spread
 	go vet -tags hashlb_inlinehash ./lbcore
-	go vet -tags hashlb_testhooks ./cmd/hashlb-lbpolicy
+	go vet -tags hashlb_testhooks ./cmd/hashlb-lbpolicy ./internal/lbpolicy/abi
 	GOOS=wasip1 GOARCH=wasm go vet ./lbcore ./filter
 	if ! go mod tidy -diff; then
 		echo "go mod tidy would change go.mod/go.sum (diff above)" >&2

@@ -2,19 +2,11 @@
 
 package main
 
-/*
-#include "hashlb_abi.h"
-*/
-import "C"
+import "github.com/hashlb/hashlb/internal/lbpolicy/abi"
 
-import "unsafe"
-
-// The shipped module's test switches: off, as constants, so that the
-// compiler drops every branch they guard (testhooks.go has the test build's).
-const (
-	testPanic = ""
-	testYield = ""
-)
+// The shipped module's test switch: off, as a constant, so that the
+// compiler drops every branch it guards (testhooks.go has the test build's).
+const testPanic = ""
 
 // testChoose is never called: testPanic is empty.
-func testChoose(*lbState, unsafe.Pointer, *C.uint32_t, *C.uint32_t) C.bool { return false }
+func testChoose(*abi.Hosts, *abi.Context) (int, int, bool) { return 0, 0, false }

@@ -104,7 +104,7 @@ func peerLinkFloor(b testing.TB, dir string) {
 		cc = "cc"
 	}
 	out := filepath.Join(dir, "lib"+peerFloorName+".so")
-	cmd := exec.Command(cc, "-O2", "-shared", "-fPIC", "-I", filepath.Join(root, "cmd/hashlb-lbpolicy"),
+	cmd := exec.Command(cc, "-O2", "-shared", "-fPIC", "-I", filepath.Join(root, "internal/lbpolicy/abi"),
 		"-Wl,--unresolved-symbols=ignore-all", "-o", out, filepath.Join(root, "e2e/envoy/testdata/lbfloor/lbfloor.c"))
 	if o, err := cmd.CombinedOutput(); err != nil {
 		b.Fatalf("building e2e/envoy/testdata/lbfloor: %v\n%s", err, o)

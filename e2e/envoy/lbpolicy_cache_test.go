@@ -125,7 +125,7 @@ func TestLBPolicyChoiceCache(t *testing.T) {
 	})
 }
 
-// Cache geometry (cmd/hashlb-lbpolicy/cache.h: HL_CACHE_BITS, HL_CACHE_WAYS).
+// Cache geometry (internal/lbpolicy/abi/cache.h: HL_CACHE_BITS, HL_CACHE_WAYS).
 const (
 	cacheEntries = 1 << 13
 	cacheWays    = 4

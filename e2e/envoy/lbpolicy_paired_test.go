@@ -220,9 +220,9 @@ func pairedStart(b *testing.B, bin envoyrun.Binary, p peerSpec, targets []string
 	case peerPolicyFloor:
 		peerLinkFloor(b, dir)
 	case peerPolicyGoFloor:
-		peerLinkPolicyBuild(b, dir, "-X main.testPanic=floor")
+		peerLinkPolicyBuild(b, dir, "-X "+envoyrun.LBPolicyTestPanic+"=floor")
 	case peerPolicyNoYield:
-		peerLinkPolicyBuild(b, dir, "-X main.testYield=off")
+		peerLinkPolicyBuild(b, dir, "-X "+envoyrun.LBPolicyTestYield+"=off")
 	}
 	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 	r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}

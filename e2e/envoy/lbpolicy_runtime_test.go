@@ -13,7 +13,7 @@ import (
 
 // The Go runtime the policy brings into Envoy stays out of the way under
 // load. Envoy's threads call into Go and hold a Go P between calls; without
-// cmd/hashlb-lbpolicy/goruntime.go's measures the runtime's monitor took
+// internal/lbpolicy/abi/goruntime.go's measures the runtime's monitor took
 // those Ps back over and over, polling every 20 µs and waking a thread each
 // time, and the threads other than Envoy's workers used up to a tenth of the
 // process's CPU (docs/deploy.md, "The Go runtime in Envoy"). The share is a

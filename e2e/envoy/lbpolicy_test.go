@@ -480,8 +480,8 @@ func TestLBPolicyABIVersion(t *testing.T) {
 			starts        bool
 		}{
 			{"", own, true},
-			{"-X main.abiVersion=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
-			{"-X main.abiVersion=", "Failed to initialize dynamic module", false},
+			{"-X " + envoyrun.LBPolicyABIVersion + "=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
+			{"-X " + envoyrun.LBPolicyABIVersion + "=", "Failed to initialize dynamic module", false},
 		} {
 			mod, err := envoyrun.BuildLBPolicy(c.ldflags)
 			if err != nil {
@@ -504,7 +504,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 // the panic is counted and logged, and Envoy serves on.
 func TestLBPolicyPanicIsRecovered(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("-X main.testPanic=choose")
+		mod, err := envoyrun.BuildLBPolicy("-X " + envoyrun.LBPolicyTestPanic + "=choose")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -23,15 +23,26 @@ var (
 	lbDirs = map[string]string{}
 )
 
+// The module's variables a test build sets (-ldflags "-X NAME=value"): the
+// ABI version its program init returns (internal/lbpolicy/abi's abi.go),
+// and the test switches, which exist only in a build with the tag
+// hashlb_testhooks: every choice panics (choose) or is the Go floor (floor),
+// cmd/hashlb-lbpolicy/testhooks.go; the workers' yields off (off),
+// internal/lbpolicy/abi/testhooks.go.
+const (
+	LBPolicyABIVersion = "github.com/hashlb/hashlb/internal/lbpolicy/abi.abiVersion"
+	LBPolicyTestPanic  = "main.testPanic"
+	LBPolicyTestYield  = "github.com/hashlb/hashlb/internal/lbpolicy/abi.testYield"
+)
+
 // BuildLBPolicy builds ./cmd/hashlb-lbpolicy as build.sh lbpolicy does (cgo,
 // -buildmode=c-shared), once per process and ldflags, into a directory of
 // its own as lib<LBPolicyName>.so, and returns the directory: what
 // ENVOY_DYNAMIC_MODULES_SEARCH_PATH names. ldflags "" is the module as
-// shipped; a test builds variants with others (-X main.abiVersion=...; one
-// that sets a test switch, -X main.testPanic=... or main.testYield=..., is
-// built with the tag hashlb_testhooks that compiles them in). The
-// tests build the module from the source they test; a failed build is an
-// error.
+// shipped; a test builds variants with others (-X LBPolicyABIVersion=...;
+// one that sets a test switch, LBPolicyTestPanic or LBPolicyTestYield, is
+// built with the tag hashlb_testhooks that compiles them in). The tests
+// build the module from the source they test; a failed build is an error.
 func BuildLBPolicy(ldflags string) (string, error) {
 	lbMu.Lock()
 	defer lbMu.Unlock()
@@ -50,9 +61,8 @@ func BuildLBPolicy(ldflags string) (string, error) {
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
-	if strings.Contains(ldflags, "main.test") {
-		// The test switches (main.testPanic, main.testYield) exist only
-		// in a build with this tag (cmd/hashlb-lbpolicy/testhooks.go).
+	if strings.Contains(ldflags, LBPolicyTestPanic) || strings.Contains(ldflags, LBPolicyTestYield) {
+		// The test switches exist only in a build with this tag.
 		args = append(args, "-tags", "hashlb_testhooks")
 	}
 	cmd := exec.Command("go", append(args, "./cmd/hashlb-lbpolicy")...)

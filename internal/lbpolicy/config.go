@@ -70,7 +70,8 @@ func ParseConfig(data []byte) (*Policy, error) {
 }
 
 // PathKeyMax is the longest :path key a cache of choices keeps
-// (cmd/hashlb-lbpolicy's cache.h HL_CACHE_KEY).
+// (internal/lbpolicy/abi's cache.h HL_CACHE_KEY; cmd/hashlb-lbpolicy checks
+// at compile time that the two agree).
 const PathKeyMax = 96
 
 // PathKey says whether a choice of p can be remembered by the request's

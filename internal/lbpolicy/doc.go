@@ -1,8 +1,9 @@
 // Package lbpolicy is hashlb as an Envoy load-balancing policy, without the
 // ABI: the configuration the policy accepts, the per-worker balancer over the
 // cluster's hosts, and the persistence table shared by the workers of one
-// process. cmd/hashlb-lbpolicy binds it to Envoy's dynamic-module ABI (cgo);
-// this package is plain Go, so its tests and benchmarks run on a fake host set.
+// process. cmd/hashlb-lbpolicy binds it to Envoy's dynamic-module ABI through
+// internal/lbpolicy/abi (cgo); this package is plain Go, so its tests and
+// benchmarks run on a fake host set.
 //
 // Every decision is lbcore's: the cluster's hosts become lbcore services
 // (Config.WithServices), Envoy's health marks them down, and the ranking

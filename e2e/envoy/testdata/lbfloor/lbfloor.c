@@ -5,7 +5,7 @@
 // the benchmark's row of it costs beyond ring_hash is what Envoy's dynamic
 // module mechanism costs any policy; what hashlb's row costs beyond it is
 // hashlb's (its Go runtime, cgo and decision). The declarations are
-// cmd/hashlb-lbpolicy/hashlb_abi.h's (the ABI of Envoy 1.40.0).
+// internal/lbpolicy/abi/hashlb_abi.h's (the ABI of Envoy 1.40.0).
 #include "hashlb_abi.h"
 
 static char config_cell, lb_cell;

@@ -1,5 +1,5 @@
 // cache.c: the choice hook Envoy calls, in C: the cache first (cache.h),
-// then Go (hl_go_choose_host, main.go).
+// then Go (hl_go_choose_host, exports.go).
 #include <stdlib.h>
 
 #include "_cgo_export.h"

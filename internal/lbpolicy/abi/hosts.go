@@ -1,4 +1,4 @@
-package main
+package abi
 
 /*
 #include "hashlb_abi.h"
@@ -16,24 +16,26 @@ func str(b C.hl_buf) string {
 	return unsafe.String((*byte)(unsafe.Pointer(b.ptr)), int(b.length))
 }
 
-// cHosts is lbpolicy.Hosts over the ABI's callbacks. lb is Envoy's load
+// Hosts is a cluster's host set as one load balancer sees it (the methods
+// of internal/lbpolicy's Hosts), over the ABI's callbacks; its strings are
+// Envoy's, valid until the hook that got them returns. lb is Envoy's load
 // balancer pointer, held as an integer (hashlb_abi.h says why).
-type cHosts struct{ lb C.uintptr_t }
+type Hosts struct{ lb C.uintptr_t }
 
-func (h *cHosts) Levels() int            { return int(C.hl_levels(h.lb)) }
-func (h *cHosts) Count(p int) int        { return int(C.hl_hosts_count(h.lb, C.uint32_t(p))) }
-func (h *cHosts) HealthyCount(p int) int { return int(C.hl_healthy_count(h.lb, C.uint32_t(p))) }
-func (h *cHosts) Address(p, i int) string {
+func (h *Hosts) Levels() int            { return int(C.hl_levels(h.lb)) }
+func (h *Hosts) Count(p int) int        { return int(C.hl_hosts_count(h.lb, C.uint32_t(p))) }
+func (h *Hosts) HealthyCount(p int) int { return int(C.hl_healthy_count(h.lb, C.uint32_t(p))) }
+func (h *Hosts) Address(p, i int) string {
 	return str(C.hl_host_address(h.lb, C.uint32_t(p), C.size_t(i)))
 }
-func (h *cHosts) HealthyAddress(p, i int) string {
+func (h *Hosts) HealthyAddress(p, i int) string {
 	return str(C.hl_healthy_address(h.lb, C.uint32_t(p), C.size_t(i)))
 }
-func (h *cHosts) Weight(p, i int) int { return int(C.hl_host_weight(h.lb, C.uint32_t(p), C.size_t(i))) }
-func (h *cHosts) Metadata(p, i int, key string) string {
+func (h *Hosts) Weight(p, i int) int { return int(C.hl_host_weight(h.lb, C.uint32_t(p), C.size_t(i))) }
+func (h *Hosts) Metadata(p, i int, key string) string {
 	return str(C.hl_host_metadata(h.lb, C.uint32_t(p), C.size_t(i), strAddr(key), C.size_t(len(key))))
 }
-func (h *cHosts) ActiveRequests(p, i int) int64 {
+func (h *Hosts) ActiveRequests(p, i int) int64 {
 	return int64(C.hl_host_active(h.lb, C.uint32_t(p), C.size_t(i)))
 }
 
@@ -44,11 +46,12 @@ func strAddr(s string) C.uintptr_t {
 	return C.uintptr_t(uintptr(unsafe.Pointer(unsafe.StringData(s))))
 }
 
-// cContext is lbpolicy.Context over the ABI's context callbacks; ctx is 0
-// outside a choice.
-type cContext struct{ lb, ctx C.uintptr_t }
+// Context is the request of one choice (the methods of internal/lbpolicy's
+// Context), over the ABI's context callbacks; ctx is 0 outside a choice,
+// and then the request has no header and any host will do.
+type Context struct{ lb, ctx C.uintptr_t }
 
-func (c *cContext) Header(name string, i int) (string, int) {
+func (c *Context) Header(name string, i int) (string, int) {
 	if c.ctx == 0 {
 		return "", 0
 	}
@@ -56,7 +59,7 @@ func (c *cContext) Header(name string, i int) (string, int) {
 	return str(C.hl_buf{ptr: v.ptr, length: v.length}), int(v.total)
 }
 
-func (c *cContext) ShouldSelectAnotherHost(p, i int) bool {
+func (c *Context) ShouldSelectAnotherHost(p, i int) bool {
 	if c.ctx == 0 {
 		return false
 	}

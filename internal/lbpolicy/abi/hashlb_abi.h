@@ -1,5 +1,5 @@
-// hashlb_abi.h: the part of Envoy's dynamic-module ABI hashlb-lbpolicy uses,
-// in the module's own words. It follows Envoy 1.38.3, the oldest Envoy
+// hashlb_abi.h: the part of Envoy's dynamic-module ABI hashlb's policy uses,
+// in the binding's own words. It follows Envoy 1.38.3, the oldest Envoy
 // supported (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d, whose
 // source/extensions/load_balancing_policies/dynamic_modules/abi_impl.cc
 // defines these callbacks); abi.go says why, and how 1.39 and 1.40 compare.

@@ -1,15 +1,55 @@
-package main
+package abi
 
 /*
+#include "hashlb_abi.h"
 #include "cache.h"
 */
 import "C"
 
 import (
+	"runtime/cgo"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 )
+
+// What Envoy holds: each configuration by a cgo.Handle in C memory, each
+// load balancer by a slot of states.
+
+// config is one configuration as Envoy holds it: the Module's, with the
+// binding's own counters.
+type config struct {
+	mod    Config
+	panics Counter
+	cached Counter
+	logged atomic.Int32 // panics logged so far
+}
+
+// handleOf stores a Go handle in C memory: what Envoy keeps for a
+// configuration (valueOf reads it, freeHandle frees it).
+func handleOf(v any) unsafe.Pointer {
+	p := C.malloc(C.size_t(unsafe.Sizeof(uintptr(0))))
+	*(*cgo.Handle)(p) = cgo.NewHandle(v)
+	return p
+}
+
+func valueOf(p unsafe.Pointer) any { return (*(*cgo.Handle)(p)).Value() }
+
+func freeHandle(p unsafe.Pointer) {
+	(*(*cgo.Handle)(p)).Delete()
+	C.free(p)
+}
+
+// lbState is one load balancer as Envoy holds it. Envoy keeps it as a slot
+// of states (not a cgo.Handle, whose lookup is a map lookup with interface
+// hashing on every choice).
+type lbState struct {
+	cfg     *config
+	lb      LB
+	ctx     Context // the request of the choice under way
+	entries entries // when the thread entered Go and yielded (goruntime.go)
+	cache   *Cache  // nil when choices cannot be remembered
+}
 
 // states are the load balancers Envoy holds, by slot. Envoy keeps, for each,
 // a C cell (cache.h's hl_lb) holding the slot's number and the state's
@@ -42,7 +82,7 @@ func keepState(st *lbState) unsafe.Pointer {
 		next = append(next, st)
 	}
 	states.all.Store(&next)
-	cell := C.hl_lb_new(C.uintptr_t(slot), st.cache)
+	cell := C.hl_lb_new(C.uintptr_t(slot), st.cache.cell())
 	if cell == nil {
 		panic("hashlb: out of C memory for a load balancer")
 	}

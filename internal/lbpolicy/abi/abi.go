@@ -1,8 +1,8 @@
-package main
+package abi
 
-// The part of Envoy's dynamic-module ABI this module uses, declared here in
-// the module's own words. It follows the oldest Envoy the module supports,
-// 1.38.3 (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d), because Envoy
+// The part of Envoy's dynamic-module ABI the policy uses, declared in the
+// binding's own words (hashlb_abi.h). It follows the oldest Envoy the module
+// supports, 1.38.3 (commit 0ebfcfe5b0484b89ca85b761da9e05ce75dbda8d), because Envoy
 // promises that a module built for 1.N loads in 1.N+1, not the reverse, and
 // 1.40 loads modules with RTLD_NOW (a callback the binary lacks fails the
 // load). Envoy's header is source/extensions/dynamic_modules/abi/abi.h; at
@@ -52,3 +52,62 @@ package main
 #include "hashlb_abi.h"
 */
 import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// abiVersion is the ABI version the binding was written against: that of
+// the oldest Envoy it supports, 1.38 (above). The tests build variants with
+// another (-ldflags -X with this package's path, .abiVersion=...) to see
+// what Envoy says; an empty one makes the program init return no version.
+var abiVersion = "v0.1.0"
+
+// abiVersionC is abiVersion as a C string, made once: Envoy reads it during
+// envoy_dynamic_module_on_program_init.
+var abiVersionC *C.char
+
+// LogLevel is a level of Envoy's log (envoy_dynamic_module_type_log_level).
+type LogLevel int
+
+// The levels the policy logs at.
+const (
+	LogDebug LogLevel = 1
+	LogInfo  LogLevel = 2
+	LogWarn  LogLevel = 3
+	LogError LogLevel = 4
+)
+
+// Logf writes to Envoy's log under the dynamic_modules logger, prefixed
+// "hashlb: ".
+func Logf(level LogLevel, format string, args ...any) {
+	msg := "hashlb: " + fmt.Sprintf(format, args...)
+	C.hl_log(C.int(level), (*C.char)(unsafe.Pointer(unsafe.StringData(msg))), C.size_t(len(msg)))
+}
+
+// Stats defines a configuration's counters in Envoy's stats (valid during
+// Module.NewConfig only: Envoy defines counters in on_lb_config_new).
+type Stats struct{ envoy unsafe.Pointer }
+
+// Counter defines the counter called name. One Envoy refused is a Counter
+// that counts nothing.
+func (s Stats) Counter(name string) Counter {
+	c := C.hl_define_counter(s.envoy, (*C.char)(unsafe.Pointer(unsafe.StringData(name))), C.size_t(len(name)))
+	return Counter{envoy: s.envoy, id: c.id, ok: c.result == 0}
+}
+
+// Counter is one of a configuration's counters; any thread may add to it.
+// The zero Counter counts nothing.
+type Counter struct {
+	envoy unsafe.Pointer // the configuration's envoy pointer, its owner
+	id    C.size_t
+	ok    bool // Envoy defined it
+}
+
+// Add adds n to the counter.
+func (c Counter) Add(n uint64) {
+	if c.ok {
+		C.hl_increment(c.envoy, c.id, C.uint64_t(n))
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package abi
 
 // How the Go runtime lives with Envoy's threads. Envoy's threads call into
 // Go through cgo callbacks; between two callbacks each such thread is "in a

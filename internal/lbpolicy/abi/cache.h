@@ -16,7 +16,9 @@
 #include <stdint.h>
 #include <string.h>
 
-// HL_CACHE_KEY is the longest key kept (internal/lbpolicy PathKeyMax);
+// HL_CACHE_KEY is the longest key kept (Go reads it as CacheKeyMax, and
+// cmd/hashlb-lbpolicy checks at compile time that internal/lbpolicy's
+// PathKeyMax is the same);
 // HL_CACHE_BITS the log2 of the entries, in sets of HL_CACHE_WAYS: a key's
 // set is its hash's, and a new key takes a set's empty or stale entry, else
 // the front one, the others moving back by one (the oldest key leaves).
