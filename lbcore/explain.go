@@ -216,7 +216,10 @@ func (b *Balancer) copyState() *Balancer {
 	w.buf = make([]byte, 0, 512)
 	w.pkey = make([]byte, 0, 256)
 	w.table = nil
-	w.cache = nil // the full ranking, which the cache always agrees with
+	w.cache, w.baseCache = nil, nil // the full ranking, which the cache always agrees with
+	w.frac = slices.Clone(b.frac)
+	w.ramp = slices.Clone(b.ramp)
+	w.ramps = slices.Clone(b.ramps)
 	w.x.m, w.x.jwt = matcher{}, nil
 	if p := b.cfg.Persistence; p != nil {
 		w.table = NewTable(&scratchStore{}, "explain", p.TableSize, p.Expire)
@@ -239,7 +242,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 		rs := RankedService{Index: c.idx, Rank: rank, Score: score(k, b.services[c.idx].ID)}
 		if !b.uniform {
 			s := &b.services[c.idx]
-			rs.Weighted = weightedScore(k, s.ID, s.Weight)
+			rs.Weighted = weightedScore(k, s.ID, float64(s.Weight))
 		}
 		rs.State = b.state(c.idx)
 		out = append(out, rs)
@@ -247,7 +250,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	var others []candidate
 	for i := range b.services {
 		if !b.selectable(i) {
-			others = append(others, candidate{idx: i, score: b.score(k, i)})
+			others = append(others, candidate{idx: i, score: b.rankScore(k, i)})
 		}
 	}
 	slices.SortFunc(others, func(x, y candidate) int {
