@@ -89,8 +89,8 @@ type Explanation struct {
 	Key []byte
 	// KeyHash is xxhash64(Key).
 	KeyHash uint64
-	// Weighted: the services' weights differ, so the ranking compares
-	// RankedService.Weighted instead of the unit Score.
+	// Weighted: the services' weights differ, or one ramps (Ramps), so the
+	// ranking compares RankedService.Weighted instead of the unit Score.
 	Weighted bool
 	// Ranking is every service in rank order for KeyHash, when HasInput; the
 	// ones not selectable are in their place with Rank 0.
@@ -116,6 +116,23 @@ type Explanation struct {
 	Persistence *PersistExplanation
 	// Session is set when the configuration has a session block.
 	Session *SessionExplanation
+	// Ramps are the services in a slow-start ramp at the decision's time,
+	// in configuration order.
+	Ramps []RampExplanation
+}
+
+// RampExplanation is where a service is in its slow-start ramp.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
+type RampExplanation struct {
+	// Index is the service's index in Config.Services.
+	Index int
+	// Fraction is the share of its weight it ranks with; Effective is
+	// weight × Fraction, the weight the ranking uses.
+	Fraction, Effective float64
+	// Since is when the ramp started, Ends when it reaches the full weight.
+	Since, Ends time.Time
 }
 
 // SessionExplanation is what a request's session came to, and what the
@@ -170,6 +187,13 @@ func (b *Balancer) Explain(r *Request, now time.Time) Explanation {
 	}
 	w := b.copyState()
 	e.Decision = w.Decide(r, now)
+	for i := range w.services {
+		if f, since, ok := w.Ramping(i); ok {
+			e.Weighted = true
+			e.Ramps = append(e.Ramps, RampExplanation{Index: i, Fraction: f, Effective: f * float64(w.services[i].Weight),
+				Since: since, Ends: since.Add(c.SlowStart.Length())})
+		}
+	}
 
 	x := evalCtx{hops: c.TrustedForwardedHops}
 	if b.keyer != nil {
@@ -240,9 +264,13 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	var out []RankedService
 	add := func(c candidate, rank int) {
 		rs := RankedService{Index: c.idx, Rank: rank, Score: score(k, b.services[c.idx].ID)}
-		if !b.uniform {
+		if !b.uniform || len(b.ramps) > 0 {
 			s := &b.services[c.idx]
-			rs.Weighted = weightedScore(k, s.ID, float64(s.Weight))
+			w := float64(s.Weight)
+			if f, _, ok := b.Ramping(c.idx); ok {
+				w *= f
+			}
+			rs.Weighted = weightedScore(k, s.ID, w)
 		}
 		rs.State = b.state(c.idx)
 		out = append(out, rs)

@@ -46,6 +46,15 @@ func (s *SlowStart) Fraction(elapsed time.Duration) float64 {
 	return max(floor, float64(t)/float64(s.Window))
 }
 
+// Length is how long after its start a ramp reaches the full weight:
+// window, or with step the start of the step whose end reaches it.
+func (s *SlowStart) Length() time.Duration {
+	if s.Step <= 0 {
+		return s.Window
+	}
+	return (s.Window+s.Step-1)/s.Step*s.Step - s.Step
+}
+
 // rampState is one service's ramp.
 type rampState struct {
 	from    time.Time // when the ramp started

@@ -358,6 +358,11 @@ func TestSlowStartFraction(t *testing.T) {
 			t.Errorf("%+v at %v: %v, want %v", *c.s, c.at, got, c.want)
 		}
 	}
+	for _, s := range []*SlowStart{lin, steps, {Window: 13334 * time.Millisecond, MinWeightPercent: 30, Step: 4 * time.Second}} {
+		if l := s.Length(); s.Fraction(l) != 1 || s.Fraction(l-time.Millisecond) == 1 {
+			t.Errorf("%+v: Length %v is not where the fraction reaches 1", *s, l)
+		}
+	}
 }
 
 // TestSlowStartConfig: the cross-field check.
