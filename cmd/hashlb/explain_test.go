@@ -92,14 +92,7 @@ func TestExplainMatchesDecide(t *testing.T) {
 				down := cfg.Services[i%len(cfg.Services)].Name
 				args := []string{"explain", f, "-json", "-url", path, "-client", client, "-dest", dest, "-authority", host,
 					"-header", "call-id: " + callID, "-header", "x-tenant: " + tenant, "-down", down}
-				var stdout, stderr bytes.Buffer
-				if code := run(args, &stdout, &stderr); code != 0 {
-					t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
-				}
-				var r report
-				if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-					t.Fatal(err)
-				}
+				r := explainJSON(t, args)
 				got := []string{}
 				if r.Chosen != nil {
 					got = append(got, r.Chosen.Name)
@@ -173,12 +166,26 @@ func exampleConfigs(t *testing.T) []exampleConfig {
 	return out
 }
 
+// explainJSON runs hashlb explain with args (which ask for -json) and
+// returns its report; it fails the test unless the exit status is 0.
+func explainJSON(t *testing.T, args []string) report {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
+	}
+	var r report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestExplainSlowStart: with -ramp, explain names the service and failover
 // order that a Balancer whose service is that far into its ramp decides,
 // and reports its effective weight.
 func TestExplainSlowStart(t *testing.T) {
 	const file = "testdata/explain/slowstart.json"
-	cfg := lbcore.Config{}
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +194,7 @@ func TestExplainSlowStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg = *c
+	cfg := *c
 	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	moved := 0
 	for _, elapsed := range []time.Duration{0, 12 * time.Second, 30 * time.Second} {
@@ -197,14 +204,7 @@ func TestExplainSlowStart(t *testing.T) {
 			path := fmt.Sprintf("/obj/%d", i)
 			args := []string{"explain", file, "-json", "-url", path, "-ramp", "web-3=" + lbcore.FormatDuration(elapsed),
 				"-at", at.Format(time.RFC3339)}
-			var stdout, stderr bytes.Buffer
-			if code := run(args, &stdout, &stderr); code != 0 {
-				t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
-			}
-			var r report
-			if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-				t.Fatal(err)
-			}
+			r := explainJSON(t, args)
 			got := []string{r.Chosen.Name}
 			for _, s := range r.Failover {
 				got = append(got, s.Name)
