@@ -70,11 +70,11 @@ func (h *httpContext) OnHttpRequestHeaders(int, bool) (action types.Action) {
 		}
 	}
 
-	// Persistence and sessions need the time in seconds (entries live 10
-	// minutes or more, sessions a minute): the last tick's, so a request
-	// reads no clock (plugin.go, now).
+	// Persistence, sessions and slow start need the time in seconds
+	// (entries live 10 minutes or more, sessions a minute, a ramp a second
+	// or more): the last tick's, so a request reads no clock (plugin.go, now).
 	var now time.Time
-	if p.cfg.Persistence != nil || p.cfg.Session != nil {
+	if p.cfg.Persistence != nil || p.cfg.Session != nil || p.cfg.SlowStart != nil {
 		now = p.now
 	}
 	// Into the context's own Decision: returning one by value costs two

@@ -101,9 +101,10 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 // about each service carries over to the new one by identity (lbcore.Carry):
 // health and ejections (shared records, read at once), active requests (the
 // old context's, seen at once; it keeps counting its streams until they
-// end), passive failure streaks; services the new configuration adds
-// start Pending when health checks are configured (probed in the first
-// round, at the first tick). The old context stops probing, and its fleet
+// end), passive failure streaks, slow-start ramps (lbcore.Balancer.Continue:
+// a service the new configuration adds ramps once it is selectable);
+// services the new configuration adds start Pending when health checks are
+// configured (probed in the first round, at the first tick). The old context stops probing, and its fleet
 // client hands its work to the new one (fleet.Client.HandOver).
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// data is this call's own copy of the host's buffer, never changed.
@@ -135,6 +136,11 @@ func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	p.now = now
 	var inherited []int64
 	if prev != nil {
+		// Slow start: ramps go on, and a service the new configuration
+		// adds, enables or raises from weight 0 starts one (before health
+		// is applied: a service still DOWN ends it, and starts it again
+		// when it comes back).
+		p.bal.Continue(prev.bal, &carry)
 		inherited = p.takeOver(prev, &carry, now)
 	}
 	// Nothing below can fail: the context is started.
@@ -217,6 +223,7 @@ func (p *pluginContext) goLive(cfg *lbcore.Config, root string, now time.Time, i
 	if p.health != nil {
 		p.health.refresh(now)
 	}
+	p.bal.SetTime(now) // a ramp the configuration started starts now
 	p.vm.started(root, p)
 	if cfg.ViaFilterState() {
 		proxywasm.LogInfof("hashlb: %s filter, %s over %d services, upstream in filter state %s", cfg.FilterType, cfg.LBMethod, len(cfg.Services), lbcore.OriginalDstFilterState)
@@ -258,6 +265,9 @@ func (p *pluginContext) tickShared(now time.Time) {
 	if p.health != nil {
 		p.health.tick(now)
 	}
+	// A service the health records brought back starts its ramp at this
+	// tick, the time it became selectable here, even without a request.
+	p.bal.SetTime(now)
 }
 
 // tickHook is nil in the module; the test build with tag hashlb_memstats

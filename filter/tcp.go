@@ -63,7 +63,7 @@ func (c *tcpContext) OnNewConnection() (action types.Action) {
 	req := p.readRequest() // source.address and destination.address only (lbcore refuses the rest)
 	defer p.doneRequest()
 	var now time.Time
-	if p.cfg.Persistence != nil {
+	if p.cfg.Persistence != nil || p.cfg.SlowStart != nil {
 		now = p.now // the last tick's, as for a request (http.go)
 	}
 	d := p.bal.Decide(req, now)

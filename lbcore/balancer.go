@@ -146,9 +146,19 @@ type Balancer struct {
 
 	sess *sessionKeys // session persistence; nil without a session block or before EnableSession
 
-	cache     *rankCache // ranking prefixes of recent keys; nil for a small pool (rankcache.go)
+	cache     *rankCache // ranking prefixes of recent keys; nil for a small pool (rankcache.go) or while a service ramps
 	selN      int        // pickable services (selectable, weight above 0)
 	selActive int64      // active requests over the pickable services
+
+	// Slow start (slowstart.go): per service, the fraction of its weight it
+	// ranks with (1 when not ramping) and its ramp; nil without slowStart.
+	frac      []float64
+	ramp      []rampState
+	ramps     []int32    // the ramping services
+	baseUnit  bool       // unitPass when no service ramps
+	baseCache *rankCache // cache when no service ramps
+	seq0      uint64     // seq when built: a Balancer whose seq moved has decided
+	lived     bool       // the Balancer it continues had decided (Continue)
 }
 
 // NewBalancer returns a Balancer for c. seed varies the tie-breaking and
@@ -206,6 +216,13 @@ func NewBalancer(c *Config, seed uint64) *Balancer {
 		b.cache = newRankCache(b)
 	}
 	b.unitPass = b.want == 1 && c.HashBalanceFactor == 0 && b.uniform && b.cache == nil
+	b.baseUnit, b.baseCache, b.seq0 = b.unitPass, b.cache, b.seq
+	if c.SlowStart != nil {
+		b.frac, b.ramp = make([]float64, n), make([]rampState, n)
+		for i := range b.frac {
+			b.frac[i] = 1
+		}
+	}
 	// Start each worker's round robin at a different point of the same
 	// sequence, so that workers do not all send their first request to the
 	// first service: advance by seed mod Σweight picks (capped; a rotation of
@@ -231,9 +248,13 @@ func (b *Balancer) SetDown(i int, down bool) {
 	case now && !was:
 		b.selN++
 		b.selActive += b.active[i]
+		if b.frac != nil && b.started() {
+			b.startRamp(i)
+		}
 	case was && !now:
 		b.selN--
 		b.selActive -= b.active[i]
+		b.stopRamp(i)
 	}
 }
 
@@ -261,8 +282,8 @@ func (b *Balancer) selectable(i int) bool { return b.services[i].Enabled && !b.d
 func (b *Balancer) pickable(i int) bool { return b.selectable(i) && b.services[i].Weight > 0 }
 
 // Decide chooses services for r. It never fails: with no selectable service
-// the decision is ReasonNoService and names none. now is used only by the
-// persistence table. r is only read.
+// the decision is ReasonNoService and names none. now is used by the
+// persistence table, sessions and slow start. r is only read.
 func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 	b.DecideInto(&d, r, now)
 	return d
@@ -274,6 +295,9 @@ func (b *Balancer) Decide(r *Request, now time.Time) (d Decision) {
 // steps: the request's session, else the persistence table (asking the
 // fleet on a local miss when it has one), else the method.
 func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
+	if len(b.ramps) != 0 {
+		b.SetTime(now)
+	}
 	b.begin(d)
 	switch {
 	case b.sess != nil && b.sessionDecide(d, r, now):

@@ -2,7 +2,9 @@ package lbcore
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 )
 
 // BenchmarkSelect measures one decision per method and pool size. Compare
@@ -51,4 +53,60 @@ func BenchmarkPersistHit(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDecideSlowStart is a URLHASH decision over 1024 keys in turn,
+// on three Balancers in alternation, so that all three see the same load of
+// the machine: without slowStart (the baseline), with slowStart and no
+// service ramping (what the option must not cost: x-plain-idle, the ratio
+// to the baseline) and with one service ramping (every service ranked in
+// full and weighted: x-plain-ramping). One op is 1024 decisions on each.
+func BenchmarkDecideSlowStart(b *testing.B) {
+	urls := make([]Request, 1024)
+	for i := range urls {
+		urls[i] = Request{Target: fmt.Sprintf("/api/v1/items/%d?view=full", i)}
+	}
+	const window = `"slowStart":{"window":"60s"}`
+	for _, n := range []int{3, 10, 100, 1000} {
+		plain := NewBalancer(mustConfig(b, pool("URLHASH", n, "")), 0)
+		idle := NewBalancer(mustConfig(b, pool("URLHASH", n, window)), 0)
+		ramping := NewBalancer(mustConfig(b, pool("URLHASH", n, window)), 0)
+		ramping.Decide(&urls[0], epoch)
+		ramping.SetDown(n-1, true)
+		ramping.SetDown(n-1, false)
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var idleX, rampX []float64
+			var total time.Duration
+			bals := []*Balancer{plain, idle, ramping}
+			for round := 0; b.Loop(); round++ {
+				var spent [3]time.Duration
+				for o := range bals {
+					// Each in turn goes first, so none always follows the
+					// ramping one's pass over every service.
+					j := (o + round) % len(bals)
+					bal := bals[j]
+					t0 := time.Now()
+					for i := range urls {
+						bal.Decide(&urls[i], epoch)
+					}
+					spent[j] = time.Since(t0)
+				}
+				total += spent[0]
+				idleX = append(idleX, float64(spent[1])/float64(spent[0]))
+				rampX = append(rampX, float64(spent[2])/float64(spent[0]))
+			}
+			// The median of the rounds' ratios: a round the machine's other
+			// work slowed counts once, not by how long it took.
+			b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*len(urls)), "ns/plain")
+			b.ReportMetric(median(idleX), "x-plain-idle")
+			b.ReportMetric(median(rampX), "x-plain-ramping")
+		})
+	}
+}
+
+// median is the middle of xs (which it sorts).
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }

@@ -149,6 +149,9 @@ func (b *Balancer) persistedInto(d *Decision, r *Request, i int) {
 // DecideLocal is Decide deciding a local miss locally even when the table
 // has a fleet level: etcd is unreachable, slow, or in backoff.
 func (b *Balancer) DecideLocal(r *Request, now time.Time) (d Decision) {
+	if len(b.ramps) != 0 {
+		b.SetTime(now)
+	}
 	b.begin(&d)
 	switch {
 	case b.sess != nil && b.sessionDecide(&d, r, now):
@@ -169,6 +172,9 @@ func (b *Balancer) DecideLocal(r *Request, now time.Time) (d Decision) {
 func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) (d Decision) {
 	if b.table == nil || i < 0 || i >= len(b.services) || !b.selectable(i) {
 		return b.DecideLocal(r, now)
+	}
+	if len(b.ramps) != 0 {
+		b.SetTime(now)
 	}
 	b.begin(&d)
 	if b.sess == nil || !b.sessionDecide(&d, r, now) {

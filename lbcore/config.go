@@ -57,6 +57,8 @@ type Config struct {
 	// HashBalanceFactor bounds a hash method's load at factor/100 of the mean
 	// (default 0 = off, or 101–1000).
 	HashBalanceFactor int
+	// SlowStart ramps the weight of a service that joins the pool; nil when off.
+	SlowStart *SlowStart
 	// DebugHeader adds the response header x-hashlb-decision (default false).
 	DebugHeader bool
 
@@ -150,6 +152,21 @@ func (f *Fleet) CallAuthority() string {
 		return f.Authority
 	}
 	return f.Cluster
+}
+
+// SlowStart configures slow start: a joining service's effective weight
+// grows from a floor to its weight (slowstart.go).
+//
+// Exported whole as the type of Config.SlowStart: a field no package
+// outside reads yet is exported with its siblings.
+type SlowStart struct {
+	// Window is how long a ramp lasts (required, 1s–7d).
+	Window time.Duration
+	// MinWeightPercent is the floor, in percent of the weight (default 10, 1–100).
+	MinWeightPercent int
+	// Step, when not 0, makes the weight rise in steps of that length
+	// (1s–1h, at most Window).
+	Step time.Duration
 }
 
 // HealthCheck configures active HTTP probes.

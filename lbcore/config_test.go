@@ -116,6 +116,8 @@ func TestFieldRanges(t *testing.T) {
 			return fmt.Sprintf(`{%s:%s,%s}`, quote(parts[0]), value, base)
 		case len(parts) == 3 && parts[1] == "fleet":
 			return fmt.Sprintf(`{"persistence":{"keys":["${client.ip}"],"fleet":{"cluster":"etcd",%s:%s}},%s}`, quote(parts[2]), value, base)
+		case parts[0] == "slowStart":
+			return fmt.Sprintf(`{"slowStart":{"window":"1m",%s:%s},%s}`, quote(parts[1]), value, base)
 		case parts[0] == "persistence":
 			return fmt.Sprintf(`{"persistence":{"keys":["${client.ip}"],%s:%s},%s}`, quote(parts[1]), value, base)
 		default:

@@ -16,7 +16,9 @@
 //   - The decision: the eight Citrix ADC key extractors with masks and hash
 //     length (methods.go, mask.go), weighted rendezvous ranking (hrw.go) and
 //     its cache of recent rankings (rankcache.go), the Balancer that decides
-//     (balancer.go), its backup methods (leastconn.go, roundrobin.go), and
+//     (balancer.go), slow start, the growing effective weight of a service
+//     that joins the pool (slowstart.go), its backup methods (leastconn.go,
+//     roundrobin.go), and
 //     XXH64 in inlinable pieces for the Wasm build (xxh64.go; the build tag
 //     hashlb_inlinehash uses them natively too, xxh64_tag.go; without it,
 //     xxh64_notag.go).

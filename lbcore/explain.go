@@ -89,8 +89,8 @@ type Explanation struct {
 	Key []byte
 	// KeyHash is xxhash64(Key).
 	KeyHash uint64
-	// Weighted: the services' weights differ, so the ranking compares
-	// RankedService.Weighted instead of the unit Score.
+	// Weighted: the services' weights differ, or one ramps (Ramps), so the
+	// ranking compares RankedService.Weighted instead of the unit Score.
 	Weighted bool
 	// Ranking is every service in rank order for KeyHash, when HasInput; the
 	// ones not selectable are in their place with Rank 0.
@@ -116,6 +116,23 @@ type Explanation struct {
 	Persistence *PersistExplanation
 	// Session is set when the configuration has a session block.
 	Session *SessionExplanation
+	// Ramps are the services in a slow-start ramp at the decision's time,
+	// in configuration order.
+	Ramps []RampExplanation
+}
+
+// RampExplanation is where a service is in its slow-start ramp.
+//
+// Its fields are exported as one record, whether or not a package outside
+// reads each one.
+type RampExplanation struct {
+	// Index is the service's index in Config.Services.
+	Index int
+	// Fraction is the share of its weight it ranks with; Effective is
+	// weight × Fraction, the weight the ranking uses.
+	Fraction, Effective float64
+	// Since is when the ramp started, Ends when it reaches the full weight.
+	Since, Ends time.Time
 }
 
 // SessionExplanation is what a request's session came to, and what the
@@ -170,6 +187,13 @@ func (b *Balancer) Explain(r *Request, now time.Time) Explanation {
 	}
 	w := b.copyState()
 	e.Decision = w.Decide(r, now)
+	for i := range w.services {
+		if f, since, ok := w.Ramping(i); ok {
+			e.Weighted = true
+			e.Ramps = append(e.Ramps, RampExplanation{Index: i, Fraction: f, Effective: f * float64(w.services[i].Weight),
+				Since: since, Ends: since.Add(c.SlowStart.Length())})
+		}
+	}
 
 	x := evalCtx{hops: c.TrustedForwardedHops}
 	if b.keyer != nil {
@@ -216,7 +240,10 @@ func (b *Balancer) copyState() *Balancer {
 	w.buf = make([]byte, 0, 512)
 	w.pkey = make([]byte, 0, 256)
 	w.table = nil
-	w.cache = nil // the full ranking, which the cache always agrees with
+	w.cache, w.baseCache = nil, nil // the full ranking, which the cache always agrees with
+	w.frac = slices.Clone(b.frac)
+	w.ramp = slices.Clone(b.ramp)
+	w.ramps = slices.Clone(b.ramps)
 	w.x.m, w.x.jwt = matcher{}, nil
 	if p := b.cfg.Persistence; p != nil {
 		w.table = NewTable(&scratchStore{}, "explain", p.TableSize, p.Expire)
@@ -237,9 +264,13 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	var out []RankedService
 	add := func(c candidate, rank int) {
 		rs := RankedService{Index: c.idx, Rank: rank, Score: score(k, b.services[c.idx].ID)}
-		if !b.uniform {
+		if !b.uniform || len(b.ramps) > 0 {
 			s := &b.services[c.idx]
-			rs.Weighted = weightedScore(k, s.ID, s.Weight)
+			w := float64(s.Weight)
+			if f, _, ok := b.Ramping(c.idx); ok {
+				w *= f
+			}
+			rs.Weighted = weightedScore(k, s.ID, w)
 		}
 		rs.State = b.state(c.idx)
 		out = append(out, rs)
@@ -247,7 +278,7 @@ func (b *Balancer) ranking(k uint64) []RankedService {
 	var others []candidate
 	for i := range b.services {
 		if !b.selectable(i) {
-			others = append(others, candidate{idx: i, score: b.score(k, i)})
+			others = append(others, candidate{idx: i, score: b.rankScore(k, i)})
 		}
 	}
 	slices.SortFunc(others, func(x, y candidate) int {

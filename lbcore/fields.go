@@ -105,6 +105,10 @@ const (
 	fServiceHeader
 	fTrustedForwardedHops
 	fHashBalanceFactor
+	fSlowStart
+	fSlowStartWindow
+	fSlowStartMinWeightPercent
+	fSlowStartStep
 	fDebugHeader
 	numFields
 )
@@ -232,6 +236,14 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "When > 0 the client IP is read from x-forwarded-for, this many hops from the right, instead of the connection's source address. Only for traffic through that many trusted proxies."},
 	fHashBalanceFactor: {Path: "hashBalanceFactor", Type: "integer", Default: 0, Min: 101, Max: 1000, Off: 0,
 		Doc: "Bounded load for the hashing methods: 0 is off, else 101 to 1000 (percent of the mean active requests a service may carry before a key spills to its next-ranked service)."},
+	fSlowStart: {Path: "slowStart", Type: "object",
+		Doc: "Slow start for the hash methods: a service that joins the pool after the proxy has started deciding (added by a new configuration, back from DOWN or ejection, enabled again, or raised from weight 0) ranks with an effective weight that grows from a floor to its weight over window, so it takes a growing share of new keys, and every key that moves, moves to it. Persistence entries, fleet records and sessions keep their keys."},
+	fSlowStartWindow: {Path: "slowStart.window", Type: "string", Format: "duration", Required: true, Min: "1s", Max: "7d",
+		Doc: "How long a ramp lasts, 1s to 7d: at its end the service ranks with its full weight."},
+	fSlowStartMinWeightPercent: {Path: "slowStart.minWeightPercent", Type: "integer", Default: 10, Min: 1, Max: 100,
+		Doc: "The floor, in percent of the service's weight: the effective weight is weight × max(minWeightPercent/100, elapsed/window) (Envoy's slow_start_config with aggression 1). 100 turns the ramp off."},
+	fSlowStartStep: {Path: "slowStart.step", Type: "string", Format: "duration", Min: "1s", Max: "1h",
+		Doc: "When set, the weight rises in steps (NetScaler's -newServiceRequestIncrementInterval): elapsed counts as the end of the step it is in, ⌊elapsed/step⌋+1 steps, so each step's level holds from its start. 1s to 1h, at most window."},
 	fDebugHeader: {Path: "debugHeader", Type: "boolean", Default: false,
 		Doc: "Adds the response header x-hashlb-decision (method, service, reason)."},
 }

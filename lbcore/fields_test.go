@@ -266,6 +266,10 @@ func configWith(path, raw string) string {
 			if name == "timeout" { // let the timeout reach its maximum
 				obj["interval"] = "1h"
 			}
+		case "slowStart":
+			if name != "window" { // let step reach its maximum
+				obj["window"] = "7d"
+			}
 		case "session":
 			if name != "type" {
 				obj["type"] = "cookie"

@@ -24,10 +24,14 @@ func score(k, id uint64) uint64 { return mix(k ^ id) }
 // weightedScore is the weighted rendezvous score -w/ln(u) with u the unit
 // score mapped into (0, 1) (Schindelhauer and Schomaker, "Weighted distributed
 // hash tables", 2005): service s then wins weight_s/Σweight of the keys.
-func weightedScore(k, id uint64, w int) float64 {
-	u := (float64(mix(k^id)>>11) + 0.5) / (1 << 53)
-	return -float64(w) / math.Log(u)
+// The weight need not be whole: a ramping service ranks with a fraction of
+// its own (slowstart.go).
+func weightedScore(k, id uint64, w float64) float64 {
+	return -w / math.Log(unitScore(mix(k^id)))
 }
+
+// unitScore maps a unit score into (0, 1).
+func unitScore(x uint64) float64 { return (float64(x>>11) + 0.5) / (1 << 53) }
 
 // rankEntry is what ranking reads of one service, packed so that the
 // scoring loops walk one small array (not Service's 104 bytes, and not the
@@ -62,7 +66,16 @@ func (b *Balancer) hashBest(d *Decision, k uint64) {
 		if b.rank[i].mask == 0 {
 			continue
 		}
-		s, id := b.score(k, i), b.rank[i].id
+		var s uint64
+		switch {
+		case b.frac != nil && b.frac[i] < 1:
+			s = b.rampScore(k, i) // slowstart.go
+		case b.uniform:
+			s = mix(k ^ b.rank[i].id)
+		default:
+			s = b.score(k, i)
+		}
+		id := b.rank[i].id
 		if best < 0 || s > bestScore || s == bestScore && id > bestID {
 			best, bestScore, bestID = i, s, id
 		}
@@ -109,13 +122,16 @@ func (b *Balancer) score(k uint64, i int) uint64 {
 		return mix(k ^ s.ID)
 	}
 	// Positive finite floats order like their bit patterns.
-	return math.Float64bits(weightedScore(k, s.ID, s.Weight))
+	return math.Float64bits(weightedScore(k, s.ID, float64(s.Weight)))
 }
 
 // fill puts every selectable service, scored for key k, into b.cand and
 // returns how many there are. Callers then take them in order with next.
 // It allocates nothing: b.cand has room for every service.
 func (b *Balancer) fill(k uint64) int {
+	if len(b.ramps) != 0 {
+		return b.fillRamp(k)
+	}
 	es := b.rank[:len(b.services)]
 	c := b.cand[:len(es)]
 	n := 0

@@ -11,7 +11,10 @@ package lbcore
 // ranking decides. So a decision is always exactly what the full ranking
 // gives (TestRankCacheMatchesFullRanking). Services and weights are fixed
 // for a Balancer's life (a new configuration builds a new Balancer), so the
-// cache is never invalidated: it lives and dies with its Balancer.
+// cache is never invalidated: it lives and dies with its Balancer. A
+// service in a slow-start ramp ranks with a weight that changes: while one
+// ramps the Balancer sets the cache aside, neither reading nor writing it,
+// and takes it back, still exact, when the last ramp ends (slowstart.go).
 
 // rankCacheMinServices is the pool size from which the cache is used: below
 // it one pass over the services (decide's unit-weight pass) costs about as

@@ -146,6 +146,8 @@ func (d *decoder) topField(c *Config, top *topLevel, name string, v gjson.Result
 		c.TrustedForwardedHops = d.intField(fTrustedForwardedHops, name, v)
 	case "hashBalanceFactor":
 		c.HashBalanceFactor = d.intField(fHashBalanceFactor, name, v)
+	case "slowStart":
+		c.SlowStart = d.slowStart(name, v)
 	case "debugHeader":
 		c.DebugHeader = d.boolean(name, v)
 	default:

@@ -454,6 +454,33 @@ func (d *decoder) passiveHealth(path string, v gjson.Result) *PassiveHealth {
 	return p
 }
 
+func (d *decoder) slowStart(path string, v gjson.Result) *SlowStart {
+	s := &SlowStart{MinWeightPercent: fSlowStartMinWeightPercent.defaultInt()}
+	if !d.object(path, v, func(name string, v gjson.Result) bool {
+		fp := path + "." + name
+		switch name {
+		case "window":
+			s.Window = d.duration(fSlowStartWindow, fp, v)
+		case "minWeightPercent":
+			s.MinWeightPercent = d.intField(fSlowStartMinWeightPercent, fp, v)
+		case "step":
+			s.Step = d.duration(fSlowStartStep, fp, v)
+		default:
+			return false
+		}
+		return true
+	}) {
+		return nil
+	}
+	switch {
+	case !v.Get("window").Exists():
+		d.errorf("%s.window: is required", path)
+	case s.Step > s.Window:
+		d.errorf("%s.step: %q is longer than window %q", path, FormatDuration(s.Step), FormatDuration(s.Window))
+	}
+	return s
+}
+
 // isVisibleASCII reports whether s holds only printable ASCII other than
 // space: what may go into a probe's :path header or name an Envoy cluster
 // without being refused, or worse, read differently by the host.

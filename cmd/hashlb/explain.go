@@ -59,7 +59,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	req, stripped := in.request(cfg)
 	x := b.Explain(&req, in.now)
-	r := newReport(in.file, item.Where, cfg, &req, &x, stripped, in.seed)
+	r := newReport(in.file, item.Where, cfg, &req, &x, stripped, in.seed, in.now)
 	if code := r.print(stdout, stderr, in.asJSON); code != 0 {
 		return code
 	}

@@ -42,6 +42,8 @@ type report struct {
 	Capped      bool       `json:"capped"`
 	Persist     *persist   `json:"persistence"`
 	Session     *session   `json:"session,omitempty"`
+	// SlowStart lists the services in a slow-start ramp.
+	SlowStart []ramp `json:"slowStart,omitempty"`
 	// Policy is set for hashlb's load-balancing policy: the cluster whose
 	// hosts are the services.
 	Policy *policyInfo `json:"policy,omitempty"`
@@ -66,6 +68,22 @@ type service struct {
 	Score         string   `json:"score,omitempty"`
 	WeightedScore *float64 `json:"weightedScore,omitempty"`
 	State         string   `json:"state"`
+}
+
+// ramp is where a service is in its slow-start ramp.
+type ramp struct {
+	Name string `json:"name"`
+	// Weight is the configured weight; Effective the weight it ranks with,
+	// Percent that as a percentage of Weight.
+	Weight    int     `json:"weight"`
+	Effective float64 `json:"effectiveWeight"`
+	Percent   float64 `json:"percent"`
+	// Elapsed is how far into the ramp and Length how long it lasts, as
+	// configuration durations are written; Ends is when it reaches Weight
+	// (RFC 3339).
+	Elapsed string `json:"elapsed"`
+	Length  string `json:"length"`
+	Ends    string `json:"ends"`
 }
 
 type svcRef struct {
@@ -112,7 +130,7 @@ type persistKey struct {
 
 // newReport builds the report of lbcore's explanation x of req under cfg.
 func newReport(file, where string, cfg *lbcore.Config, req *lbcore.Request, x *lbcore.Explanation,
-	stripped []string, seed uint64) *report {
+	stripped []string, seed uint64, now time.Time) *report {
 	r := &report{
 		Config: file, Where: where, Stripped: stripped,
 		Request: request{Method: req.Method, URL: req.Target, Authority: req.Authority, Client: req.Source,
@@ -143,6 +161,12 @@ func newReport(file, where string, cfg *lbcore.Config, req *lbcore.Request, x *l
 	}
 	if s := x.Session; s != nil {
 		r.Session = sessionReport(cfg, s, r.Chosen)
+	}
+	for _, rx := range x.Ramps {
+		s := &cfg.Services[rx.Index]
+		r.SlowStart = append(r.SlowStart, ramp{Name: s.Name, Weight: s.Weight, Effective: rx.Effective, Percent: 100 * rx.Fraction,
+			Elapsed: lbcore.FormatDuration(now.Sub(rx.Since).Round(time.Millisecond)), Length: lbcore.FormatDuration(rx.Ends.Sub(rx.Since)),
+			Ends: rx.Ends.UTC().Format(time.RFC3339)})
 	}
 	return r
 }

@@ -49,6 +49,7 @@ type explainInput struct {
 	client, dest   string // -client, -dest
 	headers        headerFlag
 	down           string // -down
+	ramp           string // -ramp
 	keyFile        string // -session-key-file
 	rootID         string // -root-id
 	seed           uint64
@@ -70,6 +71,8 @@ func parseExplain(args []string, stdout, stderr io.Writer) (in *explainInput, co
 	fset.StringVar(&in.client, "client", "", "the connection's peer (source.address), `IP:PORT`")
 	fset.StringVar(&in.dest, "dest", "", "the address the request was received on (destination.address), `IP:PORT`")
 	fset.StringVar(&in.down, "down", "", "services marked DOWN, as health checks would, `NAME,…`")
+	fset.StringVar(&in.ramp, "ramp", "", "services in a slow-start ramp (the configuration's slowStart), each started ELAPSED before\n"+
+		"-at or now, `NAME=ELAPSED,…` (ELAPSED a duration such as 15s)")
 	fset.StringVar(&in.which, "config", "", "the configuration of CONFIG to explain, `N|TEXT`: its number, or its place as \"hashlb check\"\n"+
 		"prints it (or a part of it naming one)")
 	fset.Uint64Var(&in.seed, "seed", 0, "the worker's seed `N`: round robin and least connection depend on the worker, and what a\n"+
@@ -149,8 +152,8 @@ func (in *explainInput) config(stderr io.Writer) (e deploycheck.Item, cfg *lbcor
 	return e, cfg, 0, false
 }
 
-// balancer is a fresh worker's Balancer for cfg, with the session key and
-// the services -down names; with done set, the command is over with exit
+// balancer is a fresh worker's Balancer for cfg, with the session key, the
+// services -down names and those -ramp puts in a slow-start ramp; with done set, the command is over with exit
 // status code.
 func (in *explainInput) balancer(cfg *lbcore.Config, stderr io.Writer) (b *lbcore.Balancer, code int, done bool) {
 	b = lbcore.NewBalancer(cfg, in.seed)
@@ -160,20 +163,49 @@ func (in *explainInput) balancer(cfg *lbcore.Config, stderr io.Writer) (b *lbcor
 			return nil, 1, true
 		}
 	}
-	if in.down == "" {
-		return b, 0, false
-	}
-	for _, name := range strings.Split(in.down, ",") {
+	named := func(flag, name string) int {
 		i := serviceNamed(cfg, strings.TrimSpace(name))
 		if i < 0 {
 			var names []string
 			for _, s := range cfg.Services {
 				names = append(names, s.Name)
 			}
-			fmt.Fprintf(stderr, "hashlb explain: -down: no service named %q (services: %s)\n", name, strings.Join(names, ", "))
+			fmt.Fprintf(stderr, "hashlb explain: -%s: no service named %q (services: %s)\n", flag, name, strings.Join(names, ", "))
+		}
+		return i
+	}
+	if in.down != "" {
+		for _, name := range strings.Split(in.down, ",") {
+			i := named("down", name)
+			if i < 0 {
+				return nil, 2, true
+			}
+			b.SetDown(i, true)
+		}
+	}
+	if in.ramp == "" {
+		return b, 0, false
+	}
+	if cfg.SlowStart == nil {
+		fmt.Fprintf(stderr, "hashlb explain: -ramp: the configuration has no slowStart\n")
+		return nil, 2, true
+	}
+	for _, item := range strings.Split(in.ramp, ",") {
+		name, elapsed, ok := strings.Cut(item, "=")
+		d, err := lbcore.ParseDuration(strings.TrimSpace(elapsed))
+		if !ok || err != nil {
+			fmt.Fprintf(stderr, "hashlb explain: -ramp: %q is not NAME=ELAPSED, such as web-3=15s\n", item)
 			return nil, 2, true
 		}
-		b.SetDown(i, true)
+		i := named("ramp", name)
+		if i < 0 {
+			return nil, 2, true
+		}
+		if !b.Selectable(i) || cfg.Services[i].Weight == 0 {
+			fmt.Fprintf(stderr, "hashlb explain: -ramp: %s is not selectable with a weight above 0: it does not ramp\n", name)
+			return nil, 2, true
+		}
+		b.Ramp(i, in.now.Add(-d))
 	}
 	return b, 0, false
 }

@@ -58,12 +58,13 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 			b.SetDown(i, true)
 		}
 	}
+	b.SetTime(in.now) // -ramp's fractions, for the failover order below
 	// The policy reads no header of its own: nothing is stripped.
 	plain := *cfg
 	plain.UpstreamHeader, plain.ServiceHeader = "", ""
 	req, _ := in.request(&plain)
 	x := b.Explain(&req, in.now)
-	r := newReport(in.file, item.Where, cfg, &req, &x, nil, in.seed)
+	r := newReport(in.file, item.Where, cfg, &req, &x, nil, in.seed, in.now)
 	r.Policy = &policyInfo{Cluster: p.Cluster, Hosts: p.From}
 	r.Settings = strings.TrimSuffix(strings.TrimSuffix(r.Settings, "upstreamCount 1"), ", ")
 	r.Headers, r.FilterState = [][2]string{}, nil // the policy sets no header

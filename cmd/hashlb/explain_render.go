@@ -46,6 +46,7 @@ func (r *report) write(out io.Writer) {
 	r.writeRequest(t)
 	r.writeInput(t)
 	r.writeServices(out)
+	r.writeSlowStart(t)
 	r.writeChoice(t)
 	r.writeSession(t)
 	r.writePersistence(t)
@@ -137,6 +138,19 @@ func (r *report) writeServices(out io.Writer) {
 		}
 	}
 	tw.Flush()
+}
+
+// writeSlowStart prints where each ramping service is in its ramp.
+func (r *report) writeSlowStart(t text) {
+	for i, s := range r.SlowStart {
+		f := fmt.Sprintf("%s ranks with weight %.4g of %d (%.1f %%), %s into a ramp of %s; full weight at %s",
+			s.Name, s.Effective, s.Weight, s.Percent, s.Elapsed, s.Length, s.Ends)
+		if i == 0 {
+			t.line("slow start", "%s", f)
+		} else {
+			t.cont("%s", f)
+		}
+	}
 }
 
 // writeChoice prints the backup method, the choice and failover order, what

@@ -56,6 +56,10 @@ func TestExplainGolden(t *testing.T) {
 		{"istio-mixed-kinds", []string{"-config", "TrafficExtension shop/hashlb-tcp", "-url", "", "-client", "10.1.2.3:40000", "-dest", "240.240.0.10:5432", "testdata/check/istio-mixed.yaml"}},
 		{"istio-mixed-kinds-unchosen", []string{"-url", "/", "testdata/check/istio-mixed.yaml"}},
 		{"roundrobin", []string{"../../configs/roundrobin.json", "-url", "/"}},
+		// Slow start: web-3 12 s into a ramp of 10 % every 5 s (30 % now).
+		{"slowstart-ramp", []string{td + "slowstart.json", "-url", "/obj/7", "-ramp", "web-3=12s", "-at", "2026-01-01T12:00:00Z"}},
+		{"slowstart-ramp-json", []string{td + "slowstart.json", "-url", "/obj/7", "-ramp", "web-3=12s", "-at", "2026-01-01T12:00:00Z", "-json"}},
+		{"slowstart-no-block", []string{"../../configs/demo.json", "-url", "/", "-ramp", "b1=1s"}},
 		{"choose-invalid-config", []string{"testdata/check/envoy-bad.yaml", "-config", "2", "-url", "/"}},
 		{"choose-config-by-place", []string{"testdata/check/envoy-bad.yaml", "-config", "public", "-url", "/", "-authority", "www.example.com"}},
 		{"choose-config-ambiguous", []string{"testdata/check/envoy-bad.yaml", "-config", "filter hashlb", "-url", "/"}},
@@ -88,14 +92,7 @@ func TestExplainMatchesDecide(t *testing.T) {
 				down := cfg.Services[i%len(cfg.Services)].Name
 				args := []string{"explain", f, "-json", "-url", path, "-client", client, "-dest", dest, "-authority", host,
 					"-header", "call-id: " + callID, "-header", "x-tenant: " + tenant, "-down", down}
-				var stdout, stderr bytes.Buffer
-				if code := run(args, &stdout, &stderr); code != 0 {
-					t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
-				}
-				var r report
-				if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
-					t.Fatal(err)
-				}
+				r := explainJSON(t, args)
 				got := []string{}
 				if r.Chosen != nil {
 					got = append(got, r.Chosen.Name)
@@ -167,4 +164,71 @@ func exampleConfigs(t *testing.T) []exampleConfig {
 		out = append(out, exampleConfig{f, cfg})
 	}
 	return out
+}
+
+// explainJSON runs hashlb explain with args (which ask for -json) and
+// returns its report; it fails the test unless the exit status is 0.
+func explainJSON(t *testing.T, args []string) report {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("hashlb %s = %d: %s", strings.Join(args[1:], " "), code, stderr.String())
+	}
+	var r report
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestExplainSlowStart: with -ramp, explain names the service and failover
+// order that a Balancer whose service is that far into its ramp decides,
+// and reports its effective weight.
+func TestExplainSlowStart(t *testing.T) {
+	const file = "testdata/explain/slowstart.json"
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := lbcore.ParseConfig(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := *c
+	at := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	moved := 0
+	for _, elapsed := range []time.Duration{0, 12 * time.Second, 30 * time.Second} {
+		b := lbcore.NewBalancer(&cfg, 0)
+		b.Ramp(3, at.Add(-elapsed))
+		for i := range 100 {
+			path := fmt.Sprintf("/obj/%d", i)
+			args := []string{"explain", file, "-json", "-url", path, "-ramp", "web-3=" + lbcore.FormatDuration(elapsed),
+				"-at", at.Format(time.RFC3339)}
+			r := explainJSON(t, args)
+			got := []string{r.Chosen.Name}
+			for _, s := range r.Failover {
+				got = append(got, s.Name)
+			}
+			d := b.Decide(&lbcore.Request{Target: path, Method: "GET"}, at)
+			var want []string
+			for k := range d.Len() {
+				want = append(want, cfg.Services[d.At(k)].Name)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("-ramp web-3=%v %s: explain %v, lbcore %v", elapsed, path, got, want)
+			}
+			if len(r.SlowStart) != 1 || r.SlowStart[0].Name != "web-3" {
+				t.Fatalf("-ramp web-3=%v: slowStart %+v", elapsed, r.SlowStart)
+			}
+			if want := 10 * float64(elapsed/(5*time.Second)+1); r.SlowStart[0].Percent-want > 1e-9 || want-r.SlowStart[0].Percent > 1e-9 {
+				t.Fatalf("-ramp web-3=%v: %v %%, want %v %%", elapsed, r.SlowStart[0].Percent, want)
+			}
+			if r.Chosen.Name == "web-3" {
+				moved++
+			}
+		}
+	}
+	if moved == 0 {
+		t.Error("web-3 was chosen for no key: the test shows nothing")
+	}
 }

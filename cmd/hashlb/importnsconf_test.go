@@ -44,6 +44,7 @@ var nsconfCorpus = []struct {
 	{name: "two-monitors", covers: "services bound to two monitors: which is kept and why (a tie, and one bound to more), what the other's check misses"},
 	{name: "disabled-vserver", covers: "a DISABLED vserver (-state DISABLED, disable lb vserver): written with every service disabled, naming the ones to enable; enable lb vserver"},
 	{name: "single-quoted-names", covers: "names and a value in single quotes, which the CLI takes as double quotes"},
+	{name: "slow-start", covers: "-newServiceRequest N PERCENT with -newServiceRequestIncrementInterval (add and set lb vserver, a window in whole seconds and one rounded up to the millisecond); PER_SECOND, the default unit, no interval, a non-hashing method and 100 PERCENT, which are not"},
 	{name: "wrapped-commands", covers: "a monitor wrapped over three lines, its quote closed on the second and its -destPort and -secure on the third; a vserver whose flags go on on the next line"},
 }
 

@@ -96,6 +96,7 @@ type UpdateNotes struct {
 // weight. An error leaves the worker without services: every choice fails
 // until the next update.
 func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
+	prev := w.bal
 	w.bal, w.svcs = nil, nil
 	w.gen++
 	hs := w.hosts.get(h, w.pol)
@@ -109,6 +110,13 @@ func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
 	w.svcs = hs.svcs
 	w.seed = rand.Uint64()
 	w.bal = lbcore.NewBalancer(hs.cfg, w.seed)
+	if prev != nil {
+		// Slow start: ramps go on, and a host this update adds (or raises
+		// from weight 0) starts one; mark below ends the ramp of a host
+		// that is not healthy, which starts again when it is.
+		carry := prev.Carry(hs.svcs)
+		w.bal.Continue(prev, &carry)
+	}
 	w.bal.EnablePersistence(w.st, w.ns)
 	w.v.scan(h) // from the same snapshot: a host it lacks is not served
 	w.mark()

@@ -37,6 +37,7 @@ type outConfig struct {
 	health       *outHealth
 	monitor      *monitor // the monitor health comes from
 	passive      *outPassive
+	slowStart    *outSlowStart
 	disabled     bool // the vserver is DISABLED: every service written disabled
 	services     []outService
 }
@@ -123,6 +124,9 @@ func (t *translator) build() []Output {
 		if cfg.passive != nil {
 			desc += ", passiveHealth"
 		}
+		if cfg.slowStart != nil {
+			desc += ", slowStart"
+		}
 		if m := cfg.monitor; m != nil {
 			desc += ", healthCheck"
 			lines := m.setLines // a customised built-in: its set lines
@@ -183,6 +187,7 @@ func (t *translator) buildVserver(v *vserver) (cfg outConfig, written []*Entry, 
 	written = append(written, t.healthCheck(v, sw.members, &cfg, warnAt)...)
 	t.method(v, &cfg, warnAt)
 	t.persistence(v, &cfg, warnAt)
+	t.slowStart(v, &cfg, warnAt)
 	t.ruleUnused(v, &cfg, warnAt)
 	return cfg, append(written, t.namedExprsUsed(v)...), true
 }
@@ -771,6 +776,9 @@ func (cfg *outConfig) json() []byte {
 	if cfg.passive != nil {
 		fields = append(fields, "  \"passiveHealth\": "+cfg.passive.json())
 	}
+	if s := cfg.slowStart; s != nil {
+		fields = append(fields, fmt.Sprintf("  \"slowStart\": {\"window\": %s, \"step\": %s}", jsonText(s.window), jsonText(s.step)))
+	}
 	svcs := make([]string, len(cfg.services))
 	for i, s := range cfg.services {
 		svcs[i] = "    " + s.json()
@@ -821,4 +829,52 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
+}
+
+// outSlowStart is a written slowStart block.
+type outSlowStart struct{ window, step string }
+
+// slowStart translates -newServiceRequest N PERCENT with
+// -newServiceRequestIncrementInterval S: the new service takes N % of an
+// existing service's load in the first interval and N % more in each
+// (NetScaler: "the new service request rate, the amount by which to
+// increase ... the percentage of the load being borne, at the time, by the
+// existing services", and the final increment is cut at their load). That
+// is hashlb's slowStart with step S and window 100·S/N (rounded up to the
+// millisecond): a fraction (k+1)·N/100 of the weight in the k-th interval.
+// The other forms have no translation, said on the line that set them:
+// PER_SECOND (NetScaler's default unit) counts requests, and a hash method
+// sends all of a key's requests to its service, so hashlb ramps a share of
+// keys, not a request rate; an interval of 0 is NetScaler's manual slow
+// start, raised by hand; and NetScaler applies vserver slow start to its
+// non-hashing methods, which hashlb's slow start does not ramp (round robin
+// and least connection pick by the configured weights).
+func (t *translator) slowStart(v *vserver, cfg *outConfig, warnAt func(int, string, ...any)) {
+	n, iv := v.newSvc, v.newSvcInterval
+	if n.line == 0 || n.n == 0 {
+		return // slow start off (0: NetScaler's global startup round robin, which hash methods do not use)
+	}
+	given := "-newServiceRequest " + n.s
+	if v.newSvcUnit.s != "" {
+		given += " " + v.newSvcUnit.s
+	}
+	line := max(n.line, iv.line)
+	switch {
+	case v.newSvcUnit.s != "PERCENT":
+		warnAt(n.line, "%s: not translated: a rate of requests per second (PER_SECOND, NetScaler's default unit) cannot be honoured by hashing, "+
+			"which sends every request of a key to its service: hashlb's slowStart ramps the share of keys; -newServiceRequest N PERCENT translates (docs/nsconf.md)", given)
+	case iv.line == 0 || iv.n == 0:
+		warnAt(n.line, "%s without -newServiceRequestIncrementInterval: not translated: NetScaler's manual slow start, raised by hand; "+
+			"give an interval for a ramp hashlb can follow", given)
+	case slices.Contains(nonHashMethods, cfg.lbMethod):
+		warnAt(line, "%s: not translated: hashlb's slowStart ramps the hashing methods' ranking; %s picks by the configured weights", given, cfg.lbMethod)
+	case n.n >= 100:
+		warnAt(line, "%s: nothing written: a new service takes its full share from the first interval, as without slow start", given)
+	default:
+		window := time.Duration((100*int64(iv.n)*1000 + int64(n.n) - 1) / int64(n.n) * int64(time.Millisecond))
+		cfg.slowStart = &outSlowStart{window: lbcore.FormatDuration(window), step: lbcore.FormatDuration(time.Duration(iv.n) * time.Second)}
+		warnAt(line, "%s -newServiceRequestIncrementInterval %d: written as slowStart window %s, step %s: a new or returning service ranks with %d %% of its weight, "+
+			"%d %% more every %d s; NetScaler applies vserver slow start to its non-hashing methods only, hashlb to the hashing methods' share of new keys",
+			given, iv.n, cfg.slowStart.window, cfg.slowStart.step, n.n, n.n, iv.n)
+	}
 }

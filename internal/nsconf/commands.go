@@ -103,7 +103,9 @@ var (
 	lbVserverFlags = flagSet{}.
 			use("-lbMethod", "-hashLength", "-netmask", "-v6netmasklen", "-backupLBMethod", "-rule",
 			"-persistenceType", "-persistMask", "-v6persistmasklen", "-timeout", "-state",
-			"-cookieName", "-cookieDomain", "-httpOnlyCookieFlag", "-persistenceBackup", "-backupPersistenceTimeout").
+			"-cookieName", "-cookieDomain", "-httpOnlyCookieFlag", "-persistenceBackup", "-backupPersistenceTimeout",
+						"-newServiceRequestIncrementInterval").
+		useN("-newServiceRequest"). // N [PER_SECOND|PERCENT]
 		// The listener, the connection and the appliance: Envoy's side.
 		quiet("-range", "-IPPattern", "-IPMask", "-IPset", "-td", "-comment", "-cltTimeout", "-appflowLog",
 			"-tcpProfileName", "-httpProfileName", "-dbProfileName", "-netProfile", "-dnsProfileName",
@@ -122,8 +124,6 @@ var (
 		warn("per-request balancing of UDP or MAC-mode forwarding is not translated: hashlb balances HTTP requests", []string{"DISABLED", "IP"},
 			"-sessionless", "-m", "-tosId", "-connfailover").
 		warn("TOKEN's -dataLength/-dataOffset read the TCP payload, which hashlb does not read (as an HTTP filter it sees requests, as a network filter only the connection's addresses)", nil, "-dataLength", "-dataOffset").
-		warn("slow start (-newServiceRequest) is not translated: hashlb sends a returning service its full share at once", nil,
-			"-newServiceRequest", "-newServiceRequestIncrementInterval").
 		warn(whyAutoScale, nil, "-minAutoscaleMembers", "-maxAutoscaleMembers").
 		warn("skipping persistence and per-AVP persistence are not translated", []string{"NONE"}, "-skippersistency", "-persistAVPno").
 		warn("listen policies are not translated: Envoy's routes decide which requests reach this configuration", []string{"NONE"}, "-listenPolicy", "-listenPriority").

@@ -46,5 +46,14 @@
 //   - the hashing methods and the S1/S2/S3 failover example: the Citrix page
 //     "Hashing methods"
 //     (https://docs.netscaler.com/en-us/citrix-adc/13/load-balancing/load-balancing-customizing-algorithms/hashing-methods.html),
-//     which lbcore implements.
+//     which lbcore implements;
+//   - slow start (-newServiceRequest N [PER_SECOND|PERCENT],
+//     -newServiceRequestIncrementInterval S: the increment, a request rate
+//     or a percentage of the load the existing services bear, PER_SECOND by
+//     default; 0 seconds, no automatic increment; for the non-hashing
+//     methods only): the NITRO apidoc's setlbvserver_newservicerequest
+//     (build 14.1-60.57) and the page "Gradually stepping up the load on a
+//     new service with virtual server-level slow start"
+//     (https://docs.citrix.com/en-us/citrix-adc/12-1/load-balancing/load-balancing-advanced-settings/slow-start-service.html);
+//     build.go's slowStart says what is translated.
 package nsconf

@@ -101,6 +101,9 @@ type vsSettings struct {
 	persistType, persistMask, v6persist, timeout, state       setting
 	// COOKIEINSERT's cookie and its backup persistence.
 	cookieName, cookieDomain, httpOnly, persistBackup, backupTimeout setting
+	// Slow start: -newServiceRequest N [PER_SECOND|PERCENT] (newSvcUnit
+	// the unit as given, "" when absent) and its increment interval.
+	newSvc, newSvcUnit, newSvcInterval setting
 }
 
 type vserver struct {
@@ -134,6 +137,15 @@ type cmdLine struct {
 type flagVal struct {
 	name string // as the reference spells it
 	vals []word
+}
+
+// flagText is flag name's values as written, joined by spaces.
+func (c *cmdLine) flagText(name string) string {
+	var out []string
+	for _, w := range c.flags[strings.ToLower(name)].vals {
+		out = append(out, w.text)
+	}
+	return strings.Join(out, " ")
 }
 
 // value returns the single value of flag name, and whether it was given.
@@ -717,10 +729,28 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		enum("-state", []string{"ENABLED", "DISABLED"}, &s.state),
 		enum("-persistenceBackup", []string{"SOURCEIP", "NONE"}, &s.persistBackup),
 		number("-backupPersistenceTimeout", 2, 1440, &s.backupTimeout),
+		// Seconds, 0 (no automatic increment) to 3600 (the NITRO apidoc's
+		// setlbvserver_newservicerequestincrementinterval).
+		number("-newServiceRequestIncrementInterval", 0, 3600, &s.newSvcInterval),
 		enum("-httpOnlyCookieFlag", []string{"ENABLED", "DISABLED"}, &s.httpOnly),
 	} {
 		if err != nil {
 			return s, err
+		}
+	}
+	if f, ok := c.flags["-newservicerequest"]; ok && len(f.vals) > 0 {
+		v := f.vals[0].text
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || len(f.vals) > 2 {
+			return s, failf("-newServiceRequest %s: not a whole number and an optional unit, PER_SECOND or PERCENT", c.flagText("-newServiceRequest"))
+		}
+		s.newSvc, s.newSvcUnit = setting{s: v, n: n, line: line}, setting{line: line}
+		if len(f.vals) == 2 {
+			u := strings.ToUpper(f.vals[1].text)
+			if u != "PER_SECOND" && u != "PERCENT" {
+				return s, failf("-newServiceRequest %s %q: the unit is not one of PER_SECOND, PERCENT", v, f.vals[1].text)
+			}
+			s.newSvcUnit.s = u
 		}
 	}
 	if v, ok := c.value("-rule"); ok {
