@@ -75,6 +75,11 @@ func (b *Balancer) Ramping(i int) (fraction float64, since time.Time, ok bool) {
 	return b.frac[i], b.ramp[i].from, true
 }
 
+// AnyRamping reports whether a service is in a ramp: the Balancer's
+// decisions then change with time alone, so a host that remembers them
+// (the policy's choice cache) must not while it is true.
+func (b *Balancer) AnyRamping() bool { return len(b.ramps) != 0 }
+
 // Ramp puts service i in a ramp that started at since, as if it had joined
 // then (hashlb explain's -ramp; a host that knows when a service joined).
 // It does nothing without slowStart, for a service that is not pickable, or

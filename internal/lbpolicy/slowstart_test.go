@@ -91,3 +91,32 @@ func TestSlowStartHostBack(t *testing.T) {
 	chosenAt(t, w, f, "/warm", start) // the snapshot is read, the ramp starts
 	checkRamp(t, w, f, start, before)
 }
+
+// While a host ramps a choice changes with time alone, so none may be
+// remembered in the choice cache (which answers a path until the view
+// changes); once the ramp is over they may again.
+func TestSlowStartChoicesNotRemembered(t *testing.T) {
+	f := newFakeHosts(4)
+	f.hs = f.hs[:3]
+	f.sync()
+	w := slowStartWorker(t, f)
+	chosenAt(t, w, f, "/k/1", now)
+	if _, _, ok := w.Remembered(); !ok {
+		t.Fatal("a hash choice with nothing ramping may not be remembered")
+	}
+	f.hs = append(f.hs, fakeHost{addr: "10.0.0.3:8080", weight: 1})
+	f.sync()
+	if _, err := w.Update(f); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Duration{time.Second, 30 * time.Second} {
+		chosenAt(t, w, f, "/k/1", now.Add(at))
+		if _, _, ok := w.Remembered(); ok {
+			t.Fatalf("%v into the ramp a choice may be remembered: the cache would keep it past the ramp", at)
+		}
+	}
+	chosenAt(t, w, f, "/k/1", now.Add(2*time.Minute))
+	if _, _, ok := w.Remembered(); !ok {
+		t.Fatal("after the ramp a hash choice may not be remembered")
+	}
+}

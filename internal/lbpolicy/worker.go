@@ -229,7 +229,7 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, int, Failure) {
 		}
 		p, k := w.v.local(i)
 		if !c.ShouldSelectAnotherHost(p, k) {
-			w.last.host, w.last.healthy, w.last.ok = i, hi, p == 0 && w.d.Reason == lbcore.ReasonHash
+			w.last.host, w.last.healthy, w.last.ok = i, hi, p == 0 && w.d.Reason == lbcore.ReasonHash && !w.bal.AnyRamping()
 			return p, hi, NoFailure
 		}
 		return p, w.walk(h, c, req, i, hi), NoFailure
@@ -330,7 +330,8 @@ func (w *Worker) View() (gen uint32, healthy int) {
 
 // Remembered reports whether the last Choose may be remembered for its
 // :path key (Policy.PathKey): a hash decision's first rank at priority 0,
-// taken (no retry walk, no backup method), under the current View; then
+// taken (no retry walk, no backup method), under the current View, with no
+// service in a slow-start ramp (the decision then changes with time); then
 // host is its index among the hosts of priority 0 and healthy among their
 // healthy hosts (Choose's answer).
 func (w *Worker) Remembered() (host, healthy int, ok bool) {
