@@ -131,8 +131,13 @@ type Persistence struct {
 // nsconf and hashlb explain read: a field no package outside reads yet
 // is exported with its siblings.
 type Fleet struct {
-	// Cluster is the Envoy cluster that reaches etcd's client port (required).
+	// Cluster is the Envoy cluster that reaches etcd's client port (the
+	// filters require it).
 	Cluster string
+	// Endpoints are etcd's client endpoints (host:port) that the
+	// load-balancing policy's own etcd client dials (the policy requires
+	// them).
+	Endpoints []string
 	// Authority is the :authority of the calls; "" means Cluster (CallAuthority).
 	Authority string
 	// Prefix starts every etcd key of this table; "" stands for

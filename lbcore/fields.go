@@ -67,6 +67,7 @@ const (
 	fPersistenceEmptyKey
 	fFleet
 	fFleetCluster
+	fFleetEndpoints
 	fFleetAuthority
 	fFleetPrefix
 	fFleetTimeout
@@ -158,8 +159,10 @@ var fieldTable = [numFields]FieldSpec{
 		Doc: "skip: a request whose key is empty is balanced but not persisted; shared: all empty keys share one entry (TR7)."},
 	fFleet: {Path: "persistence.fleet", Type: "object",
 		Doc: "Fleet-wide persistence: etcd, reached through an Envoy cluster, decides a new key's service once for every proxy (first writer wins); the local table stays the first level. Without it the table is per proxy, as in TR7."},
-	fFleetCluster: {Path: "persistence.fleet.cluster", Type: "string", Required: true, NonEmpty: true,
-		Doc: "Envoy cluster that reaches etcd's client port (HTTP/1.1; TLS through the cluster's transport socket)."},
+	fFleetCluster: {Path: "persistence.fleet.cluster", Type: "string", NonEmpty: true,
+		Doc: "Envoy cluster that reaches etcd's client port (HTTP/1.1; TLS through the cluster's transport socket); the filters require it."},
+	fFleetEndpoints: {Path: "persistence.fleet.endpoints", Type: "array", Format: "endpoint", Min: 1, Max: 16, Unique: true,
+		Doc: "etcd's client endpoints (host:port) that the load-balancing policy's own etcd client dials; the policy requires it, the filters call etcd through cluster instead."},
 	fFleetAuthority: {Path: "persistence.fleet.authority", Type: "string", NonEmpty: true,
 		Doc: "The :authority of the calls to etcd; default: the cluster name."},
 	fFleetPrefix: {Path: "persistence.fleet.prefix", Type: "string", NonEmpty: true,

@@ -225,7 +225,8 @@ func checkFieldDecoder(t *testing.T, f FieldSpec) {
 		refuseWith(`""`, at+": must not be empty")
 	}
 	if f.Unique {
-		refuseWith(`["${client.ip}","${client.ip}"]`, fmt.Sprintf(`%s[1]: "${client.ip}" duplicates %s[0]`, at, at))
+		item := strings.Trim(arrayOf(f.Path, 1), "[]") // a JSON string, as %q writes it
+		refuseWith("["+item+","+item+"]", fmt.Sprintf(`%s[1]: %s duplicates %s[0]`, at, item, at))
 	}
 }
 
@@ -254,8 +255,13 @@ func configWith(path, raw string) string {
 	case parent == "services[]":
 		set(svc, name)
 	case parent == "persistence" && strings.HasPrefix(name, "fleet."):
-		fleet := map[string]any{"cluster": "etcd"}
+		// endpoints, which the policy requires and the filters ignore;
+		// cluster, which the filters require, when endpoints is absent.
+		fleet := map[string]any{"endpoints": []string{"127.0.0.1:2379"}}
 		set(fleet, strings.TrimPrefix(name, "fleet."))
+		if _, ok := fleet["endpoints"]; !ok {
+			fleet["cluster"] = "etcd"
+		}
 		root[parent] = map[string]any{"keys": []string{"${client.ip}"}, "fleet": fleet}
 	default:
 		obj := map[string]any{}
@@ -300,6 +306,8 @@ func arrayOf(path string, n int) string {
 			items[i] = fmt.Sprintf(`{"name":"s%d","address":"10.%d.%d.%d:80"}`, i, i>>16&255, i>>8&255, i&255)
 		case "persistence.keys":
 			items[i] = fmt.Sprintf(`"${request.header.x-k%d}"`, i)
+		case "persistence.fleet.endpoints":
+			items[i] = fmt.Sprintf(`"etcd-%d.internal:2379"`, i)
 		default:
 			panic("arrayOf " + path)
 		}
@@ -347,6 +355,8 @@ func configValue(t *testing.T, c *Config, path string) any {
 	case []Service:
 		return len(x)
 	case []*Expr:
+		return len(x)
+	case []string:
 		return len(x)
 	case int:
 		if path == "netmask" {

@@ -111,7 +111,7 @@ func schemaField(fields []FieldSpec, f FieldSpec) schemaObject {
 		add("uniqueItems", true)
 	}
 	switch {
-	case f.Type == "array" && f.Format == "expression":
+	case f.Type == "array" && (f.Format == "expression" || f.Format == "endpoint"):
 		add("items", schemaObject{{"type", "string"}})
 	case f.Type == "array":
 		add("items", schemaChildren(fields, f.Path+"[]."))

@@ -3,6 +3,7 @@ package lbcore
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -274,6 +275,8 @@ func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
 		switch name {
 		case "cluster":
 			f.Cluster = d.visible(fp, v, "an Envoy cluster name")
+		case "endpoints":
+			f.Endpoints = d.endpoints(fp, v)
 		case "authority":
 			f.Authority = d.visible(fp, v, "an HTTP :authority")
 		case "prefix":
@@ -289,10 +292,58 @@ func (d *decoder) fleet(path string, v gjson.Result) *Fleet {
 	}) {
 		return nil
 	}
-	if !v.Get("cluster").Exists() {
-		d.errorf("%s.cluster: is required", path)
+	if !v.Get("cluster").Exists() && !v.Get("endpoints").Exists() {
+		d.errorf("%s.cluster: is required", path) // endpoints instead: the policy
 	}
 	return f
+}
+
+// endpoints decodes persistence.fleet.endpoints: distinct host:port
+// strings, a port from 1 to 65535 after a host name or address ("[v6]"
+// for IPv6).
+func (d *decoder) endpoints(path string, v gjson.Result) []string {
+	if !v.IsArray() {
+		d.errorf("%s: %s is not an array", path, clip(v.Raw))
+		return nil
+	}
+	items := v.Array()
+	d.count(fFleetEndpoints, path, len(items), "endpoints")
+	var out []string
+	for i, item := range items {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		s := d.visible(p, item, "an etcd endpoint")
+		if s == "" {
+			continue
+		}
+		if !isEndpoint(s) {
+			d.errorf("%s: %q is not host:port (a host name or address, then a port from 1 to 65535; [v6]:port for IPv6)", p, s)
+			continue
+		}
+		if j := slices.Index(out, s); j >= 0 {
+			d.errorf("%s: %q duplicates %s[%d]", p, s, path, j)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// isEndpoint reports whether s is host:port with a port from 1 to 65535.
+func isEndpoint(s string) bool {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 {
+		return false
+	}
+	host, port := s[:i], s[i+1:]
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 || port[0] == '0' || port[0] == '+' {
+		return false
+	}
+	if host[0] == '[' {
+		a, err := netip.ParseAddr(strings.TrimSuffix(host[1:], "]"))
+		return err == nil && a.Is6() && strings.HasSuffix(host, "]")
+	}
+	return !strings.ContainsAny(host, "[]:/")
 }
 
 // visible decodes a string that must be non-empty printable ASCII without
