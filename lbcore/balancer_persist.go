@@ -219,9 +219,7 @@ func (b *Balancer) RememberHash(h uint64, now time.Time, i int) {
 	if b.table == nil || i < 0 || i >= len(b.services) {
 		return
 	}
-	id := b.services[i].ID
-	var out Outcome
-	b.table.resolveInto(&out, nil, h, now, func(s uint64) bool { return s == id }, func() (uint64, bool) { return id, true })
+	b.table.Put(h, now, b.services[i].ID)
 }
 
 // AskKey is the persistence key of the last decision (valid until the next

@@ -290,6 +290,15 @@ func (t *Table) resolveInto(out *Outcome, fr *firstRead, h uint64, now time.Time
 	}
 }
 
+// Put stores svc for the key whose PersistKeyHash is h at time now,
+// replacing what the table holds for it: the fleet level's answer, which
+// the local table follows. Like Resolve it never blocks; a mapping it
+// cannot store after its CAS retries is left as it was.
+func (t *Table) Put(h uint64, now time.Time, svc uint64) {
+	var out Outcome
+	t.resolveInto(&out, nil, h, now, func(s uint64) bool { return s == svc }, func() (uint64, bool) { return svc, true })
+}
+
 // firstRead is quickHit's read of a key's bucket, which resolveInto takes
 // as its first read instead of reading the bucket again.
 type firstRead struct {

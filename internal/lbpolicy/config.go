@@ -21,6 +21,9 @@ type Policy struct {
 	// bounded load); activeBackup: the backup method does (a hash method's
 	// least-connection backup).
 	active, activeBackup bool
+	// store is the persistence store its workers use: processStore, or a
+	// test's own, standing for another Envoy process.
+	store *sharedStore
 }
 
 // placeholder is the service the policy's JSON is parsed with: lbcore
@@ -43,7 +46,12 @@ func ParseConfig(data []byte) (*Policy, error) {
 	// What the policy refuses whole comes from lbcore's host table, as the
 	// network filter's refusals do: a field cannot be added without saying
 	// what the policy does with it.
-	errs := lbcore.HostPolicy.Refusals(gjson.ParseBytes(data))
+	root := gjson.ParseBytes(data)
+	errs := lbcore.HostPolicy.Refusals(root)
+	if f := root.Get("persistence.fleet"); f.IsObject() && !f.Get("endpoints").Exists() {
+		// Before lbcore, which asks for the filters' cluster instead.
+		errs = append(errs, errNoEndpoints)
+	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -63,11 +71,14 @@ func ParseConfig(data []byte) (*Policy, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	p := &Policy{Config: c, in: c.Inputs()}
+	p := &Policy{Config: c, in: c.Inputs(), store: processStore}
 	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0
 	p.activeBackup = c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection
 	return p, nil
 }
+
+// errNoEndpoints refuses a fleet without endpoints.
+var errNoEndpoints = errors.New("persistence.fleet.endpoints: is required: the policy's own etcd client dials etcd's client endpoints (host:port), listed there")
 
 // PathKeyMax is the longest :path key a cache of choices keeps
 // (internal/lbpolicy/abi's cache.h HL_CACHE_KEY; cmd/hashlb-lbpolicy checks

@@ -33,7 +33,10 @@ func TestParseConfigRefuses(t *testing.T) {
 		{`{"lbMethod":"SOURCEIPHASH"}`, "lbMethod: SOURCEIPHASH hashes the client address, and Envoy gives a load-balancing policy the request headers, not the connection: set trustedForwardedHops to 1 or more"},
 		{`{"lbMethod":"TOKEN","token":"${server.port}"}`, "token: reads ${server.ip} or ${server.port}"},
 		{`{"lbMethod":"URLHASH","persistence":{"keys":["${client.ip}"]}}`, "persistence.keys: read ${client.ip}"},
-		{`{"lbMethod":"URLHASH","persistence":{"keys":["${request.path}"],"fleet":{"cluster":"etcd"}}}`, "persistence.fleet: not served"},
+		{`{"lbMethod":"URLHASH","persistence":{"keys":["${request.path}"],"fleet":{"cluster":"etcd"}}}`, "persistence.fleet.cluster: not served"},
+		{`{"lbMethod":"URLHASH","persistence":{"keys":["${request.path}"],"fleet":{"prefix":"/p/"}}}`, "persistence.fleet.endpoints: is required"},
+		{`{"lbMethod":"URLHASH","persistence":{"keys":["${request.path}"],"fleet":{"endpoints":["127.0.0.1:2379"],"authority":"etcd"}}}`, "persistence.fleet.authority: not served"},
+		{`{"lbMethod":"URLHASH","persistence":{"keys":["${request.path}"],"fleet":{"endpoints":["127.0.0.1"]}}}`, "is not host:port"},
 	} {
 		_, err := ParseConfig([]byte(c.js))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -24,6 +24,11 @@ type sharedStore struct {
 	tables map[string]*nsTable
 	cas    uint32 // one counter for every key, as lbcore's persistence table requires (createKey, lbcore/store.go)
 	now    func() time.Time
+
+	// fleetMu guards fleets, the fleet members of the store's namespaces
+	// (fleet.go); never held with mu.
+	fleetMu sync.Mutex
+	fleets  map[string]*fleetMember
 }
 
 // nsTable is one namespace's keys and the workers using it, and the host

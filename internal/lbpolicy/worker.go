@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // Failure says why a choice returned no host.
@@ -36,6 +37,11 @@ type Worker struct {
 	ns  string // the persistence namespace: hashlb/<cluster>
 	st  *workerStore
 
+	// fleet is the process's fleet member for the namespace (fleet.go),
+	// nil without persistence.fleet; slot is its refresh slot in seconds.
+	fleet *fleetMember
+	slot  int64
+
 	hosts *sharedHosts // the host set the cluster's workers share
 
 	v     view
@@ -63,22 +69,69 @@ type Worker struct {
 // NewWorker returns the policy's worker for the cluster named cluster.
 func (p *Policy) NewWorker(cluster string) *Worker {
 	ns := "hashlb/" + cluster
-	t := processStore.acquire(ns)
-	return &Worker{
+	s := p.store
+	if s == nil {
+		s = processStore
+	}
+	t := s.acquire(ns)
+	w := &Worker{
 		pol:   p,
 		ns:    ns,
-		st:    newWorkerStore(processStore, t),
+		st:    newWorkerStore(s, t),
 		hosts: &t.hosts,
 		req:   lbcore.Request{Headers: make([][2]string, 0, 8)},
 	}
+	if per := p.Config.Persistence; per != nil && per.Fleet != nil {
+		w.fleet = acquireFleet(s, t, ns, cluster, per)
+		w.slot = int64(fleet.Slot(per.Expire) / time.Second)
+	}
+	return w
 }
 
 // Close gives the worker's persistence namespace back: the table is freed
-// when no worker of any policy has used it for a while (store.go).
+// when no worker of any policy has used it for a while (store.go). The
+// last worker of a fleet member stops it and waits for its goroutines.
 func (w *Worker) Close() {
 	if w.st != nil {
-		processStore.release(w.ns)
+		w.st.s.release(w.ns)
 		w.st = nil
+	}
+	if w.fleet != nil {
+		w.fleet.release()
+		w.fleet = nil
+	}
+}
+
+// FleetStats returns the counters of the worker's fleet member; zero
+// without persistence.fleet.
+func (w *Worker) FleetStats() FleetStats {
+	if w.fleet == nil {
+		return FleetStats{}
+	}
+	return w.fleet.Stats()
+}
+
+// settleFleet completes a decision of a policy with persistence.fleet,
+// without waiting: a key the local table does not hold (Decision.Ask) takes
+// the method's choice into the local table at once and is proposed to etcd
+// in the background, unless its entry was on a service not selectable
+// here (which the fleet keeps for the proxies that can use it); a hit that
+// is the key's first use in a new slot proposes a refresh of its stamp.
+func (w *Worker) settleFleet(now time.Time) {
+	d := &w.d
+	switch {
+	case d.Ask:
+		if d.Len() == 0 {
+			return
+		}
+		i := d.At(0)
+		h := lbcore.PersistKeyHash(w.bal.AskKey())
+		w.bal.RememberHash(h, now, i)
+		if !d.Persist.Rechosen {
+			w.fleet.propose(proposal{h: h, svc: w.bal.FleetService(i), stamp: now.Unix(), create: true})
+		}
+	case d.Persist.Hit && d.Len() > 0 && int64(d.Persist.PrevUse)/w.slot < now.Unix()/w.slot:
+		w.fleet.propose(proposal{h: lbcore.PersistKeyHash(w.bal.AskKey()), svc: w.bal.FleetService(d.At(0)), stamp: now.Unix()})
 	}
 }
 
@@ -206,6 +259,9 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, int, Failure) {
 	req := w.fill(c)
 	for attempt := 0; ; attempt++ {
 		w.bal.DecideInto(&w.d, req, now)
+		if w.fleet != nil {
+			w.settleFleet(now)
+		}
 		if w.backups > 0 {
 			w.backups--
 		}

@@ -238,7 +238,7 @@ func (c *Client) sawHeader(now, sent time.Time, body []byte) {
 }
 
 // lostLease handles "lease not found" for lease id. Its TTL outlives every
-// slot it is used in (leaseTTL), so etcd lost it with its data, or an
+// slot it is used in (LeaseTTL), so etcd lost it with its data, or an
 // operator revoked it: keys used before now may be gone from etcd too.
 func (c *Client) lostLease(id int64, now time.Time) {
 	c.health.recovered = now.Unix() + 1

@@ -260,7 +260,7 @@ func TestRegistryAndOutbox(t *testing.T) {
 	b.log(false, "x")
 	b.logOnce(errTimeout, true, "once")
 	b.logOnce(errTimeout, true, "once")
-	if string(b.altKey(1)) != string(appendKey(nil, "/p/", 1))+AltSuffix || string(b.prefixKey()) != "/p/" {
+	if string(b.altKey(1)) != string(AppendKey(nil, "/p/", 1))+AltSuffix || string(b.prefixKey()) != "/p/" {
 		t.Fatal("keys are not the table's")
 	}
 	out := b.take()

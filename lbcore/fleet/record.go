@@ -21,7 +21,7 @@ import (
 // its previous use refreshes the stamp (once per slot and proxy), so after
 // its last use anywhere an entry lives at least expire and at most
 // expire + slot. etcd forgets it later still, through a lease per slot
-// (leaseTTL): the lease is etcd's garbage collector, the stamp the
+// (LeaseTTL): the lease is etcd's garbage collector, the stamp the
 // rule, so expiry follows the proxies' clocks (and a test's virtual one).
 
 // Prefix is the start of every etcd key of a table: f.Prefix, or
@@ -38,18 +38,42 @@ func Slot(expire time.Duration) time.Duration { return max(expire/8, time.Second
 
 // Key is the etcd key of persistence key key under prefix.
 func Key(prefix string, key []byte) string {
-	return string(appendKey(nil, prefix, lbcore.PersistKeyHash(key)))
+	return string(AppendKey(nil, prefix, lbcore.PersistKeyHash(key)))
 }
 
-// appendKey appends the etcd key under prefix of the persistence key
-// whose lbcore.PersistKeyHash is h.
-func appendKey(dst []byte, prefix string, h uint64) []byte {
+// AppendKey appends the etcd key under prefix of the persistence key
+// whose lbcore.PersistKeyHash is h (the load-balancing policy's fleet
+// member writes its keys with it).
+func AppendKey(dst []byte, prefix string, h uint64) []byte {
 	const hexDigits = "0123456789abcdef"
 	dst = append(dst, prefix...)
 	for shift := 60; shift >= 0; shift -= 4 {
 		dst = append(dst, hexDigits[(h>>shift)&15])
 	}
 	return dst
+}
+
+// KeyHash is the lbcore.PersistKeyHash of the persistence key whose etcd
+// key is etcdKey under prefix: AppendKey's inverse; false for a key of
+// another shape (a second choice's, AltSuffix, among them).
+func KeyHash(prefix, etcdKey string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(etcdKey, prefix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	var h uint64
+	for i := 0; i < len(hex); i++ {
+		c := hex[i]
+		switch {
+		case c >= '0' && c <= '9':
+			h = h<<4 | uint64(c-'0')
+		case c >= 'a' && c <= 'f':
+			h = h<<4 | uint64(c-'a'+10)
+		default:
+			return 0, false
+		}
+	}
+	return h, true
 }
 
 // AltSuffix ends the etcd key of a key's second choice: the service that
@@ -111,11 +135,11 @@ func SlotOf(t int64, expire time.Duration) int64 {
 	return t / int64(Slot(expire)/time.Second)
 }
 
-// leaseTTL is the TTL, in seconds, of the lease that entries written
+// LeaseTTL is the TTL, in seconds, of the lease that entries written
 // during slot k are attached to, granted at Unix second granted (in slot k or
 // before it): it outlives every stamp of slot k by expire + slot, plus a
 // minute for clocks that disagree.
-func leaseTTL(k, granted int64, expire time.Duration) int64 {
+func LeaseTTL(k, granted int64, expire time.Duration) int64 {
 	s := int64(Slot(expire) / time.Second)
 	end := (k + 1) * s
 	return end - granted + int64(expire/time.Second) + s + 60

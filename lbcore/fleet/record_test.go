@@ -47,7 +47,7 @@ func TestFleetExpiryBound(t *testing.T) {
 		}
 		// etcd's lease outlives the rule.
 		granted := stamp - 30
-		if end := granted + leaseTTL(SlotOf(stamp, expire), granted, expire); end < stamp+int64((expire+slot)/time.Second) {
+		if end := granted + LeaseTTL(SlotOf(stamp, expire), granted, expire); end < stamp+int64((expire+slot)/time.Second) {
 			t.Errorf("lease ends at %d, before the entry's logical end %d", end, stamp+int64((expire+slot)/time.Second))
 		}
 	}

@@ -76,7 +76,7 @@ func (r *roots) done(ids []uint32) { r.spareWait = ids[:0] }
 // them wait (waitRoot, pump): a worker never has two of either in flight.
 func (c *Client) grantIn(slot int64, now time.Time, timeout time.Duration) {
 	c.root.granting, c.root.grantEnd = true, c.clk.mono.Add(timeout)
-	body := c.out.grantBody(leaseTTL(slot, now.Unix(), c.expire))
+	body := c.out.grantBody(LeaseTTL(slot, now.Unix(), c.expire))
 	c.reg.calls[c.send(callGrant, nil, "/v3/lease/grant", body, timeout, 0)].slot = slot
 }
 

@@ -93,7 +93,7 @@ func (b *outbox) body(start int) []byte {
 
 // fleetKey is the etcd key of the key of hash h, in a buffer reused.
 func (b *outbox) fleetKey(h uint64) []byte {
-	b.keyBuf = appendKey(b.keyBuf[:0], b.prefix, h)
+	b.keyBuf = AppendKey(b.keyBuf[:0], b.prefix, h)
 	return b.keyBuf
 }
 

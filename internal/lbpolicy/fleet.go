@@ -1,0 +1,414 @@
+package lbpolicy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/hashlb/hashlb/lbcore"
+	"github.com/hashlb/hashlb/lbcore/fleet"
+)
+
+// Fleet-wide persistence for the policy (docs/persistence.md, "The fleet
+// with the load-balancing policy"): one fleetMember per Envoy process,
+// persistence namespace and fleet configuration, shared by the workers
+// that use them. It speaks the Wasm filter's protocol (lbcore/fleet's key
+// layout and record: first writer wins, create-if-absent on a lease per
+// slot), so filters and policies of one fleet share placements, with
+// etcd's own Go client on goroutines of its own:
+//
+//   - the choose path never waits: a new key is decided and stored in the
+//     local table at once, then handed over (Worker.propose) through a
+//     bounded queue; a full queue drops the proposal and counts it;
+//   - fleetProposers goroutines send each proposal as a transaction
+//     (create if absent, else read); a live record of another service is
+//     followed (the local table takes it), a stale one or a stamp of an
+//     older slot is replaced on its mod_revision;
+//   - one goroutine watches the fleet's prefix and puts every live record
+//     it sees into the process's table, so each proxy learns the others'
+//     placements as they are made;
+//   - the last worker's Close stops them all and closes the client.
+
+// fleetQueue is how many proposals wait for the proposers at most.
+const fleetQueue = 4096
+
+// fleetProposers is how many goroutines send proposals.
+const fleetProposers = 2
+
+// fleetRetry is how long the watch waits before it is opened again after
+// it failed.
+const fleetRetry = time.Second
+
+// proposal is a key this process placed (or used in a new slot), for etcd:
+// its hash, the service's identity in fleet records and the stamp.
+type proposal struct {
+	h      uint64
+	svc    string
+	stamp  int64
+	create bool // a new key, which spends the create budget; else a refresh
+}
+
+// FleetStats counts what the fleet member did, for tests and the log.
+type FleetStats struct {
+	// Proposed: proposals queued; Dropped: proposals lost to a full queue;
+	// OverBudget: creates over createsPerSecond, kept local.
+	Proposed, Dropped, OverBudget uint64
+	// Placed: keys etcd took as proposed (created or refreshed);
+	// Followed: keys etcd held on another live service, which the local
+	// table took; Failed: proposals etcd did not answer.
+	Placed, Followed, Failed uint64
+	// Watched: records the watch put into the local table.
+	Watched uint64
+}
+
+// fleetMember is the fleet level of one process's persistence namespace
+// under one fleet configuration.
+type fleetMember struct {
+	id     string // the key of store.fleets
+	refs   int    // workers using it; under store.fleetMu
+	ns     string
+	f      lbcore.Fleet
+	prefix string
+	expire time.Duration
+	size   int
+
+	store *sharedStore
+	table *nsTable
+	q     chan proposal
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	stats struct {
+		proposed, dropped, overBudget, placed, followed, failed, watched atomic.Uint64
+	}
+	lease leaseSlot
+	rate  createBudget
+}
+
+// leaseSlot is the lease of the current slot that puts are attached to,
+// shared by the proposers.
+type leaseSlot struct {
+	mu   sync.Mutex
+	slot int64
+	id   clientv3.LeaseID
+}
+
+// createBudget is createsPerSecond as a token bucket of one second's burst.
+type createBudget struct {
+	mu     sync.Mutex
+	tokens float64
+	at     time.Time
+}
+
+// fleetPrefix is the policy's etcd prefix: persistence.fleet.prefix, else
+// /hashlb/<Envoy cluster>/.
+func fleetPrefix(f *lbcore.Fleet, cluster string) string {
+	return fleet.Prefix(f, cluster)
+}
+
+// acquireFleet returns the member for the workers of namespace ns (table t
+// of store s) under persistence p, started for the first of them.
+func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Persistence) *fleetMember {
+	prefix := fleetPrefix(p.Fleet, cluster)
+	id := memberID(ns, prefix, p)
+	s.fleetMu.Lock()
+	defer s.fleetMu.Unlock()
+	if m := s.fleets[id]; m != nil {
+		m.refs++
+		return m
+	}
+	if s.fleets == nil {
+		s.fleets = map[string]*fleetMember{}
+	}
+	m := &fleetMember{id: id, refs: 1, ns: ns, f: *p.Fleet, prefix: prefix, expire: p.Expire, size: p.TableSize,
+		store: s, table: t, q: make(chan proposal, fleetQueue)}
+	m.rate.tokens, m.rate.at = float64(m.f.CreatesPerSecond), time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	m.wg.Add(1)
+	go m.run(ctx)
+	s.fleets[id] = m
+	return m
+}
+
+// memberID names a member of a store: the namespace and what the fleet
+// configuration says of etcd and the table.
+func memberID(ns, prefix string, p *lbcore.Persistence) string {
+	b := make([]byte, 0, 128)
+	b = append(b, ns...)
+	b = append(b, 0)
+	b = append(b, prefix...)
+	for _, e := range p.Fleet.Endpoints {
+		b = append(append(b, 0), e...)
+	}
+	b = append(b, 0)
+	b = append(b, lbcore.FormatDuration(p.Expire)...)
+	b = append(b, 0)
+	b = appendInt(b, int64(p.TableSize))
+	b = append(b, 0)
+	b = appendInt(b, int64(p.Fleet.CreatesPerSecond))
+	b = append(b, 0)
+	b = appendInt(b, int64(p.Fleet.Timeout))
+	return string(b)
+}
+
+func appendInt(b []byte, n int64) []byte {
+	if n < 0 {
+		b, n = append(b, '-'), -n
+	}
+	var d [20]byte
+	i := len(d)
+	for {
+		i--
+		d[i] = byte('0' + n%10)
+		if n /= 10; n == 0 {
+			break
+		}
+	}
+	return append(b, d[i:]...)
+}
+
+// release is a worker of m closing; the last one stops m and waits for its
+// goroutines.
+func (m *fleetMember) release() {
+	s := m.store
+	s.fleetMu.Lock()
+	m.refs--
+	last := m.refs == 0
+	if last {
+		delete(s.fleets, m.id)
+	}
+	s.fleetMu.Unlock()
+	if last {
+		m.cancel()
+		m.wg.Wait()
+	}
+}
+
+// propose queues p for etcd without waiting: a full queue drops it.
+func (m *fleetMember) propose(p proposal) {
+	select {
+	case m.q <- p:
+		m.stats.proposed.Add(1)
+	default:
+		m.stats.dropped.Add(1)
+	}
+}
+
+// Stats returns the member's counters.
+func (m *fleetMember) Stats() FleetStats {
+	return FleetStats{
+		Proposed: m.stats.proposed.Load(), Dropped: m.stats.dropped.Load(), OverBudget: m.stats.overBudget.Load(),
+		Placed: m.stats.placed.Load(), Followed: m.stats.followed.Load(), Failed: m.stats.failed.Load(),
+		Watched: m.stats.watched.Load(),
+	}
+}
+
+// run makes the client and runs the watch and the proposers until ctx
+// ends, then closes the client.
+func (m *fleetMember) run(ctx context.Context) {
+	defer m.wg.Done()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   m.f.Endpoints,
+		DialTimeout: m.f.Timeout,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+		// Keepalives find a dead member, so that the client moves to another.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+	})
+	if err != nil { // a configuration the client refuses: proposals go unanswered
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.q:
+				m.stats.failed.Add(1)
+			}
+		}
+	}
+	defer cli.Close()
+	var wg sync.WaitGroup
+	wg.Add(1 + fleetProposers)
+	go func() {
+		defer wg.Done()
+		m.watch(ctx, cli)
+	}()
+	for range fleetProposers {
+		go func() {
+			defer wg.Done()
+			m.proposer(ctx, cli)
+		}()
+	}
+	wg.Wait()
+}
+
+// localTable is a goroutine's own handle on the process's table (a Table
+// and a workerStore are not shared between goroutines).
+func (m *fleetMember) localTable() *lbcore.Table {
+	return lbcore.NewTable(newWorkerStore(m.store, m.table), m.ns, m.size, m.expire)
+}
+
+// watch puts every live record of the prefix into the local table, from
+// the revision after the last one seen when it is opened again.
+func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
+	t := m.localTable()
+	var rev int64
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev+1))
+		}
+		wctx := clientv3.WithRequireLeader(ctx)
+		for resp := range cli.Watch(wctx, m.prefix, opts...) {
+			if resp.CompactRevision > 0 {
+				rev = 0 // compacted past it: go on from now
+			}
+			if resp.Err() != nil {
+				break
+			}
+			now := time.Now()
+			for _, ev := range resp.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue
+				}
+				h, ok := fleet.KeyHash(m.prefix, string(ev.Kv.Key))
+				r, live := fleet.ParseRecord(string(ev.Kv.Value))
+				if ok && live && r.Alive(now, m.expire) {
+					t.Put(h, now, xxhash.Sum64String(r.Service))
+					m.stats.watched.Add(1)
+				}
+			}
+			rev = max(rev, resp.Header.Revision)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(fleetRetry):
+		}
+	}
+}
+
+// proposer sends the queued proposals until ctx ends.
+func (m *fleetMember) proposer(ctx context.Context, cli *clientv3.Client) {
+	t := m.localTable()
+	key := make([]byte, 0, len(m.prefix)+16)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-m.q:
+			if p.create && !m.rate.take(float64(m.f.CreatesPerSecond), time.Now()) {
+				m.stats.overBudget.Add(1)
+				continue
+			}
+			key = fleet.AppendKey(key[:0], m.prefix, p.h)
+			m.send(ctx, cli, t, string(key), p)
+		}
+	}
+}
+
+// take spends one create token at now, if the bucket has one.
+func (b *createBudget) take(rate float64, now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tokens = min(rate, b.tokens+now.Sub(b.at).Seconds()*rate)
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// send settles one proposal: create if absent (else read); a record that is
+// not alive, or the same service stamped in an older slot, is replaced on
+// its mod_revision (at most twice); another live service is followed.
+func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.Table, key string, p proposal) {
+	now := time.Now()
+	val := fleet.Record{Stamp: p.stamp, Service: p.svc}.String()
+	lease, ok := m.leaseFor(ctx, cli, now)
+	if !ok {
+		m.stats.failed.Add(1)
+		return
+	}
+	var rev int64 // 0: create if absent; else replace at this mod_revision
+	for range 3 {
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if rev != 0 {
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+		}
+		cctx, cancel := context.WithTimeout(ctx, m.f.Timeout)
+		resp, err := cli.Txn(cctx).If(cmp).
+			Then(clientv3.OpPut(key, val, clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(key)).Commit()
+		cancel()
+		if err != nil {
+			m.stats.failed.Add(1)
+			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				m.lease.forget(lease)
+			}
+			return
+		}
+		if resp.Succeeded {
+			m.stats.placed.Add(1)
+			return
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			rev = 0 // deleted between the compare and the read
+			continue
+		}
+		r, live := fleet.ParseRecord(string(kvs[0].Value))
+		switch {
+		case !live || !r.Alive(now, m.expire):
+			rev = kvs[0].ModRevision
+		case r.Service == p.svc && fleet.SlotOf(r.Stamp, m.expire) < fleet.SlotOf(p.stamp, m.expire):
+			rev = kvs[0].ModRevision // in use in a new slot: refresh the stamp
+		case r.Service == p.svc:
+			m.stats.placed.Add(1)
+			return
+		default:
+			t.Put(p.h, now, xxhash.Sum64String(r.Service))
+			m.stats.followed.Add(1)
+			return
+		}
+	}
+	m.stats.failed.Add(1)
+}
+
+// leaseFor returns the lease of now's slot, granted once per slot.
+func (m *fleetMember) leaseFor(ctx context.Context, cli *clientv3.Client, now time.Time) (clientv3.LeaseID, bool) {
+	l := &m.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slot := fleet.SlotOf(now.Unix(), m.expire)
+	if l.id != 0 && l.slot == slot {
+		return l.id, true
+	}
+	cctx, cancel := context.WithTimeout(ctx, m.f.Timeout)
+	defer cancel()
+	g, err := cli.Grant(cctx, fleet.LeaseTTL(slot, now.Unix(), m.expire))
+	if err != nil {
+		return 0, false
+	}
+	l.slot, l.id = slot, g.ID
+	return l.id, true
+}
+
+// forget drops lease id, which etcd no longer knows: the next put grants
+// another.
+func (l *leaseSlot) forget(id clientv3.LeaseID) {
+	l.mu.Lock()
+	if l.id == id {
+		l.id = 0
+	}
+	l.mu.Unlock()
+}
