@@ -34,17 +34,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/hashlb/hashlb/internal/fleettest"
 )
@@ -62,73 +57,7 @@ func startEtcd(t testing.TB, dir string) (clientAddr string, stop func()) {
 // so that a test can restart etcd where a host's cluster already points.
 func startEtcdOn(t testing.TB, dir, clientAddr string) (string, func()) {
 	t.Helper()
-	free := clientAddr == ""
-	if free {
-		clientAddr = fleettest.FreeAddr(t)
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "hashlb-e2e"
-	cfg.Dir = dir
-	// etcd logs errors of its own shutdown; keep its log beside the data.
-	cfg.LogLevel = "error"
-	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
-	cfg.UnsafeNoFsync = true // test data only; keeps the tests fast on slow disks
-	client := url.URL{Scheme: "http", Host: clientAddr}
-	peer := url.URL{Scheme: "http", Host: fleettest.FreeAddr(t)}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	for try := 1; err != nil && try < etcdStartTries && portTaken(err.Error()); try++ {
-		// A port taken between its pick and the bind: others.
-		if free {
-			clientAddr = fleettest.FreeAddr(t)
-			client = url.URL{Scheme: "http", Host: clientAddr}
-			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
-		}
-		peer = url.URL{Scheme: "http", Host: fleettest.FreeAddr(t)}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
-		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-		e, err = embed.StartEtcd(cfg)
-	}
-	if err != nil {
-		log, _ := os.ReadFile(cfg.LogOutputs[0])
-		t.Fatalf("starting embedded etcd in %s: %v\n%s", dir, err, log)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		t.Fatalf("embedded etcd: %v", err)
-	case <-time.After(60 * time.Second):
-		e.Close()
-		t.Fatal("embedded etcd was not ready within 60s")
-	}
-	if err := fleettest.WaitGateway(clientAddr, 30*time.Second, nil); err != nil {
-		e.Close()
-		t.Fatal(err)
-	}
-	var once sync.Once
-	stop := func() { once.Do(func() { closeEtcd(t, e) }) }
-	t.Cleanup(stop)
-	return clientAddr, stop
-}
-
-// closeEtcd stops an embedded etcd, waiting at most 20 s: embed.Etcd.Close
-// was seen to block for good once in a while (in its loop over the servers
-// it started, etcd 3.7.3) after the server had served for seconds. A test
-// must not hang on that; the leaked goroutines die with the test binary.
-func closeEtcd(t testing.TB, e *embed.Etcd) {
-	done := make(chan struct{})
-	go func() {
-		e.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		t.Logf("embedded etcd did not finish closing within 20s; going on without it")
-	}
+	return fleettest.StartEmbedded(t, dir, clientAddr)
 }
 
 // etcdBinary returns HASHLB_ETCD_BIN (./build.sh test sets it after
@@ -186,13 +115,13 @@ func startEtcdBinary(t testing.TB, bin, dir string) (clientAddr string, stop fun
 }
 
 // etcdStartTries is how often an etcd whose port was taken is started.
-const etcdStartTries = 3
+const etcdStartTries = fleettest.StartTries
 
 // portTaken reports whether an etcd that exited before it answered lost a
 // port it was given (fleettest.FreeAddr) to another process before it
 // bound it: on a busy machine an outgoing connection can get that port
 // as its own. It is then started again on other ports.
-func portTaken(out string) bool { return strings.Contains(out, "address already in use") }
+func portTaken(out string) bool { return fleettest.PortTaken(out) }
 
 // delayProxy forwards TCP connections from a loopback address to target,
 // holding each chunk of data, in both directions, for delay() before passing

@@ -2,7 +2,7 @@
 // real Envoy (e2e/envoy) share: etcd's command line on free loopback
 // ports (EtcdArgs, FreeAddr), waiting for its JSON gateway, and the
 // measure of agreement, the last request whose key went elsewhere through
-// another proxy. Test-only: the module never imports it.
-//
-// All of it is fleettest.go.
+// another proxy (fleettest.go); go.mod's etcd server embedded in the test
+// process (embed.go), which internal/lbpolicy's fleet tests use too.
+// Test-only: the module never imports it.
 package fleettest
