@@ -14,6 +14,7 @@
 // (hosts.go), and a host made an lbcore service (services.go); the host
 // set made hashlb's, shared by the workers that see the same hosts
 // (hostset.go); the Worker, one Envoy worker's Balancer and its choices
-// (worker.go); and the persistence table the workers of one process share
-// (store.go).
+// (worker.go); the persistence table the workers of one process share
+// (store.go); and persistence.fleet, the process's member of the etcd fleet
+// on goroutines of its own, with etcd's Go client (fleet.go).
 package lbpolicy

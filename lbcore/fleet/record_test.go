@@ -182,3 +182,17 @@ func TestEtcdAuthCodec(t *testing.T) {
 		}
 	}
 }
+
+// KeyHash reads back the hash AppendKey wrote, and refuses other shapes.
+func TestKeyHash(t *testing.T) {
+	for _, h := range []uint64{0, 1, 0xdeadbeef, ^uint64(0)} {
+		if got, ok := KeyHash("/p/", string(AppendKey(nil, "/p/", h))); !ok || got != h {
+			t.Errorf("KeyHash(AppendKey(%x)) = %x, %v", h, got, ok)
+		}
+	}
+	for _, k := range []string{"/q/0000000000000001", "/p/000000000000001", "/p/000000000000000G", "/p/0000000000000001" + AltSuffix} {
+		if _, ok := KeyHash("/p/", k); ok {
+			t.Errorf("KeyHash(%q) accepted", k)
+		}
+	}
+}

@@ -1,0 +1,349 @@
+package lbpolicy
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/lbcore/fleet"
+)
+
+// fleetJS is a ROUNDROBIN policy persisting x-user through the fleet at
+// addr: round robin makes two proxies disagree on every new key unless the
+// fleet settles it.
+func fleetJS(addr, timeout string) string {
+	return fmt.Sprintf(`{"lbMethod":"ROUNDROBIN","persistence":{"keys":["${request.header.x-user}"],"expire":"1h",`+
+		`"fleet":{"endpoints":[%q],"prefix":"/hashlb/test/","timeout":%q,"createsPerSecond":100000}}}`, addr, timeout)
+}
+
+// fleetProxy is one Envoy process of a test: its own store, one worker
+// per entry of ws, over hosts f.
+type fleetProxy struct {
+	p  *Policy
+	f  *fakeHosts
+	ws []*Worker
+}
+
+func newFleetProxy(t *testing.T, js string, f *fakeHosts, workers int) *fleetProxy {
+	t.Helper()
+	p := mustPolicy(t, js)
+	p.store = newSharedStore()
+	x := &fleetProxy{p: p, f: f}
+	for range workers {
+		w := p.NewWorker("fleet")
+		if _, err := w.Update(f); err != nil {
+			t.Fatal(err)
+		}
+		x.ws = append(x.ws, w)
+	}
+	return x
+}
+
+func (x *fleetProxy) close() {
+	for _, w := range x.ws {
+		w.Close()
+	}
+	x.ws = nil
+}
+
+// choose is worker i's choice for user u: the host's address.
+func (x *fleetProxy) choose(t *testing.T, i int, u string) string {
+	t.Helper()
+	_, hi, fail := x.ws[i].Choose(x.f, &fakeCtx{headers: [][2]string{{"x-user", u}}}, time.Now())
+	if fail != NoFailure {
+		t.Fatal(fail)
+	}
+	return x.f.HealthyAddress(0, hi)
+}
+
+// settled waits until every proposal of x was answered (placed, followed
+// or failed), at most limit.
+func (x *fleetProxy) settled(t *testing.T, limit time.Duration) FleetStats {
+	t.Helper()
+	end := time.Now().Add(limit)
+	for {
+		s := x.ws[0].FleetStats()
+		if s.Placed+s.Followed+s.Failed+s.OverBudget >= s.Proposed || time.Now().After(end) {
+			return s
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// reversed is f's hosts in the opposite order: another proxy's view of
+// the same cluster, whose round robin goes the other way.
+func reversed(f *fakeHosts) *fakeHosts {
+	r := &fakeHosts{hs: slices.Clone(f.hs)}
+	slices.Reverse(r.hs)
+	r.sync()
+	return r
+}
+
+// A key one proxy placed is served by another proxy at the same host,
+// though its own round robin would choose otherwise: through the watch for
+// a proxy running when the key was placed, and through its own
+// create-if-absent, which finds the record, for one that starts later.
+func TestFleetSharesPlacements(t *testing.T) {
+	addr, _ := fleettest.StartEmbedded(t, t.TempDir(), "")
+	js := fleetJS(addr, "2s")
+	f := newFakeHosts(5)
+	a := newFleetProxy(t, js, f, 2)
+	defer a.close()
+	b := newFleetProxy(t, js, reversed(f), 2)
+	defer b.close()
+	time.Sleep(200 * time.Millisecond) // the watches open
+	const keys = 60
+	placed := map[string]string{}
+	for k := range keys {
+		u := fmt.Sprint("u", k)
+		placed[u] = a.choose(t, k%2, u)
+	}
+	if s := a.settled(t, 20*time.Second); s.Placed != keys {
+		t.Fatalf("proxy a: %+v, want %d keys placed", s, keys)
+	}
+	// b learns them from its watch.
+	end := time.Now().Add(20 * time.Second)
+	for b.ws[0].FleetStats().Watched < keys && time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	disagree := 0
+	for u, host := range placed {
+		if got := b.choose(t, 1, u); got != host {
+			disagree++
+			t.Errorf("%s: proxy b serves %s, proxy a placed it on %s", u, got, host)
+		}
+	}
+	if s := b.ws[0].FleetStats(); s.Proposed != 0 {
+		t.Errorf("proxy b proposed %d keys it had learned: %+v", s.Proposed, s)
+	}
+	// c starts after the placements: no watch event tells it; its first
+	// choice of a key is its own, its proposal finds a's record, and it
+	// follows.
+	c := newFleetProxy(t, js, reversed(f), 1)
+	defer c.close()
+	for u := range placed {
+		c.choose(t, 0, u)
+	}
+	s := c.settled(t, 20*time.Second)
+	for u, host := range placed {
+		if got := c.choose(t, 0, u); got != host {
+			t.Errorf("%s: proxy c serves %s after its proposal was answered, proxy a placed it on %s (%+v)", u, got, host, s)
+		}
+	}
+	if s.Followed == 0 {
+		t.Errorf("proxy c followed no key: %+v", s)
+	}
+}
+
+// Two proxies placing the same new keys at once, each its own way: etcd's
+// first writer wins, and both end up serving its choice, which is etcd's
+// record.
+func TestFleetFirstWriterWins(t *testing.T) {
+	addr, _ := fleettest.StartEmbedded(t, t.TempDir(), "")
+	js := fleetJS(addr, "2s")
+	f := newFakeHosts(4)
+	a := newFleetProxy(t, js, f, 1)
+	defer a.close()
+	b := newFleetProxy(t, js, reversed(f), 1)
+	defer b.close()
+	time.Sleep(200 * time.Millisecond)
+	const keys = 300
+	var wg sync.WaitGroup
+	for _, x := range []*fleetProxy{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range keys {
+				x.choose(t, 0, fmt.Sprint("race", k))
+			}
+		}()
+	}
+	wg.Wait()
+	sa, sb := a.settled(t, 30*time.Second), b.settled(t, 30*time.Second)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// The watch may still be delivering: poll until both agree with etcd.
+	end := time.Now().Add(20 * time.Second)
+	var split []string
+	for {
+		split = split[:0]
+		for k := range keys {
+			u := fmt.Sprint("race", k)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cli.Get(ctx, fleet.Key("/hashlb/test/", []byte(u)))
+			cancel()
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("%s: etcd holds no record (%v)", u, err)
+			}
+			r, _ := fleet.ParseRecord(string(resp.Kvs[0].Value))
+			ha, hb := a.choose(t, 0, u), b.choose(t, 0, u)
+			if ha != r.Service || hb != r.Service {
+				split = append(split, fmt.Sprintf("%s: etcd %s, a %s, b %s", u, r.Service, ha, hb))
+			}
+		}
+		if len(split) == 0 || time.Now().After(end) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(split) > 0 {
+		t.Errorf("%d of %d keys split (a %+v, b %+v); first: %s", len(split), keys, sa, sb, split[0])
+	}
+	if sa.Followed+sb.Followed == 0 && sa.Watched+sb.Watched == 0 {
+		t.Errorf("no proxy followed the other: a %+v, b %+v", sa, sb)
+	}
+}
+
+// lateness measures, until stop, how late a 10 ms timer of this process
+// fires: what the machine adds to any time measured meanwhile.
+func lateness() (stop func() time.Duration) {
+	var worst atomic.Int64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			t0 := time.Now()
+			time.Sleep(10 * time.Millisecond)
+			if d := int64(time.Since(t0) - 10*time.Millisecond); d > worst.Load() {
+				worst.Store(d)
+			}
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		wg.Wait()
+		return time.Duration(worst.Load())
+	}
+}
+
+// chooseWorst is the slowest of n choices of new keys by x's worker.
+func chooseWorst(t *testing.T, x *fleetProxy, tag string, n int) time.Duration {
+	var worst time.Duration
+	for k := range n {
+		t0 := time.Now()
+		x.choose(t, 0, fmt.Sprint(tag, k))
+		worst = max(worst, time.Since(t0))
+	}
+	return worst
+}
+
+// With etcd stopped, a choice never waits: the slowest choice of new keys
+// is that of the same policy without a fleet, give or take the lateness the
+// machine showed meanwhile, far under the fleet's call timeout; proposals
+// over the queue's bound are dropped and counted.
+func TestFleetEtcdDownNeverBlocks(t *testing.T) {
+	addr, stop := fleettest.StartEmbedded(t, t.TempDir(), "")
+	const timeout = 5 * time.Second
+	f := newFakeHosts(8)
+	x := newFleetProxy(t, fleetJS(addr, "5s"), f, 1)
+	defer x.close()
+	local := newFleetProxy(t, `{"lbMethod":"ROUNDROBIN","persistence":{"keys":["${request.header.x-user}"],"expire":"1h"}}`, f, 1)
+	defer local.close()
+	x.choose(t, 0, "warm")
+	x.settled(t, 10*time.Second)
+	stop()
+	const n = 3 * fleetQueue
+	endLate := lateness()
+	base := chooseWorst(t, local, "local", n)
+	down := chooseWorst(t, x, "down", n)
+	late := endLate()
+	bound := 4*base + 2*late
+	t.Logf("slowest choice: %v with etcd down, %v without a fleet; timers up to %v late", down, base, late)
+	if down > bound || down >= timeout/2 {
+		t.Errorf("slowest choice with etcd down %v, over %v (4 × %v without a fleet + 2 × %v of lateness measured): a choice waited on etcd",
+			down, bound, base, late)
+	}
+	if s := x.ws[0].FleetStats(); s.Dropped == 0 || s.Proposed > uint64(n) || s.Proposed+s.Dropped != uint64(n)+1 {
+		t.Errorf("%d proposals with etcd down: %+v, want some dropped, every one counted once", n, s)
+	}
+}
+
+// The last worker's Close stops the fleet member: no goroutine of it is
+// left, with etcd up, or with nothing listening at its endpoint.
+func TestFleetStopLeavesNoGoroutine(t *testing.T) {
+	addr, _ := fleettest.StartEmbedded(t, t.TempDir(), "")
+	f := newFakeHosts(4)
+	for _, down := range []bool{false, true} {
+		at := addr
+		if down {
+			at = fleettest.FreeAddr(t)
+		}
+		before := runtime.NumGoroutine()
+		x := newFleetProxy(t, fleetJS(at, "1s"), f, 4)
+		for k := range 100 {
+			x.choose(t, k%4, fmt.Sprint("g", k))
+		}
+		if !down {
+			x.settled(t, 10*time.Second)
+		}
+		during := runtime.NumGoroutine()
+		x.close()
+		end := time.Now().Add(10 * time.Second)
+		after := runtime.NumGoroutine()
+		for after > before && time.Now().Before(end) {
+			time.Sleep(20 * time.Millisecond)
+			after = runtime.NumGoroutine()
+		}
+		if during <= before {
+			t.Errorf("etcd down %v: %d goroutines while running, %d before: the member ran none", down, during, before)
+		}
+		if after > before {
+			buf := make([]byte, 1<<20)
+			t.Errorf("etcd down %v: %d goroutines after the last Close, %d before:\n%s", down, after, before, buf[:runtime.Stack(buf, true)])
+		}
+	}
+}
+
+// A choice of a policy with a fleet allocates nothing in steady state
+// (keys the local table holds, including the refresh of a stamp in a new
+// slot, which only queues a proposal).
+func TestFleetChooseAllocatesNothing(t *testing.T) {
+	f := newFakeHosts(10)
+	x := newFleetProxy(t, fleetJS(fleettest.FreeAddr(t), "1s"), f, 1)
+	defer x.close()
+	ctxs := make([]*fakeCtx, 64)
+	for i := range ctxs {
+		ctxs[i] = &fakeCtx{headers: [][2]string{{"x-user", fmt.Sprint("a", i)}}}
+	}
+	now := time.Now()
+	w := x.ws[0]
+	for _, c := range ctxs {
+		w.Choose(f, c, now)
+	}
+	k := 0
+	if n := testing.AllocsPerRun(1000, func() {
+		w.Choose(f, ctxs[k%len(ctxs)], now)
+		k++
+	}); n != 0 {
+		t.Errorf("%v allocations per choice", n)
+	}
+	later := now.Add(time.Duration(w.slot) * time.Second) // every key's first use in a new slot
+	k = 0
+	if n := testing.AllocsPerRun(len(ctxs)-1, func() {
+		w.Choose(f, ctxs[k%len(ctxs)], later)
+		k++
+	}); n != 0 {
+		t.Errorf("%v allocations per choice that refreshes a stamp", n)
+	}
+	if s := w.FleetStats(); s.Proposed+s.Dropped < uint64(2*len(ctxs)) {
+		t.Errorf("%+v: want every new key and every refresh proposed", s)
+	}
+}
