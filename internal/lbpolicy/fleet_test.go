@@ -87,19 +87,27 @@ func reversed(f *fakeHosts) *fakeHosts {
 	return r
 }
 
+// twoProxies starts an embedded etcd and two proxies over it (closed at
+// t's cleanup), a over f and b over f reversed, each with workers workers,
+// and lets their watches open.
+func twoProxies(t *testing.T, f *fakeHosts, workers int) (addr, js string, a, b *fleetProxy) {
+	addr, _ = fleettest.StartEmbedded(t, t.TempDir(), "")
+	js = fleetJS(addr, "2s")
+	a = newFleetProxy(t, js, f, workers)
+	t.Cleanup(a.close)
+	b = newFleetProxy(t, js, reversed(f), workers)
+	t.Cleanup(b.close)
+	time.Sleep(200 * time.Millisecond)
+	return addr, js, a, b
+}
+
 // A key one proxy placed is served by another proxy at the same host,
 // though its own round robin would choose otherwise: through the watch for
 // a proxy running when the key was placed, and through its own
 // create-if-absent, which finds the record, for one that starts later.
 func TestFleetSharesPlacements(t *testing.T) {
-	addr, _ := fleettest.StartEmbedded(t, t.TempDir(), "")
-	js := fleetJS(addr, "2s")
 	f := newFakeHosts(5)
-	a := newFleetProxy(t, js, f, 2)
-	defer a.close()
-	b := newFleetProxy(t, js, reversed(f), 2)
-	defer b.close()
-	time.Sleep(200 * time.Millisecond) // the watches open
+	_, js, a, b := twoProxies(t, f, 2)
 	const keys = 60
 	placed := map[string]string{}
 	for k := range keys {
@@ -147,14 +155,7 @@ func TestFleetSharesPlacements(t *testing.T) {
 // first writer wins, and both end up serving its choice, which is etcd's
 // record.
 func TestFleetFirstWriterWins(t *testing.T) {
-	addr, _ := fleettest.StartEmbedded(t, t.TempDir(), "")
-	js := fleetJS(addr, "2s")
-	f := newFakeHosts(4)
-	a := newFleetProxy(t, js, f, 1)
-	defer a.close()
-	b := newFleetProxy(t, js, reversed(f), 1)
-	defer b.close()
-	time.Sleep(200 * time.Millisecond)
+	addr, _, a, b := twoProxies(t, newFakeHosts(4), 1)
 	const keys = 300
 	var wg sync.WaitGroup
 	for _, x := range []*fleetProxy{a, b} {
