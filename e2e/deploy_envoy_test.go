@@ -262,6 +262,8 @@ func TestEnvoyBrokenCopies(t *testing.T) {
 			[]string{"upstreamHeaders: unknown field"}},
 		{"fleet cluster missing", fleet, `"cluster": "hashlb_etcd"`, `"cluster": "etcd"`,
 			[]string{`persistence.fleet.cluster "etcd": no such cluster`}},
+		{"fleet by endpoints in the filter", fleet, `"cluster": "hashlb_etcd"`, `"endpoints": ["127.0.0.1:2379"]`,
+			[]string{`persistence.fleet.cluster: is required: the filter calls etcd through an Envoy cluster`}},
 		{"fleet cluster on HTTP/2", fleet, "    connect_timeout: 0.25s\n", "    connect_timeout: 0.25s\n    http2_protocol_options: {}\n",
 			[]string{"hashlb_etcd (persistence.fleet): must speak plain HTTP/1.1"}},
 		{"unknown envoy field", orig, "num_retries: 2", "num_retriess: 2",

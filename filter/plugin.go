@@ -109,9 +109,8 @@ func (p *pluginContext) OnPluginStart(int) (status types.OnPluginStartStatus) {
 func (p *pluginContext) start(data []byte) types.OnPluginStartStatus {
 	// data is this call's own copy of the host's buffer, never changed.
 	cfg, err := lbcore.ParseConfigOwned(data)
-	if err == nil && cfg.Persistence != nil && cfg.Persistence.Fleet != nil && cfg.Persistence.Fleet.Cluster == "" {
-		// lbcore accepts endpoints instead, which only the policy dials.
-		err = errors.New("persistence.fleet.cluster: is required: the filter calls etcd through an Envoy cluster (persistence.fleet.endpoints is the load-balancing policy's)")
+	if err == nil && cfg.Persistence != nil && cfg.Persistence.Fleet != nil {
+		err = cfg.Persistence.Fleet.FilterProblem()
 	}
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {

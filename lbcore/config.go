@@ -1,6 +1,7 @@
 package lbcore
 
 import (
+	"errors"
 	"net/netip"
 	"time"
 )
@@ -149,6 +150,17 @@ type Fleet struct {
 	// CreatesPerSecond is the most keys one worker asks etcd to create per
 	// second (default 100, 1–100000); keys over it are decided locally.
 	CreatesPerSecond int
+}
+
+// FilterProblem is why a filter cannot use the fleet, or nil: the filters
+// call etcd through the Envoy cluster Cluster names, which lbcore does not
+// require because the load-balancing policy dials Endpoints instead. The
+// filter refuses the configuration with it; hashlb check reports it.
+func (f *Fleet) FilterProblem() error {
+	if f.Cluster == "" {
+		return errors.New("persistence.fleet.cluster: is required: the filter calls etcd through an Envoy cluster (persistence.fleet.endpoints is the load-balancing policy's)")
+	}
+	return nil
 }
 
 // CallAuthority is the :authority of the calls to etcd.

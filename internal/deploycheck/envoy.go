@@ -225,7 +225,11 @@ func (c *envoyCheck) hcm(hcm *yaml.Node, path string) {
 		}
 		c.healthCluster(p, at)
 		if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
-			c.fleetCluster(p, at, fl.Fleet.Cluster)
+			if err := fl.Fleet.FilterProblem(); err != nil {
+				c.add(p, at, false, "plugin %v", err)
+			} else {
+				c.fleetCluster(p, at, fl.Fleet.Cluster)
+			}
 		}
 		c.sessionKey(p, at)
 		c.clientAddress(p, hcm, path)

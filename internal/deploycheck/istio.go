@@ -109,7 +109,11 @@ func (c *istioCheck) wasmPlugin(r resource, p plugin) {
 		}
 	}
 	if fl := cfg.Persistence; fl != nil && fl.Fleet != nil {
-		c.fleetCluster(r, p, fl.Fleet.Cluster)
+		if err := fl.Fleet.FilterProblem(); err != nil {
+			c.add(p, r, w, at+".pluginConfig", false, "%v", err)
+		} else {
+			c.fleetCluster(r, p, fl.Fleet.Cluster)
+		}
 	}
 	c.sessionKey(r, p, w, at)
 	if why := c.onWaypoint(r); why != "" {
