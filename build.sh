@@ -287,7 +287,7 @@ bench)
 	fi
 	mkdir -p dist
 	# A table this run does not write must not come from an earlier one.
-	rm -f dist/performance.md dist/envoy-peers*.md dist/go-bench.out dist/envoy-bench.out
+	rm -f dist/performance.md dist/envoy-peers*.md dist/go-bench.out dist/reconfigure-bench.out dist/envoy-bench.out
 	# The 1-minute load average every 30 s while the bench runs: the results section says what
 	# else the machine was doing (tools/benchdoc).
 	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >dist/bench-load.txt &
@@ -296,12 +296,16 @@ bench)
 	echo "bench: building, then every ratio, round by round (about 7 minutes)"
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 60m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
-	# One decision natively (lbcore) and the policy's choice on a fake host set: seconds.
-	echo "bench: one decision natively (lbcore) and the load-balancing policy's choice (internal/lbpolicy)"
+	# One decision natively (lbcore), the policy's choice on a fake host set, persistence in
+	# hostsim (seconds each), then a reconfiguration in hostsim and in V8 (minutes).
+	echo "bench: one decision natively (lbcore), the load-balancing policy's choice (internal/lbpolicy), persistence in hostsim"
 	{
 		go test ./lbcore -run '^$' -bench 'Select/(URLHASH|SOURCEIPHASH|TOKEN|ROUNDROBIN)/|PersistHit' -benchmem
 		go test ./internal/lbpolicy -run '^$' -bench BenchmarkChoose -benchtime 300000x
+		go test ./e2e -run '^$' -bench 'BenchmarkPersist/hostsim' -benchmem
 	} | tee dist/go-bench.out
+	echo "bench: a reconfiguration of 10, 1000 and 10⁴ services in hostsim and in V8"
+	go test ./e2e -run '^$' -bench '^BenchmarkReconfigure$' -benchtime 1x -timeout 30m | tee dist/reconfigure-bench.out
 	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), the
 	# load-balancing policy's tables and the cost of a reconfiguration there: every
 	# BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version, then the policy's).
@@ -318,7 +322,8 @@ bench)
 	go run ./tools/benchdoc -doc docs/performance.md -load dist/bench-load.txt \
 		-envoys "$HASHLB_ENVOY_BINS $HASHLB_LBPOLICY_ENVOY_BINS" \
 		-table "Ratios against their baselines=dist/performance.md" \
-		-gobench "One decision natively, and the policy's choice=dist/go-bench.out" \
+		-gobench "One decision natively, the policy's choice, persistence in hostsim=dist/go-bench.out" \
+		-gobench "Reconfiguration in hostsim and in V8=dist/reconfigure-bench.out" \
 		-table "Against Envoy's own load balancers=dist/envoy-peers.md" \
 		-table "The load-balancing policy beside Envoy's, one after the other=dist/envoy-peers-lbpolicy.md" \
 		-table "The load-balancing policy, each row paired with its own ring_hash Envoy=dist/envoy-peers-paired.md" \
