@@ -73,7 +73,7 @@ func (m Machine) line() string {
 		s = append(s, m.Valgrind)
 	}
 	if len(m.Envoys) > 0 {
-		s = append(s, "Envoy "+strings.Join(m.Envoys, ", ")+" (the official release binaries)")
+		s = append(s, "Envoy "+strings.Join(m.Envoys, ", "))
 	}
 	return strings.Join(s, "; ") + "."
 }

@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/hashlb/hashlb/internal/benchdoc"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // part is one -table or -gobench flag.
@@ -117,13 +118,15 @@ func machine(loadFile, envoys string) benchdoc.Machine {
 	}
 	m.Node = firstLine("node", "--version")
 	m.Valgrind = firstLine("valgrind", "--version")
-	version := regexp.MustCompile(`/(\d+\.\d+\.\d+)/`)
-	for _, bin := range strings.Fields(envoys) {
-		if v := version.FindStringSubmatch(firstLine(bin, "--version")); v != nil && !slices.Contains(m.Envoys, v[1]) {
-			m.Envoys = append(m.Envoys, v[1])
+	bins, err := envoyrun.Probe(strings.Fields(envoys))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchdoc:", err)
+	}
+	for _, b := range bins {
+		if !slices.Contains(m.Envoys, b.Version) {
+			m.Envoys = append(m.Envoys, b.Version)
 		}
 	}
-	slices.SortFunc(m.Envoys, func(a, b string) int { return compareVersions(a, b) })
 	return m
 }
 
@@ -139,17 +142,4 @@ func firstLine(name string, args ...string) string {
 		}
 	}
 	return ""
-}
-
-// compareVersions orders dotted versions number by number.
-func compareVersions(a, b string) int {
-	as, bs := strings.Split(a, "."), strings.Split(b, ".")
-	for i := range min(len(as), len(bs)) {
-		x, _ := strconv.Atoi(as[i])
-		y, _ := strconv.Atoi(bs[i])
-		if x != y {
-			return x - y
-		}
-	}
-	return len(as) - len(bs)
 }
