@@ -299,13 +299,16 @@ bench)
 	# One decision natively (lbcore), the policy's choice on a fake host set, persistence in
 	# hostsim (seconds each), then a reconfiguration in hostsim and in V8 (minutes).
 	echo "bench: one decision natively (lbcore), the load-balancing policy's choice (internal/lbpolicy), persistence in hostsim"
+	# A benchmark that fails does not stop the bench: its part of the results says so, and the
+	# command exits non-zero at the end.
+	failed=0
 	{
 		go test ./lbcore -run '^$' -bench 'Select/(URLHASH|SOURCEIPHASH|TOKEN|ROUNDROBIN)/|PersistHit' -benchmem
 		go test ./internal/lbpolicy -run '^$' -bench BenchmarkChoose -benchtime 300000x
 		go test ./e2e -run '^$' -bench 'BenchmarkPersist/hostsim' -benchmem
-	} | tee dist/go-bench.out
+	} | tee dist/go-bench.out || failed=1
 	echo "bench: a reconfiguration of 10, 1000 and 10⁴ services in hostsim and in V8"
-	go test ./e2e -run '^$' -bench '^BenchmarkReconfigure$' -benchtime 1x -timeout 30m | tee dist/reconfigure-bench.out
+	go test ./e2e -run '^$' -bench '^BenchmarkReconfigure$' -benchtime 1x -timeout 30m | tee dist/reconfigure-bench.out || failed=1
 	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), the
 	# load-balancing policy's tables and the cost of a reconfiguration there: every
 	# BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version, then the policy's).
@@ -315,7 +318,7 @@ bench)
 		apt_install linux-perf || echo "bench: no perf: the Envoy table comes without its profile" >&2
 	fi
 	echo "bench: hashlb against Envoy's round_robin, ring_hash and maglev, in real Envoy"
-	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 90m -peers.out="$PWD/dist/envoy-peers.md" | tee dist/envoy-bench.out
+	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 90m -peers.out="$PWD/dist/envoy-peers.md" | tee dist/envoy-bench.out || failed=1
 	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, and measured in pairs with ring_hash: dist/envoy-peers-paired.md)"
 	kill "$loadpid" 2>/dev/null || true
 	# The results section of docs/performance.md, between its markers, is this run's output.
@@ -327,7 +330,12 @@ bench)
 		-table "Against Envoy's own load balancers=dist/envoy-peers.md" \
 		-table "The load-balancing policy beside Envoy's, one after the other=dist/envoy-peers-lbpolicy.md" \
 		-table "The load-balancing policy, each row paired with its own ring_hash Envoy=dist/envoy-peers-paired.md" \
-		-gobench "Reconfiguration in real Envoy, and the Go runtime's share of the policy's Envoy=dist/envoy-bench.out"
+		-gobench "Reconfiguration in real Envoy, and the Go runtime's share of the policy's Envoy=dist/envoy-bench.out" ||
+		failed=1
+	if [ "$failed" != 0 ]; then
+		echo "bench: a benchmark failed or wrote nothing (above; docs/performance.md's results say which)" >&2
+		exit 1
+	fi
 	;;
 oci)
 	wasm

@@ -141,10 +141,22 @@ func cut(doc string) (before, inner, end, after string, err error) {
 // benchmark's name without the GOMAXPROCS suffix, and its figures. ns/op
 // is left out where it is no figure: 0 (a benchmark that reports its own
 // metrics) or over one iteration (the length of a run of -benchtime 1x); a
-// line left with no figure is left out. "" when out has no result line.
+// line left with no figure is left out. A benchmark that failed ("--- FAIL:
+// Benchmark…") is a row that says so. "" when out has neither.
 func GoBenchTable(out string) string {
 	var sb strings.Builder
+	row := func(name, figs string) {
+		if sb.Len() == 0 {
+			sb.WriteString("| benchmark | figures |\n|---|---|\n")
+		}
+		fmt.Fprintf(&sb, "| %s | %s |\n", name, figs)
+	}
 	for _, line := range strings.Split(out, "\n") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(line), "--- FAIL: Benchmark"); ok {
+			name, _, _ = strings.Cut(name, " ")
+			row("Benchmark"+name, "**failed** (the bench's output says why)")
+			continue
+		}
 		f := strings.Fields(line)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
 			continue
@@ -167,10 +179,7 @@ func GoBenchTable(out string) string {
 		if len(figs) == 0 {
 			continue
 		}
-		if sb.Len() == 0 {
-			sb.WriteString("| benchmark | figures |\n|---|---|\n")
-		}
-		fmt.Fprintf(&sb, "| %s | %s |\n", name, strings.Join(figs, ", "))
+		row(name, strings.Join(figs, ", "))
 	}
 	return sb.String()
 }

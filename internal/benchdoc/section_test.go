@@ -42,8 +42,8 @@ func TestSpliceThenVerify(t *testing.T) {
 func TestGoBenchTable(t *testing.T) {
 	out := "goos: linux\nBenchmarkSelect/URLHASH/3-2   \t18234567\t        65.1 ns/op\t       0 B/op\t       0 allocs/op\n" +
 		"BenchmarkEnvoyReconfigure/envoy-1.40.0-2 1 0 ns/op 19.8 worker-cpu-ms-per-change\n" +
-		"BenchmarkEnvoyPeers-2 1 312345678901 ns/op\nBenchmarkEnvoyLBPolicyGoRuntime/x-2 1 9876543 ns/op 0.31 runtime-%\nPASS\nok x 1.2s\n"
-	want := "| benchmark | figures |\n|---|---|\n| BenchmarkSelect/URLHASH/3 | 65.1 ns/op, 0 B/op, 0 allocs/op |\n| BenchmarkEnvoyReconfigure/envoy-1.40.0 | 19.8 worker-cpu-ms-per-change |\n| BenchmarkEnvoyLBPolicyGoRuntime/x | 0.31 runtime-% |\n"
+		"BenchmarkEnvoyPeers-2 1 312345678901 ns/op\nBenchmarkEnvoyLBPolicyGoRuntime/x-2 1 9876543 ns/op 0.31 runtime-%\n--- FAIL: BenchmarkEnvoyReconfigure/1.36.4 (9.1s)\nPASS\nok x 1.2s\n"
+	want := "| benchmark | figures |\n|---|---|\n| BenchmarkSelect/URLHASH/3 | 65.1 ns/op, 0 B/op, 0 allocs/op |\n| BenchmarkEnvoyReconfigure/envoy-1.40.0 | 19.8 worker-cpu-ms-per-change |\n| BenchmarkEnvoyLBPolicyGoRuntime/x | 0.31 runtime-% |\n| BenchmarkEnvoyReconfigure/1.36.4 | **failed** (the bench's output says why) |\n"
 	if got := GoBenchTable(out); got != want {
 		t.Errorf("GoBenchTable:\n%s\nwant\n%s", got, want)
 	}
