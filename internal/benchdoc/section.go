@@ -36,13 +36,21 @@ type Part struct {
 }
 
 // Section renders the text between the markers (without them): the header
-// line, the machine line, then each part under a "###" heading.
+// line, the machine line, then each part under a "###" heading, the part's
+// own headings a level below it.
 func Section(m Machine, parts []Part) string {
 	var sb strings.Builder
 	sb.WriteString(Header + "\n\n")
 	sb.WriteString(m.line() + "\n")
 	for _, p := range parts {
-		fmt.Fprintf(&sb, "\n### %s\n\n%s\n", p.Title, strings.TrimRight(p.Text, "\n"))
+		// The part's own headings go one level below its title.
+		lines := strings.Split(strings.TrimRight(p.Text, "\n"), "\n")
+		for i, l := range lines {
+			if strings.HasPrefix(l, "#") {
+				lines[i] = "#" + l
+			}
+		}
+		fmt.Fprintf(&sb, "\n### %s\n\n%s\n", p.Title, strings.Join(lines, "\n"))
 	}
 	return sb.String()
 }

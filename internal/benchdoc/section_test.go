@@ -11,7 +11,7 @@ func TestSpliceThenVerify(t *testing.T) {
 		t.Fatal("Verify accepts an end marker whose digest is not the text's")
 	}
 	sec := Section(Machine{Cores: 2, Load: []float64{1, 3}, Go: "go1.26.8", Envoys: []string{"1.40.0"}},
-		[]Part{{"Ratios", "| a | b |\n|---|---|\n| 1 | 2 |\n"}})
+		[]Part{{"Ratios", "| a | b |\n|---|---|\n| 1 | 2 |\n"}, {"Peers", "### Envoy 1.40.0\n\nx\n"}})
 	got, err := Splice(doc, sec)
 	if err != nil {
 		t.Fatal(err)
@@ -24,6 +24,9 @@ func TestSpliceThenVerify(t *testing.T) {
 	}
 	if !strings.Contains(got, "Machine: 2 cores; 1-minute load average during the run 1.0–3.0 (mean 2.0 over 2 samples") {
 		t.Errorf("no machine line:\n%s", got)
+	}
+	if !strings.Contains(got, "\n### Peers\n\n#### Envoy 1.40.0\n") {
+		t.Errorf("a part's heading is not a level below the part's title:\n%s", got)
 	}
 	edited := strings.Replace(got, "| 1 | 2 |", "| 1 | 3 |", 1)
 	if err := Verify(edited); err == nil || !strings.Contains(err.Error(), "by hand") {
