@@ -17,6 +17,7 @@
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing),
 #          then hashlb against Envoy's own load balancers in real Envoy (installs Envoy as test does, and perf);
+#          last, writes every table into docs/performance.md's results section (tools/benchdoc);
 #          bench REGEX: the Go benchmarks matching REGEX, with -benchmem
 #   oci    pack dist/hashlb.wasm as an OCI image layout in dist/oci (Istio's WasmPlugin format)
 #   controller  build dist/hashlb-controller (its own Go module, cmd/hashlb-controller) and run it
@@ -285,19 +286,58 @@ bench)
 		apt_install valgrind
 	fi
 	mkdir -p dist
+	# A table this run does not write must not come from an earlier one.
+	rm -f dist/performance.md dist/envoy-peers*.md dist/go-bench.out dist/reconfigure-bench.out dist/envoy-bench.out
+	# The 1-minute load average every 30 s while the bench runs: the results section says what
+	# else the machine was doing (tools/benchdoc).
+	(while :; do cut -d' ' -f1 /proc/loadavg; sleep 30; done) >dist/bench-load.txt &
+	loadpid=$!
+	trap "kill $loadpid 2>/dev/null || true" EXIT
 	echo "bench: building, then every ratio, round by round (about 7 minutes)"
 	go test ./e2e -run '^$' -bench '^BenchmarkRatios$' -benchtime 1x -timeout 60m -ratios.out="$PWD/dist/performance.md" -ratios.chart="$PWD/dist/cost-vs-services.png"
 	echo "table also written to dist/performance.md, chart to dist/cost-vs-services.png"
-	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), and the cost of
-	# a reconfiguration there: every BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version).
+	# One decision natively (lbcore, with slow start), the policy's choice and update on a fake host set, persistence in
+	# hostsim (seconds each), then a reconfiguration in hostsim and in V8 (minutes).
+	echo "bench: one decision natively (lbcore), the load-balancing policy's choice (internal/lbpolicy), persistence in hostsim"
+	# A benchmark that fails does not stop the bench: its part of the results says so, and the
+	# command exits non-zero at the end.
+	failed=0
+	{
+		go test ./lbcore -run '^$' -bench 'Select/(URLHASH|SOURCEIPHASH|TOKEN|ROUNDROBIN)/|PersistHit|DecideSlowStart' -benchmem
+		go test ./internal/lbpolicy -run '^$' -bench BenchmarkChoose -benchtime 300000x
+		go test ./internal/lbpolicy -run '^$' -bench BenchmarkUpdateWorkers -benchtime 5x -benchmem
+		go test ./e2e -run '^$' -bench 'BenchmarkPersist/hostsim' -benchmem
+	} | tee dist/go-bench.out || failed=1
+	echo "bench: a reconfiguration of 10, 1000 and 10⁴ services in hostsim and in V8"
+	go test ./e2e -run '^$' -bench '^BenchmarkReconfigure$' -benchtime 1x -timeout 30m | tee dist/reconfigure-bench.out || failed=1
+	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), the
+	# load-balancing policy's tables and the cost of a reconfiguration there: every
+	# BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version, then the policy's).
 	envoy_bins
 	if ! command -v perf >/dev/null; then
 		echo "bench: installing perf (Debian's linux-perf) for the Envoy profile" >&2
 		apt_install linux-perf || echo "bench: no perf: the Envoy table comes without its profile" >&2
 	fi
 	echo "bench: hashlb against Envoy's round_robin, ring_hash and maglev, in real Envoy"
-	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 60m -peers.out="$PWD/dist/envoy-peers.md"
+	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 90m -peers.out="$PWD/dist/envoy-peers.md" | tee dist/envoy-bench.out || failed=1
 	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, measured in pairs with ring_hash: dist/envoy-peers-paired.md, and when its cluster changes: dist/envoy-peers-update.md)"
+	kill "$loadpid" 2>/dev/null || true
+	# The results section of docs/performance.md, between its markers, is this run's output.
+	go run ./tools/benchdoc -doc docs/performance.md -load dist/bench-load.txt \
+		-envoys "$HASHLB_ENVOY_BINS $HASHLB_LBPOLICY_ENVOY_BINS" \
+		-table "Ratios against their baselines=dist/performance.md" \
+		-gobench "One decision natively, the policy's choice, persistence in hostsim=dist/go-bench.out" \
+		-gobench "Reconfiguration in hostsim and in V8=dist/reconfigure-bench.out" \
+		-table "Against Envoy's own load balancers=dist/envoy-peers.md" \
+		-table "The load-balancing policy beside Envoy's, one after the other=dist/envoy-peers-lbpolicy.md" \
+		-table "The load-balancing policy, each row paired with its own ring_hash Envoy=dist/envoy-peers-paired.md" \
+		-table "The load-balancing policy when its cluster changes=dist/envoy-peers-update.md" \
+		-gobench "Reconfiguration in real Envoy, and the Go runtime's share of the policy's Envoy=dist/envoy-bench.out" ||
+		failed=1
+	if [ "$failed" != 0 ]; then
+		echo "bench: a benchmark failed or wrote nothing (above; docs/performance.md's results say which)" >&2
+		exit 1
+	fi
 	;;
 oci)
 	wasm

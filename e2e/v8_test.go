@@ -360,7 +360,7 @@ func TestV8(t *testing.T) {
 	// One node process per CPU, each running its share of the runs one after the other: V8 then
 	// compiles the module once per process, not once per run. V8 compiles each function when it
 	// is first called (in Envoy as here), and Go's garbage collector first runs after some
-	// thousand requests: the first GC cycles of a process cost over 100 ms of compilation. So each
+	// thousand requests: the first GC cycles of a process wait for V8 to compile the module's collector. So each
 	// process starts with a warm-up run, checked like the others but not timed, whose config
 	// reaches every expression function, persistence, health checks and x-forwarded-for; each
 	// run then warms up on its own config with two passes over the hostile corpus.

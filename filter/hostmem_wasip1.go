@@ -48,8 +48,8 @@ var arena struct {
 // the overflow buffer cannot hold is refused (0), the host then fails that
 // call (InvalidMemoryAccess: cpp-host's copyToPointerSize) and the request
 // reads the value as missing, so the backup method decides. A Go allocation
-// per such request would be garbage, and each GC cycle costs the worker
-// about 0.1 s of CPU in V8.
+// per such request would be garbage, and a GC cycle stalls the worker far
+// longer than a request (docs/performance.md#figures-behind-lbcores-caps-and-caches).
 //
 //go:wasmexport malloc
 func hostMalloc(size uint32) *byte {

@@ -46,8 +46,8 @@ var persistNames = [...]string{"hit", "miss", "expired", "rechosen", "evicted", 
 // looks the stat up by name in the plugin's scope, the Wasm's for every
 // context of the VM), so a reused id counts into the same stat as a new one
 // would; with 10^4 services a configuration names 2–5 metrics per service,
-// and defining them all again was a third of a reconfiguration's time in
-// Envoy (docs/performance.md#reconfiguration). The ids are the VM's: this
+// and defining them all again is a large part of a reconfiguration's time
+// in Envoy (docs/performance.md#reconfiguration-in-real-envoy). The ids are the VM's: this
 // lives in the vmContext, never across VMs.
 type metricIDs struct {
 	named map[string]uint32

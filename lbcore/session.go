@@ -216,7 +216,7 @@ type sessionKey struct {
 //
 // The MAC covers the type, the name and the root_id, so a value issued by a
 // plugin of another name or root_id is forged here, with the same key and
-// services of the same identity (RATIONALE.md, "Sessions").
+// services of the same identity (RATIONALE.md, "Session persistence").
 func (b *Balancer) EnableSession(keys []byte, rootID string) error {
 	s := b.cfg.Session
 	if s == nil {

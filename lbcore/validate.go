@@ -28,7 +28,7 @@ func ParseConfig(data []byte) (*Config, error) { return parseConfig(data, string
 // must not change afterwards, since the configuration's strings (service
 // names, addresses, ...) are views of it rather than of a copy. A plugin
 // configuration of 10^4 services is about 1 MB, parsed on every worker at
-// every change; the copy was a tenth of what a parse allocates.
+// every change; a copy adds to what a parse allocates (docs/performance.md#reconfiguration-in-real-envoy).
 func ParseConfigOwned(data []byte) (*Config, error) {
 	return parseConfig(data, unsafe.String(unsafe.SliceData(data), len(data)))
 }

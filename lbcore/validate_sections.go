@@ -48,8 +48,8 @@ func fastServices(v gjson.Result) ([]Service, bool) {
 	// Room for every service: each is an object, so it has a '{'.
 	out := make([]Service, 0, min(strings.Count(v.Raw, "{"), hi))
 	// Open addressing, at most half full; 0 is an empty slot. (What a
-	// reconfiguration allocates is what its garbage collection costs: in
-	// V8 that is a quarter of the time.)
+	// reconfiguration allocates is what its garbage collection costs in
+	// V8: docs/performance.md#reconfiguration-in-real-envoy.)
 	size := 4
 	for size < 2*3*cap(out) {
 		size <<= 1

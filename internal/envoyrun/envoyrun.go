@@ -67,13 +67,13 @@ func Find() ([]Binary, error) {
 		default:
 			paths, _ = filepath.Glob(filepath.Join(CacheDir(), "envoy-*", "envoy", "_bin", "envoy"))
 		}
-		bins, binErr = probe(paths)
+		bins, binErr = Probe(paths)
 	})
 	return bins, binErr
 }
 
-// probe asks each Envoy of paths its version and returns them oldest first.
-func probe(paths []string) ([]Binary, error) {
+// Probe asks each Envoy of paths its version and returns them oldest first.
+func Probe(paths []string) ([]Binary, error) {
 	var bs []Binary
 	for _, p := range paths {
 		out, err := exec.Command(p, "--version").CombinedOutput()

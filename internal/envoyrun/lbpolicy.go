@@ -110,7 +110,7 @@ func findPolicyOnly() ([]Binary, error) {
 		default:
 			paths, _ = filepath.Glob(filepath.Join(CacheDir(), "lbpolicy", "envoy-*", "envoy", "_bin", "envoy"))
 		}
-		polBins, polErr = probe(paths)
+		polBins, polErr = Probe(paths)
 	})
 	return polBins, polErr
 }

@@ -22,9 +22,9 @@
 // HL_CACHE_BITS the log2 of the entries, in sets of HL_CACHE_WAYS: a key's
 // set is its hash's, and a new key takes a set's empty or stale entry, else
 // the front one, the others moving back by one (the oldest key leaves).
-// Sets of four, not two: the paired benchmark's 1,534 paths (a Zipf draw)
-// missed 1.0 % of the time in sets of two, by collisions alone (three keys
-// or more on one set), 0 % in sets of four, in the same memory.
+// Sets of four, not two: in sets of two, three keys meeting on one set
+// miss by collisions alone, which sets of four in the same memory avoid
+// (docs/performance.md, "hashlb as Envoy's load-balancing policy").
 #define HL_CACHE_KEY 96
 #define HL_CACHE_BITS 13
 #define HL_CACHE_WAYS 4

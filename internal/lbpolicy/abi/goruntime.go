@@ -12,9 +12,9 @@ package abi
 //     goroutine never is, since it runs straight from C into Go and back,
 //
 // then hands the P to another of its threads, waking it for nothing. Under
-// load every P held by an Envoy worker was so taken back over and over, with
-// sysmon polling every 20 µs and waking a thread each time: a tenth of
-// Envoy's CPU (docs/deploy.md, "The Go runtime in Envoy"; the figures in
+// load every P held by an Envoy worker is so taken back over and over, with
+// sysmon polling every 20 µs and waking a thread each time: CPU taken from
+// Envoy's requests (docs/deploy.md, "The Go runtime in Envoy"; the figures in
 // docs/performance.md, "hashlb as Envoy's load-balancing policy"). Two
 // measures stop it, and it takes both:
 //

@@ -26,7 +26,7 @@ void* envoy_dynamic_module_on_lb_new(void* config, void* lb) {
 
 bool envoy_dynamic_module_on_lb_choose_host(void* lb, void* mod, void* ctx, uint32_t* priority, uint32_t* index) {
 	(void)mod;
-	size_t n = hl_healthy_count((uintptr_t)lb);
+	size_t n = hl_healthy_count((uintptr_t)lb, 0);
 	if (n == 0) {
 		return false;
 	}
