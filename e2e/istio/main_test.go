@@ -38,6 +38,7 @@ type setup struct {
 	Etcd          string
 	Module        string // hashlb.wasm, built from ./filter
 	Controller    string // hashlb-controller, built from cmd/hashlb-controller
+	LBPolicy      string // the directory of libhashlb_lbpolicy.so, built from cmd/hashlb-lbpolicy
 	RepoRoot      string
 	Releases      []releaseSetup
 }
@@ -77,6 +78,7 @@ func TestMain(m *testing.M) {
 func outer() int {
 	s, err := prepare()
 	defer envoyrun.RemoveModule()
+	defer envoyrun.RemoveLBPolicies()
 	if s.Controller != "" {
 		defer os.RemoveAll(filepath.Dir(s.Controller))
 	}
@@ -117,7 +119,7 @@ func skipAll(why string) int {
 }
 
 // prepare builds or finds kube-apiserver, etcd, each release's istiod and
-// its Envoy, and hashlb.wasm.
+// its Envoy, hashlb.wasm and the load-balancing policy's module.
 func prepare() (setup, error) {
 	var s setup
 	root, err := envoyrun.RepoRoot()
@@ -129,6 +131,9 @@ func prepare() (setup, error) {
 		return s, err
 	}
 	if s.Controller, err = buildController(root); err != nil {
+		return s, err
+	}
+	if s.LBPolicy, err = envoyrun.BuildLBPolicy(""); err != nil {
 		return s, err
 	}
 	if s.KubeAPIServer, err = bincache.KubeAPIServer(envtestWrapper(root)); err != nil {
