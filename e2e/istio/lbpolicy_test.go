@@ -29,9 +29,11 @@ var lbpolicyFiles = []string{"serviceentry.yaml", "destinationrule.yaml", "virtu
 // ENVOY_DYNAMIC_MODULES_SEARCH_PATH naming the module built from the tree:
 // the outbound cluster runs hashlb's dynamic module with the shipped
 // configuration (and the other files' endpoints, outlier detection and
-// retries), every corpus request reaches the endpoint lbcore ranks first
-// over the cluster's endpoints, and the EnvoyFilter changed as a user might
-// get it wrong fails the checks with a message naming it.
+// retries, which skip the hosts already tried), every corpus request reaches the endpoint lbcore ranks first
+// over the cluster's endpoints; a policy configuration hashlb refuses
+// leaves Envoy on the cluster it had, with hashlb's message in its log; and
+// the EnvoyFilter changed as a user might get it wrong fails the checks
+// with a message naming it.
 func TestShippedLBPolicy(t *testing.T) {
 	eachRelease(t, func(t *testing.T, r releaseSetup) {
 		cl := startCluster(t, r)
@@ -53,7 +55,8 @@ func TestShippedLBPolicy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("configs/istio/lbpolicy/envoyfilter.yaml: the policy refuses its configuration: %v", err)
 		}
-		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"},
+		// The release's own Envoy: the policy needs no Wasm runtime.
+		sc := startSidecarOf(t, r, r.Envoy, "frontend-0", map[string]string{"app": "frontend"},
 			"ENVOY_DYNAMIC_MODULES_SEARCH_PATH="+env.LBPolicy)
 		checks := lbpolicyChecks(policy)
 		start := time.Now()
@@ -109,8 +112,29 @@ func TestShippedLBPolicy(t *testing.T) {
 			}
 		})
 
+		const f = "lbpolicy/envoyfilter.yaml"
+		t.Run("a configuration hashlb refuses", func(t *testing.T) {
+			// istiod passes it on; Envoy rejects the cluster update with
+			// hashlb's message and keeps the cluster it had.
+			refused := bytes.Replace(files[f], []byte(`"hashLength": 80`), []byte(`"hashLength": 0`), 1)
+			if bytes.Equal(refused, files[f]) {
+				t.Fatalf("%s has no hashLength 80 to change", f)
+			}
+			if err := cl.apply(f, refused); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.WaitLog("hashlb: configuration refused: hashLength", 3*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			if err := waitFor(sc, checks, 0, func(err error) bool { return err == nil }); err != nil {
+				t.Errorf("after the refusal Envoy no longer runs the cluster it had:\n%v", err)
+			}
+			if err := cl.apply(f, files[f]); err != nil {
+				t.Fatal(err)
+			}
+		})
+
 		t.Run("changed manifests name their file", func(t *testing.T) {
-			const f = "lbpolicy/envoyfilter.yaml"
 			for _, ch := range []struct{ old, new, what string }{
 				{"service: " + backendsHost, "service: hashlb-backend.demo.internal", "the cluster match renamed"},
 				{"app: frontend", "app: front-end", "a workloadSelector that selects no workload"},
@@ -140,8 +164,8 @@ func TestShippedLBPolicy(t *testing.T) {
 }
 
 // lbpolicyChecks are the checks of lbpolicyFiles on a sidecar's config:
-// the shared files' as sidecarChecks has them, and the policy's, with
-// policy as its configuration.
+// the shared files' as sidecarChecks has them, the route's retry host
+// predicate, and the policy's, with policy as its configuration.
 func lbpolicyChecks(policy []byte) []check {
 	var checks []check
 	for _, c := range sidecarChecks("", "", nil) {
@@ -149,6 +173,28 @@ func lbpolicyChecks(policy []byte) []check {
 			checks = append(checks, c)
 		}
 	}
+	// A retry asks the policy again, which skips the hosts the route's
+	// predicate rejects: with previous_hosts, the next host of hashlb's
+	// ranking.
+	checks = append(checks, check{"virtualservice.yaml", func(dump gjson.Result) error {
+		var preds []string
+		section(dump, "RoutesConfigDump").Get("dynamic_route_configs.#.route_config.virtual_hosts").ForEach(func(_, vhs gjson.Result) bool {
+			vhs.ForEach(func(_, vh gjson.Result) bool {
+				if strings.Contains(vh.Get("domains").Raw, quote(backendsHost)) {
+					vh.Get("routes.0.route.retry_policy.retry_host_predicate.#.name").ForEach(func(_, n gjson.Result) bool {
+						preds = append(preds, n.String())
+						return true
+					})
+				}
+				return true
+			})
+			return true
+		})
+		if !slices.Contains(preds, "envoy.retry_host_predicates.previous_hosts") {
+			return fmt.Errorf("the route to %s has retry host predicates %v, want envoy.retry_host_predicates.previous_hosts", backendsHost, preds)
+		}
+		return nil
+	}})
 	return append(checks, check{"lbpolicy/envoyfilter.yaml", func(dump gjson.Result) error {
 		c := section(dump, "ClustersConfigDump").Get(`dynamic_active_clusters.#(cluster.name==` + quote(backendsCluster) + `).cluster`)
 		if !c.Exists() {
