@@ -21,9 +21,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 
 	dmlbv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/dynamic_modules/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/retry/host/previous_hosts/v3"
@@ -145,7 +143,7 @@ func readIstioLBPolicy(t testing.TB) map[string][]byte {
 // checkIstioLBPolicy checks the policy's Istio bundle: its EnvoyFilter's
 // CLUSTER patch is a MERGE on the ServiceEntry's outbound cluster whose
 // value is a valid Envoy Cluster with hashlb's dynamic module as its
-// policy (checkClusterLBPolicy), and the DestinationRule and the
+// policy (checkClusterPatches, checkClusterLBPolicy), and the DestinationRule and the
 // VirtualService name the ServiceEntry's host. e2e/istio
 // (TestShippedLBPolicy) applies it to a real istiod.
 func checkIstioLBPolicy(files map[string][]byte) error {
@@ -157,44 +155,8 @@ func checkIstioLBPolicy(files map[string][]byte) error {
 		return errors.New("the policy's bundle is an EnvoyFilter and a ServiceEntry, without a WasmPlugin")
 	}
 	host, port, err := checkServiceEntry(b.se)
-	errs := []error{err}
+	errs := []error{err, checkClusterPatches(b.ef, host, port, "envoy.load_balancing_policies.dynamic_modules", checkClusterLBPolicy)}
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	found := false
-	for i, cp := range b.ef.GetConfigPatches() {
-		m := cp.GetMatch()
-		if cp.GetApplyTo() != networkingv1alpha3.EnvoyFilter_CLUSTER || m.GetContext() != networkingv1alpha3.EnvoyFilter_SIDECAR_OUTBOUND {
-			bad("EnvoyFilter configPatches[%d]: applyTo %s in %s, want CLUSTER in SIDECAR_OUTBOUND", i, cp.GetApplyTo(), m.GetContext())
-			continue
-		}
-		if c := m.GetCluster(); c.GetService() != host || c.GetPortNumber() != port {
-			bad("EnvoyFilter configPatches[%d]: matches cluster %s:%d, not the ServiceEntry's %s:%d", i, c.GetService(), c.GetPortNumber(), host, port)
-		}
-		if cp.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_MERGE {
-			bad("EnvoyFilter configPatches[%d]: operation %s, want MERGE (keep Istio's endpoints and outlier detection)", i, cp.GetPatch().GetOperation())
-		}
-		value, err := protojson.Marshal(cp.GetPatch().GetValue())
-		if err != nil {
-			bad("EnvoyFilter configPatches[%d]: %v", i, err)
-			continue
-		}
-		c := &clusterv3.Cluster{}
-		if err := strictUnmarshal(value, c); err != nil {
-			bad("EnvoyFilter configPatches[%d].patch.value is not an Envoy Cluster: %v", i, err)
-			continue
-		}
-		if err := validateAll(c.GetLoadBalancingPolicy()); err != nil {
-			bad("EnvoyFilter configPatches[%d].patch.value.load_balancing_policy: %v", i, err)
-		}
-		c.Name = fmt.Sprintf("outbound|%d||%s", port, host)
-		ok, err := checkClusterLBPolicy(c)
-		if err != nil {
-			bad("EnvoyFilter configPatches[%d]: %v", i, err)
-		}
-		found = found || ok
-	}
-	if !found {
-		bad("EnvoyFilter: no CLUSTER patch sets envoy.load_balancing_policies.dynamic_modules")
-	}
 	if b.dr != nil && b.dr.GetHost() != host {
 		bad("DestinationRule host %q is not the ServiceEntry host %q", b.dr.GetHost(), host)
 	}

@@ -43,13 +43,7 @@ func TestShippedLBPolicy(t *testing.T) {
 			envoyrun.StartBackendAt(t, name, addr)
 			names[addr] = name
 		}
-		files := map[string][]byte{}
-		for _, f := range lbpolicyFiles {
-			files[f] = shipped(t, f)
-			if err := cl.apply(f, files[f]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		files := applyShipped(t, cl, lbpolicyFiles)
 		policy := policyConfigJSON(t, files["lbpolicy/envoyfilter.yaml"])
 		p, err := lbpolicy.ParseConfig(policy)
 		if err != nil {

@@ -95,3 +95,17 @@ func (s *sidecar) configDump() (gjson.Result, error) {
 	}
 	return gjson.Parse(body), nil
 }
+
+// applyShipped applies the files of configs/istio/ named, in order, as the
+// tests apply them (shipped), and returns each one's content by name.
+func applyShipped(t *testing.T, cl *cluster, names []string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, f := range names {
+		files[f] = shipped(t, f)
+		if err := cl.apply(f, files[f]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
+}
