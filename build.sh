@@ -196,10 +196,11 @@ test)
 	# hashlb through Istio's control plane: istiod (pilot-discovery) of Istio 1.30 and 1.31, each
 	# built from istio.io/istio and cached like kube-apiserver, the controller's kube-apiserver, and
 	# each release's Envoy, 1.38.3 and 1.39.3 (the policy tests' copies); in a network namespace of
-	# its own (docs/deploy.md, "Through istiod").
+	# its own (docs/deploy.md, "Through istiod"). The timeout covers both cold istiod builds, each
+	# up to an hour on a busy 2-core machine, which run before the tests.
 	for v in $envoy_lbpolicy; do envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"; done
 	echo "test: hashlb through istiod (e2e/istio; a first run builds each release's istiod from istio.io/istio: about 670 CPU-s and 2.7 GB each, named in the progress lines)"
-	(cd e2e/istio && go test -json -count=1 -timeout 80m ./...) | go run ./tools/testprogress
+	(cd e2e/istio && go test -json -count=1 -timeout 150m ./...) | go run ./tools/testprogress
 	;;
 run)
 	wasm
