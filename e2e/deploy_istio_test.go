@@ -263,6 +263,17 @@ func checkServiceEntry(se *networkingv1alpha3.ServiceEntry) (string, uint32, err
 // outbound cluster and its value is a valid Envoy Cluster fragment with an
 // override_host policy.
 func checkEnvoyFilter(ef *networkingv1alpha3.EnvoyFilter, host string, port uint32) error {
+	return checkClusterPatches(ef, host, port, overrideHostName, func(c *clusterv3.Cluster) (bool, error) {
+		return overrideHost(c) != nil, nil
+	})
+}
+
+// checkClusterPatches checks an EnvoyFilter's CLUSTER patches: each is a
+// MERGE on the ServiceEntry's outbound cluster (host, port) in
+// SIDECAR_OUTBOUND, its value a valid Envoy Cluster fragment in which has
+// finds the load-balancing policy named policy (has's error says what is
+// wrong with it); there is at least one.
+func checkClusterPatches(ef *networkingv1alpha3.EnvoyFilter, host string, port uint32, policy string, has func(*clusterv3.Cluster) (bool, error)) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("EnvoyFilter: "+format, args...)) }
 	found := false
@@ -294,15 +305,19 @@ func checkEnvoyFilter(ef *networkingv1alpha3.EnvoyFilter, host string, port uint
 			bad("configPatches[%d].patch.value.load_balancing_policy: %v", i, err)
 		}
 		c.Name = fmt.Sprintf("outbound|%d||%s", port, host)
-		oh := overrideHost(c)
-		if oh == nil {
-			bad("configPatches[%d]: no %s policy", i, overrideHostName)
+		ok, err := has(c)
+		if err != nil {
+			bad("configPatches[%d]: %v", i, err)
+			continue
+		}
+		if !ok {
+			bad("configPatches[%d]: no %s policy", i, policy)
 			continue
 		}
 		found = true
 	}
 	if !found && len(errs) == 0 {
-		bad("no CLUSTER patch sets %s", overrideHostName)
+		bad("no CLUSTER patch sets %s", policy)
 	}
 	return errors.Join(errs...)
 }

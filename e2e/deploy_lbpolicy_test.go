@@ -7,11 +7,16 @@ package e2e
 // policy configuration it carries passes internal/lbpolicy, and that the
 // endpoints file is a ClusterLoadAssignment for the cluster that uses the
 // policy. Real Envoy 1.38, 1.39 and 1.40 run both in e2e/envoy
-// (TestLBPolicyShippedBootstrap).
+// (TestLBPolicyShippedBootstrap). configs/istio/lbpolicy/envoyfilter.yaml
+// gets the same checks of its CLUSTER patch against istio.io/api; e2e/istio
+// applies it to a real istiod (TestShippedLBPolicy).
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -34,46 +39,62 @@ func checkLBPolicyBootstrap(data []byte) ([]string, error) {
 	}
 	var users []string
 	for _, c := range b.GetStaticResources().GetClusters() {
-		for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
-			m := &dmlbv3.DynamicModulesLoadBalancerConfig{}
-			tc := p.GetTypedExtensionConfig().GetTypedConfig()
-			if !tc.MessageIs(m) {
-				continue
-			}
-			if err := tc.UnmarshalTo(m); err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", c.GetName(), err)
-			}
-			s := &wrapperspb.StringValue{}
-			if err := m.GetLbPolicyConfig().UnmarshalTo(s); err != nil {
-				return nil, fmt.Errorf("cluster %s: lb_policy_config: want a google.protobuf.StringValue of hashlb's JSON: %w", c.GetName(), err)
-			}
-			if _, err := lbpolicy.ParseConfig([]byte(s.GetValue())); err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", c.GetName(), err)
-			}
-			// Envoy 1.38 opens a module by name alone (lib<name>.so in
-			// ENVOY_DYNAMIC_MODULES_SEARCH_PATH) and ignores module: a file
-			// that names the module's file instead starts in 1.39 and 1.40
-			// only.
-			dm := m.GetDynamicModuleConfig()
-			if dm.GetModule() != nil {
-				return nil, fmt.Errorf("cluster %s: dynamic_module_config.module is set: Envoy 1.38 ignores it and looks for lib.so; name the module (name: %s) instead", c.GetName(), envoyrun.LBPolicyName)
-			}
-			if dm.GetName() != envoyrun.LBPolicyName {
-				return nil, fmt.Errorf("cluster %s: dynamic_module_config.name %q, want %s (Envoy opens lib%s.so, what ./build.sh lbpolicy writes, in ENVOY_DYNAMIC_MODULES_SEARCH_PATH)", c.GetName(), dm.GetName(), envoyrun.LBPolicyName, envoyrun.LBPolicyName)
-			}
-			if !dm.GetDoNotClose() {
-				return nil, fmt.Errorf("cluster %s: dynamic_module_config.do_not_close is false: the Go runtime in the module cannot be unloaded", c.GetName())
-			}
-			if c.GetType() != clusterv3.Cluster_EDS {
-				return nil, fmt.Errorf("cluster %s: the shipped example is an EDS cluster, got %v", c.GetName(), c.GetType())
-			}
-			users = append(users, c.GetName())
+		found, err := checkClusterLBPolicy(c)
+		if err != nil {
+			return nil, err
 		}
+		if !found {
+			continue
+		}
+		if c.GetType() != clusterv3.Cluster_EDS {
+			return nil, fmt.Errorf("cluster %s: the shipped example is an EDS cluster, got %v", c.GetName(), c.GetType())
+		}
+		users = append(users, c.GetName())
 	}
 	if len(users) == 0 {
 		return nil, fmt.Errorf("no cluster uses %s", "envoy.load_balancing_policies.dynamic_modules")
 	}
 	return users, nil
+}
+
+// checkClusterLBPolicy checks each of a cluster's policies that is hashlb's
+// dynamic module and reports whether it has one: its configuration passes
+// internal/lbpolicy, the module is named (lib<name>.so, what ./build.sh
+// lbpolicy writes) and never closed.
+func checkClusterLBPolicy(c *clusterv3.Cluster) (found bool, err error) {
+	for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+		m := &dmlbv3.DynamicModulesLoadBalancerConfig{}
+		tc := p.GetTypedExtensionConfig().GetTypedConfig()
+		if !tc.MessageIs(m) {
+			continue
+		}
+		if err := tc.UnmarshalTo(m); err != nil {
+			return false, fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
+		s := &wrapperspb.StringValue{}
+		if err := m.GetLbPolicyConfig().UnmarshalTo(s); err != nil {
+			return false, fmt.Errorf("cluster %s: lb_policy_config: want a google.protobuf.StringValue of hashlb's JSON: %w", c.GetName(), err)
+		}
+		if _, err := lbpolicy.ParseConfig([]byte(s.GetValue())); err != nil {
+			return false, fmt.Errorf("cluster %s: %w", c.GetName(), err)
+		}
+		// Envoy 1.38 opens a module by name alone (lib<name>.so in
+		// ENVOY_DYNAMIC_MODULES_SEARCH_PATH) and ignores module: a file
+		// that names the module's file instead starts in 1.39 and 1.40
+		// only.
+		dm := m.GetDynamicModuleConfig()
+		if dm.GetModule() != nil {
+			return false, fmt.Errorf("cluster %s: dynamic_module_config.module is set: Envoy 1.38 ignores it and looks for lib.so; name the module (name: %s) instead", c.GetName(), envoyrun.LBPolicyName)
+		}
+		if dm.GetName() != envoyrun.LBPolicyName {
+			return false, fmt.Errorf("cluster %s: dynamic_module_config.name %q, want %s (Envoy opens lib%s.so, what ./build.sh lbpolicy writes, in ENVOY_DYNAMIC_MODULES_SEARCH_PATH)", c.GetName(), dm.GetName(), envoyrun.LBPolicyName, envoyrun.LBPolicyName)
+		}
+		if !dm.GetDoNotClose() {
+			return false, fmt.Errorf("cluster %s: dynamic_module_config.do_not_close is false: the Go runtime in the module cannot be unloaded", c.GetName())
+		}
+		found = true
+	}
+	return found, nil
 }
 
 // checkLBPolicyEndpoints checks a path_config_source EDS file: one
@@ -106,4 +127,65 @@ func checkLBPolicyEndpoints(data []byte, clusters []string) error {
 		}
 	}
 	return nil
+}
+
+// readIstioLBPolicy returns the load-balancing policy's Istio bundle:
+// configs/istio/*.yaml with lbpolicy/envoyfilter.yaml in the place of
+// envoyfilter.yaml and wasmplugin.yaml, as its comment says to apply it.
+func readIstioLBPolicy(t testing.TB) map[string][]byte {
+	t.Helper()
+	files := readIstioDir(t)
+	delete(files, "wasmplugin.yaml")
+	files["envoyfilter.yaml"] = readRepoFile(t, "configs/istio/lbpolicy/envoyfilter.yaml")
+	return files
+}
+
+// checkIstioLBPolicy checks the policy's Istio bundle: its EnvoyFilter's
+// CLUSTER patch is a MERGE on the ServiceEntry's outbound cluster whose
+// value is a valid Envoy Cluster with hashlb's dynamic module as its
+// policy (checkClusterPatches, checkClusterLBPolicy), and the DestinationRule and the
+// VirtualService name the ServiceEntry's host. e2e/istio
+// (TestShippedLBPolicy) applies it to a real istiod.
+func checkIstioLBPolicy(files map[string][]byte) error {
+	b, err := loadIstio(files)
+	if err != nil {
+		return err
+	}
+	if b.wasm != nil || b.ef == nil || b.se == nil {
+		return errors.New("the policy's bundle is an EnvoyFilter and a ServiceEntry, without a WasmPlugin")
+	}
+	host, port, err := checkServiceEntry(b.se)
+	errs := []error{err, checkClusterPatches(b.ef, host, port, "envoy.load_balancing_policies.dynamic_modules", checkClusterLBPolicy)}
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if b.dr != nil && b.dr.GetHost() != host {
+		bad("DestinationRule host %q is not the ServiceEntry host %q", b.dr.GetHost(), host)
+	}
+	if b.vs != nil && !slices.Contains(b.vs.GetHosts(), host) {
+		bad("VirtualService hosts %q do not include %q", b.vs.GetHosts(), host)
+	}
+	return errors.Join(errs...)
+}
+
+// TestIstioLBPolicyManifests checks the shipped bundle, and that a patch
+// on another cluster, a policy configuration hashlb refuses and a module
+// named by its file are each refused with their reason.
+func TestIstioLBPolicyManifests(t *testing.T) {
+	if err := checkIstioLBPolicy(readIstioLBPolicy(t)); err != nil {
+		t.Fatalf("configs/istio/lbpolicy: %v", err)
+	}
+	for _, ch := range []struct{ old, new, want string }{
+		{"service: hashlb-backends.demo.internal", "service: hashlb-backend.demo.internal", "not the ServiceEntry's"},
+		{`"hashLength": 80`, `"hashLength": 0`, "hashLength"},
+		{"{ name: hashlb_lbpolicy, do_not_close: true }", "{ module: { local: { filename: /var/lib/hashlb/libhashlb_lbpolicy.so } }, do_not_close: true }", "Envoy 1.38 ignores it"},
+	} {
+		files := readIstioLBPolicy(t)
+		changed := strings.Replace(string(files["envoyfilter.yaml"]), ch.old, ch.new, 1)
+		if changed == string(files["envoyfilter.yaml"]) {
+			t.Fatalf("configs/istio/lbpolicy/envoyfilter.yaml has no %q", ch.old)
+		}
+		files["envoyfilter.yaml"] = []byte(changed)
+		if err := checkIstioLBPolicy(files); err == nil || !strings.Contains(err.Error(), ch.want) {
+			t.Errorf("%s -> %s: %v, want an error saying %q", ch.old, ch.new, err, ch.want)
+		}
+	}
 }

@@ -2,7 +2,8 @@
 // (pilot-discovery, built from the istio.io/istio module of each release
 // and cached), a real kube-apiserver with Istio's CRDs, the manifests of
 // configs/istio/ as shipped, and an upstream Envoy of the release's version
-// connected to istiod's xDS as a sidecar. Everything runs in a network
+// connected to istiod's xDS as a sidecar, running hashlb's Wasm filter or
+// its load-balancing policy's dynamic module (configs/istio/lbpolicy/). Everything runs in a network
 // namespace of the test's own, on its loopback (docs/deploy.md, "Through
 // istiod", says what differs from a full Istio install and why hashlb
 // depends on none of it).

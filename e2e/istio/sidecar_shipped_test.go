@@ -34,13 +34,7 @@ func TestShippedSidecar(t *testing.T) {
 		for i, name := range []string{"backend-1", "backend-2", "backend-3"} {
 			bs = append(bs, envoyrun.StartBackendAt(t, name, "10.10.0.1"+string(rune('1'+i))+":8080"))
 		}
-		files := map[string][]byte{}
-		for _, f := range sidecarFiles {
-			files[f] = shipped(t, f)
-			if err := cl.apply(f, files[f]); err != nil {
-				t.Fatal(err)
-			}
-		}
+		files := applyShipped(t, cl, sidecarFiles)
 		pluginConfig := pluginConfigJSON(t, files["wasmplugin.yaml"])
 		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"})
 		checks := sidecarChecks(env.Module, "wasmplugin.yaml", pluginConfig)

@@ -64,18 +64,24 @@ admin:
 `, pod, ns, strings.Join(ls, ", ")))
 }
 
-// startSidecar starts the Envoy of r as a sidecar of pod in namespace demo
+// startSidecar starts the Envoy of r's Wasm tests as a sidecar of pod in namespace demo
 // with labels (and envVars, "NAME=value", in its environment), and waits until Envoy is ready (its first listeners and
 // their ECDS filters received and warm).
 func startSidecar(t *testing.T, r releaseSetup, pod string, labels map[string]string, envVars ...string) *sidecar {
 	t.Helper()
-	bin := envoyrun.Binary{Path: r.Envoy, Version: r.Envoy}
+	return startSidecarOf(t, r, r.WasmEnvoy, pod, labels, envVars...)
+}
+
+// startSidecarOf is startSidecar with the envoy binary envoy.
+func startSidecarOf(t *testing.T, r releaseSetup, envoy, pod string, labels map[string]string, envVars ...string) *sidecar {
+	t.Helper()
+	bin := envoyrun.Binary{Path: envoy, Version: envoy}
 	start := time.Now()
 	e := envoyrun.Start(t, bin, envoyrun.Options{
 		Bootstrap: bootstrap(pod, "demo", labels), Dir: t.TempDir(), Concurrency: 2,
 		ReadyTimeout: 5 * time.Minute, Env: envVars,
 	})
-	t.Logf("Envoy %s connected to istiod %s and ready in %s", r.Envoy, r.Name, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("Envoy %s connected to istiod %s and ready in %s", envoy, r.Name, time.Since(start).Round(100*time.Millisecond))
 	return &sidecar{e}
 }
 
@@ -88,4 +94,18 @@ func (s *sidecar) configDump() (gjson.Result, error) {
 		return gjson.Result{}, fmt.Errorf("/config_dump: %d %s", code, body)
 	}
 	return gjson.Parse(body), nil
+}
+
+// applyShipped applies the files of configs/istio/ named, in order, as the
+// tests apply them (shipped), and returns each one's content by name.
+func applyShipped(t *testing.T, cl *cluster, names []string) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	for _, f := range names {
+		files[f] = shipped(t, f)
+		if err := cl.apply(f, files[f]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return files
 }
