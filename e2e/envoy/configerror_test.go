@@ -128,7 +128,7 @@ func TestConfigErrorRefusedByECDSAndLDS(t *testing.T) {
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "ecds_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
 				cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 			ldsPath:  lds,
 		}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
@@ -236,7 +236,7 @@ func TestConfigErrorAtBootstrap(t *testing.T) {
 		ce := configErrors[0]
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, config: urlConfig(bs, false, ce.extra), cluster: "hashlb_upstream"}},
-			clusters:  []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters:  []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
 		dir := envoyrun.WorkDir(t)
 		verr := envoyrun.Validate(bin, dir, yaml)

@@ -15,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
@@ -56,12 +59,12 @@ type failRun struct {
 	log         string
 }
 
-// runTrap starts envoy.yaml with the trap module, its failure_policy line
-// replaced by policy ("": as shipped), and sends 8 ordinary requests,
+// runTrap starts envoy.yaml with the trap module and failure_policy policy
+// (FAIL_RELOAD as shipped), and sends 8 ordinary requests,
 // 16 x-trap requests and 24 ordinary ones (each on its own connection, so
 // they reach all 4 workers), the later ones with a forged upstream header
 // naming b3.
-func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
+func runTrap(t *testing.T, bin envoyrun.Binary, name string, policy wasmv3.FailurePolicy) *failRun {
 	code, err := trapModule()
 	if err != nil {
 		t.Fatal(err)
@@ -79,12 +82,11 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 				}
 			}
 		}
-	}, func(y []byte) []byte {
-		y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod)
-		if policy != "" {
-			y = envoyrun.Replace(t, y, "\n                failure_policy: FAIL_RELOAD", policy)
-		}
-		return y
+	}, func(b *bootstrap) {
+		editPlugin(t, b.other[0], func(p *wasmv3.PluginConfig) {
+			p.GetVmConfig().GetCode().GetLocal().Specifier = &corev3.DataSource_Filename{Filename: mod}
+			p.FailurePolicy = policy
+		})
 	})
 	fr := &failRun{trap: map[int]int{}, after: map[int]int{}, recovery: map[int]int{}}
 	do := func(path string, hdr ...string) (int, string) {
@@ -127,7 +129,7 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if policy == "" { // FAIL_RELOAD
+	if policy == wasmv3.FailurePolicy_FAIL_RELOAD {
 		// Envoy reloads a failed VM on a request that comes after the
 		// back-off: go on until 10 requests in a row are served.
 		start, ok := time.Now(), 0
@@ -180,10 +182,13 @@ func TestEnvoyFailurePolicy(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		for _, c := range []struct{ name, policy string }{
-			{"shipped", ""}, // fail_open: false and failure_policy: FAIL_RELOAD
-			{"fail_open-only", "\n                # failure_policy unset"},
-			{"FAIL_OPEN", "\n                failure_policy: FAIL_OPEN"},
+		for _, c := range []struct {
+			name   string
+			policy wasmv3.FailurePolicy
+		}{
+			{"shipped", wasmv3.FailurePolicy_FAIL_RELOAD}, // and fail_open: false
+			{"fail_open-only", wasmv3.FailurePolicy_UNSPECIFIED},
+			{"FAIL_OPEN", wasmv3.FailurePolicy_FAIL_OPEN},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -248,10 +253,10 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 		be := envoyrun.StartTCPBackend(t, "b1")
-		y := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-tcp.yaml"), map[int]int{9901: 0, 10001: 0})
-		y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod,
-			"type: ORIGINAL_DST\n    lb_policy: CLUSTER_PROVIDED",
-			fmt.Sprintf("type: STATIC\n    load_assignment: {cluster_name: hashlb_tcp_upstream, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}}]}]}", be.Port()))
+		p := tcpPlugin(shippedConfig(t, "configs/envoy-tcp.yaml"))
+		p.GetVmConfig().GetCode().GetLocal().Specifier = &corev3.DataSource_Filename{Filename: mod}
+		b := shippedTCP(t, loopback[0], p, staticCluster(t, "", be.Addr))
+		y := b.yaml(t)
 		dir := envoyrun.WorkDir(t)
 		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: y, Dir: dir})
 		addr := e.MustListener(t, "hashlb_tcp")

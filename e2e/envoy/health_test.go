@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
@@ -177,14 +181,13 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
 		dr := newDataRequests()
-		r := startRig(t, bin, passivePlugin, dr.install, func(y []byte) []byte {
-			return envoyrun.Replace(t, y, `              routes:
-              - match: { prefix: "/" }`, `              routes:
-              - match: { prefix: "/noretry/" }
-                route:
-                  cluster: hashlb_upstream
-                  retry_policy: { retry_on: "connect-failure,refused-stream,reset", num_retries: 2 }
-              - match: { prefix: "/" }`)
+		r := startRig(t, bin, passivePlugin, dr.install, func(b *bootstrap) {
+			editHCM(t, b.other[0], func(h *hcmv3.HttpConnectionManager) {
+				vh := h.GetRouteConfig().VirtualHosts[0]
+				noRetry := routeTo("hashlb_upstream", pathPrefix("/noretry/"))
+				noRetry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream,reset", NumRetries: wrapperspb.UInt32(2)}
+				vh.Routes = append([]*routev3.Route{noRetry}, vh.Routes...)
+			})
 		})
 
 		// The shipped route: retried, never seen by the filter.

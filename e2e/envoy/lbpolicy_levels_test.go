@@ -14,6 +14,13 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	statefulsessionv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/stateful_session/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	cookiev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/stateful_session/cookie/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/type/http/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
 )
@@ -142,18 +149,13 @@ func TestLBPolicyStatefulSession(t *testing.T) {
 		for _, b := range bs {
 			c.eps = append(c.eps, policyEndpoint{b: b})
 		}
-		e := startPolicyWith(t, bin, []policyCluster{c}, func(boot []byte) []byte {
-			return []byte(strings.Replace(string(boot), `          http_filters:
-`, `          http_filters:
-          - name: envoy.filters.http.stateful_session
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession
-              session_state:
-                name: envoy.http.stateful_session.cookie
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState
-                  cookie: {name: hashlb-affinity, path: /, ttl: 3600s}
-`, 1))
+		e := startPolicyWith(t, bin, []policyCluster{c}, func(b *bootstrap) {
+			editHCM(t, b.other[0], func(h *hcmv3.HttpConnectionManager) {
+				h.HttpFilters = append([]*hcmv3.HttpFilter{httpFilter("envoy.filters.http.stateful_session", &statefulsessionv3.StatefulSession{
+					SessionState: &corev3.TypedExtensionConfig{Name: "envoy.http.stateful_session.cookie",
+						TypedConfig: anyOf(&cookiev3.CookieBasedSessionState{Cookie: &httpv3.Cookie{Name: "hashlb-affinity", Path: "/", Ttl: durationpb.New(time.Hour)}})},
+				})}, h.HttpFilters...)
+			})
 		})
 		b, _ := policyOracle(t, c)
 		hashed := func(path string) string {

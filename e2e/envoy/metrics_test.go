@@ -59,7 +59,7 @@ func TestMetricsInEnvoy(t *testing.T) {
 		data, _ := json.Marshal(config)
 		yaml := bootstrap{listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, config: data,
 			cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
 		start := time.Now()
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)})
 		t.Logf("envoy ready in %v", time.Since(start))

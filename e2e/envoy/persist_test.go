@@ -371,7 +371,7 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
 				cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		o := &persistOracle{}
@@ -418,7 +418,7 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 			return listenerSpec{name: "hashlb_listener", addrs: []string{addr}, config: config, cluster: "hashlb_upstream", retries: true}
 		}
 		writeAtomic(t, lds, ldsFile(t, "1", listener(persistConfig(bs, false, ""))))
-		yaml := bootstrap{clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
+		yaml := bootstrap{clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		// The LDS listener is warm once V8 has compiled the module, which
 		// takes over a minute on a loaded machine (Options.ReadyTimeout):

@@ -49,7 +49,7 @@ func startSessionListeners(t *testing.T, bin envoyrun.Binary, bs []*envoyrun.Bac
 		ls = append(ls, listenerSpec{name: s.name, addrs: []string{"127.0.0.1:0"}, ecdsPath: f, ecdsName: "hashlb_" + s.name,
 			cluster: "hashlb_upstream", raisedLimits: s.raised})
 	}
-	yaml := bootstrap{listeners: ls, clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
+	yaml := bootstrap{listeners: ls, clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
 	e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t), Concurrency: 4, ReadyTimeout: envoyReady})
 	if err != nil {
 		t.Fatal(err)
