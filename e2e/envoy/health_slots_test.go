@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -49,12 +48,9 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 				`"services":[` + strings.Join(svcs, ",") + `]}`
 		}
 		dir := envoyrun.WorkDir(t)
-		if err := os.MkdirAll(filepath.Join(dir, "ecds"), 0o755); err != nil {
-			t.Fatal(err)
-		}
 		ecds := filepath.Join(dir, "ecds", "hashlb.json")
-		reconfigWriteECDS(t, ecds, reconfigECDS(t, 0, plugin(bs[0], bs[1], bs[2])))
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: []byte(reconfigBootstrap), Dir: dir})
+		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "0", []byte(plugin(bs[0], bs[1], bs[2]))))
+		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: reconfigBootstrap(t), Dir: dir})
 		url := "http://" + e.MustListener(t, "hashlb_listener")
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		t.Cleanup(c.CloseIdleConnections)
@@ -92,7 +88,7 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 
 		// b3 leaves, b4 joins in its slot.
 		before := probes[3].Load()
-		reconfigWriteECDS(t, ecds, reconfigECDS(t, 1, plugin(bs[0], bs[1], bs[3])))
+		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "1", []byte(plugin(bs[0], bs[1], bs[3]))))
 		waitStat("wasmcustom.hashlb.service.b4.health_up", 1, 6*time.Second)
 		if n := probes[3].Load() - before; n > 2 {
 			t.Errorf("b4 came UP after %d probes: it read b3's DOWN record (healthyThreshold 3) instead of starting Pending", n)
