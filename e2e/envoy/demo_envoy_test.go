@@ -287,37 +287,10 @@ func freePorts(t testing.TB, n int) []int {
 	return out
 }
 
-var (
-	proxyOnce sync.Once
-	proxyBin  string
-	proxyErr  error
-)
-
 // hashlbProxy builds hostsim/cmd/hashlb-proxy once per process.
 func hashlbProxy(t testing.TB) string {
 	t.Helper()
-	proxyOnce.Do(func() {
-		root, err := envoyrun.RepoRoot()
-		if err != nil {
-			proxyErr = err
-			return
-		}
-		mod, err := envoyrun.ModulePath()
-		if err != nil {
-			proxyErr = err
-			return
-		}
-		proxyBin = filepath.Join(filepath.Dir(mod), "hashlb-proxy")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", proxyBin, "./hostsim/cmd/hashlb-proxy")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			proxyErr = fmt.Errorf("building hashlb-proxy: %v\n%s", err, out)
-		}
-	})
-	if proxyErr != nil {
-		t.Fatal(proxyErr)
-	}
-	return proxyBin
+	return buildCommand(t, "./hostsim/cmd/hashlb-proxy")
 }
 
 // startDemoBackendsFree runs hashlb-proxy -backends-only (and args) on the

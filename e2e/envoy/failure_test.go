@@ -6,8 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -38,13 +36,14 @@ import (
 // panics on a request carrying x-trap: the Go runtime aborts and the VM of
 // the worker that ran it fails.
 
-// trapModule is the built e2e/testdata/trap module's bytes.
-func trapModule() ([]byte, error) {
+// trapModule is the path of the built e2e/testdata/trap module.
+func trapModule(t testing.TB) string {
+	t.Helper()
 	p, err := envoyrun.BuildModule("./e2e/testdata/trap")
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return os.ReadFile(p)
+	return p
 }
 
 // failRun is what one policy did.
@@ -65,14 +64,7 @@ type failRun struct {
 // they reach all 4 workers), the later ones with a forged upstream header
 // naming b3.
 func runTrap(t *testing.T, bin envoyrun.Binary, name string, policy wasmv3.FailurePolicy) *failRun {
-	code, err := trapModule()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod := filepath.Join(t.TempDir(), "trap.wasm")
-	if err := os.WriteFile(mod, code, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mod := trapModule(t)
 	var bypassed atomic.Int64
 	r := startRig(t, bin, "", func(bs []*envoyrun.Backend) {
 		for _, b := range bs {
@@ -244,18 +236,11 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		code, err := trapModule()
-		if err != nil {
-			t.Fatal(err)
-		}
-		mod := filepath.Join(t.TempDir(), "trap.wasm")
-		if err := os.WriteFile(mod, code, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		mod := trapModule(t)
 		be := envoyrun.StartTCPBackend(t, "b1")
 		p := tcpPlugin(shippedConfig(t, "configs/envoy-tcp.yaml"))
 		p.GetVmConfig().GetCode().GetLocal().Specifier = &corev3.DataSource_Filename{Filename: mod}
-		b := shippedTCP(t, loopback[0], p, staticCluster(t, "", be.Addr))
+		b := shippedTCP(t, loopback[0], p, staticCluster(t, "hashlb_tcp_upstream", be.Addr))
 		y := b.yaml(t)
 		dir := envoyrun.WorkDir(t)
 		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: y, Dir: dir})

@@ -132,14 +132,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		killed := time.Now()
 		etcd.kill()
 		// Every key of B through every Envoy while etcd is down.
-		jobs = jobs[:0]
-		for _, k := range keysB {
-			for e := range es {
-				jobs = append(jobs, fleetJob{k, e})
-			}
-		}
-		rand.New(rand.NewPCG(3, 4)).Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
-		outage, err := fleetSend(urls, jobs, 3, 3)
+		outage, err := fleetSend(urls, everyEnvoy(keysB, len(es), 3), 3, 3)
 		if err != nil {
 			t.Errorf("a request while etcd was down: %v", err)
 		}
@@ -158,14 +151,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 
 		// 3. From healed + 10 s: every key through every Envoy.
 		all := append(slices.Clone(keysA), keysB...)
-		jobs = jobs[:0]
-		for _, k := range all {
-			for e := range es {
-				jobs = append(jobs, fleetJob{k, e})
-			}
-		}
-		rand.New(rand.NewPCG(5, 6)).Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
-		sweep, err := fleetSend(urls, jobs, 8, 5)
+		sweep, err := fleetSend(urls, everyEnvoy(all, len(es), 5), 8, 5)
 		if err != nil {
 			t.Fatal(err)
 		}

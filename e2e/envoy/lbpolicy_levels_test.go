@@ -42,13 +42,7 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 		const keys = 300
 		before := keysOf(t, e, c.name, keys)
 		p0, _ := policyOracle(t, c, bs[3].Name, bs[4].Name, bs[5].Name)
-		for i, got := range before {
-			r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
-			d := p0.Decide(&r, time.Unix(0, 0))
-			if want := backendOf(c, d.At(0)); got != want {
-				t.Fatalf("/k/%d on %s, lbcore over priority 0: %s", i, got, want)
-			}
-		}
+		checkKeysOn(t, c, before, p0, "lbcore over priority 0")
 		mark := len(e.Log())
 		for _, b := range bs[:3] {
 			b.Fail(503)
@@ -56,13 +50,7 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 		waitLog(t, e, mark, "serving priority 1", 5)
 		during := keysOf(t, e, c.name, keys)
 		p1, _ := policyOracle(t, c, bs[0].Name, bs[1].Name, bs[2].Name)
-		for i, got := range during {
-			r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
-			d := p1.Decide(&r, time.Unix(0, 0))
-			if want := backendOf(c, d.At(0)); got != want {
-				t.Fatalf("/k/%d on %s with priority 0 down, lbcore over priority 1: %s", i, got, want)
-			}
-		}
+		checkKeysOn(t, c, during, p1, "with priority 0 down, lbcore over priority 1")
 		mark = len(e.Log())
 		for _, b := range bs[:3] {
 			b.Fail(0)
@@ -75,6 +63,19 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 			}
 		}
 	})
+}
+
+// checkKeysOn fails t unless the backend of every key /k/<i> of got is the
+// one b (lbcore over c, as said) ranks first.
+func checkKeysOn(t testing.TB, c policyCluster, got []string, b *lbcore.Balancer, said string) {
+	t.Helper()
+	for i, g := range got {
+		r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
+		d := b.Decide(&r, time.Unix(0, 0))
+		if want := backendOf(c, d.At(0)); g != want {
+			t.Fatalf("/k/%d on %s, %s: %s", i, g, said, want)
+		}
+	}
 }
 
 // waitLog waits until the log after byte mark holds s at least n times (one

@@ -99,6 +99,16 @@ func writePolicyEDS(t testing.TB, dir string, c policyCluster) {
 	writeAtomic(t, policyEDSPath(dir, c), edsFile(t, c.name, eps))
 }
 
+// buildPolicy is envoyrun.BuildLBPolicy, a failed build failing t.
+func buildPolicy(t testing.TB, ldflags string) string {
+	t.Helper()
+	mod, err := envoyrun.BuildLBPolicy(ldflags)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mod
+}
+
 // policyEnvoy is a running Envoy with the policy.
 type policyEnvoy struct {
 	*envoyrun.Envoy
@@ -118,10 +128,7 @@ func startPolicy(t testing.TB, bin envoyrun.Binary, cs []policyCluster) *policyE
 // (nil: as made).
 func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit func(*bootstrap)) *policyEnvoy {
 	t.Helper()
-	mod, err := envoyrun.BuildLBPolicy("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := buildPolicy(t, "")
 	dir := t.TempDir()
 	boot := policyBootstrap(t, dir, cs)
 	if edit != nil {

@@ -432,10 +432,7 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 // log (the same message lbcore gives the filter for the same JSON).
 func TestLBPolicyRefusesConfig(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "")
 		b := envoyrun.StartBackend(t, "b1")
 		for _, c := range []struct{ config, want string }{
 			{`{"lbMethod":"DESTINATIONIPHASH"}`, "hashlb: configuration refused: lbMethod: DESTINATIONIPHASH hashes the address the connection was accepted on"},
@@ -483,10 +480,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 			{"-X main.abiVersion=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
 			{"-X main.abiVersion=", "Failed to initialize dynamic module", false},
 		} {
-			mod, err := envoyrun.BuildLBPolicy(c.ldflags)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mod := buildPolicy(t, c.ldflags)
 			out, err := launchPolicy(t, bin, mod, cs)
 			if (err == nil) != c.starts {
 				t.Errorf("%q: started %v, want %v:\n%s", c.ldflags, err == nil, c.starts, out)
@@ -504,10 +498,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 // the panic is counted and logged, and Envoy serves on.
 func TestLBPolicyPanicIsRecovered(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("-X main.testPanic=choose")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "-X main.testPanic=choose")
 		b := envoyrun.StartBackend(t, "b1")
 		dir := t.TempDir()
 		c := policyCluster{name: "panic", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}
@@ -548,14 +539,11 @@ func TestLBPolicyNeedsEnvoy138(t *testing.T) {
 			continue
 		}
 		t.Run(bin.Name(), func(t *testing.T) {
-			mod, err := envoyrun.BuildLBPolicy("")
-			if err != nil {
-				t.Fatal(err)
-			}
+			mod := buildPolicy(t, "")
 			b := envoyrun.StartBackend(t, "b1")
 			dir := t.TempDir()
 			y := policyYAML(t, dir, []policyCluster{{name: "old", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}})
-			err = envoyrun.Validate(bin, dir, y)
+			err := envoyrun.Validate(bin, dir, y)
 			if err == nil {
 				t.Fatalf("Envoy %s accepted the policy's bootstrap", bin.Version)
 			}

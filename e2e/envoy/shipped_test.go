@@ -90,10 +90,10 @@ func tcpPlugin(config []byte) *wasmv3.PluginConfig {
 }
 
 // shippedTCP is configs/envoy-tcp.yaml with its listener on addr, its
-// plugin p (tcpPlugin) and upstream c.
+// plugin p (tcpPlugin) and upstream c (the file's is
+// originalDstCluster("hashlb_tcp_upstream")).
 func shippedTCP(t testing.TB, addr string, p *wasmv3.PluginConfig, c *cluster) bootstrap {
 	t.Helper()
-	c.Name = "hashlb_tcp_upstream"
 	return bootstrap{other: []*listenerv3.Listener{listenerOn(t, "hashlb_tcp", []string{addr},
 		wasmNet(p), tcpProxy("hashlb_tcp", c.Name))}, clusters: []*cluster{c}}
 }
@@ -172,7 +172,7 @@ func TestBuilderShapesAreShipped(t *testing.T) {
 			return shippedHTTP(t, "127.0.0.1:10000", config, []string{"127.0.0.1:18081", "127.0.0.1:18082", "127.0.0.1:18083"})
 		}},
 		{"configs/envoy-tcp.yaml", func(config []byte) bootstrap {
-			return shippedTCP(t, "127.0.0.1:10001", tcpPlugin(config), originalDstCluster(""))
+			return shippedTCP(t, "127.0.0.1:10001", tcpPlugin(config), originalDstCluster("hashlb_tcp_upstream"))
 		}},
 	} {
 		t.Run(strings.ReplaceAll(c.file, "/", "_"), func(t *testing.T) {
