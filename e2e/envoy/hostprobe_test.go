@@ -146,11 +146,11 @@ func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
 	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: t.TempDir(), Concurrency: 2})
 	probeRequest(t, "http://"+e.MustListener(t, "probe"))
 	for _, l := range []string{"probe http_call(refused host).response", "probe http_call(silent host, 300 ms).response", "probe http_call(resetting host).response"} {
-		if err := e.WaitLog(l, 10*time.Second); err != nil {
+		if err := e.WaitLog(l, settle); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.WaitLog("probe stream.copies of x-probe after replace", 10*time.Second); err != nil {
+	if err := e.WaitLog("probe stream.copies of x-probe after replace", settle); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the response phase's line, if any
@@ -185,10 +185,8 @@ func hostsimProbe(t *testing.T, profile string) map[string]string {
 	}
 	s.ResponseHeaders([][2]string{{":status", "200"}})
 	s.Finish()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.PendingCallouts() > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, func() string { return fmt.Sprintf("hostsim's %d pending callouts answered", h.PendingCallouts()) },
+		func() bool { return h.PendingCallouts() == 0 })
 	var lines []string
 	for _, l := range h.Logs() {
 		lines = append(lines, l.Message)

@@ -82,13 +82,9 @@ func checkKeysOn(t testing.TB, c policyCluster, got []string, b *lbcore.Balancer
 // per thread of Envoy that runs the policy: 4 workers and the main thread).
 func waitLog(t testing.TB, e *policyEnvoy, mark int, s string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for countLog(e.Log()[mark:], s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d threads logged %q within 20 s\n%s", countLog(e.Log()[mark:], s), s, e.LogTail(20))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, func() string {
+		return fmt.Sprintf("%d threads logged %q\n%s", countLog(e.Log()[mark:], s), s, e.LogTail(20))
+	}, func() bool { return countLog(e.Log()[mark:], s) >= n })
 }
 
 // TestLBPolicyHundredThousandHosts: a cluster of 10^5 endpoints (loopback

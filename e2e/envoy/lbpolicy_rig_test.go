@@ -151,17 +151,7 @@ func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit
 // Log() before the change).
 func (e *policyEnvoy) waitHosts(t testing.TB, cluster string, n int, mark int) {
 	t.Helper()
-	want := fmt.Sprintf("hashlb: cluster %s: %d hosts", cluster, n)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if countLog(e.Log()[mark:], want) >= 5 { // 4 workers and the main thread
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %s: the policy did not see %d hosts on every thread within 15 s (%d log lines %q)", cluster, n, countLog(e.Log(), want), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLog(t, e, mark, fmt.Sprintf("hashlb: cluster %s: %d hosts", cluster, n), 5) // 4 workers and the main thread
 }
 
 func countLog(log, s string) int { return strings.Count(log, s) }

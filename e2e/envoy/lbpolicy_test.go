@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/internal/envoyrun"
@@ -225,22 +224,9 @@ func TestLBPolicyHealth(t *testing.T) {
 		// removed, and the module logs each.
 		waitHealthy := func(n int, mark int) {
 			t.Helper()
-			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy); 0 added, 0 removed", n)
-			deadline := time.Now().Add(10 * time.Second)
-			for countLog(e.Log()[mark:], seen) < 5 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d threads logged %q within 10 s", countLog(e.Log()[mark:], seen), seen)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitLog(t, e, mark, fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy); 0 added, 0 removed", n), 5)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for e.Stat(t, "cluster.health.membership_healthy") != 5 {
-			if time.Now().After(deadline) {
-				t.Fatal("cluster.health.membership_healthy is not 5 after 10 s")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitStatIs(t, e.Envoy, "cluster.health.membership_healthy", func(v int64) bool { return v == 5 })
 		const keys = 600
 		before := keysOf(t, e, c.name, keys)
 		sick := bs[2]
@@ -416,7 +402,7 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 	if err == nil {
 		// The log is flushed every 50 ms: wait for a line written after
 		// the module's.
-		werr := e.WaitLog("starting main dispatch loop", 10*time.Second)
+		werr := e.WaitLog("starting main dispatch loop", settle)
 		log := e.Log()
 		e.Stop()
 		if werr != nil {
@@ -514,7 +500,7 @@ func TestLBPolicyPanicIsRecovered(t *testing.T) {
 		if n := e.Stat(t, "dynamicmodulescustom.panic"); n != 5 {
 			t.Errorf("dynamicmodulescustom.panic = %d, want 5", n)
 		}
-		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", 5*time.Second); err != nil {
+		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", settle); err != nil {
 			t.Error(err)
 		}
 		if body, code, err := e.Get("/ready"); err != nil || code != 200 {

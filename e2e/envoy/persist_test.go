@@ -299,13 +299,9 @@ func keys(n int) []string {
 // distinct threads of Envoy.
 func waitConfigured(t testing.TB, e *envoyrun.Envoy, line string, before, n int) (int, int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(e.Log(), line) < before+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q logged %d times, want %d or more\n%s", line, strings.Count(e.Log(), line), before+n, e.LogTail(30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, func() string {
+		return fmt.Sprintf("%q logged %d times, want %d or more\n%s", line, strings.Count(e.Log(), line), before+n, e.LogTail(30))
+	}, func() bool { return strings.Count(e.Log(), line) >= before+n })
 	time.Sleep(300 * time.Millisecond)
 	log := e.Log()
 	threads := map[string]bool{}
@@ -421,17 +417,9 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		yaml := bootstrap{clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		// The LDS listener is warm once V8 has compiled the module, which
-		// takes over a minute on a loaded machine (Options.ReadyTimeout):
-		// the wait is as long as Envoy's own readiness wait.
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			if _, err := e.Listener("hashlb_listener"); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		// takes over a minute on a loaded machine: waitListener waits as
+		// long as Envoy's own readiness wait (settle).
+		waitListener(t, e, "hashlb_listener")
 		o := &persistOracle{}
 		o.configure(t, persistConfig(bs, false, ""))
 		r := &persistRun{k: &keyClient{e: e, addr: addr, listener: "hashlb_listener", o: o}, keys: keys(40)}

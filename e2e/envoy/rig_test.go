@@ -112,23 +112,6 @@ func (r *rig) pathsTo(name string, n int) []string {
 	return out
 }
 
-// waitStat polls /stats until name satisfies ok, up to d, and returns the
-// value and how long it took.
-func (r *rig) waitStat(t testing.TB, name string, ok func(int64) bool, d time.Duration) (int64, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	for {
-		v := r.e.Stat(t, name)
-		if ok(v) {
-			return v, time.Since(start)
-		}
-		if time.Since(start) > d {
-			t.Fatalf("stat %s = %d after %v: not as expected", name, v, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // dataRequests counts, per backend, the requests that were not health
 // probes (path /healthz); install with prepare.
 type dataRequests struct {

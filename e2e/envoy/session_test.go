@@ -323,7 +323,7 @@ func TestSessionEnvoyFleet(t *testing.T) {
 				}
 			}
 			bs[2].Fail(0)
-			time.Sleep(1500 * time.Millisecond) // every worker ticks (1 s) and reads the ejection
+			tickWait() // every worker ticks (1 s) and reads the ejection
 			moved := map[string]int{}
 			sessionLoad(t, envoySessionAfter, func(c int) error {
 				se, conn := at(c, 2)
