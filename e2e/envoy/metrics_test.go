@@ -106,19 +106,13 @@ func TestMetricsInEnvoy(t *testing.T) {
 		// The workers give their counts to Envoy on their tick (every
 		// second): wait for the last, then every value must be exact.
 		var stats map[string]int64
-		for {
+		eventually(t, func() string { return fmt.Sprintf("the decision counters (%v)", stats) }, func() bool {
 			var err error
 			if stats, err = e.Stats(); err != nil {
 				t.Fatal(err)
 			}
-			if stats["wasmcustom.hashlb.decision.hash"] == 40 && stats["wasmcustom.hashlb.decision.persistence"] == 20 {
-				break
-			}
-			if time.Since(sent) > 5*time.Second {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return stats["wasmcustom.hashlb.decision.hash"] == 40 && stats["wasmcustom.hashlb.decision.persistence"] == 20
+		})
 		t.Logf("the counts were complete %v after the last answer", time.Since(sent).Round(10*time.Millisecond))
 		prom, _, err := e.Get("/stats/prometheus")
 		if err != nil {
