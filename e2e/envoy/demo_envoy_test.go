@@ -290,7 +290,7 @@ func freePorts(t testing.TB, n int) []int {
 // hashlbProxy builds hostsim/cmd/hashlb-proxy once per process.
 func hashlbProxy(t testing.TB) string {
 	t.Helper()
-	return buildCommand(t, "./hostsim/cmd/hashlb-proxy")
+	return built(t, envoyrun.BuildCommand, "./hostsim/cmd/hashlb-proxy")
 }
 
 // startDemoBackendsFree runs hashlb-proxy -backends-only (and args) on the

@@ -14,17 +14,7 @@ import (
 // hashlbCLI builds cmd/hashlb once and returns its path.
 func hashlbCLI(t testing.TB) string {
 	t.Helper()
-	return buildCommand(t, "./cmd/hashlb")
-}
-
-// buildCommand is envoyrun.BuildCommand, a failed build failing t.
-func buildCommand(t testing.TB, pkg string) string {
-	t.Helper()
-	p, err := envoyrun.BuildCommand(pkg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return built(t, envoyrun.BuildCommand, "./cmd/hashlb")
 }
 
 // TestLBPolicyExplain: for every :path of the request corpus, the backend

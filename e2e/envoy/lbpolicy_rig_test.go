@@ -102,11 +102,17 @@ func writePolicyEDS(t testing.TB, dir string, c policyCluster) {
 // buildPolicy is envoyrun.BuildLBPolicy, a failed build failing t.
 func buildPolicy(t testing.TB, ldflags string) string {
 	t.Helper()
-	mod, err := envoyrun.BuildLBPolicy(ldflags)
+	return built(t, envoyrun.BuildLBPolicy, ldflags)
+}
+
+// built is what build(arg) built, a failed build failing t.
+func built(t testing.TB, build func(string) (string, error), arg string) string {
+	t.Helper()
+	p, err := build(arg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mod
+	return p
 }
 
 // policyEnvoy is a running Envoy with the policy.
