@@ -1,10 +1,8 @@
 package istio
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -106,38 +104,22 @@ type reply struct {
 
 // send sends c on a new connection to addr.
 func (c clientRequest) send(addr string) (reply, error) {
-	var a reply
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.srcIP)}, Timeout: 10 * time.Second}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		return a, err
-	}
-	defer conn.Close()
-	a.peer = conn.LocalAddr().String()
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", c.method, c.target, backendsHost)
 	for _, kv := range c.headers {
 		fmt.Fprintf(&b, "%s: %s\r\n", kv[0], kv[1])
 	}
 	b.WriteString("\r\n")
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return a, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: c.method})
-	if err != nil {
-		return a, fmt.Errorf("reading the answer: %w", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	r, err := envoyrun.Exchange(c.srcIP, addr, []byte(b.String()), c.method, 30*time.Second)
+	a := reply{peer: r.Local}
 	if err != nil {
 		return a, err
 	}
-	a.status, a.header, a.backend = resp.StatusCode, resp.Header, resp.Header.Get("X-Backend")
+	a.status, a.header, a.backend = r.Status, r.Header, r.Header.Get("X-Backend")
 	if a.backend == "" {
-		return a, fmt.Errorf("answer %d from Envoy, not a backend: %.200s", a.status, body)
+		return a, fmt.Errorf("answer %d from Envoy, not a backend: %.200s", a.status, r.Body)
 	}
-	if err := json.Unmarshal(body, &a.echo); err != nil {
+	if err := json.Unmarshal(r.Body, &a.echo); err != nil {
 		return a, fmt.Errorf("backend %s: %v", a.backend, err)
 	}
 	return a, nil
