@@ -16,62 +16,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// mapStore is a lbcore.Store in memory, with the rules of Envoy's shared
-// data (cas 0 always writes; a non-zero cas must match; every write takes a
-// new cas; like lbcore's MemStore, which is test-only in its package): the
-// oracle's own persistence table.
-type mapStore struct {
-	mu  sync.Mutex
-	m   map[string]storeValue
-	cas uint32
-}
-
-type storeValue struct {
-	v   []byte
-	cas uint32
-}
-
-func (s *mapStore) Get(key string) ([]byte, uint32, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.m[key]
-	if !ok {
-		return nil, 0, lbcore.ErrNotFound
-	}
-	return append([]byte(nil), v.v...), v.cas, nil
-}
-
-func (s *mapStore) Set(key string, value []byte, cas uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]storeValue{}
-	}
-	if old, ok := s.m[key]; ok && cas != 0 && cas != old.cas {
-		return lbcore.ErrCASMismatch
-	}
-	s.cas++
-	if s.cas == 0 {
-		s.cas = 1
-	}
-	// The key may be a string over a buffer the table reuses: copied.
-	s.m[strings.Clone(key)] = storeValue{append([]byte(nil), value...), s.cas}
-	return nil
-}
-
 // persistOracle is lbcore with a persistence table, fed the requests Envoy
 // was sent, in order.
 type persistOracle struct {
-	store mapStore
+	store corpus.MemStore // the oracle's persistence table
 	c     *lbcore.Config
 	b     *lbcore.Balancer
 }

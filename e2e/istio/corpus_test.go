@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashlb/hashlb/internal/corpus"
@@ -139,7 +138,7 @@ func newOracle(pluginConfig []byte) (*oracle, error) {
 		return nil, err
 	}
 	b := lbcore.NewBalancer(c, 0)
-	b.EnablePersistence(&memStore{m: map[string]memEntry{}}, "hashlb")
+	b.EnablePersistence(&corpus.MemStore{}, "hashlb")
 	return &oracle{c: c, b: b}, nil
 }
 
@@ -170,41 +169,5 @@ func (o *oracle) check(r corpus.Request, a reply) error {
 			return fmt.Errorf("the backend received %s %q, want %q", o.c.ServiceHeader, svc, first)
 		}
 	}
-	return nil
-}
-
-// memStore is an in-memory lbcore.Store with the semantics of Envoy's
-// shared data (lbcore.Store's comment): one cas counter for every key, a
-// Set with cas 0 or on a missing key always writes.
-type memStore struct {
-	mu  sync.Mutex
-	cas uint32
-	m   map[string]memEntry
-}
-
-type memEntry struct {
-	v   []byte
-	cas uint32
-}
-
-func (s *memStore) Get(key string) ([]byte, uint32, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok {
-		return nil, 0, lbcore.ErrNotFound
-	}
-	return append([]byte(nil), e.v...), e.cas, nil
-}
-
-func (s *memStore) Set(key string, value []byte, cas uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.m[key]; ok && cas != 0 && e.cas != cas {
-		return lbcore.ErrCASMismatch
-	}
-	s.cas++
-	// Cloned: lbcore passes keys backed by a buffer it reuses.
-	s.m[strings.Clone(key)] = memEntry{v: append([]byte(nil), value...), cas: s.cas}
 	return nil
 }
