@@ -297,7 +297,7 @@ bench)
 	fi
 	echo "bench: hashlb against Envoy's round_robin, ring_hash and maglev, in real Envoy"
 	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 60m -peers.out="$PWD/dist/envoy-peers.md"
-	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, and measured in pairs with ring_hash: dist/envoy-peers-paired.md)"
+	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, measured in pairs with ring_hash: dist/envoy-peers-paired.md, and when its cluster changes: dist/envoy-peers-update.md)"
 	;;
 oci)
 	wasm

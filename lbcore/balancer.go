@@ -280,6 +280,22 @@ func (b *Balancer) DecideInto(d *Decision, r *Request, now time.Time) {
 	d.Capped = b.x.capped
 }
 
+// RankInto writes into *d the method's order for r over as many services
+// as a Decision holds (upstreamCount's maximum), without session or
+// persistence: the failover order a host's retry walks (the load-balancing
+// policy asks for it only when Envoy's retry predicate refuses the first
+// choice). It reads the Balancer's health and active requests, so a host
+// keeps one Balancer for choices and retries alike, and advances a round
+// robin as a decision does. The rank cache is not used: it keeps the
+// prefixes that upstreamCount asks for.
+func (b *Balancer) RankInto(d *Decision, r *Request) {
+	want, unit, cache := b.want, b.unitPass, b.cache
+	b.want, b.unitPass, b.cache = min(maxUpstreamCount, len(b.services)), false, nil
+	b.begin(d)
+	b.decideMethod(d, r)
+	b.want, b.unitPass, b.cache = want, unit, cache
+}
+
 // begin starts a decision: d reads as zero, the evaluation context's caps
 // are cleared and the decision counter advances.
 func (b *Balancer) begin(d *Decision) {

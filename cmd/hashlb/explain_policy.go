@@ -47,12 +47,6 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 	if done {
 		return code
 	}
-	rcfg, err := pol.Retries(cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s%v\n", item.Prefix(in.file), err)
-		return 1
-	}
-	rb, _, _ := in.balancer(rcfg, stderr)
 	// A host is chosen only when healthy at the level served, the lowest
 	// priority with a healthy host (docs/deploy.md, "Priorities").
 	serving := p.Serving()
@@ -62,7 +56,6 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 	for i, down := range p.Down {
 		if down || p.Priority[i] != serving {
 			b.SetDown(i, true)
-			rb.SetDown(i, true)
 		}
 	}
 	// The policy reads no header of its own: nothing is stripped.
@@ -75,8 +68,10 @@ func explainPolicy(in *explainInput, item deploycheck.Item, stdout, stderr io.Wr
 	r.Settings = strings.TrimSuffix(strings.TrimSuffix(r.Settings, "upstreamCount 1"), ", ")
 	r.Headers, r.FilterState = [][2]string{}, nil // the policy sets no header
 	if r.Chosen != nil {
+		// A retry walks the method's order, as the policy's does
+		// (lbcore.Balancer.RankInto).
 		var d lbcore.Decision
-		rb.DecideInto(&d, &req, in.now)
+		b.RankInto(&d, &req)
 		r.Failover = []svcRef{}
 		first := x.Decision.At(0)
 		for k := range d.Len() {

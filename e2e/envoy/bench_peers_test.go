@@ -12,7 +12,6 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -78,8 +77,7 @@ func (p peerSpec) bootstrap(t testing.TB) []byte {
 	case peerRingHash, peerMaglev:
 		// The hash of the :path pseudo-header: what a user of Envoy's own
 		// consistent hashing writes for URL affinity (URLHASH's input).
-		rc.VirtualHosts[0].Routes[0].GetRoute().HashPolicy = []*routev3.RouteAction_HashPolicy{{
-			PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: ":path"}}}}
+		rc.VirtualHosts[0].Routes[0].GetRoute().HashPolicy = hashOnPath()
 		c.LbPolicy = clusterv3.Cluster_RING_HASH
 		if p.kind == peerMaglev {
 			c.LbPolicy = clusterv3.Cluster_MAGLEV

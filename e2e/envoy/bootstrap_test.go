@@ -144,6 +144,14 @@ func routeTo(cluster string, match *routev3.RouteMatch) *routev3.Route {
 		ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}}}
 }
 
+// hashOnPath is a route's hash policy on the :path pseudo-header: what a
+// user of Envoy's own consistent hashing (ring_hash, Maglev) writes for URL
+// affinity (URLHASH's input).
+func hashOnPath() []*routev3.RouteAction_HashPolicy {
+	return []*routev3.RouteAction_HashPolicy{{PolicySpecifier: &routev3.RouteAction_HashPolicy_Header_{
+		Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: ":path"}}}}
+}
+
 // shippedRetries is envoy.yaml's retry policy: two retries on a failed
 // connection, a reset or a 5xx.
 func shippedRetries() *routev3.RetryPolicy {

@@ -510,8 +510,8 @@ func runDemoScript(t *testing.T, bin, repo string) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 			t.Errorf("after Ctrl-C ./build.sh envoy exited with %v, want status 130", err)
 		}
-	case <-time.After(settle):
-		t.Fatalf("./build.sh envoy still runs %v after Ctrl-C:\n%s", settle, out())
+	case <-time.After(waitCeiling):
+		t.Fatalf("./build.sh envoy still runs %v after Ctrl-C:\n%s", waitCeiling, out())
 	}
 	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
 	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {

@@ -125,7 +125,7 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name string, policy wasmv3.Failu
 		// Envoy reloads a failed VM on a request that comes after the
 		// back-off: go on until 10 requests in a row are served.
 		start, ok := time.Now(), 0
-		for ok < 10 && time.Since(start) < settle {
+		for ok < 10 && time.Since(start) < waitCeiling {
 			code, _ := do("/recover", "x-envoy-original-dst-host", forged)
 			fr.recovery[code]++
 			if code == 200 {
@@ -279,7 +279,7 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 		served, closed := 0, 0
 		var recoveredAt time.Duration
 		start := time.Now()
-		for time.Since(start) < settle && served < 10 {
+		for time.Since(start) < waitCeiling && served < 10 {
 			if conn("ping\n") {
 				served++
 				if served == 1 {

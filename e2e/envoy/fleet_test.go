@@ -286,7 +286,7 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 		for i := range 40 {
 			dead = append(dead, ask(fmt.Sprintf("dead-%d", i)).took)
 		}
-		if err := e.WaitLog(fleetDownLine, settle); err != nil {
+		if err := e.WaitLog(fleetDownLine, waitCeiling); err != nil {
 			t.Error(err)
 		}
 		moved = fleetDelta(t, e, before)

@@ -86,7 +86,7 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 		if n := probes[3].Load() - before; n > 2 {
 			t.Errorf("b4 came UP after %d probes: it read b3's DOWN record (healthyThreshold 3) instead of starting Pending", n)
 		}
-		if err := e.WaitLog("service b4 ("+bs[3].Addr+") is UP: passed its health checks", settle); err != nil {
+		if err := e.WaitLog("service b4 ("+bs[3].Addr+") is UP: passed its health checks", waitCeiling); err != nil {
 			t.Error(err)
 		}
 		tickWait()

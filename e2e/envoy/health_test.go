@@ -58,8 +58,8 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		var probe http.Header
 		select {
 		case probe = <-dr.probe[victim]:
-		case <-time.After(settle):
-			t.Fatalf("%s received no probe in %v", vName, settle)
+		case <-time.After(waitCeiling):
+			t.Fatalf("%s received no probe in %v", vName, waitCeiling)
 		}
 		if probe.Get("Host") != vAddr || probe.Get("User-Agent") != "hashlb-health" {
 			t.Errorf("probe of %s: Host %q, User-Agent %q; want %s, hashlb-health", vName, probe.Get("Host"), probe.Get("User-Agent"), vAddr)
@@ -92,7 +92,7 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		r.bs[victim].Fail(503)
 		_, took := waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_down", func(v int64) bool { return v == 1 })
 		t.Logf("%s DOWN %v after its /healthz began to fail (unhealthyThreshold 2, interval 1s)", vName, took.Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is DOWN: 2 failed health checks", vName, vAddr), settle); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is DOWN: 2 failed health checks", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		if took < 900*time.Millisecond {
@@ -114,7 +114,7 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		r.bs[victim].Fail(0)
 		_, took = waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 })
 		t.Logf("%s UP %v after its /healthz healed (healthyThreshold 2)", vName, took.Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: passed its health checks", vName, vAddr), settle); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: passed its health checks", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		tickWait()
@@ -240,7 +240,7 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 1 {
 			t.Errorf("ejected = %d after 3 failed responses, want 1 (counted at once)", n)
 		}
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), settle); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		// The worker that saw the third failure ejects at once; the others
@@ -259,7 +259,7 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 		r.bs[victim].Fail(0)
 		waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 })
 		t.Logf("%s selectable again %v after its ejection (ejectionTime 2s; ejections end on a tick)", vName, time.Since(ejectedAt).Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), settle); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		tickWait()

@@ -146,11 +146,11 @@ func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
 	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: t.TempDir(), Concurrency: 2})
 	probeRequest(t, "http://"+e.MustListener(t, "probe"))
 	for _, l := range []string{"probe http_call(refused host).response", "probe http_call(silent host, 300 ms).response", "probe http_call(resetting host).response"} {
-		if err := e.WaitLog(l, settle); err != nil {
+		if err := e.WaitLog(l, waitCeiling); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.WaitLog("probe stream.copies of x-probe after replace", settle); err != nil {
+	if err := e.WaitLog("probe stream.copies of x-probe after replace", waitCeiling); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the response phase's line, if any

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -50,6 +51,7 @@ type policyCluster struct {
 	eps     []policyEndpoint
 	health  bool // an active HTTP health check on /healthz, 100 ms apart
 	retries bool // the route retries 5xx on other hosts (previous_hosts)
+	ring    bool // Envoy's ring_hash on :path instead of the policy (a benchmark's reference)
 }
 
 // policyBootstrap is the bootstrap for clusters cs: one listener (port 0)
@@ -61,6 +63,9 @@ func policyBootstrap(t testing.TB, dir string, cs []policyCluster) bootstrap {
 	var clusters []*cluster
 	for _, c := range cs {
 		r := routeTo(c.name, headerIs("x-test-cluster", c.name))
+		if c.ring {
+			r.GetRoute().HashPolicy = hashOnPath()
+		}
 		if c.retries {
 			r.GetRoute().RetryPolicy = otherHostRetries()
 		}
@@ -69,7 +74,11 @@ func policyBootstrap(t testing.TB, dir string, cs []policyCluster) bootstrap {
 		if c.health {
 			cl.HealthChecks = []*corev3.HealthCheck{fastHealthCheck()}
 		}
-		cl.LoadBalancingPolicy = policyBalancing(envoyrun.LBPolicyName, c.config)
+		if c.ring {
+			cl.LbPolicy = clusterv3.Cluster_RING_HASH
+		} else {
+			cl.LoadBalancingPolicy = policyBalancing(envoyrun.LBPolicyName, c.config)
+		}
 		clusters = append(clusters, cl)
 		writePolicyEDS(t, dir, c)
 	}
@@ -146,7 +155,11 @@ func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit
 		cli: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}}
 	t.Cleanup(pe.cli.CloseIdleConnections)
 	for _, c := range cs {
-		pe.waitHosts(t, c.name, len(c.eps), 0)
+		if c.ring {
+			pe.waitMembership(t, c.name, len(c.eps))
+		} else {
+			pe.waitHosts(t, c.name, len(c.eps), 0)
+		}
 	}
 	return pe
 }
@@ -158,6 +171,13 @@ func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit
 func (e *policyEnvoy) waitHosts(t testing.TB, cluster string, n int, mark int) {
 	t.Helper()
 	waitLog(t, e, mark, fmt.Sprintf("hashlb: cluster %s: %d hosts", cluster, n), 5) // 4 workers and the main thread
+}
+
+// waitMembership waits until Envoy's cluster has n hosts (its
+// membership_total), for a cluster the policy does not balance.
+func (e *policyEnvoy) waitMembership(t testing.TB, cluster string, n int) {
+	t.Helper()
+	waitStatIs(t, e.Envoy, "cluster."+cluster+".membership_total", func(v int64) bool { return v == int64(n) })
 }
 
 func countLog(log, s string) int { return strings.Count(log, s) }

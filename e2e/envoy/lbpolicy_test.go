@@ -402,7 +402,7 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 	if err == nil {
 		// The log is flushed every 50 ms: wait for a line written after
 		// the module's.
-		werr := e.WaitLog("starting main dispatch loop", settle)
+		werr := e.WaitLog("starting main dispatch loop", waitCeiling)
 		log := e.Log()
 		e.Stop()
 		if werr != nil {
@@ -500,7 +500,7 @@ func TestLBPolicyPanicIsRecovered(t *testing.T) {
 		if n := e.Stat(t, "dynamicmodulescustom.panic"); n != 5 {
 			t.Errorf("dynamicmodulescustom.panic = %d, want 5", n)
 		}
-		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", settle); err != nil {
+		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", waitCeiling); err != nil {
 			t.Error(err)
 		}
 		if body, code, err := e.Get("/ready"); err != nil || code != 200 {

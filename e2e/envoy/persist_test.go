@@ -375,7 +375,7 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		// The LDS listener is warm once V8 has compiled the module, which
 		// takes over a minute on a loaded machine: waitListener waits as
-		// long as Envoy's own readiness wait (settle).
+		// long as Envoy's own readiness wait (waitCeiling).
 		waitListener(t, e, "hashlb_listener")
 		o := &persistOracle{}
 		o.configure(t, persistConfig(bs, false, ""))

@@ -15,9 +15,6 @@ type Policy struct {
 	// Config is the lbcore configuration; its one service is a placeholder
 	// that Worker replaces with the cluster's hosts.
 	Config *lbcore.Config
-	// ranked is Config deciding as many ranks as lbcore names, without
-	// persistence: the failover order retries walk.
-	ranked *lbcore.Config
 	// in is what the decisions read of a request.
 	in lbcore.Inputs
 	// active: the decisions read active requests (least connection,
@@ -67,17 +64,10 @@ func ParseConfig(data []byte) (*Policy, error) {
 		return nil, errors.Join(errs...)
 	}
 	p := &Policy{Config: c, in: c.Inputs()}
-	r := *c
-	r.UpstreamCount = maxRanks
-	r.Persistence = nil
-	p.ranked = &r
 	p.active = c.LBMethod == lbcore.MethodLeastConnection || c.HashBalanceFactor > 0
 	p.activeBackup = c.LBMethod.IsHash() && c.BackupLBMethod == lbcore.MethodLeastConnection
 	return p, nil
 }
-
-// maxRanks is how many ranks a retry may walk: the most lbcore names.
-const maxRanks = 8
 
 // PathKeyMax is the longest :path key a cache of choices keeps
 // (cmd/hashlb-lbpolicy's cache.h HL_CACHE_KEY).

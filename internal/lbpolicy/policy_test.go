@@ -272,7 +272,9 @@ func TestRetriesWalkTheRanking(t *testing.T) {
 
 func mustRanked(t testing.TB, p *Policy, w *Worker) *lbcore.Config {
 	t.Helper()
-	c, err := p.ranked.WithServices(append([]lbcore.Service(nil), w.Services()...))
+	r := *p.Config
+	r.UpstreamCount, r.Persistence = 8, nil // the most ranks lbcore names, no persistence
+	c, err := r.WithServices(append([]lbcore.Service(nil), w.Services()...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,11 +75,3 @@ func (p *Policy) Services(hosts []HostInfo) (cfg *lbcore.Config, warnings []stri
 	}
 	return cfg, warnings, nil
 }
-
-// Retries returns p's configuration as a retry ranks with it (over cfg's
-// services): as many ranks as lbcore names, without persistence. A retry
-// that Envoy's previous_hosts predicate sends on takes the first rank after
-// the hosts already tried.
-func (p *Policy) Retries(cfg *lbcore.Config) (*lbcore.Config, error) {
-	return p.ranked.WithServices(cfg.Services)
-}

@@ -37,12 +37,11 @@ type Worker struct {
 	ns  string // the persistence namespace: hashlb/<cluster>
 	st  *workerStore
 
-	v      view
-	svcs   []lbcore.Service
-	seed   uint64
-	actAt  int // choices since active requests were read
-	bal    *lbcore.Balancer
-	ranked *lbcore.Balancer // the failover order retries walk; made on the first retry after an update
+	v     view
+	svcs  []lbcore.Service
+	seed  uint64
+	actAt int // choices since active requests were read
+	bal   *lbcore.Balancer
 
 	// OnHealth, when set, is told of a change of the healthy hosts a choice
 	// found (not of an update's): one no membership hook told.
@@ -94,7 +93,7 @@ type UpdateNotes struct {
 // weight. An error leaves the worker without services: every choice fails
 // until the next update.
 func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
-	w.bal, w.ranked, w.svcs = nil, nil, nil
+	w.bal, w.svcs = nil, nil
 	w.gen++
 	levels := h.Levels()
 	n := 0
@@ -155,9 +154,6 @@ func (w *Worker) mark() {
 	for i := range w.v.addrs {
 		up := w.v.serving(i)
 		w.bal.SetDown(i, !up)
-		if w.ranked != nil {
-			w.ranked.SetDown(i, !up)
-		}
 	}
 }
 
@@ -182,11 +178,7 @@ func (w *Worker) readActive(h Hosts) {
 	}
 	w.actAt = 0
 	for k := range l.count {
-		a := h.ActiveRequests(w.v.serve, k)
-		w.bal.SetActive(l.first+k, a)
-		if w.ranked != nil {
-			w.ranked.SetActive(l.first+k, a)
-		}
+		w.bal.SetActive(l.first+k, h.ActiveRequests(w.v.serve, k))
 	}
 }
 
@@ -252,7 +244,7 @@ func (w *Worker) choose(h Hosts, c Context, now time.Time) (int, int, Failure) {
 			w.last.host, w.last.healthy, w.last.ok = i, hi, p == 0 && w.d.Reason == lbcore.ReasonHash
 			return p, hi, NoFailure
 		}
-		return p, w.walk(h, c, req, now, i, hi), NoFailure
+		return p, w.walk(h, c, req, i, hi), NoFailure
 	}
 }
 
@@ -282,11 +274,8 @@ func (w *Worker) healthy() int {
 // walk is a retry: the first rank after i that is healthy at the level
 // served and that Envoy's retry predicate accepts, in lbcore's failover
 // order; the first choice again when every rank was tried.
-func (w *Worker) walk(h Hosts, c Context, req *lbcore.Request, now time.Time, i, hi int) int {
-	if w.ranked == nil && !w.makeRanked() {
-		return hi
-	}
-	w.ranked.DecideInto(&w.dr, req, now)
+func (w *Worker) walk(h Hosts, c Context, req *lbcore.Request, i, hi int) int {
+	w.bal.RankInto(&w.dr, req)
 	for r := range w.dr.Len() {
 		j := w.dr.At(r)
 		if j == i {
@@ -299,21 +288,6 @@ func (w *Worker) walk(h Hosts, c Context, req *lbcore.Request, now time.Time, i,
 		}
 	}
 	return hi
-}
-
-// makeRanked builds the failover order's Balancer over the current
-// services, with the view's health and the last active requests read.
-func (w *Worker) makeRanked() bool {
-	r, err := w.pol.ranked.WithServices(w.svcs)
-	if err != nil {
-		return false
-	}
-	w.ranked = lbcore.NewBalancer(r, w.seed)
-	for i := range w.svcs {
-		w.ranked.SetDown(i, !w.v.serving(i))
-		w.ranked.SetActive(i, w.bal.Active(i))
-	}
-	return true
 }
 
 // maxCopies bounds how many copies of one header a request is read with.
