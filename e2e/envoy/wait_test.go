@@ -2,8 +2,8 @@ package envoy
 
 // Waiting, in these tests, is for a condition, never for a quiet machine's
 // time. What Envoy does on its own (a stat moving, a log line, a listener
-// warming, a host set reaching every worker) is polled until it holds, with
-// waitCeiling as a ceiling only a hang reaches; what every worker does on its
+// warming, a host set reaching every worker) is polled until it holds, up
+// to waitCeiling, which only a hang reaches; what every worker does on its
 // 1-second tick is waited for as the tick widened by the lateness this
 // process's timers show meanwhile (internal/lateness), since the workers'
 // timers are as late on a loaded machine.
@@ -17,11 +17,11 @@ import (
 	"github.com/hashlb/hashlb/internal/lateness"
 )
 
-// waitCeiling is the ceiling of a wait for something Envoy does on its own, as
-// long as Envoy's readiness wait (envoyReady: V8 compiling the module is
-// the slowest thing Envoy does): a loaded two-core machine reaches it only
-// on a hang; a wait ends as soon as its condition holds, so a quiet
-// machine pays nothing for it.
+// waitCeiling is the ceiling of a wait for something Envoy does on its
+// own, as long as Envoy's readiness wait (envoyReady: V8 compiling the
+// module is the slowest thing Envoy does): a loaded two-core machine
+// reaches it only on a hang; a wait ends as soon as its condition holds,
+// so a quiet machine pays nothing for it.
 const waitCeiling = envoyReady
 
 // eventually polls cond every 20 ms until it holds and returns how long
@@ -36,15 +36,6 @@ func eventually(t testing.TB, what func() string, cond func() bool) time.Duratio
 		time.Sleep(20 * time.Millisecond)
 	}
 	return time.Since(start)
-}
-
-// waitLogged waits (up to waitCeiling) until Envoy's log holds substr and fails
-// t otherwise.
-func waitLogged(t testing.TB, e *envoyrun.Envoy, substr string) {
-	t.Helper()
-	if err := e.WaitLog(substr, waitCeiling); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // waitStatIs waits (up to waitCeiling) until stat name of e satisfies ok and
@@ -75,8 +66,9 @@ func tickWait() {
 	time.Sleep(lateness.Widen(0, m.Late(), 2))
 }
 
-// waitListener waits (up to waitCeiling) until e has listener name (one from an
-// LDS file warms once its filters are ready) and returns its address.
+// waitListener waits (up to waitCeiling) until e has listener name (one
+// from an LDS file warms once its filters are ready) and returns its
+// address.
 func waitListener(t testing.TB, e *envoyrun.Envoy, name string) string {
 	t.Helper()
 	var addr string
