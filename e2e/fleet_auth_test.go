@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/lateness"
 )
 
 // etcdAuthCall POSTs body to the gateway with token (if any) and decodes
@@ -79,8 +80,8 @@ func TestFleetEtcdAuth(t *testing.T) {
 	root := enableEtcdAuth(t, e.addr, prefix, password)
 	cfg := fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "2s"}, fourServices(), nil)
 	calls := &calloutLog{}
-	meter := newLateMeter()
-	defer meter.stop()
+	meter := lateness.Start()
+	defer meter.Stop()
 	proxies := 0
 	newHost := func(pw string) *hostsim.Host {
 		proxies++

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hashlb/hashlb/hostsim"
 	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
@@ -231,16 +232,16 @@ type loadRec struct {
 // request that fails fails the test.
 //
 // late reports the most a 10 ms timer of this process fired late meanwhile
-// (lateMeter).
+// (lateness.Meter).
 func steadyLoad(t *testing.T, hosts []*hostsim.Host, keys []string, rate int) (stop func() []loadRec, late func() time.Duration) {
-	m := newLateMeter()
+	m := lateness.Start()
 	stopLoad := (&swapLoad{hosts: hosts}).run(t, keys, rate, 19)
 	stop = func() []loadRec {
 		recs := stopLoad()
-		m.stop()
+		m.Stop()
 		return recs
 	}
-	return stop, m.late
+	return stop, m.Late
 }
 
 // swapLoad is a steady load's proxies, which may be restarted meanwhile

@@ -29,7 +29,7 @@ package e2e
 // most 1 s; each scenario is 2 s of load, the fault (3 s, SIGSTOP 10 s), then 12 s from when etcd answers
 // every worker again (up to 40 s after the fault). The bounds on agreement
 // and on that wait are widened by the lateness measured during the run
-// (fleet_late_test.go), and a failure says by how much.
+// (fleet_late_test.go, internal/lateness), and a failure says by how much.
 
 import (
 	"fmt"
@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
@@ -134,7 +135,7 @@ const faultsAtOnce = 6
 func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	env := &faultEnv{t: t, bin: bin, dir: etcdDir(t)}
 	env.etcd = startEtcdProc(t, bin, env.dir)
-	lateBefore := measureLate(time.Second)
+	lateBefore := lateness.Measure(time.Second)
 	env.timeout = callTimeout(faultTimeout, lateBefore, maxFaultTimeout)
 	cfgFor := func(timeout time.Duration) []byte {
 		return fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": timeout.String()}, fourServices(),
@@ -181,8 +182,8 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	// by the lateness measured meanwhile: convergence is a chain of about
 	// ten ticks and calls, the wait some twenty.
 	const quietBound, watch, quietEtcdLate = 10 * time.Second, 2 * time.Second, 40 * time.Second
-	bound := func() time.Duration { return widen(quietBound, lateTimers(), 10) }
-	etcdLate := func() time.Duration { return widen(quietEtcdLate, lateTimers(), 20) }
+	bound := func() time.Duration { return lateness.Widen(quietBound, lateTimers(), 10) }
+	etcdLate := func() time.Duration { return lateness.Widen(quietEtcdLate, lateTimers(), 20) }
 	var answered time.Time
 	ok := false
 	for {
@@ -201,7 +202,7 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	late := lateTimers()
 	if !ok {
 		t.Errorf("etcd did not answer every worker again within %v after the fault ended (a worker held it down, each time after %d calls in a row went unanswered): agreement could not be judged %s; the proxies' fleet log lines (times from the fault's end):%s",
-			etcdLate(), fleet.FailLimit, lateNote(late, fmt.Sprintf("fleet.timeout %v, from %v measured before the run", env.timeout, lateBefore.Round(time.Millisecond))),
+			etcdLate(), fleet.FailLimit, lateness.Note(late, fmt.Sprintf("fleet.timeout %v, from %v measured before the run", env.timeout, lateBefore.Round(time.Millisecond))),
 			fleetLog(hosts, healed))
 	}
 
@@ -252,7 +253,7 @@ func runFleetFault(t *testing.T, bin string, f fleetFault, expire string) {
 	if split > 0 {
 		t.Errorf("%d of %d keys got two services %v after etcd answered every worker again (%v after the fault ended) %s, e.g. %s (times from the fault's end)",
 			split, len(keys), bound(), answered.Sub(healed).Round(time.Millisecond),
-			lateNote(late, fmt.Sprintf("the bound is %v widened by 10 times that", quietBound)), story)
+			lateness.Note(late, fmt.Sprintf("the bound is %v widened by 10 times that", quietBound)), story)
 	}
 	answeredAfter := "never"
 	if ok {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/lateness"
 )
 
 // skewProxy starts one proxy of two workers with cfg, reaching etcd at
@@ -78,7 +79,7 @@ func TestFleetSkew(t *testing.T) {
 			t.Parallel()
 			e := startEtcdProc(t, bin, etcdDir(t))
 			p := persistence(map[string]any{"expire": "1h"})
-			lateBefore := measureLate(time.Second)
+			lateBefore := lateness.Measure(time.Second)
 			timeout := callTimeout(faultTimeout, lateBefore, maxFaultTimeout)
 			p["fleet"] = map[string]any{"cluster": "etcd", "timeout": timeout.String()}
 			extra := func(svcs []svcDef) []byte {
@@ -106,7 +107,7 @@ func TestFleetSkew(t *testing.T) {
 				}
 			})
 			keys := keysN("skew", 172)
-			meter := newLateMeter()
+			meter := lateness.Start()
 			stop := l.run(t, keys, 150, 28)
 			time.Sleep(3 * time.Second) // the fleet places the keys
 			began := time.Now()
@@ -125,13 +126,13 @@ func TestFleetSkew(t *testing.T) {
 			// The bound, widened by the lateness measured meanwhile as in
 			// TestFleetFaults.
 			const quietBound = 10 * time.Second
-			bound := func() time.Duration { return widen(quietBound, meter.late(), 10) }
+			bound := func() time.Duration { return lateness.Widen(quietBound, meter.Late(), 10) }
 			for time.Since(ended) < bound()+2*time.Second {
 				time.Sleep(100 * time.Millisecond)
 			}
 			recs := stop()
-			meter.stop()
-			late := meter.late()
+			meter.Stop()
+			late := meter.Late()
 
 			// During the skew the proxies that can use every service follow
 			// the fleet's records, which the skewed one leaves alone: keys
@@ -154,7 +155,7 @@ func TestFleetSkew(t *testing.T) {
 			split, story, local, judged := calls.agreement(recs, l.hosts, ended.Add(bound()), ended)
 			if split > 0 {
 				t.Errorf("%d of %d keys got two services from %v after the skew ended %s, e.g. %s (times from the skew's end)", split, len(keys), bound(),
-					lateNote(late, fmt.Sprintf("the bound is %v widened by 10 times that; fleet.timeout %v", quietBound, timeout)), story)
+					lateness.Note(late, fmt.Sprintf("the bound is %v widened by 10 times that; fleet.timeout %v", quietBound, timeout)), story)
 			}
 			converged := time.Duration(0)
 			if last, _ := lastSplit(recs, ended); !last.IsZero() {

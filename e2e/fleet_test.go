@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
@@ -420,10 +421,10 @@ func TestFleetEtcdDown(t *testing.T) {
 	dir := etcdDir(t)
 	e := startEtcdProc(t, embeddedEtcd, dir)
 	fr := newFront(t, e.addr)
-	lateBefore := measureLate(time.Second)
+	lateBefore := lateness.Measure(time.Second)
 	timeout := callTimeout(300*time.Millisecond, lateBefore, 1500*time.Millisecond)
-	meter := newLateMeter()
-	defer meter.stop()
+	meter := lateness.Start()
+	defer meter.Stop()
 	fleetCfg := map[string]any{"cluster": "etcd", "timeout": timeout.String()}
 	cfg := fleetConfig(t, fleetCfg, fourServices(), nil)
 	calls := &calloutLog{}
@@ -436,9 +437,9 @@ func TestFleetEtcdDown(t *testing.T) {
 	worst := longestWait(replies)
 	// Every request was served (spray fails the test otherwise); the bound
 	// is the timeout plus the time to deliver the failure to a busy worker.
-	if limit := timeout + widen(time.Second, meter.late(), 2); worst > limit {
+	if limit := timeout + lateness.Widen(time.Second, meter.Late(), 2); worst > limit {
 		t.Errorf("etcd down: a request waited %v, want at most the timeout %v (+ delivery: %v in all) %s", worst, timeout, limit,
-			lateNote(meter.late(), "delivery is 1 s widened by twice that"))
+			lateness.Note(meter.Late(), "delivery is 1 s widened by twice that"))
 	}
 	t.Logf("etcd down: %d requests served, longest wait %v (timeout %v)", len(replies), worst, timeout)
 
@@ -449,7 +450,7 @@ func TestFleetEtcdDown(t *testing.T) {
 	// sees it answer again, with no request having to wait for it.
 	e = startEtcdProc(t, embeddedEtcd, dir)
 	fr.setTarget(e.addr)
-	took := waitFleetUp(t, hosts, widen(10*time.Second, meter.late(), 10))
+	took := waitFleetUp(t, hosts, lateness.Widen(10*time.Second, meter.Late(), 10))
 	t.Logf("etcd restarted: every worker saw it answer within %v", took.Round(time.Millisecond))
 	fresh := fleetLoggedHosts(t, 1, 2, cfg, fr.addr, calls, len(hosts))
 	mark := calls.mark()
@@ -460,7 +461,7 @@ func TestFleetEtcdDown(t *testing.T) {
 		}
 	}
 	sprayAgreed(t, append(hosts, fresh...), keysN("after", 300), calls, "after restart", meter)
-	t.Logf("timers fired up to %v late during the run (%v before it); fleet.timeout %v", meter.late().Round(time.Millisecond), lateBefore.Round(time.Millisecond), timeout)
+	t.Logf("timers fired up to %v late during the run (%v before it); fleet.timeout %v", meter.Late().Round(time.Millisecond), lateBefore.Round(time.Millisecond), timeout)
 }
 
 // fleetLoggedHosts is fleetHosts in real time whose calls to etcd go to
@@ -510,7 +511,7 @@ const reconcileBound = 2 * time.Second
 // after reconcileBound (widened by the lateness measured, the hosts' ticks
 // firing meanwhile), every key is on one service on every proxy. It returns
 // that service of each key.
-func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *calloutLog, phase string, meter *lateMeter) map[string]string {
+func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *calloutLog, phase string, meter *lateness.Meter) map[string]string {
 	t.Helper()
 	mark, began := calls.mark(), time.Now()
 	got, replies := spray(t, hosts, keys, 2, 6)
@@ -544,7 +545,7 @@ func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *call
 	if unexplained > 0 {
 		t.Errorf("%s: %d keys in all got two services without a call about them unanswered; the proxies' fleet log lines (times from the spray's start):%s", phase, unexplained, fleetLog(hosts, began))
 	}
-	bound := widen(reconcileBound, meter.late(), 10)
+	bound := lateness.Widen(reconcileBound, meter.Late(), 10)
 	for start := time.Now(); time.Since(start) < bound; time.Sleep(50 * time.Millisecond) {
 		for _, h := range hosts {
 			h.Tick()
@@ -554,7 +555,7 @@ func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *call
 	split, ex := splitKeys(settled)
 	if split != 0 {
 		t.Errorf("%s: %d of %d keys still on two services %v after they were sprayed (%d of them decided locally then) %s, e.g. %s",
-			phase, split, len(keys), bound, local, lateNote(meter.late(), fmt.Sprintf("the bound is %v widened by 10 times that", reconcileBound)), ex)
+			phase, split, len(keys), bound, local, lateness.Note(meter.Late(), fmt.Sprintf("the bound is %v widened by 10 times that", reconcileBound)), ex)
 	}
 	t.Logf("%s: %d keys, %d split by a call etcd did not answer in time or while a worker held etcd down (decided locally by design), all on one service %v later; %d down spans of a worker in all", phase, len(keys), local, bound, spans(down))
 	out := make(map[string]string, len(settled))
@@ -614,13 +615,13 @@ func TestFleetSlowEtcd(t *testing.T) {
 	slow, _ := delayProxy(t, etcdAddr, func() time.Duration { return time.Duration(delay.Load()) })
 	const timeout = 200 * time.Millisecond
 	hosts := fleetHosts(t, 2, 2, fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": "200ms"}, fourServices(), nil), slow, time.Time{}, true)
-	meter := newLateMeter()
+	meter := lateness.Start()
 	_, replies := spray(t, hosts, keysN("slow", 40), 1, 4)
-	meter.stop()
+	meter.Stop()
 	worst := longestWait(replies)
-	if limit := timeout + widen(2*time.Second, meter.late(), 2); worst > limit {
+	if limit := timeout + lateness.Widen(2*time.Second, meter.Late(), 2); worst > limit {
 		t.Errorf("slow etcd: a request waited %v, want at most the timeout %v (+ delivery: %v in all) %s", worst, timeout, limit,
-			lateNote(meter.late(), "delivery is 2 s widened by twice that"))
+			lateness.Note(meter.Late(), "delivery is 2 s widened by twice that"))
 	}
 	var timeouts int64
 	for _, h := range hosts {

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +9,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/loadgen"
@@ -54,121 +58,50 @@ type peerSpec struct {
 
 // bootstrap renders the peer's Envoy configuration (admin and listener on
 // port 0; the module at dist/hashlb.wasm or dist/noop.wasm of the work dir).
-func (p peerSpec) bootstrap() []byte {
-	var hashPolicy, lb, filter string
+func (p peerSpec) bootstrap(t testing.TB) []byte {
+	t.Helper()
+	rc := retryRoutes(routeAll("bench", "bench", "upstream"), shippedRetries())
+	c := staticCluster(t, "upstream", p.endpoints...)
+	c.OutlierDetection = shippedOutlier()
+	// Unlike envoy.yaml: no circuit breaker trips in the benchmark. The
+	// default max_connections (1024) overflows with 10⁴ endpoints (a
+	// connection per endpoint and worker) for Maglev and hashlb alike;
+	// every row has the same thresholds.
+	million := wrapperspb.UInt32(1_000_000)
+	c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+		MaxConnections: million, MaxPendingRequests: million, MaxRequests: million}}}
+	var filters []*hcmv3.HttpFilter
 	switch p.kind {
 	case peerRoundRobin, peerNoop:
-		lb = "    lb_policy: ROUND_ROBIN\n"
+		c.LbPolicy = clusterv3.Cluster_ROUND_ROBIN
 	case peerRingHash, peerMaglev:
 		// The hash of the :path pseudo-header: what a user of Envoy's own
 		// consistent hashing writes for URL affinity (URLHASH's input).
-		hashPolicy = "                  hash_policy:\n                  - header: { header_name: \":path\" }\n"
-		lb = "    lb_policy: RING_HASH\n"
+		rc.VirtualHosts[0].Routes[0].GetRoute().HashPolicy = hashOnPath()
+		c.LbPolicy = clusterv3.Cluster_RING_HASH
 		if p.kind == peerMaglev {
-			lb = "    lb_policy: MAGLEV\n"
+			c.LbPolicy = clusterv3.Cluster_MAGLEV
 		}
 	case peerHashlb, peerOverride:
 		// As envoy.yaml: override_host on hashlb's header, round robin
 		// when it names no endpoint.
-		lb = `    load_balancing_policy:
-      policies:
-      - typed_extension_config:
-          name: envoy.load_balancing_policies.override_host
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.override_host.v3.OverrideHost
-            override_host_sources:
-            - header: x-envoy-original-dst-host
-            fallback_policy:
-              policies:
-              - typed_extension_config:
-                  name: envoy.load_balancing_policies.round_robin
-                  typed_config:
-                    "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin
-`
-	}
-	if p.kind == peerPolicy || p.kind == peerPolicyFloor || p.kind == peerPolicyGoFloor || p.kind == peerPolicyNoYield {
+		c.LoadBalancingPolicy = overrideHostPolicy()
+	case peerPolicy, peerPolicyFloor, peerPolicyGoFloor, peerPolicyNoYield:
 		// The module at lib<name>.so of the work dir (peerVersion links it).
 		name := envoyrun.LBPolicyName
 		if p.kind == peerPolicyFloor {
 			name = peerFloorName
 		}
-		lb = policyBalancing(name, string(p.plugin))
+		c.LoadBalancingPolicy = policyBalancing(name, string(p.plugin))
 	}
-	if p.kind == peerHashlb || p.kind == peerNoop {
-		module, value := "dist/hashlb.wasm", p.plugin
-		if p.kind == peerNoop {
-			module, value = "dist/noop.wasm", []byte("{}")
-		}
-		quoted, _ := json.Marshal(string(value))
-		filter = fmt.Sprintf(`          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: hashlb
-                vm_config:
-                  vm_id: hashlb
-                  runtime: envoy.wasm.runtime.v8
-                  code: { local: { filename: %s } }
-                fail_open: false
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: %s
-`, module, quoted)
+	switch p.kind {
+	case peerHashlb:
+		filters = append(filters, wasmHTTP(wasmPlugin("", p.plugin)))
+	case peerNoop:
+		filters = append(filters, wasmHTTP(pluginOf("hashlb", "", "hashlb", "dist/noop.wasm", "{}")))
 	}
-	var eps strings.Builder
-	for _, a := range p.endpoints {
-		host, port, _ := strings.Cut(a, ":")
-		fmt.Fprintf(&eps, "        - endpoint: { address: { socket_address: { address: %s, port_value: %s } } }\n", host, port)
-	}
-	return []byte(`admin:
-  address:
-    socket_address: { address: 127.0.0.1, port_value: 0 }
-static_resources:
-  listeners:
-  - name: bench
-    address:
-      socket_address: { address: 127.0.0.1, port_value: 0 }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: bench
-          route_config:
-            name: bench
-            virtual_hosts:
-            - name: bench
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route:
-                  cluster: upstream
-                  retry_policy:
-                    retry_on: connect-failure,refused-stream,reset,5xx
-                    num_retries: 2
-` + hashPolicy + `          http_filters:
-` + filter + `          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: upstream
-    connect_timeout: 1s
-    type: STATIC
-    # Unlike envoy.yaml: no circuit breaker trips in the benchmark. The
-    # default max_connections (1024) overflows with 10⁴ endpoints (a
-    # connection per endpoint and worker) for Maglev and hashlb alike;
-    # every row has the same thresholds.
-    circuit_breakers:
-      thresholds:
-      - { max_connections: 1000000, max_pending_requests: 1000000, max_requests: 1000000 }
-` + lb + `    load_assignment:
-      cluster_name: upstream
-      endpoints:
-      - lb_endpoints:
-` + eps.String() + `    outlier_detection:
-      consecutive_5xx: 5
-      base_ejection_time: 30s
-`)
+	return bootstrap{other: []*listenerv3.Listener{listenerOn(t, "bench", loopback, hcmFilter(connManager("bench", rc, filters...)))},
+		clusters: []*cluster{c}}.yaml(t)
 }
 
 // peerPlugin is envoy.yaml's plugin configuration over the endpoints

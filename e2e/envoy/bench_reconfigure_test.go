@@ -30,7 +30,6 @@ package envoy
 // that every request was answered by the backend and every change applied.
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -79,92 +78,14 @@ func reconfigPlugin(n, moved, port int) string {
 	return b.String()
 }
 
-// reconfigECDS is the ECDS DiscoveryResponse hashlb-controller writes
-// (cmd/hashlb-controller/controller/ecds.go) for plugin configuration cfg.
-func reconfigECDS(t testing.TB, version int, cfg string) []byte {
-	doc := map[string]any{
-		"version_info": strconv.Itoa(version),
-		"type_url":     "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-		"resources": []any{map[string]any{
-			"@type": "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig",
-			"name":  "hashlb",
-			"typed_config": map[string]any{
-				"@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-				"config": map[string]any{
-					"name": "hashlb",
-					"vm_config": map[string]any{
-						"vm_id": "hashlb", "runtime": "envoy.wasm.runtime.v8",
-						"code": map[string]any{"local": map[string]any{"filename": "dist/hashlb.wasm"}},
-					},
-					"fail_open":     false,
-					"configuration": map[string]any{"@type": "type.googleapis.com/google.protobuf.StringValue", "value": cfg},
-				},
-			},
-		}},
-	}
-	b, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+// reconfigBootstrap is configs/envoy-ecds.yaml's shape: hashlb's filter
+// from the ECDS file ecds/hashlb.json of the work dir (written with
+// ecdsFile), the ORIGINAL_DST cluster on the upstream header.
+func reconfigBootstrap(t testing.TB) []byte {
+	t.Helper()
+	return bootstrap{listeners: []listenerSpec{{name: "hashlb_listener", ecdsPath: "ecds/hashlb.json", ecdsName: "hashlb", cluster: "hashlb_upstream"}},
+		clusters: []*cluster{originalDstCluster("hashlb_upstream")}}.yaml(t)
 }
-
-// reconfigWriteECDS replaces the ECDS file as the controller does: a temporary file
-// in the same directory renamed over it.
-func reconfigWriteECDS(t testing.TB, path string, data []byte) {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// reconfigBootstrap: Envoy refuses a path_config_source without a node id
-// and cluster ("node 'id' and 'cluster' are required", Envoy 1.40).
-const reconfigBootstrap = `
-node: { id: hashlb-bench, cluster: hashlb-bench }
-admin:
-  address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-static_resources:
-  listeners:
-  - name: hashlb_listener
-    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: hashlb
-          route_config:
-            name: hashlb_route
-            virtual_hosts:
-            - name: hashlb
-              domains: ["*"]
-              routes:
-              - match: { prefix: "/" }
-                route: { cluster: hashlb_upstream }
-          http_filters:
-          - name: hashlb
-            config_discovery:
-              config_source:
-                resource_api_version: V3
-                path_config_source: { path: ecds/hashlb.json }
-              type_urls:
-              - type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: hashlb_upstream
-    connect_timeout: 1s
-    type: ORIGINAL_DST
-    lb_policy: CLUSTER_PROVIDED
-    original_dst_lb_config:
-      use_http_header: true
-      http_header_name: x-envoy-original-dst-host
-`
 
 // reconfigLine is the filter's log line after a configure; Envoy's log
 // line starts with its time and thread id.
@@ -286,12 +207,9 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	dir := envoyrun.WorkDir(b)
-	if err := os.MkdirAll(filepath.Join(dir, "ecds"), 0o755); err != nil {
-		b.Fatal(err)
-	}
 	ecds := filepath.Join(dir, "ecds", "hashlb.json")
-	reconfigWriteECDS(b, ecds, reconfigECDS(b, 0, reconfigPlugin(reconfigServices, -1, port)))
-	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: []byte(reconfigBootstrap), Dir: dir, Concurrency: reconfigWorkers})
+	writeAtomic(b, ecds, ecdsFile(b, "hashlb", "0", []byte(reconfigPlugin(reconfigServices, -1, port))))
+	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: reconfigBootstrap(b), Dir: dir, Concurrency: reconfigWorkers})
 	// Envoy's main thread is the one that logs its start ([main]); the
 	// others are the workers. Envoy's log names threads by their Linux id.
 	mainThread := ""
@@ -364,7 +282,7 @@ func envoyReconfigure(b *testing.B, bin envoyrun.Binary) {
 	had := len(reconfigLog(e.Log()))
 	for v := 1; v <= reconfigChanges; v++ {
 		cpuFrom, from := workersCPU(), time.Now()
-		reconfigWriteECDS(b, ecds, reconfigECDS(b, v, reconfigPlugin(reconfigServices, v, port)))
+		writeAtomic(b, ecds, ecdsFile(b, "hashlb", strconv.Itoa(v), []byte(reconfigPlugin(reconfigServices, v, port))))
 		got := waitConfigured(had)
 		cpuTo, until := workersCPU(), time.Now()
 		for i := range workers {

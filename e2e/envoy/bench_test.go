@@ -160,7 +160,7 @@ func peerVersion(b *testing.B, bin envoyrun.Binary, peers []peerSpec, targets []
 		if p.kind == peerPolicy {
 			peerLinkPolicy(b, dir)
 		}
-		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
+		e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(b), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 		r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
 		if p.kind == peerOverride {
 			r.req = overrideReqs[len(p.endpoints)]
@@ -255,7 +255,7 @@ func peerCheck(b *testing.B, r *peerRun, targets []string) {
 	var want func(target string) string
 	switch r.kind {
 	case peerHashlb:
-		cfg := pluginConfigs(b, r.bootstrap())[0]
+		cfg := pluginConfigs(b, r.bootstrap(b))[0]
 		want = func(t string) string {
 			d := lbcore.NewBalancer(cfg, 0).Decide(&lbcore.Request{Target: t, Authority: "shop.example.com", Method: "GET"}, time.Now())
 			return cfg.Services[d.At(0)].Address

@@ -74,15 +74,9 @@ func checkServes(t *testing.T, addr string, config []byte, debug bool, byAddr ma
 }
 
 // waitStat waits until Envoy's counter name reaches n.
-func waitStat(t *testing.T, e *envoyrun.Envoy, name string, n int64) {
+func waitStat(t testing.TB, e *envoyrun.Envoy, name string, n int64) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for e.Stat(t, name) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %d after 20s, want %d\n%s", name, e.Stat(t, name), n, e.LogTail(30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStatIs(t, e, name, func(v int64) bool { return v >= n })
 }
 
 // logLines returns the lines of Envoy's log that contain any of subs.
@@ -128,18 +122,12 @@ func TestConfigErrorRefusedByECDSAndLDS(t *testing.T) {
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "ecds_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
 				cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 			ldsPath:  lds,
 		}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
 		ecdsAddr := e.MustListener(t, "ecds_listener")
-		deadline := time.Now().Add(20 * time.Second)
-		for _, err := e.Listener("lds_listener"); err != nil; _, err = e.Listener("lds_listener") {
-			if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitListener(t, e, "lds_listener")
 		checkServes(t, ecdsAddr, good, true, byAddr)
 		checkServes(t, ldsAddr, good, true, byAddr)
 
@@ -204,20 +192,23 @@ func TestConfigErrorRefusedByECDSAndLDS(t *testing.T) {
 			waitStat(t, e, "extension_config_discovery.http_filter.hashlb.config_reload", reload+1)
 			waitStat(t, e, "listener_manager.lds.update_success", success+1)
 			// Every worker takes the new filter configuration a moment after
-			// the main thread.
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				a, err := send(wire{srcIP: "127.0.0.1", dst: ecdsAddr, method: "GET", target: "/probe", host: "example.com"})
-				b, err2 := send(wire{srcIP: "127.0.0.1", dst: ldsAddr, method: "GET", target: "/probe", host: "example.com"})
+			// the main thread: wait until 8 connections in a row to each
+			// listener (Envoy spreads them over its workers) answer with it.
+			var a, b answer
+			var err, err2 error
+			inRow := 0
+			eventually(t, func() string {
+				return fmt.Sprintf("the good configuration on every worker (%+v %v / %+v %v)", a, err, b, err2)
+			}, func() bool {
+				a, err = send(wire{srcIP: "127.0.0.1", dst: ecdsAddr, method: "GET", target: "/probe", host: "example.com"})
+				b, err2 = send(wire{srcIP: "127.0.0.1", dst: ldsAddr, method: "GET", target: "/probe", host: "example.com"})
 				if err == nil && err2 == nil && a.debug == "" && b.debug == "" {
-					break
+					inRow++
+				} else {
+					inRow = 0
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the good configuration did not take: %+v %v / %+v %v", a, err, b, err2)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
-			time.Sleep(300 * time.Millisecond)
+				return inRow == 8
+			})
 			checkServes(t, ecdsAddr, next, false, byAddr)
 			checkServes(t, ldsAddr, next, false, byAddr)
 		})
@@ -236,7 +227,7 @@ func TestConfigErrorAtBootstrap(t *testing.T) {
 		ce := configErrors[0]
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, config: urlConfig(bs, false, ce.extra), cluster: "hashlb_upstream"}},
-			clusters:  []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters:  []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
 		dir := envoyrun.WorkDir(t)
 		verr := envoyrun.Validate(bin, dir, yaml)

@@ -217,7 +217,7 @@ func TestCorpusThroughEnvoy(t *testing.T) {
 				cluster: clusterOf[overrideHost], useRemoteAddress: true},
 			listenerSpec{name: "xff_remote_hops", addrs: addrs[:1], rootID: "xff_remote_hops", config: srcHops,
 				cluster: clusterOf[overrideHost], useRemoteAddress: true})
-		yaml := bootstrap{listeners: specs, clusters: []obj{
+		yaml := bootstrap{listeners: specs, clusters: []*cluster{
 			overrideHost.cluster(t, clusterOf[overrideHost], endpoints(bs)),
 			originalDst.cluster(t, clusterOf[originalDst], nil),
 		}}.yaml(t)

@@ -287,37 +287,10 @@ func freePorts(t testing.TB, n int) []int {
 	return out
 }
 
-var (
-	proxyOnce sync.Once
-	proxyBin  string
-	proxyErr  error
-)
-
 // hashlbProxy builds hostsim/cmd/hashlb-proxy once per process.
 func hashlbProxy(t testing.TB) string {
 	t.Helper()
-	proxyOnce.Do(func() {
-		root, err := envoyrun.RepoRoot()
-		if err != nil {
-			proxyErr = err
-			return
-		}
-		mod, err := envoyrun.ModulePath()
-		if err != nil {
-			proxyErr = err
-			return
-		}
-		proxyBin = filepath.Join(filepath.Dir(mod), "hashlb-proxy")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", proxyBin, "./hostsim/cmd/hashlb-proxy")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			proxyErr = fmt.Errorf("building hashlb-proxy: %v\n%s", err, out)
-		}
-	})
-	if proxyErr != nil {
-		t.Fatal(proxyErr)
-	}
-	return proxyBin
+	return built(t, envoyrun.BuildCommand, "./hostsim/cmd/hashlb-proxy")
 }
 
 // startDemoBackendsFree runs hashlb-proxy -backends-only (and args) on the
@@ -537,8 +510,8 @@ func runDemoScript(t *testing.T, bin, repo string) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
 			t.Errorf("after Ctrl-C ./build.sh envoy exited with %v, want status 130", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("./build.sh envoy still runs 20 s after Ctrl-C:\n%s", out())
+	case <-time.After(waitCeiling):
+		t.Fatalf("./build.sh envoy still runs %v after Ctrl-C:\n%s", waitCeiling, out())
 	}
 	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
 	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {

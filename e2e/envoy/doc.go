@@ -10,6 +10,24 @@
 // (envoyrun.LBPolicyBinaries). Under CI=true a missing Envoy fails the
 // tests; elsewhere they skip, saying how to get one.
 //
+// Every bootstrap a test starts, and every file it hands Envoy (ECDS, LDS,
+// EDS), comes from one builder (bootstrap_test.go): go-control-plane's
+// typed configuration (the Envoy API's own Go types, already what e2e
+// checks the shipped files against), marshalled with protojson to the JSON
+// Envoy reads as YAML. Typed rather than a builder of maps or text: a field
+// misnamed does not compile, the protos' validation rules run before Envoy
+// starts (a missing cluster_name fails with its path, not as Envoy's
+// refusal), a test changes a bootstrap by changing a field (editHCM,
+// editPlugin) rather than by matching text, and the shapes of the shipped
+// files are compared with the files field for field
+// (TestBuilderShapesAreShipped in shipped_test.go), so the tests built on
+// envoy.yaml's shape keep testing what users run. The shipped files
+// themselves are started as written, only their loopback ports moved
+// (bootstraps_test.go, demo_test.go, tcp_test.go, fleet_test.go,
+// lbpolicy_bootstrap_test.go). Waiting is for a condition, up to a ceiling
+// only a hang reaches, or for a worker's tick widened by the lateness the
+// test measured (wait_test.go).
+//
 // The emulators (hostsim, the V8 harness, the SDK's runner) stay in e2e:
 // they are fast and run without Envoy. This package is where their claims
 // about Envoy are checked against Envoy itself (docs/envoy-host.md).

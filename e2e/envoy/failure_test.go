@@ -6,14 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
@@ -35,13 +36,14 @@ import (
 // panics on a request carrying x-trap: the Go runtime aborts and the VM of
 // the worker that ran it fails.
 
-// trapModule is the built e2e/testdata/trap module's bytes.
-func trapModule() ([]byte, error) {
+// trapModule is the path of the built e2e/testdata/trap module.
+func trapModule(t testing.TB) string {
+	t.Helper()
 	p, err := envoyrun.BuildModule("./e2e/testdata/trap")
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
 	}
-	return os.ReadFile(p)
+	return p
 }
 
 // failRun is what one policy did.
@@ -56,20 +58,13 @@ type failRun struct {
 	log         string
 }
 
-// runTrap starts envoy.yaml with the trap module, its failure_policy line
-// replaced by policy ("": as shipped), and sends 8 ordinary requests,
+// runTrap starts envoy.yaml with the trap module and failure_policy policy
+// (FAIL_RELOAD as shipped), and sends 8 ordinary requests,
 // 16 x-trap requests and 24 ordinary ones (each on its own connection, so
 // they reach all 4 workers), the later ones with a forged upstream header
 // naming b3.
-func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
-	code, err := trapModule()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mod := filepath.Join(t.TempDir(), "trap.wasm")
-	if err := os.WriteFile(mod, code, 0o644); err != nil {
-		t.Fatal(err)
-	}
+func runTrap(t *testing.T, bin envoyrun.Binary, name string, policy wasmv3.FailurePolicy) *failRun {
+	mod := trapModule(t)
 	var bypassed atomic.Int64
 	r := startRig(t, bin, "", func(bs []*envoyrun.Backend) {
 		for _, b := range bs {
@@ -79,12 +74,11 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 				}
 			}
 		}
-	}, func(y []byte) []byte {
-		y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod)
-		if policy != "" {
-			y = envoyrun.Replace(t, y, "\n                failure_policy: FAIL_RELOAD", policy)
-		}
-		return y
+	}, func(b *bootstrap) {
+		editPlugin(t, b.other[0], func(p *wasmv3.PluginConfig) {
+			p.GetVmConfig().GetCode().GetLocal().Specifier = &corev3.DataSource_Filename{Filename: mod}
+			p.FailurePolicy = policy
+		})
 	})
 	fr := &failRun{trap: map[int]int{}, after: map[int]int{}, recovery: map[int]int{}}
 	do := func(path string, hdr ...string) (int, string) {
@@ -127,11 +121,11 @@ func runTrap(t *testing.T, bin envoyrun.Binary, name, policy string) *failRun {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if policy == "" { // FAIL_RELOAD
+	if policy == wasmv3.FailurePolicy_FAIL_RELOAD {
 		// Envoy reloads a failed VM on a request that comes after the
 		// back-off: go on until 10 requests in a row are served.
 		start, ok := time.Now(), 0
-		for ok < 10 && time.Since(start) < 30*time.Second {
+		for ok < 10 && time.Since(start) < waitCeiling {
 			code, _ := do("/recover", "x-envoy-original-dst-host", forged)
 			fr.recovery[code]++
 			if code == 200 {
@@ -180,10 +174,13 @@ func TestEnvoyFailurePolicy(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		for _, c := range []struct{ name, policy string }{
-			{"shipped", ""}, // fail_open: false and failure_policy: FAIL_RELOAD
-			{"fail_open-only", "\n                # failure_policy unset"},
-			{"FAIL_OPEN", "\n                failure_policy: FAIL_OPEN"},
+		for _, c := range []struct {
+			name   string
+			policy wasmv3.FailurePolicy
+		}{
+			{"shipped", wasmv3.FailurePolicy_FAIL_RELOAD}, // and fail_open: false
+			{"fail_open-only", wasmv3.FailurePolicy_UNSPECIFIED},
+			{"FAIL_OPEN", wasmv3.FailurePolicy_FAIL_OPEN},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				t.Parallel()
@@ -239,19 +236,12 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		code, err := trapModule()
-		if err != nil {
-			t.Fatal(err)
-		}
-		mod := filepath.Join(t.TempDir(), "trap.wasm")
-		if err := os.WriteFile(mod, code, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		mod := trapModule(t)
 		be := envoyrun.StartTCPBackend(t, "b1")
-		y := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-tcp.yaml"), map[int]int{9901: 0, 10001: 0})
-		y = envoyrun.Replace(t, y, "filename: dist/hashlb.wasm", "filename: "+mod,
-			"type: ORIGINAL_DST\n    lb_policy: CLUSTER_PROVIDED",
-			fmt.Sprintf("type: STATIC\n    load_assignment: {cluster_name: hashlb_tcp_upstream, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}}]}]}", be.Port()))
+		p := tcpPlugin(shippedConfig(t, "configs/envoy-tcp.yaml"))
+		p.GetVmConfig().GetCode().GetLocal().Specifier = &corev3.DataSource_Filename{Filename: mod}
+		b := shippedTCP(t, loopback[0], p, staticCluster(t, "hashlb_tcp_upstream", be.Addr))
+		y := b.yaml(t)
 		dir := envoyrun.WorkDir(t)
 		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: y, Dir: dir})
 		addr := e.MustListener(t, "hashlb_tcp")
@@ -289,7 +279,7 @@ func TestEnvoyFailurePolicyTCP(t *testing.T) {
 		served, closed := 0, 0
 		var recoveredAt time.Duration
 		start := time.Now()
-		for time.Since(start) < 15*time.Second && served < 10 {
+		for time.Since(start) < waitCeiling && served < 10 {
 			if conn("ping\n") {
 				served++
 				if served == 1 {

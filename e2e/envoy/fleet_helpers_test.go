@@ -103,6 +103,19 @@ type fleetJob struct {
 	envoy int
 }
 
+// everyEnvoy is every key through each of n Envoys, in an order shuffled by
+// seed.
+func everyEnvoy(keys []string, n int, seed uint64) []fleetJob {
+	var jobs []fleetJob
+	for _, k := range keys {
+		for e := range n {
+			jobs = append(jobs, fleetJob{k, e})
+		}
+	}
+	rand.New(rand.NewPCG(seed, seed+1)).Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
+	return jobs
+}
+
 // fleetSend sends jobs from conc goroutines and returns every answer; the
 // first failed request is returned as the error (the others still run).
 func fleetSend(urls []string, jobs []fleetJob, conc int, seed uint64) ([]fleetRec, error) {
@@ -281,42 +294,35 @@ func (r *fleetRecorder) serve(ln net.Listener) {
 			r.sent = append(r.sent, buf)
 			r.conns = append(r.conns, in, out)
 			r.mu.Unlock()
-			go func() { // Envoy → etcd, kept
-				defer out.Close()
-				b := make([]byte, 32<<10)
-				for {
-					n, err := in.Read(b)
-					if n > 0 {
-						r.mu.Lock()
-						buf.Write(b[:n])
-						r.mu.Unlock()
-						if _, werr := out.Write(b[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() { // etcd → Envoy, held
-				defer in.Close()
-				b := make([]byte, 32<<10)
-				for {
-					n, err := out.Read(b)
-					if n > 0 {
-						time.Sleep(time.Duration(r.hold.Load()))
-						if _, werr := in.Write(b[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
+			go relay(out, in, func(b []byte) { // Envoy → etcd, kept
+				r.mu.Lock()
+				buf.Write(b)
+				r.mu.Unlock()
+			})
+			go relay(in, out, func([]byte) { // etcd → Envoy, held
+				time.Sleep(time.Duration(r.hold.Load()))
+			})
 		}
 	}()
+}
+
+// relay copies src to dst until either fails, calling each with every
+// read before writing it, and closes dst.
+func relay(dst, src net.Conn, each func([]byte)) {
+	defer dst.Close()
+	b := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(b)
+		if n > 0 {
+			each(b[:n])
+			if _, werr := dst.Write(b[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // down closes the listener and every connection: connections to the port

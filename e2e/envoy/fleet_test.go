@@ -112,13 +112,9 @@ func TestFleetEnvoysAgree(t *testing.T) {
 				t.Errorf("%s again through Envoy 1: %s, placed on %s", r.key, r.backend, placed[r.key])
 			}
 		}
-		var localHits int64
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			// hashlb's counters reach Envoy's stats on the next tick (1 s).
-			if localHits = es[1].Stat(t, "wasmcustom.hashlb.persistence_hit") - localBefore; localHits >= 100 {
-				break
-			}
-		}
+		// hashlb's counters reach Envoy's stats on the next tick (1 s).
+		localHits, _ := waitStatIs(t, es[1], "wasmcustom.hashlb.persistence_hit", func(v int64) bool { return v-localBefore >= 100 })
+		localHits -= localBefore
 		if d := fleetMetric(t, es[1], "hit") - fleetBefore; localHits != 100 || d != 0 {
 			t.Errorf("100 known keys again through Envoy 1's workers: %d local hits, %d etcd hits; want 100 and 0", localHits, d)
 		}
@@ -132,14 +128,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		killed := time.Now()
 		etcd.kill()
 		// Every key of B through every Envoy while etcd is down.
-		jobs = jobs[:0]
-		for _, k := range keysB {
-			for e := range es {
-				jobs = append(jobs, fleetJob{k, e})
-			}
-		}
-		rand.New(rand.NewPCG(3, 4)).Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
-		outage, err := fleetSend(urls, jobs, 3, 3)
+		outage, err := fleetSend(urls, everyEnvoy(keysB, len(es), 3), 3, 3)
 		if err != nil {
 			t.Errorf("a request while etcd was down: %v", err)
 		}
@@ -158,14 +147,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 
 		// 3. From healed + 10 s: every key through every Envoy.
 		all := append(slices.Clone(keysA), keysB...)
-		jobs = jobs[:0]
-		for _, k := range all {
-			for e := range es {
-				jobs = append(jobs, fleetJob{k, e})
-			}
-		}
-		rand.New(rand.NewPCG(5, 6)).Shuffle(len(jobs), func(i, j int) { jobs[i], jobs[j] = jobs[j], jobs[i] })
-		sweep, err := fleetSend(urls, jobs, 8, 5)
+		sweep, err := fleetSend(urls, everyEnvoy(all, len(es), 5), 8, 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,7 +286,7 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 		for i := range 40 {
 			dead = append(dead, ask(fmt.Sprintf("dead-%d", i)).took)
 		}
-		if err := e.WaitLog(fleetDownLine, 5*time.Second); err != nil {
+		if err := e.WaitLog(fleetDownLine, waitCeiling); err != nil {
 			t.Error(err)
 		}
 		moved = fleetDelta(t, e, before)
@@ -321,14 +303,12 @@ func TestFleetEtcdCallsInEnvoy(t *testing.T) {
 		// Each root context that found etcd down finds it back from its
 		// own tick (a probe every second).
 		var down, back map[string]bool
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		eventually(t, func() string { return fmt.Sprintf("threads that logged etcd down: %v; back: %v", down, back) }, func() bool {
 			down, back = fleetThreads(e.Log(), fleetDownLine), fleetThreads(e.Log(), fleetBackLine)
-			if len(back) >= len(down) || time.Now().After(deadline) {
-				break
-			}
-		}
-		if len(down) == 0 || len(back) < len(down) {
-			t.Errorf("threads that logged etcd down: %v; back within 5 s: %v", down, back)
+			return len(back) >= len(down)
+		})
+		if len(down) == 0 {
+			t.Errorf("no thread logged etcd down")
 		}
 		t.Logf("%d threads back %v after etcd listened again (Envoy's main thread %s among those down: %v); log:\n%s",
 			len(back), time.Since(up).Round(time.Millisecond), fleetMainThread(e.Log()), down[fleetMainThread(e.Log())], fleetLogLines(e.Log()))

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -49,12 +48,9 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 				`"services":[` + strings.Join(svcs, ",") + `]}`
 		}
 		dir := envoyrun.WorkDir(t)
-		if err := os.MkdirAll(filepath.Join(dir, "ecds"), 0o755); err != nil {
-			t.Fatal(err)
-		}
 		ecds := filepath.Join(dir, "ecds", "hashlb.json")
-		reconfigWriteECDS(t, ecds, reconfigECDS(t, 0, plugin(bs[0], bs[1], bs[2])))
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: []byte(reconfigBootstrap), Dir: dir})
+		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "0", []byte(plugin(bs[0], bs[1], bs[2]))))
+		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: reconfigBootstrap(t), Dir: dir})
 		url := "http://" + e.MustListener(t, "hashlb_listener")
 		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 		t.Cleanup(c.CloseIdleConnections)
@@ -70,20 +66,13 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 			}
 			return resp.Header.Get("X-Backend")
 		}
-		waitStat := func(name string, want int64, d time.Duration) {
+		waitStat := func(name string, want int64) {
 			t.Helper()
-			for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
-				if e.Stat(t, name) == want {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s = %d after %v, want %d", name, e.Stat(t, name), d, want)
-				}
-			}
+			waitStatIs(t, e, name, func(v int64) bool { return v == want })
 		}
-		waitStat("wasmcustom.hashlb.service.b1.health_down", 1, 5*time.Second)
-		waitStat("wasmcustom.hashlb.service.b3.health_down", 1, 5*time.Second)
-		time.Sleep(1100 * time.Millisecond) // every worker reads the verdicts on its tick
+		waitStat("wasmcustom.hashlb.service.b1.health_down", 1)
+		waitStat("wasmcustom.hashlb.service.b3.health_down", 1)
+		tickWait() // every worker reads the verdicts on its tick
 		for i := 0; i < 24; i++ {
 			if b := get(fmt.Sprintf("/s/%d", i)); b != "b2" {
 				t.Fatalf("with b1 and b3 DOWN, GET /s/%d went to %s", i, b)
@@ -92,15 +81,15 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 
 		// b3 leaves, b4 joins in its slot.
 		before := probes[3].Load()
-		reconfigWriteECDS(t, ecds, reconfigECDS(t, 1, plugin(bs[0], bs[1], bs[3])))
-		waitStat("wasmcustom.hashlb.service.b4.health_up", 1, 6*time.Second)
+		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "1", []byte(plugin(bs[0], bs[1], bs[3]))))
+		waitStat("wasmcustom.hashlb.service.b4.health_up", 1)
 		if n := probes[3].Load() - before; n > 2 {
 			t.Errorf("b4 came UP after %d probes: it read b3's DOWN record (healthyThreshold 3) instead of starting Pending", n)
 		}
-		if err := e.WaitLog("service b4 ("+bs[3].Addr+") is UP: passed its health checks", 2*time.Second); err != nil {
+		if err := e.WaitLog("service b4 ("+bs[3].Addr+") is UP: passed its health checks", waitCeiling); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		tickWait()
 		served := map[string]int{}
 		for i := 0; i < 48; i++ {
 			served[get(fmt.Sprintf("/s/%d", i))]++

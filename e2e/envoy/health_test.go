@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/lateness"
 )
 
 // healthPlugin is configs/health.json's active check with short intervals,
@@ -44,6 +49,8 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		dr := newDataRequests()
 		r := startRig(t, bin, healthPlugin, dr.install, nil)
 		start := time.Now()
+		meter := lateness.Start()
+		defer meter.Stop()
 		const victim = 1 // b2
 		vName, vAddr := r.bs[victim].Name, r.bs[victim].Addr
 
@@ -51,8 +58,8 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		var probe http.Header
 		select {
 		case probe = <-dr.probe[victim]:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s received no probe in 5 s", vName)
+		case <-time.After(waitCeiling):
+			t.Fatalf("%s received no probe in %v", vName, waitCeiling)
 		}
 		if probe.Get("Host") != vAddr || probe.Get("User-Agent") != "hashlb-health" {
 			t.Errorf("probe of %s: Host %q, User-Agent %q; want %s, hashlb-health", vName, probe.Get("Host"), probe.Get("User-Agent"), vAddr)
@@ -83,16 +90,16 @@ func TestEnvoyActiveHealth(t *testing.T) {
 
 		// DOWN.
 		r.bs[victim].Fail(503)
-		_, took := r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_down", func(v int64) bool { return v == 1 }, 6*time.Second)
+		_, took := waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_down", func(v int64) bool { return v == 1 })
 		t.Logf("%s DOWN %v after its /healthz began to fail (unhealthyThreshold 2, interval 1s)", vName, took.Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is DOWN: 2 failed health checks", vName, vAddr), 2*time.Second); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is DOWN: 2 failed health checks", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		if took < 900*time.Millisecond {
 			t.Errorf("%s DOWN after %v: sooner than 2 probes 1 s apart allow", vName, took)
 		}
 		// Every worker refreshes its view on its tick, once a second.
-		time.Sleep(1100 * time.Millisecond)
+		tickWait()
 		before := dr.n[victim].Load()
 		check("DOWN", vName)
 		check("DOWN (again)", vName)
@@ -105,12 +112,12 @@ func TestEnvoyActiveHealth(t *testing.T) {
 
 		// UP.
 		r.bs[victim].Fail(0)
-		_, took = r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 6*time.Second)
+		_, took = waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 })
 		t.Logf("%s UP %v after its /healthz healed (healthyThreshold 2)", vName, took.Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: passed its health checks", vName, vAddr), 2*time.Second); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: passed its health checks", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		tickWait()
 		before = dr.n[victim].Load()
 		check("UP again")
 		if dr.n[victim].Load() == before {
@@ -122,7 +129,7 @@ func TestEnvoyActiveHealth(t *testing.T) {
 		// fails the probe) and it goes DOWN the same way.
 		dead := r.bs[2]
 		dead.Stop()
-		_, took = r.waitStat(t, "wasmcustom.hashlb.service."+dead.Name+".health_down", func(v int64) bool { return v == 1 }, 6*time.Second)
+		_, took = waitStatIs(t, r.e, "wasmcustom.hashlb.service."+dead.Name+".health_down", func(v int64) bool { return v == 1 })
 		t.Logf("%s (stopped) DOWN %v after it stopped listening", dead.Name, took.Round(10*time.Millisecond))
 
 		// The lease: one probe per service per interval, not one per worker.
@@ -136,8 +143,11 @@ func TestEnvoyActiveHealth(t *testing.T) {
 			// (lbcore.RoundDue), so a tick that comes a little early does not
 			// skip it: one probe per interval, give or take the first and the
 			// last (9 in 9 s measured; 6 in 10 s before RoundDue's slack).
-			if n < int64(elapsed/time.Second)-2 {
-				t.Errorf("%s received %d probes in %v: fewer than one per interval (interval 1 s)", b.Name, n, elapsed.Round(time.Millisecond))
+			// Each tick is a timer of Envoy's, late on a loaded machine as
+			// this process's are: the interval is judged widened by that.
+			if interval := lateness.Widen(time.Second, meter.Late(), 2); n < int64(elapsed/interval)-2 {
+				t.Errorf("%s received %d probes in %v: fewer than one per interval (1 s, %v on this machine) %s", b.Name, n, elapsed.Round(time.Millisecond),
+					interval, lateness.Note(meter.Late(), "the interval is 1 s widened by twice that"))
 			}
 			t.Logf("%s: %d probes in %v", b.Name, n, elapsed.Round(time.Millisecond))
 		}
@@ -177,14 +187,13 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
 		dr := newDataRequests()
-		r := startRig(t, bin, passivePlugin, dr.install, func(y []byte) []byte {
-			return envoyrun.Replace(t, y, `              routes:
-              - match: { prefix: "/" }`, `              routes:
-              - match: { prefix: "/noretry/" }
-                route:
-                  cluster: hashlb_upstream
-                  retry_policy: { retry_on: "connect-failure,refused-stream,reset", num_retries: 2 }
-              - match: { prefix: "/" }`)
+		r := startRig(t, bin, passivePlugin, dr.install, func(b *bootstrap) {
+			editHCM(t, b.other[0], func(h *hcmv3.HttpConnectionManager) {
+				vh := h.GetRouteConfig().VirtualHosts[0]
+				noRetry := routeTo("hashlb_upstream", pathPrefix("/noretry/"))
+				noRetry.GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "connect-failure,refused-stream,reset", NumRetries: wrapperspb.UInt32(2)}
+				vh.Routes = append([]*routev3.Route{noRetry}, vh.Routes...)
+			})
 		})
 
 		// The shipped route: retried, never seen by the filter.
@@ -231,12 +240,12 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 		if n := r.e.Stat(t, "wasmcustom.hashlb.service."+vName+".ejected"); n != 1 {
 			t.Errorf("ejected = %d after 3 failed responses, want 1 (counted at once)", n)
 		}
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), 2*time.Second); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) ejected for 2s after 3 failed responses", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
 		// The worker that saw the third failure ejects at once; the others
 		// on their next tick.
-		time.Sleep(1100 * time.Millisecond)
+		tickWait()
 		before := dr.n[victim].Load()
 		for _, p := range nr {
 			want := r.rank(p, vName)[0]
@@ -248,12 +257,12 @@ func TestEnvoyPassiveEjection(t *testing.T) {
 			t.Errorf("%s is ejected but received %d requests", vName, n)
 		}
 		r.bs[victim].Fail(0)
-		r.waitStat(t, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 }, 5*time.Second)
+		waitStatIs(t, r.e, "wasmcustom.hashlb.service."+vName+".health_up", func(v int64) bool { return v == 1 })
 		t.Logf("%s selectable again %v after its ejection (ejectionTime 2s; ejections end on a tick)", vName, time.Since(ejectedAt).Round(10*time.Millisecond))
-		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), 2*time.Second); err != nil {
+		if err := r.e.WaitLog(fmt.Sprintf("service %s (%s) is UP: ejection ended", vName, vAddr), waitCeiling); err != nil {
 			t.Error(err)
 		}
-		time.Sleep(1100 * time.Millisecond)
+		tickWait()
 		for _, p := range nr {
 			if code, got, _ := r.get(t, p); code != 200 || got != vName {
 				t.Errorf("after the ejection: GET %s: %d from %q, want 200 from %s", p, code, got, vName)

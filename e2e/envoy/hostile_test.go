@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -59,15 +58,6 @@ func hostileLimitPlugin() string {
   "services": SERVICES}`
 }
 
-// Envoy's codec limits raised to their maximum, so that as much of the
-// corpus as HTTP/1.1 can carry reaches the filter (SECURITY.md: the default
-// 60 KiB "can be raised to 8 MiB"; the caps must hold whatever the host
-// allows).
-const raisedLimits = `stat_prefix: hashlb
-          max_request_headers_kb: 8192
-          common_http_protocol_options:
-            max_headers_count: 10000`
-
 // msPerRequestBound is SECURITY.md's bound: each hostile request under
 // 10 ms of the module's CPU. Here it bounds Envoy's whole process CPU
 // (parsing, proxying, the backend's answer through Envoy, the module) per
@@ -91,35 +81,22 @@ func TestEnvoyHostileCorpus(t *testing.T) {
 	})
 }
 
-// servicesRE finds a plugin configuration's service list.
-var servicesRE = regexp.MustCompile(`"services": (\[[^\]]*\])`)
-
 // hostileRun starts one Envoy with two listeners, envoy.yaml's with
 // hostileRichPlugin and a copy with hostileLimitPlugin (its own vm_id and
-// plugin name), both with raised codec limits, and sends the corpora
-// through each.
+// plugin name), both with Envoy's codec limits raised to their maximum
+// (raiseLimits), so that as much of the corpus as HTTP/1.1 can carry
+// reaches the filter (SECURITY.md: the default 60 KiB "can be raised to
+// 8 MiB"; the caps must hold whatever the host allows), and sends the
+// corpora through each.
 func hostileRun(t *testing.T, bin envoyrun.Binary) {
-	r := startRig(t, bin, hostileRichPlugin, nil, func(y []byte) []byte {
-		s := string(y)
-		i, j := strings.Index(s, "  - name: hashlb_listener\n"), strings.Index(s, "\n  clusters:")
-		if i < 0 || j < i {
-			t.Fatal("envoy.yaml: no hashlb_listener before the clusters")
+	var bs []*envoyrun.Backend
+	r := startRig(t, bin, hostileRichPlugin, func(b []*envoyrun.Backend) { bs = b }, func(b *bootstrap) {
+		p := shippedPlugin([]byte(strings.Replace(hostileLimitPlugin(), "SERVICES", servicesJSON(bs), 1)))
+		p.Name, p.GetVmConfig().VmId = "hashlb_limit", "hashlb_limit"
+		b.other = append(b.other, shippedListener(t, "hashlb_listener_limit", loopback[0], p))
+		for _, l := range b.other {
+			editHCM(t, l, raiseLimits)
 		}
-		cp := s[i:j]
-		svcs := servicesRE.FindStringSubmatch(cp)
-		if svcs == nil {
-			t.Fatal("no services in the plugin configuration")
-		}
-		limit := strings.Replace(hostileLimitPlugin(), "SERVICES", svcs[1], 1)
-		cp = string(pluginValueRE.ReplaceAllFunc([]byte(cp), func(m []byte) []byte {
-			sm := pluginValueRE.FindSubmatch(m)
-			ind := strings.Repeat(" ", 20)
-			return []byte(string(sm[1]) + ind + strings.ReplaceAll(limit, "\n", "\n"+ind) + string(sm[3]))
-		}))
-		cp = string(envoyrun.Replace(t, []byte(cp), "name: hashlb_listener\n", "name: hashlb_listener_limit\n",
-			"vm_id: hashlb\n", "vm_id: hashlb_limit\n", "                name: hashlb\n", "                name: hashlb_limit\n"))
-		s = s[:j] + "\n" + cp + s[j:]
-		return envoyrun.Replace(t, []byte(s), "stat_prefix: hashlb\n", raisedLimits+"\n")
 	})
 	if len(pluginConfigs(t, r.yaml)) != 2 {
 		t.Fatal("want two hashlb configurations")

@@ -19,71 +19,27 @@ import (
 	"testing"
 	"time"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+
 	"github.com/hashlb/hashlb/hostsim"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
-const probeBootstrap = `
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: probe
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: probe
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes: [{match: {prefix: "/"}, route: {cluster: backend}}]
-          http_filters:
-          - name: envoy.filters.http.wasm
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-              config:
-                name: hostprobe
-                root_id: probe_root
-                vm_config:
-                  vm_id: probe_vm
-                  runtime: envoy.wasm.runtime.v8
-                  code: {local: {filename: MODULE}}
-                configuration:
-                  "@type": type.googleapis.com/google.protobuf.StringValue
-                  value: probe_dead probe_silent probe_reset
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backend
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: backend
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: BACKEND}}}}]}]
-  - name: probe_dead
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: probe_dead
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: DEAD}}}}]}]
-  - name: probe_silent
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: probe_silent
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: SILENT}}}}]}]
-  - name: probe_reset
-    connect_timeout: 1s
-    type: STATIC
-    load_assignment:
-      cluster_name: probe_reset
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: RESET}}}}]}]
-`
+// probeBootstrap is the probe's Envoy: one listener whose HTTP Wasm filter
+// runs module (root probe_root, VM probe_vm) with the names of the three
+// probe clusters as its configuration and routes to backend; the clusters
+// are backend and probe_dead, probe_silent and probe_reset, on those
+// loopback ports.
+func probeBootstrap(t testing.TB, module string, backend, dead, silent, reset int) []byte {
+	t.Helper()
+	p := pluginOf("hostprobe", "probe_root", "probe_vm", module, "probe_dead probe_silent probe_reset")
+	hcm := connManager("probe", routeAll("", "all", "backend"), wasmHTTP(p))
+	var cs []*cluster
+	for i, name := range []string{"backend", "probe_dead", "probe_silent", "probe_reset"} {
+		cs = append(cs, staticCluster(t, name, fmt.Sprintf("127.0.0.1:%d", []int{backend, dead, silent, reset}[i])))
+	}
+	return bootstrap{other: []*listenerv3.Listener{listenerOn(t, "probe", loopback, hcmFilter(hcm))}, clusters: cs}.yaml(t)
+}
 
 // probeLine matches a probe's line in Envoy's log ("wasm log ROOT VM: probe
 // NAME = RESULT" for a stream, "wasm log NAME: …" for the root) and in
@@ -186,15 +142,15 @@ func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
 		t.Fatal(err)
 	}
 	b := envoyrun.StartBackend(t, "b1")
-	yaml := strings.NewReplacer("MODULE", mod, "BACKEND", fmt.Sprint(b.Port()), "DEAD", fmt.Sprint(deadPort(t)), "SILENT", fmt.Sprint(silentPort(t)), "RESET", fmt.Sprint(resetPort(t))).Replace(probeBootstrap)
-	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: []byte(yaml), Dir: t.TempDir(), Concurrency: 2})
+	yaml := probeBootstrap(t, mod, b.Port(), deadPort(t), silentPort(t), resetPort(t))
+	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: t.TempDir(), Concurrency: 2})
 	probeRequest(t, "http://"+e.MustListener(t, "probe"))
 	for _, l := range []string{"probe http_call(refused host).response", "probe http_call(silent host, 300 ms).response", "probe http_call(resetting host).response"} {
-		if err := e.WaitLog(l, 10*time.Second); err != nil {
+		if err := e.WaitLog(l, waitCeiling); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.WaitLog("probe stream.copies of x-probe after replace", 10*time.Second); err != nil {
+	if err := e.WaitLog("probe stream.copies of x-probe after replace", waitCeiling); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(200 * time.Millisecond) // the response phase's line, if any
@@ -229,10 +185,8 @@ func hostsimProbe(t *testing.T, profile string) map[string]string {
 	}
 	s.ResponseHeaders([][2]string{{":status", "200"}})
 	s.Finish()
-	deadline := time.Now().Add(10 * time.Second)
-	for h.PendingCallouts() > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, func() string { return fmt.Sprintf("hostsim's %d pending callouts answered", h.PendingCallouts()) },
+		func() bool { return h.PendingCallouts() == 0 })
 	var lines []string
 	for _, l := range h.Logs() {
 		lines = append(lines, l.Message)
@@ -286,8 +240,7 @@ func TestRestrictedCallbackAtStart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		yaml := strings.NewReplacer("MODULE", mod, "BACKEND", "1", "DEAD", "2", "SILENT", "3", "RESET", "4").Replace(probeBootstrap)
-		out, err := envoyrun.ValidateLog(bin, t.TempDir(), []byte(yaml), "info")
+		out, err := envoyrun.ValidateLog(bin, t.TempDir(), probeBootstrap(t, mod, 1, 2, 3, 4), "info")
 		wasm, _ := os.ReadFile(mod)
 		_, simErr := hostsim.New(context.Background(), wasm, hostsim.Config{Profile: map[bool]string{false: hostsim.ProfileEnvoy133, true: hostsim.ProfileEnvoy139}[bin.AtLeast(1, 39)]})
 		if bin.AtLeast(1, 39) {

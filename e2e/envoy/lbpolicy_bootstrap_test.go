@@ -23,10 +23,7 @@ import (
 // comment says, takes a host out and moves only its keys.
 func TestLBPolicyShippedBootstrap(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "")
 		bs := envoyrun.StartBackends(t, 3)
 		dir := t.TempDir()
 		ports := map[int]int{18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()}

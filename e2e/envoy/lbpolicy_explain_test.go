@@ -2,55 +2,19 @@ package envoy
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
-var (
-	cliOnce sync.Once
-	cliBin  string
-	cliErr  error
-)
-
 // hashlbCLI builds cmd/hashlb once and returns its path.
 func hashlbCLI(t testing.TB) string {
 	t.Helper()
-	cliOnce.Do(func() {
-		root, err := envoyrun.RepoRoot()
-		if err != nil {
-			cliErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "hashlb-cli")
-		if err != nil {
-			cliErr = err
-			return
-		}
-		cliBin = filepath.Join(dir, "hashlb")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", cliBin, "./cmd/hashlb")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			cliErr = fmt.Errorf("%v\n%s", err, out)
-		}
-	})
-	if cliErr != nil {
-		t.Fatalf("building hashlb: %v", cliErr)
-	}
-	return cliBin
-}
-
-// removeCLI removes what hashlbCLI built (TestMain).
-func removeCLI() {
-	if cliBin != "" {
-		os.RemoveAll(filepath.Dir(cliBin))
-	}
+	return built(t, envoyrun.BuildCommand, "./cmd/hashlb")
 }
 
 // TestLBPolicyExplain: for every :path of the request corpus, the backend
@@ -124,10 +88,7 @@ func TestLBPolicyExplain(t *testing.T) {
 func TestLBPolicyShippedExplain(t *testing.T) {
 	cli := hashlbCLI(t)
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "")
 		bs := envoyrun.StartBackends(t, 3)
 		dir := t.TempDir()
 		for _, d := range []string{"configs", "dist"} {

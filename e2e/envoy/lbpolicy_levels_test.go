@@ -14,6 +14,13 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	statefulsessionv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/stateful_session/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	cookiev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/http/stateful_session/cookie/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/type/http/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
 )
@@ -35,13 +42,7 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 		const keys = 300
 		before := keysOf(t, e, c.name, keys)
 		p0, _ := policyOracle(t, c, bs[3].Name, bs[4].Name, bs[5].Name)
-		for i, got := range before {
-			r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
-			d := p0.Decide(&r, time.Unix(0, 0))
-			if want := backendOf(c, d.At(0)); got != want {
-				t.Fatalf("/k/%d on %s, lbcore over priority 0: %s", i, got, want)
-			}
-		}
+		checkKeysOn(t, c, before, p0, "lbcore over priority 0")
 		mark := len(e.Log())
 		for _, b := range bs[:3] {
 			b.Fail(503)
@@ -49,13 +50,7 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 		waitLog(t, e, mark, "serving priority 1", 5)
 		during := keysOf(t, e, c.name, keys)
 		p1, _ := policyOracle(t, c, bs[0].Name, bs[1].Name, bs[2].Name)
-		for i, got := range during {
-			r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
-			d := p1.Decide(&r, time.Unix(0, 0))
-			if want := backendOf(c, d.At(0)); got != want {
-				t.Fatalf("/k/%d on %s with priority 0 down, lbcore over priority 1: %s", i, got, want)
-			}
-		}
+		checkKeysOn(t, c, during, p1, "with priority 0 down, lbcore over priority 1")
 		mark = len(e.Log())
 		for _, b := range bs[:3] {
 			b.Fail(0)
@@ -70,17 +65,26 @@ func TestLBPolicyPriorityFailover(t *testing.T) {
 	})
 }
 
+// checkKeysOn fails t unless the backend of every key /k/<i> of got is the
+// one b (lbcore over c, as said) ranks first.
+func checkKeysOn(t testing.TB, c policyCluster, got []string, b *lbcore.Balancer, said string) {
+	t.Helper()
+	for i, g := range got {
+		r := lbcore.Request{Target: fmt.Sprintf("/k/%d", i)}
+		d := b.Decide(&r, time.Unix(0, 0))
+		if want := backendOf(c, d.At(0)); g != want {
+			t.Fatalf("/k/%d on %s, %s: %s", i, g, said, want)
+		}
+	}
+}
+
 // waitLog waits until the log after byte mark holds s at least n times (one
 // per thread of Envoy that runs the policy: 4 workers and the main thread).
 func waitLog(t testing.TB, e *policyEnvoy, mark int, s string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for countLog(e.Log()[mark:], s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d threads logged %q within 20 s\n%s", countLog(e.Log()[mark:], s), s, e.LogTail(20))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually(t, func() string {
+		return fmt.Sprintf("%d threads logged %q\n%s", countLog(e.Log()[mark:], s), s, e.LogTail(20))
+	}, func() bool { return countLog(e.Log()[mark:], s) >= n })
 }
 
 // TestLBPolicyHundredThousandHosts: a cluster of 10^5 endpoints (loopback
@@ -142,18 +146,13 @@ func TestLBPolicyStatefulSession(t *testing.T) {
 		for _, b := range bs {
 			c.eps = append(c.eps, policyEndpoint{b: b})
 		}
-		e := startPolicyWith(t, bin, []policyCluster{c}, func(boot []byte) []byte {
-			return []byte(strings.Replace(string(boot), `          http_filters:
-`, `          http_filters:
-          - name: envoy.filters.http.stateful_session
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession
-              session_state:
-                name: envoy.http.stateful_session.cookie
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState
-                  cookie: {name: hashlb-affinity, path: /, ttl: 3600s}
-`, 1))
+		e := startPolicyWith(t, bin, []policyCluster{c}, func(b *bootstrap) {
+			editHCM(t, b.other[0], func(h *hcmv3.HttpConnectionManager) {
+				h.HttpFilters = append([]*hcmv3.HttpFilter{httpFilter("envoy.filters.http.stateful_session", &statefulsessionv3.StatefulSession{
+					SessionState: &corev3.TypedExtensionConfig{Name: "envoy.http.stateful_session.cookie",
+						TypedConfig: anyOf(&cookiev3.CookieBasedSessionState{Cookie: &httpv3.Cookie{Name: "hashlb-affinity", Path: "/", Ttl: durationpb.New(time.Hour)}})},
+				})}, h.HttpFilters...)
+			})
 		})
 		b, _ := policyOracle(t, c)
 		hashed := func(path string) string {

@@ -224,7 +224,7 @@ func pairedStart(b *testing.B, bin envoyrun.Binary, p peerSpec, targets []string
 	case peerPolicyNoYield:
 		peerLinkPolicyBuild(b, dir, "-X "+envoyrun.LBPolicyTestYield+"=off")
 	}
-	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
+	e := envoyrun.Start(b, bin, envoyrun.Options{Bootstrap: p.bootstrap(b), Dir: dir, Concurrency: *peerWorkers, LogLevel: "warning"})
 	r := &peerRun{peerSpec: p, e: e, addr: e.MustListener(b, "bench"), req: reqs}
 	peerCheck(b, r, targets)
 	return r

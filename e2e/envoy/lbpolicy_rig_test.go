@@ -8,16 +8,18 @@ package envoy
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/lbpolicy"
@@ -52,139 +54,74 @@ type policyCluster struct {
 	ring    bool // Envoy's ring_hash on :path instead of the policy (a benchmark's reference)
 }
 
-// policyYAML is the bootstrap for clusters cs: one listener (port 0) whose
-// routes pick the cluster by the x-test-cluster header, and per cluster an
-// EDS file, dir/<name>-eds.yaml.
-func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
+// policyBootstrap is the bootstrap for clusters cs: one listener (port 0)
+// whose routes pick the cluster by the x-test-cluster header, and per
+// cluster an EDS file, dir/<name>-eds.yaml, written here.
+func policyBootstrap(t testing.TB, dir string, cs []policyCluster) bootstrap {
 	t.Helper()
-	var routes, clusters strings.Builder
+	vh := &routev3.VirtualHost{Name: "all", Domains: []string{"*"}}
+	var clusters []*cluster
 	for _, c := range cs {
-		fmt.Fprintf(&routes, `
-              - match: {prefix: "/", headers: [{name: x-test-cluster, string_match: {exact: %s}}]}
-                route:
-                  cluster: %s`, c.name, c.name)
+		r := routeTo(c.name, headerIs("x-test-cluster", c.name))
 		if c.ring {
-			routes.WriteString(`
-                  hash_policy: [{header: {header_name: ":path"}}]`)
+			r.GetRoute().HashPolicy = hashOnPath()
 		}
 		if c.retries {
-			routes.WriteString(`
-                  retry_policy:
-                    retry_on: 5xx
-                    num_retries: 3
-                    host_selection_retry_max_attempts: 5
-                    retry_host_predicate:
-                    - name: envoy.retry_host_predicates.previous_hosts
-                      typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}`)
+			r.GetRoute().RetryPolicy = otherHostRetries()
 		}
-		fmt.Fprintf(&clusters, `
-  - name: %s
-    connect_timeout: 1s
-    type: EDS
-    eds_cluster_config:
-      eds_config:
-        resource_api_version: V3
-        path_config_source: {path: %s}`, c.name, filepath.Join(dir, c.name+"-eds.yaml"))
+		vh.Routes = append(vh.Routes, r)
+		cl := edsCluster(c.name, policyEDSPath(dir, c))
 		if c.health {
-			clusters.WriteString(`
-    health_checks:
-    - timeout: 1s
-      interval: 0.1s
-      no_traffic_interval: 0.1s
-      unhealthy_threshold: 1
-      healthy_threshold: 1
-      http_health_check: {path: /healthz}`)
+			cl.HealthChecks = []*corev3.HealthCheck{fastHealthCheck()}
 		}
 		if c.ring {
-			clusters.WriteString("\n    lb_policy: RING_HASH")
+			cl.LbPolicy = clusterv3.Cluster_RING_HASH
 		} else {
-			clusters.WriteString("\n" + strings.TrimSuffix(policyBalancing(envoyrun.LBPolicyName, c.config), "\n"))
+			cl.LoadBalancingPolicy = policyBalancing(envoyrun.LBPolicyName, c.config)
 		}
+		clusters = append(clusters, cl)
 		writePolicyEDS(t, dir, c)
 	}
-	return []byte(`node: {id: hashlb-test, cluster: hashlb-test}
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-static_resources:
-  listeners:
-  - name: main
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: lbpolicy
-          http_protocol_options: {allow_custom_methods: true}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:` + routes.String() + `
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:` + clusters.String() + "\n")
+	hcm := connManager("lbpolicy", &routev3.RouteConfiguration{VirtualHosts: []*routev3.VirtualHost{vh}})
+	hcm.HttpProtocolOptions = &corev3.Http1ProtocolOptions{AllowCustomMethods: true}
+	return bootstrap{other: []*listenerv3.Listener{listenerOn(t, "main", loopback, hcmFilter(hcm))}, clusters: clusters}
 }
 
-// policyBalancing is a cluster's load_balancing_policy, at a cluster's
-// indentation and newline-ended: the dynamic module lib<module>.so (the
-// policy's is envoyrun.LBPolicyName) with config, its JSON.
-func policyBalancing(module, config string) string {
-	quoted, _ := json.Marshal(config) // a string: no error
-	return fmt.Sprintf(`    load_balancing_policy:
-      policies:
-      - typed_extension_config:
-          name: hashlb
-          typed_config:
-            "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.dynamic_modules.v3.DynamicModulesLoadBalancerConfig
-            dynamic_module_config: {name: %s, do_not_close: true}
-            lb_policy_name: hashlb
-            lb_policy_config:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: %s
-`, module, quoted)
+// policyYAML is policyBootstrap as Envoy reads it.
+func policyYAML(t testing.TB, dir string, cs []policyCluster) []byte {
+	t.Helper()
+	return policyBootstrap(t, dir, cs).yaml(t)
 }
+
+// policyEDSPath is the EDS file of c.
+func policyEDSPath(dir string, c policyCluster) string { return filepath.Join(dir, c.name+"-eds.yaml") }
 
 // writePolicyEDS writes c's endpoints as its EDS file, atomically (Envoy
 // watches the file's directory for a rename onto it); endpoints of one
 // priority are consecutive in c.eps.
 func writePolicyEDS(t testing.TB, dir string, c policyCluster) {
 	t.Helper()
-	var b strings.Builder
-	fmt.Fprintf(&b, `resources:
-- "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
-  cluster_name: %s
-  endpoints:`, c.name)
-	for i, ep := range c.eps {
-		if i == 0 || ep.prio != c.eps[i-1].prio {
-			fmt.Fprintf(&b, "\n  - priority: %d\n    lb_endpoints:", ep.prio)
-		}
-		host, port, _ := net.SplitHostPort(ep.address())
-		fmt.Fprintf(&b, "\n    - endpoint: {address: {socket_address: {address: %q, port_value: %s}}}", host, port)
-		if ep.weight > 0 {
-			fmt.Fprintf(&b, "\n      load_balancing_weight: %d", ep.weight)
-		}
-		var md []string
-		if ep.name != "" {
-			md = append(md, fmt.Sprintf("name: %q", ep.name))
-		}
-		if ep.hashID != "" {
-			md = append(md, fmt.Sprintf("hashId: %q", ep.hashID))
-		}
-		if len(md) > 0 {
-			fmt.Fprintf(&b, "\n      metadata: {filter_metadata: {hashlb: {%s}}}", strings.Join(md, ", "))
-		}
+	var eps []hashlbEndpoint
+	for _, ep := range c.eps {
+		eps = append(eps, hashlbEndpoint{addr: ep.address(), prio: ep.prio, weight: ep.weight, name: ep.name, hashID: ep.hashID})
 	}
-	b.WriteString("\n")
-	p := filepath.Join(dir, c.name+"-eds.yaml")
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	writeAtomic(t, policyEDSPath(dir, c), edsFile(t, c.name, eps))
+}
+
+// buildPolicy is envoyrun.BuildLBPolicy, a failed build failing t.
+func buildPolicy(t testing.TB, ldflags string) string {
+	t.Helper()
+	return built(t, envoyrun.BuildLBPolicy, ldflags)
+}
+
+// built is what build(arg) built, a failed build failing t.
+func built(t testing.TB, build func(string) (string, error), arg string) string {
+	t.Helper()
+	p, err := build(arg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, p); err != nil {
-		t.Fatal(err)
-	}
+	return p
 }
 
 // policyEnvoy is a running Envoy with the policy.
@@ -202,20 +139,17 @@ func startPolicy(t testing.TB, bin envoyrun.Binary, cs []policyCluster) *policyE
 	return startPolicyWith(t, bin, cs, nil)
 }
 
-// startPolicyWith is startPolicy with the bootstrap passed through edit
-// first (nil: as made).
-func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit func([]byte) []byte) *policyEnvoy {
+// startPolicyWith is startPolicy with the bootstrap changed by edit first
+// (nil: as made).
+func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit func(*bootstrap)) *policyEnvoy {
 	t.Helper()
-	mod, err := envoyrun.BuildLBPolicy("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := buildPolicy(t, "")
 	dir := t.TempDir()
-	boot := policyYAML(t, dir, cs)
+	boot := policyBootstrap(t, dir, cs)
 	if edit != nil {
-		boot = edit(boot)
+		edit(&boot)
 	}
-	e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: boot, Dir: dir, Concurrency: 4,
+	e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: boot.yaml(t), Dir: dir, Concurrency: 4,
 		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}})
 	pe := &policyEnvoy{Envoy: e, addr: e.MustListener(t, "main"),
 		cli: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}, Timeout: 10 * time.Second}}
@@ -236,31 +170,14 @@ func startPolicyWith(t testing.TB, bin envoyrun.Binary, cs []policyCluster, edit
 // Log() before the change).
 func (e *policyEnvoy) waitHosts(t testing.TB, cluster string, n int, mark int) {
 	t.Helper()
-	want := fmt.Sprintf("hashlb: cluster %s: %d hosts", cluster, n)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if countLog(e.Log()[mark:], want) >= 5 { // 4 workers and the main thread
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %s: the policy did not see %d hosts on every thread within 15 s (%d log lines %q)", cluster, n, countLog(e.Log(), want), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLog(t, e, mark, fmt.Sprintf("hashlb: cluster %s: %d hosts", cluster, n), 5) // 4 workers and the main thread
 }
 
 // waitMembership waits until Envoy's cluster has n hosts (its
 // membership_total), for a cluster the policy does not balance.
 func (e *policyEnvoy) waitMembership(t testing.TB, cluster string, n int) {
 	t.Helper()
-	stat := "cluster." + cluster + ".membership_total"
-	deadline := time.Now().Add(3 * time.Minute)
-	for e.Stat(t, stat) != int64(n) {
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %s: %s is %d after 3 min, want %d", cluster, stat, e.Stat(t, stat), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitStatIs(t, e.Envoy, "cluster."+cluster+".membership_total", func(v int64) bool { return v == int64(n) })
 }
 
 func countLog(log, s string) int { return strings.Count(log, s) }

@@ -85,7 +85,7 @@ func bestGoRuntimeShare(t testing.TB, bin envoyrun.Binary, method string) (float
 	p := peerSpec{key: pPolicy, kind: peerPolicy, endpoints: peerEndpoints(10, anyB.Port()), plugin: []byte(`{"lbMethod": "` + method + `"}`)}
 	dir := envoyrun.WorkDir(t)
 	peerLinkPolicy(t, dir)
-	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: p.bootstrap(), Dir: dir, Concurrency: 2, LogLevel: "warning"})
+	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: p.bootstrap(t), Dir: dir, Concurrency: 2, LogLevel: "warning"})
 	addr := e.MustListener(t, "bench")
 	reqs := peerRequests(peerTargets(4096), nil) // the benchmarks' requests
 	peerLoad(t, addr, reqs, 4*time.Second)       // every worker's connections, load balancer and cache made

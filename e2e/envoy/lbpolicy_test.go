@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/internal/envoyrun"
@@ -225,22 +224,9 @@ func TestLBPolicyHealth(t *testing.T) {
 		// removed, and the module logs each.
 		waitHealthy := func(n int, mark int) {
 			t.Helper()
-			seen := fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy); 0 added, 0 removed", n)
-			deadline := time.Now().Add(10 * time.Second)
-			for countLog(e.Log()[mark:], seen) < 5 {
-				if time.Now().After(deadline) {
-					t.Fatalf("%d threads logged %q within 10 s", countLog(e.Log()[mark:], seen), seen)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitLog(t, e, mark, fmt.Sprintf("hashlb: cluster health: 5 hosts (%d healthy); 0 added, 0 removed", n), 5)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for e.Stat(t, "cluster.health.membership_healthy") != 5 {
-			if time.Now().After(deadline) {
-				t.Fatal("cluster.health.membership_healthy is not 5 after 10 s")
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+		waitStatIs(t, e.Envoy, "cluster.health.membership_healthy", func(v int64) bool { return v == 5 })
 		const keys = 600
 		before := keysOf(t, e, c.name, keys)
 		sick := bs[2]
@@ -416,7 +402,7 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 	if err == nil {
 		// The log is flushed every 50 ms: wait for a line written after
 		// the module's.
-		werr := e.WaitLog("starting main dispatch loop", 10*time.Second)
+		werr := e.WaitLog("starting main dispatch loop", waitCeiling)
 		log := e.Log()
 		e.Stop()
 		if werr != nil {
@@ -432,10 +418,7 @@ func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyClus
 // log (the same message lbcore gives the filter for the same JSON).
 func TestLBPolicyRefusesConfig(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "")
 		b := envoyrun.StartBackend(t, "b1")
 		for _, c := range []struct{ config, want string }{
 			{`{"lbMethod":"DESTINATIONIPHASH"}`, "hashlb: configuration refused: lbMethod: DESTINATIONIPHASH hashes the address the connection was accepted on"},
@@ -483,10 +466,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 			{"-X " + envoyrun.LBPolicyABIVersion + "=v0.0.9-hashlb-test", "Dynamic module ABI version v0.0.9-hashlb-test is deprecated. Please recompile the module against the SDK with the exact Envoy version used by the main program.", true},
 			{"-X " + envoyrun.LBPolicyABIVersion + "=", "Failed to initialize dynamic module", false},
 		} {
-			mod, err := envoyrun.BuildLBPolicy(c.ldflags)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mod := buildPolicy(t, c.ldflags)
 			out, err := launchPolicy(t, bin, mod, cs)
 			if (err == nil) != c.starts {
 				t.Errorf("%q: started %v, want %v:\n%s", c.ldflags, err == nil, c.starts, out)
@@ -504,10 +484,7 @@ func TestLBPolicyABIVersion(t *testing.T) {
 // the panic is counted and logged, and Envoy serves on.
 func TestLBPolicyPanicIsRecovered(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildLBPolicy("-X " + envoyrun.LBPolicyTestPanic + "=choose")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := buildPolicy(t, "-X "+envoyrun.LBPolicyTestPanic+"=choose")
 		b := envoyrun.StartBackend(t, "b1")
 		dir := t.TempDir()
 		c := policyCluster{name: "panic", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}
@@ -523,7 +500,7 @@ func TestLBPolicyPanicIsRecovered(t *testing.T) {
 		if n := e.Stat(t, "dynamicmodulescustom.panic"); n != 5 {
 			t.Errorf("dynamicmodulescustom.panic = %d, want 5", n)
 		}
-		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", 5*time.Second); err != nil {
+		if err := e.WaitLog("hashlb: choose host: recovered from a panic, the choice gets no host: the test build's panic", waitCeiling); err != nil {
 			t.Error(err)
 		}
 		if body, code, err := e.Get("/ready"); err != nil || code != 200 {
@@ -548,14 +525,11 @@ func TestLBPolicyNeedsEnvoy138(t *testing.T) {
 			continue
 		}
 		t.Run(bin.Name(), func(t *testing.T) {
-			mod, err := envoyrun.BuildLBPolicy("")
-			if err != nil {
-				t.Fatal(err)
-			}
+			mod := buildPolicy(t, "")
 			b := envoyrun.StartBackend(t, "b1")
 			dir := t.TempDir()
 			y := policyYAML(t, dir, []policyCluster{{name: "old", config: `{"lbMethod":"URLHASH"}`, eps: []policyEndpoint{{b: b}}}})
-			err = envoyrun.Validate(bin, dir, y)
+			err := envoyrun.Validate(bin, dir, y)
 			if err == nil {
 				t.Fatalf("Envoy %s accepted the policy's bootstrap", bin.Version)
 			}

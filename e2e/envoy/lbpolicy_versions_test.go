@@ -17,10 +17,7 @@ import (
 // this test, naming it and the Envoy that lacks it.
 func TestLBPolicyCallbacksInEveryEnvoy(t *testing.T) {
 	bins := envoyrun.LBPolicyBinaries(t)
-	dir, err := envoyrun.BuildLBPolicy("")
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := buildPolicy(t, "")
 	mod, err := elf.Open(dir + "/lib" + envoyrun.LBPolicyName + ".so")
 	if err != nil {
 		t.Fatal(err)

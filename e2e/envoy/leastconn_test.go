@@ -63,13 +63,9 @@ func TestEnvoyLeastConnectionAcrossWorkers(t *testing.T) {
 		})
 		waitReceived := func(total int64) {
 			t.Helper()
-			deadline := time.Now().Add(10 * time.Second)
-			for received[0].Load()+received[1].Load()+received[2].Load() < total {
-				if time.Now().After(deadline) {
-					t.Fatalf("backends received %d, %d, %d requests; want %d in all", received[0].Load(), received[1].Load(), received[2].Load(), total)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			eventually(t, func() string {
+				return fmt.Sprintf("backends received %d, %d, %d requests; want %d in all", received[0].Load(), received[1].Load(), received[2].Load(), total)
+			}, func() bool { return received[0].Load()+received[1].Load()+received[2].Load() >= total })
 		}
 		var wg sync.WaitGroup
 		errs := make(chan error, 32)
@@ -108,9 +104,9 @@ func TestEnvoyLeastConnectionAcrossWorkers(t *testing.T) {
 		// 2. b1's end; the others stay.
 		release(0)
 		for i, want := range []int64{0, 2, 2} {
-			r.waitStat(t, "wasmcustom.hashlb.service."+r.bs[i].Name+".active", func(v int64) bool { return v == want }, 5*time.Second)
+			waitStatIs(t, r.e, "wasmcustom.hashlb.service."+r.bs[i].Name+".active", func(v int64) bool { return v == want })
 		}
-		time.Sleep(1100 * time.Millisecond) // every worker's tick takes the counts in
+		tickWait() // every worker's tick takes the counts in
 		var w1 [3]int64
 		for i := range received {
 			w1[i] = received[i].Load()
@@ -149,25 +145,18 @@ func TestEnvoyLeastConnectionAcrossWorkers(t *testing.T) {
 			t.Error(err)
 		}
 		for _, b := range r.bs {
-			r.waitStat(t, "wasmcustom.hashlb.service."+b.Name+".active", func(v int64) bool { return v == 0 }, 5*time.Second)
+			waitStatIs(t, r.e, "wasmcustom.hashlb.service."+b.Name+".active", func(v int64) bool { return v == 0 })
 		}
 		// The request counters lag by up to a tick (a request that began and
 		// ended within one tick leaves the gauge as it was).
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			var sum int64
+		var sum int64
+		eventually(t, func() string { return fmt.Sprintf("requests counters sum to %d, want 14", sum) }, func() bool {
+			sum = 0
 			for _, b := range r.bs {
 				sum += r.e.Stat(t, "wasmcustom.hashlb.service."+b.Name+".requests")
 			}
-			if sum == 14 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("requests counters sum to %d, want 14", sum)
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return sum == 14
+		})
 	})
 }
 

@@ -12,7 +12,6 @@ func TestMain(m *testing.M) {
 	envoyrun.RemoveModule()
 	envoyrun.RemoveModules()
 	envoyrun.RemoveLBPolicies()
-	removeCLI()
 	os.Exit(code)
 }
 

@@ -59,7 +59,7 @@ func TestMetricsInEnvoy(t *testing.T) {
 		data, _ := json.Marshal(config)
 		yaml := bootstrap{listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, config: data,
 			cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
 		start := time.Now()
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)})
 		t.Logf("envoy ready in %v", time.Since(start))
@@ -106,19 +106,13 @@ func TestMetricsInEnvoy(t *testing.T) {
 		// The workers give their counts to Envoy on their tick (every
 		// second): wait for the last, then every value must be exact.
 		var stats map[string]int64
-		for {
+		eventually(t, func() string { return fmt.Sprintf("the decision counters (%v)", stats) }, func() bool {
 			var err error
 			if stats, err = e.Stats(); err != nil {
 				t.Fatal(err)
 			}
-			if stats["wasmcustom.hashlb.decision.hash"] == 40 && stats["wasmcustom.hashlb.decision.persistence"] == 20 {
-				break
-			}
-			if time.Since(sent) > 5*time.Second {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return stats["wasmcustom.hashlb.decision.hash"] == 40 && stats["wasmcustom.hashlb.decision.persistence"] == 20
+		})
 		t.Logf("the counts were complete %v after the last answer", time.Since(sent).Round(10*time.Millisecond))
 		prom, _, err := e.Get("/stats/prometheus")
 		if err != nil {

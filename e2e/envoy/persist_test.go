@@ -16,62 +16,19 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// mapStore is a lbcore.Store in memory, with the rules of Envoy's shared
-// data (cas 0 always writes; a non-zero cas must match; every write takes a
-// new cas; like lbcore's MemStore, which is test-only in its package): the
-// oracle's own persistence table.
-type mapStore struct {
-	mu  sync.Mutex
-	m   map[string]storeValue
-	cas uint32
-}
-
-type storeValue struct {
-	v   []byte
-	cas uint32
-}
-
-func (s *mapStore) Get(key string) ([]byte, uint32, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.m[key]
-	if !ok {
-		return nil, 0, lbcore.ErrNotFound
-	}
-	return append([]byte(nil), v.v...), v.cas, nil
-}
-
-func (s *mapStore) Set(key string, value []byte, cas uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[string]storeValue{}
-	}
-	if old, ok := s.m[key]; ok && cas != 0 && cas != old.cas {
-		return lbcore.ErrCASMismatch
-	}
-	s.cas++
-	if s.cas == 0 {
-		s.cas = 1
-	}
-	// The key may be a string over a buffer the table reuses: copied.
-	s.m[strings.Clone(key)] = storeValue{append([]byte(nil), value...), s.cas}
-	return nil
-}
-
 // persistOracle is lbcore with a persistence table, fed the requests Envoy
 // was sent, in order.
 type persistOracle struct {
-	store mapStore
+	store corpus.MemStore // the oracle's persistence table
 	c     *lbcore.Config
 	b     *lbcore.Balancer
 }
@@ -299,13 +256,9 @@ func keys(n int) []string {
 // distinct threads of Envoy.
 func waitConfigured(t testing.TB, e *envoyrun.Envoy, line string, before, n int) (int, int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for strings.Count(e.Log(), line) < before+n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q logged %d times, want %d or more\n%s", line, strings.Count(e.Log(), line), before+n, e.LogTail(30))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually(t, func() string {
+		return fmt.Sprintf("%q logged %d times, want %d or more\n%s", line, strings.Count(e.Log(), line), before+n, e.LogTail(30))
+	}, func() bool { return strings.Count(e.Log(), line) >= before+n })
 	time.Sleep(300 * time.Millisecond)
 	log := e.Log()
 	threads := map[string]bool{}
@@ -371,7 +324,7 @@ func TestPersistenceAcrossECDS(t *testing.T) {
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
 				cluster: "hashlb_upstream", retries: true}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		o := &persistOracle{}
@@ -418,20 +371,12 @@ func TestPersistenceAcrossLDS(t *testing.T) {
 			return listenerSpec{name: "hashlb_listener", addrs: []string{addr}, config: config, cluster: "hashlb_upstream", retries: true}
 		}
 		writeAtomic(t, lds, ldsFile(t, "1", listener(persistConfig(bs, false, ""))))
-		yaml := bootstrap{clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
+		yaml := bootstrap{clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
 		// The LDS listener is warm once V8 has compiled the module, which
-		// takes over a minute on a loaded machine (Options.ReadyTimeout):
-		// the wait is as long as Envoy's own readiness wait.
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			if _, err := e.Listener("hashlb_listener"); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		// takes over a minute on a loaded machine: waitListener waits as
+		// long as Envoy's own readiness wait (waitCeiling).
+		waitListener(t, e, "hashlb_listener")
 		o := &persistOracle{}
 		o.configure(t, persistConfig(bs, false, ""))
 		r := &persistRun{k: &keyClient{e: e, addr: addr, listener: "hashlb_listener", o: o}, keys: keys(40)}

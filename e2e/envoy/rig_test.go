@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,9 +13,9 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// rig is envoy.yaml started in front of three echo backends with its plugin
-// configuration replaced: the shipped listener, route, retry policy and
-// override_host cluster, with the configuration a test needs. The health,
+// rig is envoy.yaml (the builder's shippedHTTP, held to the file) started in
+// front of three echo backends: the shipped listener, route, retry policy
+// and override_host cluster, with the plugin configuration a test needs. The health,
 // retry and least-connection tests use it.
 type rig struct {
 	e   *envoyrun.Envoy
@@ -30,42 +29,27 @@ type rig struct {
 	c *http.Client
 }
 
-var pluginValueRE = regexp.MustCompile(`(?s)(value: \|\n)(.*?)(\n +- name: envoy\.filters\.http\.router)`)
-
-// startRig starts Envoy with envoy.yaml whose hashlb configuration is
-// plugin (JSON in which SERVICES stands for the three backends' list), after
-// edit (nil: none) has changed the YAML; plugin "" keeps envoy.yaml's own. Backends' OnRequest hooks must be
-// set by prepare, before Envoy (and its probes) start.
-func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs []*envoyrun.Backend), edit func([]byte) []byte) *rig {
+// startRig starts Envoy with envoy.yaml (shippedHTTP) whose hashlb
+// configuration is plugin (JSON in which SERVICES stands for the three
+// backends' list; "" keeps envoy.yaml's own, its addresses moved to the
+// backends), after edit (nil: none) has changed the bootstrap. Backends'
+// OnRequest hooks must be set by prepare, before Envoy (and its probes)
+// start.
+func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs []*envoyrun.Backend), edit func(b *bootstrap)) *rig {
 	t.Helper()
 	bs := envoyrun.StartBackends(t, 3)
 	if prepare != nil {
 		prepare(bs)
 	}
-	var svcs []string
-	for _, b := range bs {
-		svcs = append(svcs, fmt.Sprintf(`{"name": %q, "address": %q}`, b.Name, b.Addr))
-	}
-	plugin = strings.Replace(plugin, "SERVICES", "["+strings.Join(svcs, ", ")+"]", 1)
-	yaml := envoyrun.ReadRepoFile(t, "envoy.yaml")
+	config := []byte(strings.Replace(plugin, "SERVICES", servicesJSON(bs), 1))
 	if plugin == "" {
-		// The shipped configuration: its addresses move with the ports.
-	} else if !pluginValueRE.Match(yaml) {
-		t.Fatal("envoy.yaml: no hashlb configuration value before the router")
+		config = envoyrun.Ports(t, shippedConfig(t, "envoy.yaml"), map[int]int{18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()})
 	}
-	yaml = pluginValueRE.ReplaceAllFunc(yaml, func(m []byte) []byte {
-		if plugin == "" {
-			return m
-		}
-		sm := pluginValueRE.FindSubmatch(m)
-		ind := strings.Repeat(" ", 20)
-		body := ind + strings.ReplaceAll(strings.TrimSpace(plugin), "\n", "\n"+ind)
-		return append(append(append([]byte{}, sm[1]...), body...), sm[3]...)
-	})
-	yaml = envoyrun.Ports(t, yaml, map[int]int{9901: 0, 10000: 0, 18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()})
+	b := shippedHTTP(t, loopback[0], config, endpoints(bs))
 	if edit != nil {
-		yaml = edit(yaml)
+		edit(&b)
 	}
+	yaml := b.yaml(t)
 	dir := envoyrun.WorkDir(t)
 	if err := envoyrun.Validate(bin, dir, yaml); err != nil {
 		t.Fatal(err)
@@ -128,23 +112,6 @@ func (r *rig) pathsTo(name string, n int) []string {
 	return out
 }
 
-// waitStat polls /stats until name satisfies ok, up to d, and returns the
-// value and how long it took.
-func (r *rig) waitStat(t testing.TB, name string, ok func(int64) bool, d time.Duration) (int64, time.Duration) {
-	t.Helper()
-	start := time.Now()
-	for {
-		v := r.e.Stat(t, name)
-		if ok(v) {
-			return v, time.Since(start)
-		}
-		if time.Since(start) > d {
-			t.Fatalf("stat %s = %d after %v: not as expected", name, v, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // dataRequests counts, per backend, the requests that were not health
 // probes (path /healthz); install with prepare.
 type dataRequests struct {
@@ -178,4 +145,14 @@ func (d *dataRequests) install(bs []*envoyrun.Backend) {
 			d.n[i].Add(1)
 		}
 	}
+}
+
+// servicesJSON is hashlb's service list of the backends, each named as its
+// backend.
+func servicesJSON(bs []*envoyrun.Backend) string {
+	var svcs []string
+	for _, b := range bs {
+		svcs = append(svcs, fmt.Sprintf(`{"name": %q, "address": %q}`, b.Name, b.Addr))
+	}
+	return "[" + strings.Join(svcs, ", ") + "]"
 }

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
 )
@@ -62,14 +64,8 @@ func sessionPluginConfig(bs []*envoyrun.Backend, s map[string]any, weights map[s
 func sessionECDS(t testing.TB, name, rootID, key string, config []byte) []byte {
 	t.Helper()
 	p := wasmPlugin(rootID, config)
-	p["vm_config"].(obj)["environment_variables"] = obj{"key_values": obj{lbcore.SessionKeyEnv: key}}
-	doc := obj{"type_url": typedExtType, "resources": []any{obj{
-		"@type": typedExtType, "name": name, "typed_config": obj{"@type": wasmType, "config": p}}}}
-	out, err := json.MarshalIndent(doc, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	p.GetVmConfig().EnvironmentVariables = &wasmv3.EnvironmentVariables{KeyValues: map[string]string{lbcore.SessionKeyEnv: key}}
+	return ecdsPlugin(t, name, "", p)
 }
 
 // sessionEnvoy is one Envoy of the fleet with its two session listeners.
@@ -113,7 +109,7 @@ func startSessionEnvoys(t *testing.T, bin envoyrun.Binary, bs []*envoyrun.Backen
 			se.files[typ] = f
 			ls = append(ls, listenerSpec{name: "session_" + typ, addrs: []string{"127.0.0.1:0"}, ecdsPath: f, ecdsName: "hashlb_" + typ, cluster: "hashlb_upstream"})
 		}
-		yaml := bootstrap{listeners: ls, clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
+		yaml := bootstrap{listeners: ls, clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}}.yaml(t)
 		out[i] = se
 		wg.Add(1)
 		go func() {
@@ -327,7 +323,7 @@ func TestSessionEnvoyFleet(t *testing.T) {
 				}
 			}
 			bs[2].Fail(0)
-			time.Sleep(1500 * time.Millisecond) // every worker ticks (1 s) and reads the ejection
+			tickWait() // every worker ticks (1 s) and reads the ejection
 			moved := map[string]int{}
 			sessionLoad(t, envoySessionAfter, func(c int) error {
 				se, conn := at(c, 2)
@@ -477,7 +473,7 @@ func TestSessionEnvoyNoKey(t *testing.T) {
 		yaml := bootstrap{
 			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"},
 				config: sessionPluginConfig(bs, sessionBlock("cookie"), nil, ""), cluster: "hashlb_upstream"}},
-			clusters: []obj{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
 		}.yaml(t)
 		err := envoyrun.Validate(bin, envoyrun.WorkDir(t), yaml)
 		if err == nil || !strings.Contains(err.Error(), lbcore.SessionKeyEnv) || !strings.Contains(err.Error(), "Unable to create Wasm plugin hashlb") {

@@ -74,26 +74,21 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 		if len(got) < 2 {
 			t.Errorf("every connection went to one backend (%v): the source port is not in the decision", got)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		var conns, active int64
+		eventually(t, func() string {
+			return fmt.Sprintf("after %d connections closed: requests counters sum %d, active gauges sum %d; want %d and 0", n, conns, active, n)
+		}, func() bool {
 			s, err := e.Stats()
 			if err != nil {
 				t.Fatal(err)
 			}
-			var conns, active int64
+			conns, active = 0, 0
 			for _, b := range bs {
 				conns += s["wasmcustom.hashlb.service."+b.Name+".requests"]
 				active += s["wasmcustom.hashlb.service."+b.Name+".active"]
 			}
-			if conns == n && active == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("after %d connections closed: requests counters sum %d, active gauges sum %d; want %d and 0", n, conns, active, n)
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return conns == n && active == 0
+		})
 		var accepted int64
 		for _, b := range bs {
 			accepted += b.Conns()

@@ -7,10 +7,8 @@ package envoy
 // them), the answer read with net/http.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -127,32 +125,16 @@ func (a answer) outcome() corpus.Outcome {
 
 // send sends w on a new connection and reads the answer.
 func send(w wire) (answer, error) {
-	var a answer
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(w.srcIP)}, Timeout: 5 * time.Second}
-	c, err := d.Dial("tcp", w.dst)
+	r, err := envoyrun.Exchange(w.srcIP, w.dst, w.bytes(), w.method, 10*time.Second)
+	a := answer{src: r.Local}
 	if err != nil {
 		return a, err
 	}
-	defer c.Close()
-	a.src = c.LocalAddr().String()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(w.bytes()); err != nil {
-		return a, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: w.method})
-	if err != nil {
-		return a, fmt.Errorf("reading the answer: %w", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return a, fmt.Errorf("reading the body: %w", err)
-	}
-	a.status, a.body = resp.StatusCode, string(body)
-	a.backend, a.debug = resp.Header.Get("X-Backend"), resp.Header.Get("x-hashlb-decision")
+	a.status, a.body = r.Status, string(r.Body)
+	a.backend, a.debug = r.Header.Get("X-Backend"), r.Header.Get("x-hashlb-decision")
 	if a.backend != "" {
-		if err := json.Unmarshal(body, &a.echo); err != nil {
-			return a, fmt.Errorf("backend %s: %v: %s", a.backend, err, body)
+		if err := json.Unmarshal(r.Body, &a.echo); err != nil {
+			return a, fmt.Errorf("backend %s: %v: %s", a.backend, err, r.Body)
 		}
 	}
 	return a, nil

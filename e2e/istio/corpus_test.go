@@ -1,15 +1,12 @@
 package istio
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashlb/hashlb/internal/corpus"
@@ -106,38 +103,22 @@ type reply struct {
 
 // send sends c on a new connection to addr.
 func (c clientRequest) send(addr string) (reply, error) {
-	var a reply
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.srcIP)}, Timeout: 10 * time.Second}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		return a, err
-	}
-	defer conn.Close()
-	a.peer = conn.LocalAddr().String()
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s HTTP/1.1\r\nHost: %s\r\n", c.method, c.target, backendsHost)
 	for _, kv := range c.headers {
 		fmt.Fprintf(&b, "%s: %s\r\n", kv[0], kv[1])
 	}
 	b.WriteString("\r\n")
-	if _, err := io.WriteString(conn, b.String()); err != nil {
-		return a, err
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: c.method})
-	if err != nil {
-		return a, fmt.Errorf("reading the answer: %w", err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	r, err := envoyrun.Exchange(c.srcIP, addr, []byte(b.String()), c.method, 30*time.Second)
+	a := reply{peer: r.Local}
 	if err != nil {
 		return a, err
 	}
-	a.status, a.header, a.backend = resp.StatusCode, resp.Header, resp.Header.Get("X-Backend")
+	a.status, a.header, a.backend = r.Status, r.Header, r.Header.Get("X-Backend")
 	if a.backend == "" {
-		return a, fmt.Errorf("answer %d from Envoy, not a backend: %.200s", a.status, body)
+		return a, fmt.Errorf("answer %d from Envoy, not a backend: %.200s", a.status, r.Body)
 	}
-	if err := json.Unmarshal(body, &a.echo); err != nil {
+	if err := json.Unmarshal(r.Body, &a.echo); err != nil {
 		return a, fmt.Errorf("backend %s: %v", a.backend, err)
 	}
 	return a, nil
@@ -157,7 +138,7 @@ func newOracle(pluginConfig []byte) (*oracle, error) {
 		return nil, err
 	}
 	b := lbcore.NewBalancer(c, 0)
-	b.EnablePersistence(&memStore{m: map[string]memEntry{}}, "hashlb")
+	b.EnablePersistence(&corpus.MemStore{}, "hashlb")
 	return &oracle{c: c, b: b}, nil
 }
 
@@ -200,40 +181,4 @@ func (o *oracle) send(r corpus.Request) (reply, error) {
 		err = o.check(c.seen(a.peer), a)
 	}
 	return a, err
-}
-
-// memStore is an in-memory lbcore.Store with the semantics of Envoy's
-// shared data (lbcore.Store's comment): one cas counter for every key, a
-// Set with cas 0 or on a missing key always writes.
-type memStore struct {
-	mu  sync.Mutex
-	cas uint32
-	m   map[string]memEntry
-}
-
-type memEntry struct {
-	v   []byte
-	cas uint32
-}
-
-func (s *memStore) Get(key string) ([]byte, uint32, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.m[key]
-	if !ok {
-		return nil, 0, lbcore.ErrNotFound
-	}
-	return append([]byte(nil), e.v...), e.cas, nil
-}
-
-func (s *memStore) Set(key string, value []byte, cas uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.m[key]; ok && cas != 0 && e.cas != cas {
-		return lbcore.ErrCASMismatch
-	}
-	s.cas++
-	// Cloned: lbcore passes keys backed by a buffer it reuses.
-	s.m[strings.Clone(key)] = memEntry{v: append([]byte(nil), value...), cas: s.cas}
-	return nil
 }

@@ -10,5 +10,6 @@
 // Test-only: the module never imports it.
 //
 // The configurations, the request generator, the oracle and the check are
-// corpus.go.
+// corpus.go; store.go is the persistence table of an oracle that keeps one
+// (MemStore).
 package corpus

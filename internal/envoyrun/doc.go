@@ -12,10 +12,11 @@
 //
 // Its parts, by file: the Envoy binaries found, the options an Envoy is
 // started with and the running process with its admin API (envoyrun.go), and
-// the addresses its listeners are bound to (addresses.go); building hashlb's
+// the addresses its listeners are bound to (addresses.go), and a raw HTTP/1.1
+// exchange with it from a chosen loopback source (client.go); building hashlb's
 // Wasm module and reading the repository's files (module.go), test modules
-// (modules.go) and the load-balancing policy's shared library (lbpolicy.go);
-// the bootstrap ./build.sh envoy runs (demo.go); and the upstreams: an HTTP
+// and commands (modules.go) and the load-balancing policy's shared library
+// (lbpolicy.go); the bootstrap ./build.sh envoy runs (demo.go); and the upstreams: an HTTP
 // backend that echoes what it received (backend.go, StartBackendAt in
 // addresses.go), a TCP one (backend_tcp.go) and the benchmark's minimal one
 // (fastbackend.go).
