@@ -1,6 +1,11 @@
 package lbcore
 
-import "math"
+import (
+	"math"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
 
 // mix is the splitmix64 finaliser (Steele, Lea and Flood, "Fast splittable
 // pseudorandom number generators", 2014). Applied to keyHash ^ serviceID it
@@ -163,3 +168,37 @@ func (b *Balancer) next(j int) int {
 	c[j], c[best] = c[best], c[j]
 	return c[j].idx
 }
+
+// KeyHash is the method's key hash for r, as a decision hashes it, and
+// false when the method has no key or r lacks its input (the backup method
+// decides). With Outranks it tells whether a service added to the pool
+// takes a key from the service that has it.
+func (b *Balancer) KeyHash(r *Request) (uint64, bool) {
+	if b.keyer == nil {
+		return 0, false
+	}
+	key, ok, inPlace := keyInRequest(b.keyer, r)
+	if !inPlace {
+		b.x.capped, b.x.m.steps, b.x.work = false, 0, 0 // as begin, without a decision
+		kb, in := b.keyer.AppendKey(b.buf[:0], r, &b.x)
+		b.buf = kb[:0]
+		key, ok = unsafe.String(unsafe.SliceData(kb), len(kb)), in // b.buf's bytes, hashed at once
+	}
+	if !ok {
+		return 0, false
+	}
+	return xxhash.Sum64String(key), true
+}
+
+// Outranks reports whether service i ranks before service j for key hash k
+// in the rendezvous ranking (bounded load aside): a higher score, ramps
+// counted, or the same score and a higher identity.
+func (b *Balancer) Outranks(k uint64, i, j int) bool {
+	return b.better(candidate{idx: i, score: b.rankScore(k, i)}, candidate{idx: j, score: b.rankScore(k, j)})
+}
+
+// ScoresLike reports whether a service scores every key under b as a
+// service of prev with its identity and weight does: the score is a
+// function of the key, the identity and the weight, and whether every
+// service of the pool has the same weight (unit scores, else weighted).
+func (b *Balancer) ScoresLike(prev *Balancer) bool { return b.uniform == prev.uniform }

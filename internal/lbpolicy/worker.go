@@ -60,6 +60,14 @@ type Worker struct {
 		ok            bool
 	} // the last Choose, for Remembered
 
+	// The choice cache's carry over a change of the view (carry.go): the
+	// view the cache was last given, the identity map the last Update
+	// made from the hosts of lastFrom, and the carry CarryFrom returns.
+	base      carryBase
+	lastCarry lbcore.Carry
+	lastFrom  *hostSet
+	cc        CacheCarry
+
 	req     lbcore.Request
 	backups int // choices left in which a backup decision was recent (readActive)
 	d       lbcore.Decision
@@ -149,7 +157,7 @@ type UpdateNotes struct {
 // weight. An error leaves the worker without services: every choice fails
 // until the next update.
 func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
-	prev := w.bal
+	prev, prevHosts := w.bal, w.v.hs
 	w.bal, w.svcs = nil, nil
 	w.gen++
 	hs := w.hosts.get(h, w.pol)
@@ -169,6 +177,7 @@ func (w *Worker) Update(h Hosts) (notes UpdateNotes, err error) {
 		// that is not healthy, which starts again when it is.
 		carry := prev.Carry(hs.svcs)
 		w.bal.Continue(prev, &carry)
+		w.lastCarry, w.lastFrom = carry, prevHosts
 	}
 	w.bal.EnablePersistence(w.st, w.ns)
 	w.v.scan(h) // from the same snapshot: a host it lacks is not served
