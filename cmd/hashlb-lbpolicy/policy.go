@@ -80,8 +80,8 @@ type lb struct {
 func (l *lb) Update(added, removed int) {
 	start := time.Now()
 	notes, err := l.w.Update(l.hosts)
-	took := time.Since(start)
 	l.syncCache()
+	took := time.Since(start)
 	abi.Logf(abi.LogInfo, "cluster %s: %s; %d added, %d removed; %d ms", l.cluster, l.w.Summary(), added, removed, took.Milliseconds())
 	if notes.Clamped > 0 {
 		l.cfg.ctrs[cWeightClamped].Add(uint64(notes.Clamped))
@@ -93,11 +93,24 @@ func (l *lb) Update(added, removed int) {
 	}
 }
 
-// syncCache gives the cache the worker's view of the hosts.
+// syncCache gives the cache the worker's view of the hosts, with the
+// choices that still hold in it when the view changed
+// (lbpolicy.Worker.CarryFrom).
 func (l *lb) syncCache() {
-	if l.cache != nil {
-		l.cache.SetView(l.w.View())
+	if l.cache == nil {
+		return
 	}
+	gen, healthy := l.w.View()
+	from := l.cache.Gen()
+	if from == gen {
+		l.cache.SetView(gen, healthy)
+		return
+	}
+	var keep func(string, int) (int, int, bool)
+	if c := l.w.CarryFrom(from); c != nil {
+		keep = c.Keep
+	}
+	l.cache.Carry(gen, healthy, keep)
 }
 
 // Choose is lbcore's decision, remembered in the cache when it may be.

@@ -302,3 +302,62 @@ func BenchmarkUpdateWorkers(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateCarry is a rolling update's step at 10^4 hosts (one host
+// replaced by a new address) with a full choice cache carried over it:
+// CarryFrom, and Keep for each of the cache's entries. It reports the
+// update's time and the carry's, each per step, and the carry's ÷ the
+// update's, measured step by step in the same run.
+func BenchmarkUpdateCarry(b *testing.B) {
+	const n, entries = 10000, 1 << 13 // cache.h's HL_CACHE_BITS
+	p := mustPolicy(b, `{"lbMethod":"URLHASH"}`)
+	f := newFakeHosts(n)
+	w := p.NewWorker("bench-update-carry")
+	defer w.Close()
+	if _, err := w.Update(f); err != nil {
+		b.Fatal(err)
+	}
+	gen, _ := w.View()
+	w.CarryFrom(0)
+	// The entries as the C cache holds them, walked whole at every step.
+	paths := make([]string, 0, entries)
+	hosts := make([]int, 0, entries)
+	for k := range entries {
+		path := fmt.Sprintf("/bench/%d", k)
+		w.Choose(f, &fakeCtx{headers: [][2]string{{":path", path}}}, now)
+		if host, _, ok := w.Remembered(); ok {
+			paths, hosts = append(paths, path), append(hosts, host)
+		}
+	}
+	var update, carry time.Duration
+	kept, next := 0, n
+	b.ReportAllocs()
+	for b.Loop() {
+		f.hs[next%n].addr = fmt.Sprintf("10.200.%d.%d:8080", next>>8&255, next&255)
+		next++
+		f.sync()
+		start := time.Now()
+		if _, err := w.Update(f); err != nil {
+			b.Fatal(err)
+		}
+		mid := time.Now()
+		c := w.CarryFrom(gen)
+		if c == nil {
+			b.Fatal("a host replaced: nothing carried")
+		}
+		for k, path := range paths {
+			if h, _, ok := c.Keep(path, hosts[k]); ok {
+				hosts[k] = h
+				kept++
+			}
+		}
+		end := time.Now()
+		gen, _ = w.View()
+		update, carry = update+mid.Sub(start), carry+end.Sub(mid)
+	}
+	steps := float64(b.N)
+	b.ReportMetric(float64(update.Microseconds())/steps, "update-µs/step")
+	b.ReportMetric(float64(carry.Microseconds())/steps, "carry-µs/step")
+	b.ReportMetric(float64(carry)/float64(update), "carry÷update")
+	b.ReportMetric(float64(kept)/steps/float64(len(paths)), "kept/entry")
+}

@@ -56,6 +56,40 @@ func (c *Cache) SetView(gen uint32, healthy int) {
 	}
 }
 
+// Gen is the generation of the view the cache was last given (SetView,
+// Carry); 0 before.
+func (c *Cache) Gen() uint32 { return uint32(c.c.gen) }
+
+// Carry gives the cache the load balancer's view gen as SetView does, and
+// keeps of the choices put under the view it had those keep says still
+// hold, at the host indices keep returns (host among priority 0's hosts,
+// healthy among their healthy hosts): keep is asked with each choice's key
+// and host index under the earlier view. With keep nil no choice is kept.
+func (c *Cache) Carry(gen uint32, healthy int, keep func(key string, host int) (nhost, nhealthy int, ok bool)) {
+	from := uint32(c.c.gen)
+	c.SetView(gen, healthy)
+	if keep == nil || from == gen {
+		return // the others are stale: put under another view
+	}
+	for i := range c.c.entries {
+		e := &c.c.entries[i]
+		if e.gen == 0 {
+			continue
+		}
+		ok := false
+		if uint32(e.gen) == from {
+			var host, h int
+			key := unsafe.String((*byte)(unsafe.Pointer(&e.key[0])), int(e.len))
+			if host, h, ok = keep(key, int(e.host)); ok {
+				e.gen, e.host, e.healthy = C.uint32_t(gen), C.uint32_t(host), C.uint32_t(h)
+			}
+		}
+		if !ok {
+			e.gen = 0
+		}
+	}
+}
+
 // Put remembers, under the current view, the choice for path's key: host is
 // the host's index among priority 0's hosts (Envoy's retry predicate is
 // asked about it), healthy its index among their healthy hosts (the answer).
