@@ -14,7 +14,8 @@ import (
 // (counted in dynamicmodulescustom.cached), with lbcore's answer every
 // time: for a repeated path, for a longer path with the same first
 // hashLength bytes (URLHASH hashes no more), and after the hosts change
-// (a removed host's keys move, the others' stay: no stale answer). A
+// (a removed host's keys move, the others' stay, still answered from the
+// cache: no stale answer, no needless miss). A
 // policy whose choices read more than the path (DOMAINHASH) or keep state
 // (persistence) never answers from the cache.
 func TestLBPolicyChoiceCache(t *testing.T) {
@@ -103,6 +104,21 @@ func TestLBPolicyChoiceCache(t *testing.T) {
 		mark := len(e.Log())
 		writePolicyEDS(t, e.Dir, removed)
 		e.waitHosts(t, url.name, 4, mark)
+		// The keys whose host stayed are answered from the cache at once:
+		// removing a host moves its keys alone, so the cache keeps the
+		// others' choices over the change.
+		stayed := 0
+		for _, p := range paths {
+			if want(url, p) != bs[2].Name {
+				stayed++
+			}
+		}
+		h0 := cached()
+		send(removed, paths, 1)
+		flush(removed)
+		if n := cached() - h0; n < int64(stayed) {
+			t.Errorf("%d of the first %d requests after a host was removed answered from the cache, want the %d whose host stayed", n, len(paths), stayed)
+		}
 		send(removed, paths, 3)
 		for _, p := range paths {
 			if got, _ := e.getPath(t, url.name, p); got == bs[2].Name {
