@@ -307,7 +307,7 @@ bench)
 	{
 		go test ./lbcore -run '^$' -bench 'Select/(URLHASH|SOURCEIPHASH|TOKEN|ROUNDROBIN)/|PersistHit|DecideSlowStart' -benchmem
 		go test ./internal/lbpolicy -run '^$' -bench BenchmarkChoose -benchtime 300000x
-		go test ./internal/lbpolicy -run '^$' -bench BenchmarkUpdateWorkers -benchtime 5x -benchmem
+		go test ./internal/lbpolicy -run '^$' -bench 'BenchmarkUpdateWorkers|BenchmarkUpdateCarry' -benchtime 5x -benchmem
 		go test ./e2e -run '^$' -bench 'BenchmarkPersist/hostsim' -benchmem
 	} | tee dist/go-bench.out || failed=1
 	echo "bench: a reconfiguration of 10, 1000 and 10⁴ services in hostsim and in V8"

@@ -14,7 +14,9 @@
 // (hosts.go), and a host made an lbcore service (services.go); the host
 // set made hashlb's, shared by the workers that see the same hosts
 // (hostset.go); the Worker, one Envoy worker's Balancer and its choices
-// (worker.go); the persistence table the workers of one process share
+// (worker.go); which choices a cache of them keeps over a change of the
+// hosts, as rendezvous hashing moves only the keys of a host gone and the
+// keys a host added outranks (carry.go); the persistence table the workers of one process share
 // (store.go); and persistence.fleet, the process's member of the etcd fleet
 // on goroutines of its own, with etcd's Go client (fleet.go).
 package lbpolicy

@@ -8,6 +8,18 @@
 // (generation and healthy count, which Go bumps on every update and health
 // rescan) is the one it was made under and Envoy's retry predicate does not
 // reject the host. A miss, anything else, and every retry walk go to Go.
+//
+// A change of the view does not forget every choice: Go walks the entries
+// (Cache.Carry) and keeps, under the new generation and at the host's new
+// indices, each choice that is still lbcore's. Rendezvous hashing scores a
+// host by the key and the host alone, so a change moves a key only when its
+// host is no longer served (removed, unhealthy, or at a level not served)
+// or a host newly served (added, or healthy again) outranks it for that
+// key; internal/lbpolicy's Worker.CarryFrom decides which, from the key's
+// bytes. A change it cannot judge that way (a weight changed, the level
+// served is not priority 0, a host ramping up in slow start, more than a
+// few hosts newly served) keeps nothing, and the entries go stale as
+// before.
 // Entering Go costs a Go runtime's callback, which the paired benchmark
 // shows is what the policy costs beyond Envoy's own load balancers.
 #ifndef HASHLB_CACHE_H

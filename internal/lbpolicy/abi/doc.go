@@ -38,7 +38,8 @@
 // configuration by a handle and each load balancer by a slot (states.go);
 // the cluster's hosts and the request over Envoy's callbacks (hosts.go); the
 // choice cache, the choice hook in C that consults it before entering Go
-// (cache.h, cache.c) and its Go side (cache.go); how the Go runtime lives
+// (cache.h, cache.c) and its Go side, which also carries its choices over a
+// change of the hosts (cache.go); how the Go runtime lives
 // with Envoy's threads (goruntime.go); the library kept mapped for the life
 // of the process (pin.c); and the test switch, compiled in only with the
 // build tag hashlb_testhooks (testhooks.go; off in testhooks_off.go).
