@@ -409,11 +409,19 @@ func (e *Envoy) stats(filter string) (map[string]int64, error) {
 // Stat returns one counter or gauge (0 when Envoy has no such stat).
 func (e *Envoy) Stat(t testing.TB, name string) int64 {
 	t.Helper()
-	s, err := e.stats("^" + regexp.QuoteMeta(name) + "$")
+	v, err := e.StatValue(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s[name]
+	return v
+}
+
+// StatValue is Stat with its error: the admin server runs on Envoy's main
+// thread, which a backlog of cluster updates can keep past the client's
+// timeout.
+func (e *Envoy) StatValue(name string) (int64, error) {
+	s, err := e.stats("^" + regexp.QuoteMeta(name) + "$")
+	return s[name], err
 }
 
 // Log returns Envoy's whole log so far.
