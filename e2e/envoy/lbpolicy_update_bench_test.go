@@ -32,6 +32,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -298,7 +300,7 @@ func updateLatencyRow(b *testing.B, bin envoyrun.Binary, port, n int) string {
 				})
 			}
 			res := make([]loadgen.Result, 2)
-			hits, hitsErr := cachedHits(b, pol)
+			hits, hitsErr := cachedHits(pol)
 			for k, a := range addrs {
 				wg.Go(func() { res[k] = loadgen.Open(context.Background(), a, reqs, rate, *peerConns, *updatePhase) })
 			}
@@ -307,7 +309,7 @@ func updateLatencyRow(b *testing.B, bin envoyrun.Binary, port, n int) string {
 			churn.Wait()
 			// The share is left out of a phase whose counter the admin
 			// server, behind a backlog of updates, did not answer for.
-			if h, err := cachedHits(b, pol); err == nil && hitsErr == nil && res[1].Requests > 0 {
+			if h, err := cachedHits(pol); err == nil && hitsErr == nil && res[1].Requests > 0 {
 				cached[phase] = append(cached[phase], 100*float64(h-hits)/float64(res[1].Requests))
 			}
 			for k, r := range res {
@@ -334,13 +336,27 @@ func updateLatencyRow(b *testing.B, bin envoyrun.Binary, port, n int) string {
 // worker's hits in it: each worker adds the hits it has not counted yet
 // when it next enters Go (cache.h), so 64 requests of paths never sent
 // before, each on a new connection, go to Go on every worker first.
-func cachedHits(b *testing.B, pol *policyEnvoy) (int64, error) {
+func cachedHits(pol *policyEnvoy) (int64, error) {
 	for range 64 {
 		flushSeq++
-		pol.get(b, "c", [][2]string{{":path", fmt.Sprintf("/flush/%d", flushSeq)}})
+		req, err := http.NewRequest("GET", fmt.Sprintf("http://%s/flush/%d", pol.addr, flushSeq), nil)
+		if err != nil {
+			return 0, err
+		}
+		req.Header.Set("x-test-cluster", "c")
+		resp, err := flushClient.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 	return pol.StatValue("dynamicmodulescustom.cached")
 }
 
-// flushSeq numbers cachedHits's paths, never sent twice.
-var flushSeq int
+// flushSeq numbers cachedHits's paths, never sent twice; flushClient
+// opens a connection for each request.
+var (
+	flushSeq    int
+	flushClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+)
