@@ -14,8 +14,6 @@ package envoy
 import (
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,20 +204,7 @@ func TestFilterSlowStart(t *testing.T) {
 		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "0", plugin(3, 10, false)))
 		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: reconfigBootstrap(t), Dir: dir})
 		addr := e.MustListener(t, "hashlb_listener")
-		c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		t.Cleanup(c.CloseIdleConnections)
-		get := func(path string) string {
-			resp, err := c.Get("http://" + addr + path)
-			if err != nil {
-				t.Fatalf("GET %s: %v", path, err)
-			}
-			defer resp.Body.Close()
-			io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode != 200 {
-				t.Fatalf("GET %s: %d", path, resp.StatusCode)
-			}
-			return resp.Header.Get("X-Backend")
-		}
+		get := servedBy(t, "http://"+addr)
 		// reconfigure writes the configuration and returns when it was
 		// written and when the main thread and every worker had logged it
 		// (Envoy's configuration canary, on the main thread, logs it too,
