@@ -75,7 +75,7 @@ func TestShippedLBPolicy(t *testing.T) {
 				c := fromCorpus(cr)
 				a, err := c.send(outboundAddr)
 				if err == nil {
-					d := corpus.Oracle(b, c.seen(a.peer))
+					d := corpus.Oracle(b, c.seen(a.peer, sidecarShape))
 					switch {
 					case d.Reason != lbcore.ReasonHash || d.Len() == 0:
 						err = fmt.Errorf("lbcore decides it by %s, not by its hash: the corpus request tests nothing here", d.Reason)

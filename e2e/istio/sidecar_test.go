@@ -15,20 +15,23 @@ import (
 // client workload: node sidecar~IP~POD.NS~NS.svc.cluster.local with the
 // workload's labels in its metadata (no Pod object is needed for selectors
 // to match) and INTERCEPTION_MODE NONE, the mode of a sidecar without
-// iptables, whose outbound listeners istiod binds on 127.0.0.1.
+// iptables, whose outbound listeners istiod binds on 127.0.0.1; or, started
+// by startGateway, as a gateway (router~…), whose listeners are the
+// Gateways' servers.
 type sidecar struct {
 	*envoyrun.Envoy
 }
 
 // bootstrap is what pilot-agent would give Envoy, reduced to what upstream
-// Envoy needs: the node and ADS over plaintext gRPC to istiod.
-func bootstrap(pod, ns string, labels map[string]string) []byte {
+// Envoy needs: the node (kind "sidecar" or "router") and ADS over plaintext
+// gRPC to istiod.
+func bootstrap(kind, pod, ns string, labels map[string]string) []byte {
 	var ls []string
 	for k, v := range labels {
 		ls = append(ls, fmt.Sprintf("%s: %q", k, v))
 	}
 	return []byte(fmt.Sprintf(`node:
-  id: sidecar~127.0.0.1~%[1]s.%[2]s~%[2]s.svc.cluster.local
+  id: %[4]s~127.0.0.1~%[1]s.%[2]s~%[2]s.svc.cluster.local
   cluster: %[1]s.%[2]s
   metadata:
     NAME: %[1]s
@@ -61,7 +64,7 @@ static_resources:
         - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 15010}}}
 admin:
   address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-`, pod, ns, strings.Join(ls, ", ")))
+`, pod, ns, strings.Join(ls, ", "), kind))
 }
 
 // startSidecar starts the Envoy of r's Wasm tests as a sidecar of pod in namespace demo
@@ -75,13 +78,34 @@ func startSidecar(t *testing.T, r releaseSetup, pod string, labels map[string]st
 // startSidecarOf is startSidecar with the envoy binary envoy.
 func startSidecarOf(t *testing.T, r releaseSetup, envoy, pod string, labels map[string]string, envVars ...string) *sidecar {
 	t.Helper()
+	return startProxy(t, r, envoy, "sidecar", pod, "demo", labels, envVars...)
+}
+
+// gatewayLabels are the labels of Istio's default ingress gateway, which
+// configs/istio/gateway/'s files select.
+var gatewayLabels = map[string]string{"istio": "ingressgateway", "app": "istio-ingressgateway"}
+
+// startGateway starts the Envoy of r's Wasm tests as the ingress gateway
+// istio-ingressgateway-0 in namespace istio-system, and waits until Envoy
+// is ready.
+func startGateway(t *testing.T, r releaseSetup) *sidecar {
+	t.Helper()
+	return startProxy(t, r, r.WasmEnvoy, "router", "istio-ingressgateway-0", "istio-system", gatewayLabels)
+}
+
+// startProxy starts envoy connected to istiod as a proxy of kind ("sidecar"
+// or "router") of pod in namespace ns with labels (and envVars,
+// "NAME=value", in its environment), and waits until Envoy is ready (its
+// first listeners and their ECDS filters received and warm).
+func startProxy(t *testing.T, r releaseSetup, envoy, kind, pod, ns string, labels map[string]string, envVars ...string) *sidecar {
+	t.Helper()
 	bin := envoyrun.Binary{Path: envoy, Version: envoy}
 	start := time.Now()
 	e := envoyrun.Start(t, bin, envoyrun.Options{
-		Bootstrap: bootstrap(pod, "demo", labels), Dir: t.TempDir(), Concurrency: 2,
+		Bootstrap: bootstrap(kind, pod, ns, labels), Dir: t.TempDir(), Concurrency: 2,
 		ReadyTimeout: 5 * time.Minute, Env: envVars,
 	})
-	t.Logf("Envoy %s connected to istiod %s and ready in %s", envoy, r.Name, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("Envoy %s connected to istiod %s as a %s and ready in %s", envoy, r.Name, kind, time.Since(start).Round(100*time.Millisecond))
 	return &sidecar{e}
 }
 
