@@ -2,7 +2,6 @@ package istio
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,9 +15,6 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,52 +46,6 @@ func shipped(t testing.TB, name string) []byte {
 		t.Fatal(err)
 	}
 	return urlLine.ReplaceAll(data, []byte("${1}url: file://"+env.Module))
-}
-
-// apply creates or replaces every object of a YAML file; an error names
-// the file, as a user's kubectl apply would report it.
-func (cl *cluster) apply(name string, data []byte) error {
-	ctx := context.Background()
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return fmt.Errorf("%s: document %d: %v", name, i, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		var old unstructured.Unstructured
-		old.SetGroupVersionKind(u.GroupVersionKind())
-		err := cl.Client.Get(ctx, client.ObjectKeyFromObject(&u), &old)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = cl.Client.Create(ctx, &u)
-		case err == nil:
-			u.SetResourceVersion(old.GetResourceVersion())
-			err = cl.Client.Update(ctx, &u)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %s %s: %v", name, u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
-}
-
-// delete deletes every object of a YAML file.
-func (cl *cluster) delete(name string, data []byte) error {
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return fmt.Errorf("%s: document %d: %v", name, i, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := cl.Client.Delete(context.Background(), &u); err != nil {
-			return fmt.Errorf("%s: deleting %s %s: %v", name, u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
 }
 
 // pluginConfigJSON is the pluginConfig of a WasmPlugin file (spec) or a

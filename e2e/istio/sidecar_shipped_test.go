@@ -68,10 +68,10 @@ func TestShippedSidecar(t *testing.T) {
 			// Its twin instead of the WasmPlugin, as docs/deploy.md says to
 			// move: apply one, delete the other.
 			te := shipped(t, "trafficextension/trafficextension.yaml")
-			if err := cl.apply("trafficextension/trafficextension.yaml", te); err != nil {
+			if err := cl.Apply("trafficextension/trafficextension.yaml", te); err != nil {
 				t.Fatal(err)
 			}
-			if err := cl.delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
+			if err := cl.Delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
 				t.Fatal(err)
 			}
 			teConfig := pluginConfigJSON(t, te)
@@ -126,7 +126,7 @@ func testChangedFiles(t *testing.T, cl *cluster, p configDumper, files map[strin
 		if bytes.Equal(changed, files[ch.file]) {
 			t.Fatalf("%s has no %q to change", ch.file, ch.old)
 		}
-		if err := cl.apply(ch.file, changed); err != nil {
+		if err := cl.Apply(ch.file, changed); err != nil {
 			t.Fatal(err)
 		}
 		err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err != nil })
@@ -135,7 +135,7 @@ func testChangedFiles(t *testing.T, cl *cluster, p configDumper, files map[strin
 		} else {
 			t.Logf("%s with %s fails the checks:\n%v", ch.file, ch.what, err)
 		}
-		if err := cl.apply(ch.file, files[ch.file]); err != nil {
+		if err := cl.Apply(ch.file, files[ch.file]); err != nil {
 			t.Fatal(err)
 		}
 		if err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
