@@ -29,6 +29,8 @@ type setup struct {
 	Etcd          string
 	Module        string // hashlb.wasm, built from ./filter
 	Controller    string // hashlb-controller, built from cmd/hashlb-controller
+	Proxy         string // hashlb-proxy, built from hostsim/cmd/hashlb-proxy (the demo's backends)
+	Demo          string // ./build.sh istio's program, built from cmd/istiodemo
 	LBPolicy      string // the directory of libhashlb_lbpolicy.so, built from cmd/hashlb-lbpolicy
 	RepoRoot      string
 	Releases      []releaseSetup
@@ -113,7 +115,7 @@ func prepare() (setup, error) {
 	if s.Module, err = envoyrun.ModulePath(); err != nil {
 		return s, err
 	}
-	if s.Controller, err = buildController(root); err != nil {
+	if s.Controller, s.Proxy, s.Demo, err = buildCommands(root); err != nil {
 		return s, err
 	}
 	if s.LBPolicy, err = envoyrun.BuildLBPolicy(""); err != nil {
@@ -139,19 +141,25 @@ func prepare() (setup, error) {
 	return s, nil
 }
 
-// buildController builds hashlb-controller from the tree into a temporary
-// directory.
-func buildController(root string) (string, error) {
+// buildCommands builds hashlb-controller, hashlb-proxy and cmd/istiodemo
+// from the tree into one temporary directory.
+func buildCommands(root string) (controller, proxy, demo string, err error) {
 	dir, err := os.MkdirTemp("", "hashlb-istio-controller-")
 	if err != nil {
-		return "", err
+		return "", "", "", err
 	}
-	bin := filepath.Join(dir, "hashlb-controller")
-	if _, err := istioenv.GoCmd(filepath.Join(root, "cmd", "hashlb-controller"), "build", "-o", bin, "."); err != nil {
-		os.RemoveAll(dir)
-		return "", err
+	controller, proxy, demo = filepath.Join(dir, "hashlb-controller"), filepath.Join(dir, "hashlb-proxy"), filepath.Join(dir, "istiodemo")
+	for _, b := range []struct{ module, pkg, out string }{
+		{filepath.Join(root, "cmd", "hashlb-controller"), ".", controller},
+		{root, "./hostsim/cmd/hashlb-proxy", proxy},
+		{filepath.Join(root, "e2e", "istio"), "./cmd/istiodemo", demo},
+	} {
+		if _, err := istioenv.GoCmd(b.module, "build", "-o", b.out, b.pkg); err != nil {
+			os.RemoveAll(dir)
+			return "", "", "", err
+		}
 	}
-	return bin, nil
+	return controller, proxy, demo, nil
 }
 
 // serviceAddrs are the addresses of configs/istio/serviceentry.yaml's

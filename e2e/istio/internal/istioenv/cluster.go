@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"github.com/hashlb/hashlb/internal/bincache"
@@ -64,6 +66,9 @@ func StartCluster(o Options) (cl *Cluster, err error) {
 	if logf == nil {
 		logf = func(string, ...any) {}
 	}
+	// controller-runtime's own log says nothing a user of the cluster
+	// needs; unset, it prints a stack trace when the API server is slow.
+	ctrllog.SetLogger(logr.Discard())
 	r := o.Release
 	te := &envtest.Environment{
 		CRDDirectoryPaths:        []string{r.CRDs},
