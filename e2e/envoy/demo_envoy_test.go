@@ -20,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -287,89 +286,20 @@ func TestEnvoyDemoScript(t *testing.T) {
 
 // runDemoScript is the fixed-port run itself.
 func runDemoScript(t *testing.T, bin, repo string) {
-	lines := envoyrun.ReadmeCurls(t)
 	if busy := busyPorts(); len(busy) > 0 {
 		t.Fatalf("the demo's ports %v are in use", busy)
 	}
-	start := time.Now()
 	cmd := exec.Command("./build.sh", "envoy")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "HASHLB_ENVOY="+bin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for _, p := range demoPorts {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	pgid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
-	var mu sync.Mutex
-	var output strings.Builder
-	tryLine := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			mu.Lock()
-			output.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if s, ok := strings.CutPrefix(sc.Text(), "try: "); ok {
-				tryLine <- s
-			}
-		}
-	}()
-	out := func() string { mu.Lock(); defer mu.Unlock(); return output.String() }
-	var try string
-	select {
-	case try = <-tryLine:
-	case err := <-exited:
-		t.Fatalf("./build.sh envoy exited (%v) before it printed a line to try:\n%s", err, out())
-	case <-time.After(4 * time.Minute):
-		t.Fatalf("./build.sh envoy printed no line to try within 4 minutes:\n%s", out())
-	}
-	t.Logf("./build.sh envoy ready after %v", time.Since(start).Round(100*time.Millisecond))
-	if try != lines[0].Line {
-		t.Errorf("./build.sh envoy says to try %q, the README's first line is %q", try, lines[0].Line)
-	}
-	for _, c := range lines {
-		a := c.Send(t, "")
-		if a.Status != 200 || a.Body != c.Body+"\n" {
-			t.Errorf("%s: %d %q, the README says %q", c.Line, a.Status, a.Body, c.Body)
-		}
-		if c.Decision != "" && a.Decision != c.Decision {
-			t.Errorf("%s: X-Hashlb-Decision %q, the README says %q", c.Line, a.Decision, c.Decision)
-		}
-	}
-	// Ctrl-C: the terminal sends SIGINT to the foreground process group.
-	stopAt := time.Now()
-	syscall.Kill(-pgid, syscall.SIGINT)
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-			t.Errorf("after Ctrl-C ./build.sh envoy exited with %v, want status 130", err)
-		}
-	case <-time.After(waitCeiling):
-		t.Fatalf("./build.sh envoy still runs %v after Ctrl-C:\n%s", waitCeiling, out())
-	}
-	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
-	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {
-		t.Errorf("after the script exited its process group still has processes (kill -0: %v)", err)
-	}
-	if busy := busyPorts(); len(busy) > 0 {
-		t.Errorf("after Ctrl-C the demo's ports %v still accept connections", busy)
-	}
-	if !strings.Contains(out(), "envoy: demo stopped") {
-		t.Errorf("./build.sh envoy did not say it stopped the demo:\n%s", out())
-	}
-	if t.Failed() {
-		t.Logf("./build.sh envoy printed:\n%s", out())
-	}
+	envoyrun.RunDemo(t, envoyrun.DemoScript{
+		Name: "./build.sh envoy", Cmd: cmd, Ready: 4 * time.Minute, Stop: waitCeiling,
+		Stopped: "envoy: demo stopped", Addrs: addrs,
+	})
 }
 
 // busyPorts returns the demo ports something accepts connections on.

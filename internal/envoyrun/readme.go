@@ -1,11 +1,19 @@
 package envoyrun
 
 import (
+	"bufio"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // ReadmeCurl is one curl line of the README's quick start and what the
@@ -160,4 +168,105 @@ func (c ReadmeCurl) Send(t testing.TB, listener string) CurlAnswer {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return CurlAnswer{Status: resp.StatusCode, Body: string(b), Decision: resp.Header.Get("X-Hashlb-Decision"), Header: resp.Header}
+}
+
+// DemoScript is a demo command (./build.sh envoy, ./build.sh istio's
+// program) and what its run must show.
+type DemoScript struct {
+	Name    string        // how messages name it: "./build.sh envoy"
+	Cmd     *exec.Cmd     // not started; it runs in a process group of its own
+	Ready   time.Duration // a ceiling for its "try: " line: only catches a hung start
+	Stop    time.Duration // a ceiling for its exit after SIGINT: only catches a hung stop
+	Stopped string        // the line it prints once it stopped everything
+	Addrs   []string      // the addresses it listens on, none of which may accept connections after the stop
+}
+
+// RunDemo starts d.Cmd, waits for its "try: " line, which must be the
+// README's first curl line, sends the README's curl lines and compares each
+// answer with the README's text exactly; then it sends SIGINT to the
+// command's process group, as Ctrl-C in a terminal does: the command must
+// exit with status 130, leave no process of its group, say d.Stopped, and
+// leave none of d.Addrs accepting connections.
+func RunDemo(t *testing.T, d DemoScript) {
+	t.Helper()
+	lines := ReadmeCurls(t)
+	start := time.Now()
+	d.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Cmd.Stdout, d.Cmd.Stderr = pw, pw
+	if err := d.Cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	pgid := d.Cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- d.Cmd.Wait() }()
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	var mu sync.Mutex
+	var output strings.Builder
+	tryLine := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			mu.Lock()
+			output.WriteString(sc.Text() + "\n")
+			mu.Unlock()
+			if s, ok := strings.CutPrefix(sc.Text(), "try: "); ok {
+				tryLine <- s
+			}
+		}
+	}()
+	out := func() string { mu.Lock(); defer mu.Unlock(); return output.String() }
+	var try string
+	select {
+	case try = <-tryLine:
+	case err := <-exited:
+		t.Fatalf("%s exited (%v) before it printed a line to try:\n%s", d.Name, err, out())
+	case <-time.After(d.Ready):
+		t.Fatalf("%s printed no line to try within %v:\n%s", d.Name, d.Ready, out())
+	}
+	t.Logf("%s ready after %v", d.Name, time.Since(start).Round(100*time.Millisecond))
+	if try != lines[0].Line {
+		t.Errorf("%s says to try %q, the README's first line is %q", d.Name, try, lines[0].Line)
+	}
+	for _, c := range lines {
+		a := c.Send(t, "")
+		if a.Status != 200 || a.Body != c.Body+"\n" {
+			t.Errorf("%s: %d %q, the README says %q", c.Line, a.Status, a.Body, c.Body)
+		}
+		if c.Decision != "" && a.Decision != c.Decision {
+			t.Errorf("%s: X-Hashlb-Decision %q, the README says %q", c.Line, a.Decision, c.Decision)
+		}
+	}
+	// Ctrl-C: the terminal sends SIGINT to the foreground process group.
+	stopAt := time.Now()
+	syscall.Kill(-pgid, syscall.SIGINT)
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+			t.Errorf("after Ctrl-C %s exited with %v, want status 130", d.Name, err)
+		}
+	case <-time.After(d.Stop):
+		t.Fatalf("%s still runs %v after Ctrl-C:\n%s", d.Name, d.Stop, out())
+	}
+	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
+	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {
+		t.Errorf("after %s exited its process group still has processes (kill -0: %v)", d.Name, err)
+	}
+	for _, a := range d.Addrs {
+		if c, err := net.DialTimeout("tcp", a, time.Second); err == nil {
+			c.Close()
+			t.Errorf("after Ctrl-C %s still accepts connections", a)
+		}
+	}
+	if !strings.Contains(out(), d.Stopped) {
+		t.Errorf("%s did not say it stopped the demo (%q):\n%s", d.Name, d.Stopped, out())
+	}
+	if t.Failed() {
+		t.Logf("%s printed:\n%s", d.Name, out())
+	}
 }
