@@ -2,7 +2,6 @@ package istio
 
 import (
 	"testing"
-	"time"
 
 	"github.com/hashlb/hashlb/internal/corpus"
 )
@@ -26,11 +25,7 @@ func TestShippedGateway(t *testing.T) {
 		pluginConfig := pluginConfigJSON(t, files["gateway/wasmplugin.yaml"])
 		gw := startGateway(t, r)
 		checks := gatewayShape.checks(env.Module, "gateway/wasmplugin.yaml", pluginConfig)
-		start := time.Now()
-		if err := waitFor(gw, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-			t.Fatalf("after 3 min, the gateway does not run what the shipped files ask:\n%v", err)
-		}
-		t.Logf("every shipped file in the gateway's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+		waitApplied(t, gw, checks)
 
 		t.Run("corpus", func(t *testing.T) {
 			checkCorpus(t, gatewayShape, pluginConfig, corpus.Requests(corpusRequests), len(bs))

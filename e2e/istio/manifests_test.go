@@ -272,6 +272,17 @@ func waitFor(e configDumper, checks []check, timeout time.Duration, cond func(er
 
 type configDumper interface{ configDump() (gjson.Result, error) }
 
+// waitApplied waits until every check passes on p (istiod debounces and
+// pushes), up to 3 min, and logs how long that took.
+func waitApplied(t *testing.T, p configDumper, checks []check) {
+	t.Helper()
+	start := time.Now()
+	if err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+		t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
+	}
+	t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+}
+
 func section(dump gjson.Result, kind string) gjson.Result {
 	return dump.Get(`configs.#(@type=="type.googleapis.com/envoy.admin.v3.` + kind + `")`)
 }

@@ -36,11 +36,7 @@ func TestShippedSidecar(t *testing.T) {
 		pluginConfig := pluginConfigJSON(t, files["wasmplugin.yaml"])
 		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"})
 		checks := sidecarChecks(env.Module, "wasmplugin.yaml", pluginConfig)
-		start := time.Now()
-		if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-			t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
-		}
-		t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+		waitApplied(t, sc, checks)
 
 		t.Run("corpus", func(t *testing.T) {
 			checkCorpus(t, sidecarShape, pluginConfig, corpus.Requests(corpusRequests), len(bs))
@@ -76,9 +72,7 @@ func TestShippedSidecar(t *testing.T) {
 			}
 			teConfig := pluginConfigJSON(t, te)
 			teChecks := sidecarChecks(env.Module, "trafficextension/trafficextension.yaml", teConfig)
-			if err := waitFor(sc, teChecks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-				t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
-			}
+			waitApplied(t, sc, teChecks)
 			// The VM may keep the WasmPlugin's persistence table: only
 			// requests without a persistence key, which its state cannot
 			// change.

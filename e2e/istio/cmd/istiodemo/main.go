@@ -251,12 +251,4 @@ func startBackends(root, proxy, wasm string) (*backends, error) {
 	}
 }
 
-func (b *backends) stop() {
-	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-		<-b.done
-	}
-}
+func (b *backends) stop() { istioenv.StopGroup(b.cmd.Process.Pid, b.done, 10*time.Second) }

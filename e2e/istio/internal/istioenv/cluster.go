@@ -196,13 +196,18 @@ func startIstiod(r ReleaseSetup, dir, kubeconfig string, logf func(string, ...an
 func (i *Istiod) Exited() <-chan struct{} { return i.done }
 
 // Stop ends istiod (SIGTERM, SIGKILL after 20 s) and waits for it.
-func (i *Istiod) Stop() {
-	_ = syscall.Kill(-i.cmd.Process.Pid, syscall.SIGTERM)
+func (i *Istiod) Stop() { StopGroup(i.cmd.Process.Pid, i.done, 20*time.Second) }
+
+// StopGroup ends the process group of the process pid, which leads it:
+// SIGTERM, then SIGKILL when done is not closed (the process has not been
+// waited for) within grace; it returns once done is closed.
+func StopGroup(pid int, done <-chan struct{}, grace time.Duration) {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
 	select {
-	case <-i.done:
-	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-i.cmd.Process.Pid, syscall.SIGKILL)
-		<-i.done
+	case <-done:
+	case <-time.After(grace):
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-done
 	}
 }
 
