@@ -282,8 +282,10 @@ istio)
 	envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"
 	wasm
 	go build -trimpath -o dist/hashlb-proxy ./hostsim/cmd/hashlb-proxy
+	# Without -trimpath, so that the build reuses what e2e/istio's tests compiled (Kubernetes' client
+	# libraries take minutes the first time).
 	echo "istio: building the demo (e2e/istio/cmd/istiodemo; its own Go module)"
-	(cd e2e/istio && beat "istio: building the demo" go build -trimpath -o ../../dist/istiodemo ./cmd/istiodemo)
+	(cd e2e/istio && beat "istio: building the demo" go build -o ../../dist/istiodemo ./cmd/istiodemo)
 	exec dist/istiodemo -envoy "$envoy_cache/lbpolicy/envoy-$v/envoy/_bin/envoy" "$@"
 	;;
 check) check ;;
