@@ -40,6 +40,9 @@ var bootstrapCases = []bootstrapCase{
 	// TestLBPolicyShippedBootstrap (lbpolicy_bootstrap_test.go) starts it in
 	// Envoy 1.38, 1.39 and 1.40, which alone can load the policy.
 	{"configs/envoy-lbpolicy.yaml", nil},
+	// TestLBPolicyFleetShipped (lbpolicy_fleet_test.go) starts three Envoys
+	// with it over a three-member etcd cluster, in Envoy 1.38 to 1.40.
+	{"configs/envoy-lbpolicy-fleet.yaml", nil},
 }
 
 // TestBootstrapsStart starts each shipped bootstrap as written, with only
