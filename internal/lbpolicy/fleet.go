@@ -34,6 +34,10 @@ import (
 //   - one goroutine watches the fleet's prefix and puts every live record
 //     it sees into the process's table, so each proxy learns the others'
 //     placements as they are made;
+//   - a proposal etcd did not answer (a leader election, a member gone,
+//     quorum lost) is kept, up to fleetQueue of them, and sent again every
+//     fleetRetry until etcd answers it: two proxies that placed a key each
+//     their own way while etcd could not decide agree once it can again;
 //   - the last worker's Close stops them all and closes the client.
 
 // fleetQueue is how many proposals wait for the proposers at most.
@@ -43,7 +47,7 @@ const fleetQueue = 4096
 const fleetProposers = 2
 
 // fleetRetry is how long the watch waits before it is opened again after
-// it failed.
+// it failed, and how often proposals etcd did not answer are sent again.
 const fleetRetry = time.Second
 
 // proposal is a key this process placed (or used in a new slot), for etcd:
@@ -52,7 +56,7 @@ type proposal struct {
 	h      uint64
 	svc    string
 	stamp  int64
-	create bool // a new key, which spends the create budget; else a refresh
+	create bool // a new key, which spends the create budget; else a refresh or a retry
 }
 
 // FleetStats counts what the fleet member did, for tests and the log.
@@ -62,8 +66,9 @@ type FleetStats struct {
 	Proposed, Dropped, OverBudget uint64
 	// Placed: keys etcd took as proposed (created or refreshed);
 	// Followed: keys etcd held on another live service, which the local
-	// table took; Failed: proposals etcd did not answer.
-	Placed, Followed, Failed uint64
+	// table took; Failed: sends etcd did not answer (each is kept and sent
+	// again: Retried); Lost: failed proposals over the fleetQueue kept.
+	Placed, Followed, Failed, Retried, Lost uint64
 	// Watched: records the watch put into the local table.
 	Watched uint64
 }
@@ -87,10 +92,18 @@ type fleetMember struct {
 	wg     sync.WaitGroup
 
 	stats struct {
-		proposed, dropped, overBudget, placed, followed, failed, watched atomic.Uint64
+		proposed, dropped, overBudget, placed, followed, failed, retried, lost, watched atomic.Uint64
 	}
+	retry retrySet
 	lease leaseSlot
 	rate  createBudget
+}
+
+// retrySet holds the proposals etcd did not answer until they are sent
+// again, at most fleetQueue of them.
+type retrySet struct {
+	mu sync.Mutex
+	ps []proposal
 }
 
 // leaseSlot is the lease of the current slot that puts are attached to,
@@ -208,6 +221,7 @@ func (m *fleetMember) Stats() FleetStats {
 	return FleetStats{
 		Proposed: m.stats.proposed.Load(), Dropped: m.stats.dropped.Load(), OverBudget: m.stats.overBudget.Load(),
 		Placed: m.stats.placed.Load(), Followed: m.stats.followed.Load(), Failed: m.stats.failed.Load(),
+		Retried: m.stats.retried.Load(), Lost: m.stats.lost.Load(),
 		Watched: m.stats.watched.Load(),
 	}
 }
@@ -237,10 +251,14 @@ func (m *fleetMember) run(ctx context.Context) {
 	}
 	defer cli.Close()
 	var wg sync.WaitGroup
-	wg.Add(1 + fleetProposers)
+	wg.Add(2 + fleetProposers)
 	go func() {
 		defer wg.Done()
 		m.watch(ctx, cli)
+	}()
+	go func() {
+		defer wg.Done()
+		m.retrier(ctx)
 	}()
 	for range fleetProposers {
 		go func() {
@@ -296,6 +314,50 @@ func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
 	}
 }
 
+// failed keeps p, which etcd did not answer, to be sent again; over
+// fleetQueue kept, it is lost (counted).
+func (m *fleetMember) failed(p proposal) {
+	m.stats.failed.Add(1)
+	p.create = false // its create token is spent
+	r := &m.retry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ps) >= fleetQueue {
+		m.stats.lost.Add(1)
+		return
+	}
+	r.ps = append(r.ps, p)
+}
+
+// retrier puts the kept proposals back on the queue every fleetRetry, as
+// many as it takes, until ctx ends.
+func (m *fleetMember) retrier(ctx context.Context) {
+	tick := time.NewTicker(fleetRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r := &m.retry
+		r.mu.Lock()
+		n := 0
+	put:
+		for _, p := range r.ps {
+			select {
+			case m.q <- p:
+				n++
+				m.stats.retried.Add(1)
+			default:
+				break put
+			}
+		}
+		r.ps = append(r.ps[:0], r.ps[n:]...)
+		r.mu.Unlock()
+	}
+}
+
 // proposer sends the queued proposals until ctx ends.
 func (m *fleetMember) proposer(ctx context.Context, cli *clientv3.Client) {
 	t := m.localTable()
@@ -336,7 +398,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 	val := fleet.Record{Stamp: p.stamp, Service: p.svc}.String()
 	lease, ok := m.leaseFor(ctx, cli, now)
 	if !ok {
-		m.stats.failed.Add(1)
+		m.failed(p)
 		return
 	}
 	var rev int64 // 0: create if absent; else replace at this mod_revision
@@ -351,7 +413,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err != nil {
-			m.stats.failed.Add(1)
+			m.failed(p)
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				m.lease.forget(lease)
 			}
@@ -381,7 +443,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 			return
 		}
 	}
-	m.stats.failed.Add(1)
+	m.failed(p)
 }
 
 // leaseFor returns the lease of now's slot, granted once per slot.
