@@ -1,0 +1,236 @@
+package envoy
+
+// The load-balancing policy's persistence.fleet in real Envoy: three
+// Envoys (1.38 to 1.40) with configs/envoy-lbpolicy-fleet.yaml's policy
+// configuration, its etcd members moved to a three-member cluster embedded
+// in the test (fleettest.StartCluster), echo backends on loopback. A split
+// key is one client answered by two backends through different Envoys.
+
+import (
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/internal/lateness"
+)
+
+// policyFleetCluster is the cluster of the fleet tests' Envoys.
+const policyFleetCluster = "hashlb_hosts"
+
+// shippedFleetPolicy is configs/envoy-lbpolicy-fleet.yaml's policy
+// configuration with its three etcd members replaced by eps, and a create
+// budget the tests' bursts of new keys stay under (the shipped file keeps
+// the default, 100 a second).
+func shippedFleetPolicy(t testing.TB, eps []string) string {
+	t.Helper()
+	file := string(envoyrun.ReadRepoFile(t, "configs/envoy-lbpolicy-fleet.yaml"))
+	i := strings.Index(file, "value: |\n")
+	if i < 0 {
+		t.Fatal("configs/envoy-lbpolicy-fleet.yaml: no policy configuration")
+	}
+	js := file[i+len("value: |\n"):]
+	shipped := []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"}
+	if len(eps) != len(shipped) {
+		t.Fatalf("%d etcd members, the shipped file names %d", len(eps), len(shipped))
+	}
+	for k, s := range shipped {
+		q := fmt.Sprintf("%q", s)
+		if !strings.Contains(js, q) {
+			t.Fatalf("configs/envoy-lbpolicy-fleet.yaml no longer names etcd member %s", s)
+		}
+		js = strings.Replace(js, q, fmt.Sprintf("%q", eps[k]), 1)
+	}
+	const timeout = `"timeout": "1s"`
+	if !strings.Contains(js, timeout) {
+		t.Fatalf("configs/envoy-lbpolicy-fleet.yaml: no %s", timeout)
+	}
+	return strings.Replace(js, timeout, timeout+`, "createsPerSecond": 100000`, 1)
+}
+
+// policyFleetAsk is fleetAsk through a policy Envoy: GET path with
+// x-client-id id, routed to the policy's cluster; the backend that answered
+// a 200, anything else an error.
+func policyFleetAsk(url, id, path string) (fleetReply, error) {
+	req, err := http.NewRequest("GET", url+path, nil)
+	if err != nil {
+		return fleetReply{}, err
+	}
+	req.Header.Set("x-client-id", id)
+	req.Header.Set("x-test-cluster", policyFleetCluster)
+	start := time.Now()
+	resp, err := fleetHTTP.Do(req)
+	if err != nil {
+		return fleetReply{}, fmt.Errorf("GET %s (%s): %v", path, id, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	rep := fleetReply{took: time.Since(start), backend: resp.Header.Get("X-Backend")}
+	if resp.StatusCode != 200 || rep.backend == "" {
+		return rep, fmt.Errorf("GET %s (%s): %d %s", path, id, resp.StatusCode, body)
+	}
+	return rep, nil
+}
+
+// policyFleet is three Envoys of bin with the shipped fleet policy over a
+// three-member etcd, balancing backends b1..b3; b4 is started for a
+// scale-up.
+type policyFleet struct {
+	etcd *fleettest.Cluster
+	c    policyCluster
+	b4   *envoyrun.Backend
+	es   []*policyEnvoy
+	urls []string
+}
+
+func startPolicyFleet(t *testing.T, bin envoyrun.Binary) *policyFleet {
+	t.Helper()
+	f := &policyFleet{etcd: fleettest.StartCluster(t, 3)}
+	bs := envoyrun.StartBackends(t, 4)
+	f.b4 = bs[3]
+	f.c = policyCluster{name: policyFleetCluster, config: shippedFleetPolicy(t, f.etcd.Endpoints())}
+	for _, b := range bs[:3] {
+		f.c.eps = append(f.c.eps, policyEndpoint{b: b, name: b.Name})
+	}
+	for range 3 {
+		e := startPolicy(t, bin, []policyCluster{f.c})
+		f.es = append(f.es, e)
+		f.urls = append(f.urls, "http://"+e.addr)
+	}
+	return f
+}
+
+// scaleUp adds b4 to every Envoy's EDS file and waits until each Envoy's
+// workers have it.
+func (f *policyFleet) scaleUp(t *testing.T) {
+	t.Helper()
+	c := f.c
+	c.eps = append(slices.Clone(c.eps), policyEndpoint{b: f.b4, name: f.b4.Name})
+	for _, e := range f.es {
+		mark := len(e.Log())
+		writePolicyEDS(t, e.Dir, c)
+		e.waitHosts(t, c.name, 4, mark)
+	}
+	f.c = c
+}
+
+// zipfJobs are n requests for keys drawn from keys by a Zipf law (a few
+// clients send most requests), each through a random one of envoys.
+func zipfJobs(keys []string, n, envoys int, seed uint64) []fleetJob {
+	rng := rand.New(rand.NewPCG(seed, seed+1))
+	z := rand.NewZipf(rng, 1.2, 1, uint64(len(keys)-1))
+	jobs := make([]fleetJob, n)
+	for i := range jobs {
+		jobs[i] = fleetJob{key: keys[z.Uint64()], envoy: rng.IntN(envoys)}
+	}
+	return jobs
+}
+
+// placedBy is each key's backend in recs, where every key has one.
+func placedBy(recs []fleetRec) map[string]string {
+	m := map[string]string{}
+	for _, r := range recs {
+		m[r.key] = r.backend
+	}
+	return m
+}
+
+// policyFleetSettle is how long after its last new key the fleet has
+// settled on a quiet machine: a proposal's call, the watch's event to the
+// other proxies, and a retry of a call that failed.
+const policyFleetSettle = 3 * time.Second
+
+// TestLBPolicyFleet: three Envoys with the policy, persistence.fleet over a
+// three-member etcd (configs/envoy-lbpolicy-fleet.yaml's configuration):
+// Zipf-drawn clients through every Envoy at once, each Envoy's round robin
+// placing a new client its own way; once settled, every client is answered
+// by one backend through every Envoy. After a scale-up (a fourth backend
+// added to every Envoy's EDS) every client already placed stays on its
+// backend through every Envoy, and new clients spread over the four, the
+// new one included, again one backend each.
+func TestLBPolicyFleet(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		f := startPolicyFleet(t, bin)
+		m := lateness.Start()
+		defer m.Stop()
+		keys := fleetKeys("zipf", 400)
+		first, err := fleetSend(policyFleetAsk, f.urls, zipfJobs(keys, 3000, 3, 1), 12, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		racing, _ := fleetSplitKeys(first)
+		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
+		time.Sleep(settle)
+		var seen []string
+		for k := range placedBy(first) {
+			seen = append(seen, k)
+		}
+		sweep, err := fleetSend(policyFleetAsk, f.urls, everyEnvoy(seen, 3, 2), 12, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ex := fleetSplitKeys(sweep)
+		t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
+			len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
+		if n > 0 {
+			t.Fatalf("%d of %d clients split %v after the last new one %s; e.g. %s", n, len(seen), settle.Round(time.Millisecond),
+				lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
+		}
+		if len(seen) < 50 {
+			t.Fatalf("only %d clients seen: the Zipf draw placed too few to judge", len(seen))
+		}
+		before := placedBy(sweep)
+		spread := map[string]int{}
+		for _, b := range before {
+			spread[b]++
+		}
+		if len(spread) != 3 {
+			t.Errorf("the placed clients reached %v: want all three backends", spread)
+		}
+
+		f.scaleUp(t)
+		fresh := fleetKeys("fresh", 200)
+		placed, err := fleetSend(policyFleetAsk, f.urls, zipfJobs(fresh, 600, 3, 3), 12, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		settle = lateness.Widen(policyFleetSettle, m.Late(), 4)
+		time.Sleep(settle)
+		all := slices.Clone(seen)
+		for k := range placedBy(placed) { // the new clients drawn (a sweep of others would race)
+			all = append(all, k)
+		}
+		after, err := fleetSend(policyFleetAsk, f.urls, everyEnvoy(all, 3, 4), 12, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ex := fleetSplitKeys(after); n > 0 {
+			t.Fatalf("after the scale-up %d clients split; e.g. %s", n, ex)
+		}
+		moved, onNew := 0, map[string]int{}
+		for _, r := range after {
+			if was, ok := before[r.key]; ok && was != r.backend {
+				moved++
+				if moved == 1 {
+					t.Errorf("client %s moved from %s to %s through Envoy %d after the scale-up", r.key, was, r.backend, r.envoy)
+				}
+			}
+			if strings.HasPrefix(r.key, "fresh") {
+				onNew[r.backend]++
+			}
+		}
+		t.Logf("after the scale-up: %d answers of placed clients moved; new clients' answers by backend %v", moved, onNew)
+		if moved > 0 {
+			t.Errorf("%d answers of clients placed before the scale-up came from another backend", moved)
+		}
+		if onNew[f.b4.Name] == 0 || len(onNew) != 4 {
+			t.Errorf("new clients after the scale-up reached %v: want all four backends, %s included", onNew, f.b4.Name)
+		}
+	})
+}
