@@ -83,6 +83,7 @@ type fleetMember struct {
 	prefix string
 	expire time.Duration
 	size   int
+	creds  etcdCredentials
 
 	store *sharedStore
 	table *nsTable
@@ -128,10 +129,11 @@ func fleetPrefix(f *lbcore.Fleet, cluster string) string {
 }
 
 // acquireFleet returns the member for the workers of namespace ns (table t
-// of store s) under persistence p, started for the first of them.
-func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Persistence) *fleetMember {
+// of store s) under persistence p with credentials creds, started for the
+// first of them.
+func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Persistence, creds etcdCredentials) *fleetMember {
 	prefix := fleetPrefix(p.Fleet, cluster)
-	id := memberID(ns, prefix, p)
+	id := memberID(ns, prefix, p, creds)
 	s.fleetMu.Lock()
 	defer s.fleetMu.Unlock()
 	if m := s.fleets[id]; m != nil {
@@ -142,7 +144,7 @@ func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Pers
 		s.fleets = map[string]*fleetMember{}
 	}
 	m := &fleetMember{id: id, refs: 1, ns: ns, f: *p.Fleet, prefix: prefix, expire: p.Expire, size: p.TableSize,
-		store: s, table: t, q: make(chan proposal, fleetQueue)}
+		creds: creds, store: s, table: t, q: make(chan proposal, fleetQueue)}
 	m.rate.tokens, m.rate.at = float64(m.f.CreatesPerSecond), time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -152,9 +154,10 @@ func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Pers
 	return m
 }
 
-// memberID names a member of a store: the namespace and what the fleet
-// configuration says of etcd and the table.
-func memberID(ns, prefix string, p *lbcore.Persistence) string {
+// memberID names a member of a store: the namespace, what the fleet
+// configuration says of etcd and the table, and who the client is (the
+// user, whether it speaks TLS).
+func memberID(ns, prefix string, p *lbcore.Persistence, creds etcdCredentials) string {
 	b := make([]byte, 0, 128)
 	b = append(b, ns...)
 	b = append(b, 0)
@@ -170,6 +173,10 @@ func memberID(ns, prefix string, p *lbcore.Persistence) string {
 	b = appendInt(b, int64(p.Fleet.CreatesPerSecond))
 	b = append(b, 0)
 	b = appendInt(b, int64(p.Fleet.Timeout))
+	b = append(append(b, 0), creds.user...)
+	if creds.tls != nil {
+		b = append(b, 0, 't')
+	}
 	return string(b)
 }
 
@@ -230,24 +237,36 @@ func (m *fleetMember) Stats() FleetStats {
 // ends, then closes the client.
 func (m *fleetMember) run(ctx context.Context) {
 	defer m.wg.Done()
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   m.f.Endpoints,
+		Username:    m.creds.user,
+		Password:    m.creds.password,
+		TLS:         m.creds.tls,
 		DialTimeout: m.f.Timeout,
 		Context:     ctx,
 		Logger:      zap.NewNop(),
 		// Keepalives find a dead member, so that the client moves to another.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-	})
-	if err != nil { // a configuration the client refuses: proposals go unanswered
+	}
+	cli, err := clientv3.New(cfg)
+	for err != nil {
+		// With a user, the client authenticates as it is made: etcd not
+		// reachable yet, or refusing the password, fails it. Proposals are
+		// kept meanwhile (failed), and it is made again every fleetRetry.
+		again := time.After(fleetRetry)
+	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.q:
-				m.stats.failed.Add(1)
+			case p := <-m.q:
+				m.failed(p)
+			case <-again:
+				break wait
 			}
 		}
+		cli, err = clientv3.New(cfg)
 	}
 	defer cli.Close()
 	var wg sync.WaitGroup
