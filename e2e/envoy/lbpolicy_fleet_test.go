@@ -369,3 +369,38 @@ func sinceOr(at, from time.Time) string {
 	}
 	return at.Sub(from).Round(time.Millisecond).String()
 }
+
+// TestLBPolicyFleetCredentials: the fleet's etcd credentials come from
+// Envoy's own environment: a user without a password, or a password file
+// Envoy cannot read, stops Envoy at load with hashlb's message naming the
+// variable, and the password never appears in Envoy's output.
+func TestLBPolicyFleetCredentials(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		mod := buildPolicy(t, "")
+		b := envoyrun.StartBackend(t, "b1")
+		config := shippedFleetPolicy(t, []string{"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"})
+		const secret = "pw-never-shown"
+		for _, c := range []struct {
+			env  []string
+			want string
+		}{
+			{[]string{"HASHLB_ETCD_USER=hashlb"}, "hashlb: configuration refused: persistence.fleet: HASHLB_ETCD_USER is set without a password"},
+			{[]string{"HASHLB_ETCD_USER=hashlb", "HASHLB_ETCD_PASSWORD=" + secret, "HASHLB_ETCD_PASSWORD_FILE=/nonexistent/pw"},
+				"HASHLB_ETCD_PASSWORD and HASHLB_ETCD_PASSWORD_FILE are both set"},
+			{[]string{"HASHLB_ETCD_CA_FILE=/nonexistent/ca.crt"}, "HASHLB_ETCD_CA_FILE: open /nonexistent/ca.crt"},
+		} {
+			out, err := launchPolicy(t, bin, mod, []policyCluster{{name: "fleet", config: config, eps: []policyEndpoint{{b: b}}}}, c.env...)
+			if err == nil {
+				t.Errorf("%v: Envoy started", c.env)
+				continue
+			}
+			if !strings.Contains(out, c.want) {
+				t.Errorf("%v: Envoy's output lacks %q:\n%s", c.env, c.want, out)
+			}
+			if strings.Contains(out, secret) {
+				t.Errorf("%v: Envoy's output shows the password", c.env)
+			}
+			t.Logf("%v: %s", c.env, lineWith(out, c.want))
+		}
+	})
+}
