@@ -46,24 +46,38 @@ type fleetReply struct {
 // filter's Envoys, policyFleetAsk through the policy's.
 type fleetAsker func(url, id, path string) (fleetReply, error)
 
+// fleetGet sends GET path with x-client-id id and the header pairs hdr to
+// url on a new connection: the answer's status, headers and body, and how
+// long it took.
+func fleetGet(url, id, path string, hdr ...string) (*http.Response, []byte, time.Duration, error) {
+	req, err := http.NewRequest("GET", url+path, nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	req.Host = "fleet"
+	req.Header.Set("x-client-id", id)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	start := time.Now()
+	resp, err := fleetHTTP.Do(req)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("GET %s (%s): %v", path, id, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body, time.Since(start), nil
+}
+
 // fleetAsk sends GET path with x-client-id id to url and returns which
 // backend answered. Anything but a 200 from an echo backend that received
 // hashlb's header naming itself is an error.
 func fleetAsk(url, id, path string) (fleetReply, error) {
-	req, err := http.NewRequest("GET", url+path, nil)
+	resp, body, took, err := fleetGet(url, id, path)
 	if err != nil {
 		return fleetReply{}, err
 	}
-	req.Host = "fleet"
-	req.Header.Set("x-client-id", id)
-	start := time.Now()
-	resp, err := fleetHTTP.Do(req)
-	if err != nil {
-		return fleetReply{}, fmt.Errorf("GET %s (%s): %v", path, id, err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	rep := fleetReply{took: time.Since(start)}
+	rep := fleetReply{took: took}
 	var echo envoyrun.Echo
 	if resp.StatusCode != 200 || json.Unmarshal(body, &echo) != nil {
 		return rep, fmt.Errorf("GET %s (%s): %d %s", path, id, resp.StatusCode, body)

@@ -8,9 +8,7 @@ package envoy
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -58,20 +56,11 @@ func shippedFleetPolicy(t testing.TB, eps []string) string {
 // x-client-id id, routed to the policy's cluster; the backend that answered
 // a 200, anything else an error.
 func policyFleetAsk(url, id, path string) (fleetReply, error) {
-	req, err := http.NewRequest("GET", url+path, nil)
+	resp, body, took, err := fleetGet(url, id, path, "x-test-cluster", policyFleetCluster)
 	if err != nil {
 		return fleetReply{}, err
 	}
-	req.Header.Set("x-client-id", id)
-	req.Header.Set("x-test-cluster", policyFleetCluster)
-	start := time.Now()
-	resp, err := fleetHTTP.Do(req)
-	if err != nil {
-		return fleetReply{}, fmt.Errorf("GET %s (%s): %v", path, id, err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	rep := fleetReply{took: time.Since(start), backend: resp.Header.Get("X-Backend")}
+	rep := fleetReply{took: took, backend: resp.Header.Get("X-Backend")}
 	if resp.StatusCode != 200 || rep.backend == "" {
 		return rep, fmt.Errorf("GET %s (%s): %d %s", path, id, resp.StatusCode, body)
 	}

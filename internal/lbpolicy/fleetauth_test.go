@@ -80,6 +80,48 @@ func TestEtcdCredentials(t *testing.T) {
 	}
 }
 
+// credProxy is a proxy of one worker over hosts with policy js and the
+// etcd credentials of env, closed at t's cleanup.
+func credProxy(t *testing.T, js string, hosts *fakeHosts, env map[string]string) *fleetProxy {
+	t.Helper()
+	p := mustPolicy(t, js)
+	if err := p.LoadEtcdCredentials(envOf(env)); err != nil {
+		t.Fatal(err)
+	}
+	p.store = newSharedStore()
+	x := &fleetProxy{p: p, f: hosts}
+	w := p.NewWorker("fleet")
+	if _, err := w.Update(hosts); err != nil {
+		t.Fatal(err)
+	}
+	x.ws = append(x.ws, w)
+	t.Cleanup(x.close)
+	return x
+}
+
+// waitAgree waits, at most 20 s, until b serves each of the keys tag+A…
+// that a placed where a does.
+func waitAgree(t *testing.T, a, b *fleetProxy, tag string, keys int) {
+	t.Helper()
+	end := time.Now().Add(20 * time.Second)
+	for {
+		apart := 0
+		for k := range keys {
+			u := tag + string(rune('A'+k))
+			if a.choose(t, 0, u) != b.choose(t, 0, u) {
+				apart++
+			}
+		}
+		if apart == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d keys a placed are elsewhere on b, which uses the same credentials (b %+v)", apart, keys, b.ws[0].FleetStats())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // enableAuth turns etcd's auth on at addr with a root user and the user
 // hashlb (password pw), allowed to read and write /hashlb/test/ only.
 func enableAuth(t *testing.T, addr, pw string) {
@@ -121,24 +163,9 @@ func TestFleetEtcdAuth(t *testing.T) {
 	enableAuth(t, addr, "hashlb-pw")
 	f := newFakeHosts(5)
 	js := fleetJS(addr, "2s")
-	start := func(hosts *fakeHosts, env map[string]string) *fleetProxy {
-		p := mustPolicy(t, js)
-		if err := p.LoadEtcdCredentials(envOf(env)); err != nil {
-			t.Fatal(err)
-		}
-		p.store = newSharedStore()
-		x := &fleetProxy{p: p, f: hosts}
-		w := p.NewWorker("fleet")
-		if _, err := w.Update(hosts); err != nil {
-			t.Fatal(err)
-		}
-		x.ws = append(x.ws, w)
-		t.Cleanup(x.close)
-		return x
-	}
-	a := start(f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "hashlb-pw"})
-	b := start(reversed(f), map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPasswordFile: writeFile(t, "pw", "hashlb-pw\n")})
-	wrong := start(f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "not-it"})
+	a := credProxy(t, js, f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "hashlb-pw"})
+	b := credProxy(t, js, reversed(f), map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPasswordFile: writeFile(t, "pw", "hashlb-pw\n")})
+	wrong := credProxy(t, js, f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "not-it"})
 	time.Sleep(300 * time.Millisecond) // the watches open
 	const keys = 50
 	for k := range keys {
@@ -149,23 +176,8 @@ func TestFleetEtcdAuth(t *testing.T) {
 	if sa.Placed != keys {
 		t.Fatalf("a placed %d of %d keys with auth on: %+v", sa.Placed, keys, sa)
 	}
+	waitAgree(t, a, b, "u", keys)
 	end := time.Now().Add(20 * time.Second)
-	for {
-		apart := 0
-		for k := range keys {
-			u := "u" + string(rune('A'+k))
-			if a.choose(t, 0, u) != b.choose(t, 0, u) {
-				apart++
-			}
-		}
-		if apart == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d keys a placed are elsewhere on b, whose watch runs as the same user (b %+v)", apart, keys, b.ws[0].FleetStats())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	sw := wrong.ws[0].FleetStats()
 	for time.Now().Before(end) && sw.Failed == 0 {
 		time.Sleep(50 * time.Millisecond)
@@ -225,25 +237,10 @@ func TestFleetEtcdTLS(t *testing.T) {
 	addr, _ := fleettest.StartEmbeddedTLS(t, t.TempDir(), ca, sc, sk)
 	f := newFakeHosts(5)
 	js := fleetJS(addr, "2s")
-	start := func(hosts *fakeHosts, env map[string]string) *fleetProxy {
-		p := mustPolicy(t, js)
-		if err := p.LoadEtcdCredentials(envOf(env)); err != nil {
-			t.Fatal(err)
-		}
-		p.store = newSharedStore()
-		x := &fleetProxy{p: p, f: hosts}
-		w := p.NewWorker("fleet")
-		if _, err := w.Update(hosts); err != nil {
-			t.Fatal(err)
-		}
-		x.ws = append(x.ws, w)
-		t.Cleanup(x.close)
-		return x
-	}
 	full := map[string]string{EnvEtcdCAFile: ca, EnvEtcdCertFile: cc, EnvEtcdKeyFile: ck}
-	a := start(f, full)
-	b := start(reversed(f), full)
-	anon := start(f, map[string]string{EnvEtcdCAFile: ca})
+	a := credProxy(t, js, f, full)
+	b := credProxy(t, js, reversed(f), full)
+	anon := credProxy(t, js, f, map[string]string{EnvEtcdCAFile: ca})
 	time.Sleep(300 * time.Millisecond)
 	const keys = 50
 	for k := range keys {
@@ -253,23 +250,8 @@ func TestFleetEtcdTLS(t *testing.T) {
 	if s := a.settled(t, 20*time.Second); s.Placed != keys {
 		t.Fatalf("a placed %d of %d keys over TLS: %+v", s.Placed, keys, s)
 	}
+	waitAgree(t, a, b, "t", keys)
 	end := time.Now().Add(20 * time.Second)
-	for {
-		apart := 0
-		for k := range keys {
-			u := "t" + string(rune('A'+k))
-			if a.choose(t, 0, u) != b.choose(t, 0, u) {
-				apart++
-			}
-		}
-		if apart == 0 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("%d of %d keys a placed are elsewhere on b (b %+v)", apart, keys, b.ws[0].FleetStats())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	sn := anon.ws[0].FleetStats()
 	for time.Now().Before(end) && sn.Failed == 0 {
 		time.Sleep(50 * time.Millisecond)
@@ -285,19 +267,7 @@ func TestFleetEtcdTLS(t *testing.T) {
 // its client is made and every key it placed is proposed and placed.
 func TestFleetEtcdAuthLate(t *testing.T) {
 	addr := fleettest.FreeAddr(t)
-	p := mustPolicy(t, fleetJS(addr, "1s"))
-	if err := p.LoadEtcdCredentials(envOf(map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "hashlb-pw"})); err != nil {
-		t.Fatal(err)
-	}
-	p.store = newSharedStore()
-	f := newFakeHosts(3)
-	x := &fleetProxy{p: p, f: f}
-	w := p.NewWorker("fleet")
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
-	x.ws = append(x.ws, w)
-	defer x.close()
+	x := credProxy(t, fleetJS(addr, "1s"), newFakeHosts(3), map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "hashlb-pw"})
 	const keys = 20
 	for k := range keys {
 		x.choose(t, 0, "late"+string(rune('A'+k)))
