@@ -393,3 +393,85 @@ func TestLBPolicyFleetCredentials(t *testing.T) {
 		}
 	})
 }
+
+// TestLBPolicyFleetMixed: a mixed fleet, two Envoys with the policy
+// (configs/envoy-lbpolicy-fleet.yaml's configuration) and one with the Wasm
+// filter (configs/envoy-fleet.yaml, its hashlb_etcd cluster on one member),
+// sharing a prefix, an expiry and the services' identities (the filter's
+// hashId is the policy's endpoint name) over a three-member etcd: the filter proposes by URLHASH of a random path, the policies by
+// round robin, and once settled every Zipf-drawn client is answered by
+// one backend through all three.
+func TestLBPolicyFleetMixed(t *testing.T) {
+	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		wasmBins := envoyrun.Binaries(t)
+		wasmBin := wasmBins[len(wasmBins)-1] // the newest: 1.38.3 has no V8
+		etcd := fleettest.StartCluster(t, 3)
+		bs := envoyrun.StartBackends(t, 3)
+		const prefix = "/hashlb/mixed/"
+		c := policyCluster{name: policyFleetCluster,
+			config: strings.Replace(shippedFleetPolicy(t, etcd.Endpoints()), `"timeout": "1s"`, `"timeout": "1s", "prefix": "`+prefix+`"`, 1)}
+		for _, b := range bs {
+			c.eps = append(c.eps, policyEndpoint{b: b, name: b.Name})
+		}
+		var urls []string
+		for range 2 {
+			urls = append(urls, "http://"+startPolicy(t, bin, []policyCluster{c}).addr)
+		}
+		ports := bootstrapHTTPPorts(bs)
+		ports[2379] = fleetPort(etcd.Endpoints()[0])
+		wasm := string(envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-fleet.yaml"), ports))
+		const fleetCfg = `"fleet": {"cluster": "hashlb_etcd", "timeout": "200ms"}`
+		if !strings.Contains(wasm, fleetCfg) {
+			t.Fatalf("configs/envoy-fleet.yaml has no %s", fleetCfg)
+		}
+		wasm = strings.Replace(wasm, fleetCfg, `"expire": "1d", "fleet": {"cluster": "hashlb_etcd", "timeout": "200ms", "prefix": "`+prefix+`"}`, 1)
+		// One identity per service on both sides: the policy's is the
+		// endpoint's hashlb.name, the filter's its hashId (else its address).
+		for _, b := range bs {
+			named := fmt.Sprintf(`{"name": %q, "address"`, b.Name)
+			if !strings.Contains(wasm, named) {
+				t.Fatalf("configs/envoy-fleet.yaml has no service %s", named)
+			}
+			wasm = strings.Replace(wasm, named, fmt.Sprintf(`{"name": %q, "hashId": %q, "address"`, b.Name, b.Name), 1)
+		}
+		we := fleetStartEnvoys(t, wasmBin, []byte(wasm), 1)[0]
+		wasmURL := "http://" + we.MustListener(t, "hashlb_listener")
+		urls = append(urls, wasmURL)
+		ask := func(url, id, path string) (fleetReply, error) {
+			if url == wasmURL {
+				return fleetAsk(url, id, path)
+			}
+			return policyFleetAsk(url, id, path)
+		}
+
+		m := lateness.Start()
+		defer m.Stop()
+		keys := fleetKeys("mixed", 300)
+		first, err := fleetSend(ask, urls, zipfJobs(keys, 2000, 3, 5), 12, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		racing, _ := fleetSplitKeys(first)
+		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
+		time.Sleep(settle)
+		var seen []string
+		for k := range placedBy(first) {
+			seen = append(seen, k)
+		}
+		sweep, err := fleetSend(ask, urls, everyEnvoy(seen, 3, 6), 12, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ex := fleetSplitKeys(sweep)
+		byEnvoy := map[int]int{}
+		for _, r := range first {
+			byEnvoy[r.envoy]++
+		}
+		t.Logf("%d Zipf requests (by Envoy, the filter's is 2: %v) over %d clients (%d split while racing); %v later through every Envoy: %d split",
+			len(first), byEnvoy, len(seen), racing, settle.Round(time.Millisecond), n)
+		if n > 0 {
+			t.Errorf("%d of %d clients split between the policies and the filter %v after the last new one %s; e.g. %s", n, len(seen),
+				settle.Round(time.Millisecond), lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
+		}
+	})
+}
