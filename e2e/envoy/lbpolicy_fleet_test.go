@@ -135,6 +135,28 @@ func placedBy(recs []fleetRec) map[string]string {
 // other proxies, and a retry of a call that failed.
 const policyFleetSettle = 3 * time.Second
 
+// placeAndSweep sends draws Zipf-drawn requests of keys through the
+// Envoys at urls with ask, waits policyFleetSettle widened by m's
+// lateness, then asks every client seen through every Envoy: the first
+// requests, the clients they saw, the wait and the sweep.
+func placeAndSweep(t *testing.T, ask fleetAsker, urls, keys []string, draws int, seed uint64, m *lateness.Meter) (first []fleetRec, seen []string, settle time.Duration, sweep []fleetRec) {
+	t.Helper()
+	first, err := fleetSend(ask, urls, zipfJobs(keys, draws, len(urls), seed), 12, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle = lateness.Widen(policyFleetSettle, m.Late(), 4)
+	time.Sleep(settle)
+	for k := range placedBy(first) {
+		seen = append(seen, k)
+	}
+	sweep, err = fleetSend(ask, urls, everyEnvoy(seen, len(urls), seed+1), 12, seed+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return first, seen, settle, sweep
+}
+
 // TestLBPolicyFleet: three Envoys with the policy, persistence.fleet over a
 // three-member etcd (configs/envoy-lbpolicy-fleet.yaml's configuration):
 // Zipf-drawn clients through every Envoy at once, each Envoy's round robin
@@ -149,21 +171,8 @@ func TestLBPolicyFleet(t *testing.T) {
 		m := lateness.Start()
 		defer m.Stop()
 		keys := fleetKeys("zipf", 400)
-		first, err := fleetSend(policyFleetAsk, f.urls, zipfJobs(keys, 3000, 3, 1), 12, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		first, seen, settle, sweep := placeAndSweep(t, policyFleetAsk, f.urls, keys, 3000, 1, m)
 		racing, _ := fleetSplitKeys(first)
-		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
-		time.Sleep(settle)
-		var seen []string
-		for k := range placedBy(first) {
-			seen = append(seen, k)
-		}
-		sweep, err := fleetSend(policyFleetAsk, f.urls, everyEnvoy(seen, 3, 2), 12, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
 		n, ex := fleetSplitKeys(sweep)
 		t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
 			len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
@@ -447,21 +456,8 @@ func TestLBPolicyFleetMixed(t *testing.T) {
 		m := lateness.Start()
 		defer m.Stop()
 		keys := fleetKeys("mixed", 300)
-		first, err := fleetSend(ask, urls, zipfJobs(keys, 2000, 3, 5), 12, 5)
-		if err != nil {
-			t.Fatal(err)
-		}
+		first, seen, settle, sweep := placeAndSweep(t, ask, urls, keys, 2000, 5, m)
 		racing, _ := fleetSplitKeys(first)
-		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
-		time.Sleep(settle)
-		var seen []string
-		for k := range placedBy(first) {
-			seen = append(seen, k)
-		}
-		sweep, err := fleetSend(ask, urls, everyEnvoy(seen, 3, 6), 12, 6)
-		if err != nil {
-			t.Fatal(err)
-		}
 		n, ex := fleetSplitKeys(sweep)
 		byEnvoy := map[int]int{}
 		for _, r := range first {
