@@ -262,8 +262,9 @@ func p99(recs []fleetRec, from, to time.Time) time.Duration {
 // policyFleetFaultBound (widened by the lateness the test measured) after
 // etcd serves again, no client is answered by two backends through two
 // Envoys: the load's last split is before that, and every client through
-// every Envoy then is 0 split. Losing quorum is a fault the fleet sees:
-// some new clients are placed apart while it lasts.
+// every Envoy then is 0 split (clients first met after etcd serves again
+// race as in a healthy fleet, and are left to the sweep). Losing quorum is
+// a fault the fleet sees: some new clients are placed apart while it lasts.
 func TestLBPolicyFleetFaults(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		f := startPolicyFleet(t, bin)
@@ -329,7 +330,10 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 				t.Errorf("%s: a request of the sweep: %v", fault.name, err)
 			}
 			n, ex := fleetSplitKeys(sweep)
-			last, lastEx := fleetLastSplit(recs, hit)
+			// Splits of the clients met during the fault; a client first met
+			// after it races as any new client of a healthy fleet does
+			// (TestLBPolicyFleet's settle).
+			last, lastEx := fleetLastSplit(metBefore(recs, healed), hit)
 			during, _ := fleetSplitKeys(filterRecs(recs, hit, healed))
 			t.Logf("%s: %d requests (%d failed); etcd served again %v after the fault began; clients split during it %d; last split %v after etcd served again (%s); sweep of %d clients %v later: %d split; p99 %v steady, %v during the fault",
 				fault.name, len(recs), len(errs), healed.Sub(hit).Round(time.Millisecond), during, sinceOr(last, healed), lastEx, len(asked),
@@ -347,6 +351,24 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 			}
 		}
 	})
+}
+
+// metBefore are the records of recs whose client was first answered
+// before at.
+func metBefore(recs []fleetRec, at time.Time) []fleetRec {
+	first := map[string]time.Time{}
+	for _, r := range recs {
+		if f, ok := first[r.key]; !ok || r.at.Before(f) {
+			first[r.key] = r.at
+		}
+	}
+	var out []fleetRec
+	for _, r := range recs {
+		if first[r.key].Before(at) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // filterRecs are the records of recs answered in [from, to).
