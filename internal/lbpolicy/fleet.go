@@ -46,6 +46,12 @@ const fleetQueue = 4096
 // fleetProposers is how many goroutines send proposals.
 const fleetProposers = 2
 
+// fleetDial bounds making the client: connecting and, with a user,
+// authenticating, which costs etcd a bcrypt of the password and can take
+// far longer than one call's fleet.timeout on a loaded etcd. Nothing waits
+// on it but the fleet's own goroutines.
+const fleetDial = 10 * time.Second
+
 // fleetRetry is how long the watch waits before it is opened again after
 // it failed, and how often proposals etcd did not answer are sent again.
 const fleetRetry = time.Second
@@ -242,7 +248,7 @@ func (m *fleetMember) run(ctx context.Context) {
 		Username:    m.creds.user,
 		Password:    m.creds.password,
 		TLS:         m.creds.tls,
-		DialTimeout: m.f.Timeout,
+		DialTimeout: max(m.f.Timeout, fleetDial),
 		Context:     ctx,
 		Logger:      zap.NewNop(),
 		// Keepalives find a dead member, so that the client moves to another.
