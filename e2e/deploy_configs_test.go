@@ -8,6 +8,9 @@ package e2e
 //   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
 //   configs/envoy-lbpolicy.yaml,      the load-balancing policy's bootstrap and its
 //   configs/lbpolicy-endpoints.yaml   endpoints file (deploy_lbpolicy_test.go)
+//   configs/envoy-lbpolicy-fleet.yaml the policy's bootstrap with persistence.fleet over
+//                                     three etcd members, otherwise envoy-lbpolicy.yaml
+//                                     (deploy_lbpolicy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
@@ -159,6 +162,14 @@ func TestConfigsDirCovered(t *testing.T) {
 			// by e2e/istio's TestShippedGateway (its own module).
 		case rel == "envoy-lbpolicy.yaml":
 			if _, err := checkLBPolicyBootstrap(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "envoy-lbpolicy-fleet.yaml":
+			base, err := os.ReadFile(filepath.Join(filepath.Dir(p), "envoy-lbpolicy.yaml"))
+			if err != nil {
+				return err
+			}
+			if err := checkLBPolicyFleetBootstrap(data, base); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case rel == "lbpolicy-endpoints.yaml":

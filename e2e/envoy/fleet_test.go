@@ -52,7 +52,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		for _, k := range keysA {
 			jobs = append(jobs, fleetJob{k, 0})
 		}
-		placedRecs, err := fleetSend(urls, jobs, 8, 1)
+		placedRecs, err := fleetSend(fleetAsk, urls, jobs, 8, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		for _, k := range keysA {
 			jobs = append(jobs, fleetJob{k, 1}, fleetJob{k, 2})
 		}
-		recs, err := fleetSend(urls, jobs, 8, 2)
+		recs, err := fleetSend(fleetAsk, urls, jobs, 8, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		for _, k := range keysA[:100] {
 			jobs = append(jobs, fleetJob{k, 1})
 		}
-		again, err := fleetSend(urls, jobs, 8, 9)
+		again, err := fleetSend(fleetAsk, urls, jobs, 8, 9)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,12 +145,12 @@ func TestFleetEnvoysAgree(t *testing.T) {
 
 		// 2. etcd killed while traffic goes on, restarted on the same data.
 		keysB := fleetKeys("b", 100)
-		load := startFleetLoad(urls, keysA, 100)
+		load := startFleetLoad(fleetAsk, urls, keysA, 100)
 		time.Sleep(time.Second)
 		killed := time.Now()
 		etcd.kill()
 		// Every key of B through every Envoy while etcd is down.
-		outage, err := fleetSend(urls, everyEnvoy(keysB, len(es), 3), 3, 3)
+		outage, err := fleetSend(fleetAsk, urls, everyEnvoy(keysB, len(es), 3), 3, 3)
 		if err != nil {
 			t.Errorf("a request while etcd was down: %v", err)
 		}
@@ -174,7 +174,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		all := append(slices.Clone(keysA), keysB...)
 		var sweep []fleetRec
 		for pass := uint64(5); ; pass++ {
-			recs, err := fleetSend(urls, everyEnvoy(all, len(es), pass), 8, pass)
+			recs, err := fleetSend(fleetAsk, urls, everyEnvoy(all, len(es), pass), 8, pass)
 			if err != nil {
 				t.Fatal(err)
 			}

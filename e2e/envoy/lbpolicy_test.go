@@ -392,13 +392,13 @@ func TestLBPolicyRetries(t *testing.T) {
 	})
 }
 
-// launchPolicy starts Envoy with the policy as Launch does, expecting it to
-// fail, and returns Envoy's output.
-func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyCluster) (string, error) {
+// launchPolicy starts Envoy with the policy as Launch does, with env added
+// to its environment, expecting it to fail, and returns Envoy's output.
+func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyCluster, env ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, cs), Dir: dir, Concurrency: 2,
-		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, ReadyTimeout: envoyReady})
+		Env: append([]string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, env...), ReadyTimeout: envoyReady})
 	if err == nil {
 		// The log is flushed every 50 ms: wait for a line written after
 		// the module's.
