@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // translator replays an ns.conf in order, as the appliance would: a line may
@@ -706,7 +708,7 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		if !ok {
 			return nil
 		}
-		bits, ok := maskBits(v)
+		bits, ok := lbcore.NetmaskBits(v)
 		if !ok {
 			return failf("%s %q is not a contiguous IPv4 mask such as 255.255.255.0", flag, v)
 		}
@@ -763,24 +765,6 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		s.cookieDomain = setting{s: v, line: line}
 	}
 	return s, nil
-}
-
-// maskBits returns the prefix length of a contiguous dotted IPv4 mask.
-func maskBits(s string) (int, bool) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil || !ip.Is4() {
-		return 0, false
-	}
-	b := ip.As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	n := 0
-	for n < 32 && v&(1<<(31-n)) != 0 {
-		n++
-	}
-	if v<<n != 0 || n == 0 {
-		return 0, false
-	}
-	return n, true
 }
 
 func (t *translator) addVserver(c *cmdLine) {
