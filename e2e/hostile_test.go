@@ -594,14 +594,7 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		config := hostileConfig(`{"lbMethod": "SOURCEIPHASH", "trustedForwardedHops": 1`)
 		h, c := hostileHost(t, wasm, config)
 		b := lbcore.NewBalancer(c, 0)
-		xff := func(lines ...string) corpusRequest {
-			r := corpusRequestOf(hostile.Benign()[0])
-			r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == "x-forwarded-for" })
-			for _, l := range lines {
-				r.headers = append(r.headers, [2]string{"x-forwarded-for", l})
-			}
-			return r
-		}
+		xff := func(lines ...string) corpusRequest { return benignWithLines("x-forwarded-for", lines) }
 		// A forged and a real client that lbcore puts on different services.
 		var forged, real string
 	search:
@@ -655,14 +648,7 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		config := hostileConfig(`{"lbMethod": "TOKEN", "token": "${request.cookie.session}"`)
 		h, c := hostileHost(t, wasm, config)
 		b := lbcore.NewBalancer(c, 0)
-		cookies := func(lines ...string) corpusRequest {
-			r := corpusRequestOf(hostile.Benign()[0])
-			r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == "cookie" })
-			for _, l := range lines {
-				r.headers = append(r.headers, [2]string{"cookie", l})
-			}
-			return r
-		}
+		cookies := func(lines ...string) corpusRequest { return benignWithLines("cookie", lines) }
 		cases := []struct {
 			name string
 			req  corpusRequest
@@ -692,6 +678,17 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// benignWithLines is the first benign request with its header name lines
+// replaced by lines, one line each.
+func benignWithLines(name string, lines []string) corpusRequest {
+	r := corpusRequestOf(hostile.Benign()[0])
+	r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == name })
+	for _, l := range lines {
+		r.headers = append(r.headers, [2]string{name, l})
+	}
+	return r
 }
 
 // TestHostileConfigsRefused: configurations that can
