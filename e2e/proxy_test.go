@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -77,24 +76,6 @@ func proxyConfig(method, extra string, bs []backend, disabled ...string) []byte 
 	return []byte(fmt.Sprintf(`{"lbMethod": %q, %s "debugHeader": true, "services": [%s]}`, method, extra, strings.Join(svcs, ", ")))
 }
 
-// syncBuffer collects a process's output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listenLine = regexp.MustCompile(`^hashlb-proxy: .* on http://(\S+), `)
 
 // runProxy starts hashlb-proxy (the binary bin) with config on a free
@@ -120,7 +101,7 @@ func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, 
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-workers", "2", "-backends=false"}, args...)...)
-	stderr := &syncBuffer{}
+	stderr := &envoyrun.SyncBuffer{}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

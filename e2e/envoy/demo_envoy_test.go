@@ -83,7 +83,7 @@ func readmeCurls(t testing.TB) []readmeCurl {
 		cmd = strings.TrimSpace(cmd)
 		if cmd != "" {
 			flush()
-			args := shellWords(cmd)
+			args := envoyrun.ShellWords(cmd)
 			if args[0] != "curl" {
 				t.Fatalf("README.md quick start: %q is not a curl line", cmd)
 			}
@@ -122,32 +122,6 @@ func readmeCurls(t testing.TB) []readmeCurl {
 	}
 	if decisions == 0 {
 		t.Fatal("README.md quick start: no line shows X-Hashlb-Decision")
-	}
-	return out
-}
-
-// shellWords splits a command line at spaces outside single quotes.
-func shellWords(s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted, word := false, false
-	for _, r := range s {
-		switch {
-		case r == '\'':
-			quoted, word = !quoted, true
-		case r == ' ' && !quoted:
-			if word {
-				out = append(out, cur.String())
-				cur.Reset()
-				word = false
-			}
-		default:
-			cur.WriteRune(r)
-			word = true
-		}
-	}
-	if word {
-		out = append(out, cur.String())
 	}
 	return out
 }

@@ -53,7 +53,7 @@ func deployDoc(t testing.TB) (runs []docRun, backends [][]string) {
 		if line == "" {
 			continue
 		}
-		args := shellWords(line)
+		args := envoyrun.ShellWords(line)
 		cur := &runs[len(runs)-1]
 		switch {
 		case args[0] == "envoy":
@@ -237,7 +237,7 @@ func deployDocHTTP(t *testing.T, e *envoyrun.Envoy, cfg *lbcore.Config, r docRun
 	var answered time.Time
 	for _, line := range r.curls {
 		c := readmeCurl{line: line}
-		for _, a := range shellWords(line)[1:] {
+		for _, a := range envoyrun.ShellWords(line)[1:] {
 			switch {
 			case strings.HasPrefix(a, "http://"):
 				c.url = a

@@ -1,14 +1,12 @@
 package istio
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/hashlb/hashlb/internal/bincache"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // cluster is a kube-apiserver with Istio's CRDs and an istiod watching it.
@@ -103,7 +102,7 @@ defaultProviders:
 // istiod is a running pilot-discovery.
 type istiod struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *envoyrun.SyncBuffer
 	done chan struct{}
 }
 
@@ -127,7 +126,7 @@ func startIstiod(t *testing.T, r releaseSetup, kubeconfig string) *istiod {
 		// No webhooks: nothing here calls them.
 		"INJECTION_WEBHOOK_CONFIG_NAME=", "VALIDATION_WEBHOOK_CONFIG_NAME=",
 	)
-	ist := &istiod{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	ist := &istiod{cmd: cmd, log: &envoyrun.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = ist.log, ist.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -179,22 +178,4 @@ func (i *istiod) tail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// syncBuffer is a bytes.Buffer for a process's output read while it runs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -19,5 +19,6 @@
 // (lbpolicy.go); the bootstrap ./build.sh envoy runs (demo.go); and the upstreams: an HTTP
 // backend that echoes what it received (backend.go, StartBackendAt in
 // addresses.go), a TCP one (backend_tcp.go) and the benchmark's minimal one
-// (fastbackend.go).
+// (fastbackend.go); a process's output read while it runs and command lines
+// split as the docs write them (procio.go).
 package envoyrun
