@@ -3,6 +3,7 @@ package nsconf
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -328,7 +329,7 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 				return failf("%s: needs a value", spec.name)
 			}
 		case flagWarn:
-			if len(vals) > 0 && contains(spec.off, strings.ToUpper(vals[0].text)) {
+			if len(vals) > 0 && slices.Contains(spec.off, strings.ToUpper(vals[0].text)) {
 				continue
 			}
 			shown := spec.name
@@ -340,15 +341,6 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 	}
 	c.e.Warnings = append(c.e.Warnings, warns...)
 	return nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // other reports a line that is not a translated command: a load-balancing
@@ -685,7 +677,7 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 			return nil
 		}
 		u := strings.ToUpper(v)
-		if !contains(allowed, u) {
+		if !slices.Contains(allowed, u) {
 			return failf("%s %q is not one of %s", flag, v, strings.Join(allowed, ", "))
 		}
 		*dst = setting{s: u, line: line}
