@@ -275,12 +275,7 @@ func TestHostileStress(t *testing.T) {
 	for w := 0; w < stressWorkers; w++ {
 		wg.Go(func() {
 			slowest[w] = map[string]time.Duration{}
-			sample := func(k int) {
-				mem[w][k] = make([]uint32, len(hosts))
-				for hi, h := range hosts {
-					mem[w][k][hi] = h.MemorySize(w)
-				}
-			}
+			sample := func(k int) { mem[w][k] = memorySizes(hosts, w) }
 			sample(0)
 			for r := 0; r < rounds; r++ {
 				for hi, h := range hosts {
@@ -611,18 +606,8 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		if forged == "" {
 			t.Fatal("no forged and real client IPs on different services")
 		}
-		cases := []struct {
-			name string
-			req  corpusRequest
-		}{{"client line, then the proxy's", xff(forged, real)}, {"client line of two, then the proxy's", xff(real+", "+forged, real)}}
-		for _, r := range hostileCorpus() {
-			if r.Class == "split-xff" {
-				cases = append(cases, struct {
-					name string
-					req  corpusRequest
-				}{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
-			}
-		}
+		cases := []corpusCase{{"client line, then the proxy's", xff(forged, real)}, {"client line of two, then the proxy's", xff(real+", "+forged, real)}}
+		cases = append(cases, corpusCases("split-xff")...)
 		// hostsim must keep the two lines apart, or this test shows nothing.
 		s := h.Stream(0)
 		res := s.RequestHeaders(cases[0].req.headers, nil)
@@ -649,21 +634,11 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		h, c := hostileHost(t, wasm, config)
 		b := lbcore.NewBalancer(c, 0)
 		cookies := func(lines ...string) corpusRequest { return benignWithLines("cookie", lines) }
-		cases := []struct {
-			name string
-			req  corpusRequest
-		}{
+		cases := []corpusCase{
 			{"session in the second line", cookies("a=1; tenant=t1", "session=alice")},
 			{"session in the third line", cookies("a=1", "tenant=t2", "session=bob")},
 		}
-		for _, r := range hostileCorpus() {
-			if r.Class == "split-cookie" {
-				cases = append(cases, struct {
-					name string
-					req  corpusRequest
-				}{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
-			}
-		}
+		cases = append(cases, corpusCases("split-cookie")...)
 		for i, tc := range cases {
 			want := oracleDecision(b, tc.req)
 			if i < 2 && want.Reason != lbcore.ReasonHash {
@@ -678,6 +653,24 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// corpusCase is a named request of TestHostileRepeatedHeaders.
+type corpusCase struct {
+	name string
+	req  corpusRequest
+}
+
+// corpusCases are the hostile corpus's requests of class, named by their
+// headers after the first four.
+func corpusCases(class string) []corpusCase {
+	var cs []corpusCase
+	for _, r := range hostileCorpus() {
+		if r.Class == class {
+			cs = append(cs, corpusCase{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
+		}
+	}
+	return cs
 }
 
 // benignWithLines is the first benign request with its header name lines
