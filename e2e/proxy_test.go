@@ -86,20 +86,24 @@ func runProxy(t *testing.T, bin string, config []byte) string {
 	return "http://" + startProxy(t, bin, config, listenLine, "-listen", "127.0.0.1:0")
 }
 
+// tempFile writes data to a file named name in a new temporary directory
+// of t and returns its path.
+func tempFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // startProxy starts hashlb-proxy with config and args (its listening flag),
 // two workers and no demo backends, and returns the address its stdout
 // line matching listen names, once it accepts connections. The process is
 // killed at t's cleanup.
 func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, args ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wasmFile, cfgFile := tempFile(t, "hashlb.wasm", module(t)), tempFile(t, "config.json", config)
 	cmd := exec.Command(bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-workers", "2", "-backends=false"}, args...)...)
 	stderr := &envoyrun.SyncBuffer{}
 	cmd.Stderr = stderr
