@@ -7,7 +7,6 @@ package e2e
 // alone, for a real Envoy in front.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -83,28 +82,8 @@ func TestProxyBackendsOnly(t *testing.T) {
 			cfg := fmt.Sprintf(`{"filterType": %q, "lbMethod": "SOURCEIPHASH", "services": [{"name": "b1", "address": %q}, {"name": "b2", "address": %q}]}`, kind, a1, a2)
 			cfgFile := tempFile(t, "config.json", []byte(cfg))
 			cmd := exec.Command(bin, "-wasm", wasmFile, "-config", cfgFile, "-backends-only")
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
 			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				cmd.Process.Kill()
-				cmd.Wait()
-			})
-			ready := make(chan string, 1)
-			go func() {
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					if strings.Contains(sc.Text(), "demo backends of") {
-						ready <- sc.Text()
-					}
-				}
-				close(ready)
-			}()
+			ready := startWatched(t, cmd, func(line string) bool { return strings.Contains(line, "demo backends of") })
 			select {
 			case line, ok := <-ready:
 				if !ok {

@@ -107,6 +107,29 @@ func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, 
 	cmd := exec.Command(bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-workers", "2", "-backends=false"}, args...)...)
 	stderr := &envoyrun.SyncBuffer{}
 	cmd.Stderr = stderr
+	lines := startWatched(t, cmd, listen.MatchString)
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			t.Fatalf("hashlb-proxy %v exited before listening: %s", args, stderr.String())
+		}
+		a := listen.FindStringSubmatch(line)[1]
+		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
+		}
+		conn.Close()
+		return a
+	case <-time.After(60 * time.Second):
+		t.Fatalf("hashlb-proxy %v did not listen within 60s: %s", args, stderr.String())
+	}
+	return ""
+}
+
+// startWatched starts cmd, killed at t's cleanup, and returns the lines of
+// its stdout that match, in a channel closed when its stdout ends.
+func startWatched(t *testing.T, cmd *exec.Cmd, match func(line string) bool) <-chan string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -118,31 +141,17 @@ func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, 
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	addr := make(chan string, 1)
+	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+			if match(sc.Text()) {
+				lines <- sc.Text()
 			}
 		}
-		close(addr)
+		close(lines)
 	}()
-	select {
-	case a, ok := <-addr:
-		if !ok {
-			t.Fatalf("hashlb-proxy %v exited before listening: %s", args, stderr.String())
-		}
-		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
-		if err != nil {
-			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
-		}
-		conn.Close()
-		return a
-	case <-time.After(60 * time.Second):
-		t.Fatalf("hashlb-proxy %v did not listen within 60s: %s", args, stderr.String())
-	}
-	return ""
+	return lines
 }
 
 // proxyReply is what a client got back through the proxy.
