@@ -20,6 +20,7 @@ package e2e
 //   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
 //   configs/istio/lbpolicy/*.yaml     the load-balancing policy's EnvoyFilter, with configs/istio's
 //                                     other files in the place of its two (deploy_lbpolicy_test.go)
+//   configs/istio/gateway/*.yaml      e2e/istio's TestShippedGateway (its own module), through istiod
 
 import (
 	"io/fs"
@@ -164,6 +165,9 @@ func TestConfigsDirCovered(t *testing.T) {
 			}
 		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
 			// Checked by the controller module's TestManifests and TestRBAC.
+		case path.Dir(rel) == "istio/gateway" && path.Ext(rel) == ".yaml":
+			// Applied as shipped to istiod with an ingress gateway's Envoy
+			// by e2e/istio's TestShippedGateway (its own module).
 		case rel == "envoy-lbpolicy.yaml":
 			if _, err := checkLBPolicyBootstrap(data); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)

@@ -44,14 +44,14 @@ func testControllerLoop(t *testing.T, cl *cluster, sc *sidecar, wasmplugin []byt
 	}
 	annotated := bytes.Replace(wasmplugin, []byte("  namespace: demo\n"),
 		[]byte("  namespace: demo\n  annotations:\n    hashlb.io/service: hashlb-backends\n    hashlb.io/port: http\n"), 1)
-	if err := cl.apply("wasmplugin.yaml", annotated); err != nil {
+	if err := cl.Apply("wasmplugin.yaml", annotated); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, o := range []client.Object{slice, svc} {
 			_ = cl.Client.Delete(ctx, o)
 		}
-		if err := cl.apply("wasmplugin.yaml", wasmplugin); err != nil {
+		if err := cl.Apply("wasmplugin.yaml", wasmplugin); err != nil {
 			t.Error(err)
 		}
 	})

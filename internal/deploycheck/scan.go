@@ -256,9 +256,12 @@ func (src *File) manifest(m *yaml.Node) {
 		for i, p := range items(get(get(m, "spec"), "configPatches")) {
 			w := &wasmWalk{src: src, prefix: fmt.Sprintf("%s, patch %d", where, i)}
 			w.walk(get(get(p, "patch"), "value"), walkCtx{})
+			if str(get(p, "applyTo")) == "CLUSTER" {
+				src.patchPolicy(p, i, where)
+			}
 		}
 		if len(src.Items) == n {
-			src.skip(where + ": no hashlb configuration (no wasm filter in its patches)")
+			src.skip(where + ": no hashlb configuration (no wasm filter or hashlb load-balancing policy in its patches)")
 		}
 	default:
 		src.skip(where + ": no hashlb configuration")
