@@ -119,7 +119,18 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen, istioTCPSeen, istioFleetSeen, istioAmbientSeen := false, false, false, false
+	// dirOnce checks the files of a directory that are checked together, at
+	// the first of them.
+	seen := map[string]bool{}
+	dirOnce := func(dir string, check func() error) {
+		if seen[dir] {
+			return
+		}
+		seen[dir] = true
+		if err := check(); err != nil {
+			t.Errorf("configs/%s: %v", dir, err)
+		}
+	}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -189,26 +200,11 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio/tcp" && path.Ext(rel) == ".yaml":
-			if !istioTCPSeen {
-				istioTCPSeen = true
-				if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
-					t.Errorf("configs/istio/tcp: %v", err)
-				}
-			}
+			dirOnce("istio/tcp", func() error { return checkIstioTCPFiles(readIstioTCPDir(t)) })
 		case path.Dir(rel) == "istio/ambient" && path.Ext(rel) == ".yaml":
-			if !istioAmbientSeen {
-				istioAmbientSeen = true
-				if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
-					t.Errorf("configs/istio/ambient: %v", err)
-				}
-			}
+			dirOnce("istio/ambient", func() error { return checkIstioAmbientFiles(readIstioAmbientDir(t)) })
 		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":
-			if !istioFleetSeen {
-				istioFleetSeen = true
-				if err := checkIstioFiles(readIstioFleet(t)); err != nil {
-					t.Errorf("configs/istio/fleet: %v", err)
-				}
-			}
+			dirOnce("istio/fleet", func() error { return checkIstioFiles(readIstioFleet(t)) })
 		case rel == "istio/trafficextension/trafficextension.yaml":
 			if err := checkIstioFiles(readTrafficExtension(t, readIstioDir(t), "trafficextension/trafficextension.yaml")); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
@@ -226,12 +222,7 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
-			if !istioSeen {
-				istioSeen = true
-				if err := checkIstioFiles(readIstioDir(t)); err != nil {
-					t.Errorf("configs/istio: %v", err)
-				}
-			}
+			dirOnce("istio", func() error { return checkIstioFiles(readIstioDir(t)) })
 		default:
 			t.Errorf("configs/%s: no test checks this file; add a rule to TestConfigsDirCovered", rel)
 		}

@@ -30,7 +30,7 @@ type bootstrapCase struct {
 // bootstrapCases covers every Envoy bootstrap the repository ships;
 // TestBootstrapsAreAllCovered fails when a new one has no case here.
 var bootstrapCases = []bootstrapCase{
-	// TestEnvoyYAMLAnswersAsTheReadme (demo_test.go) validates and starts
+	// TestEnvoyYAMLAnswersAsTheReadme (demo_envoy_test.go) validates and starts
 	// envoy.yaml as shipped and sends the README's requests.
 	{"envoy.yaml", nil},
 	{"configs/envoy-fleet.yaml", bootstrapFleet},

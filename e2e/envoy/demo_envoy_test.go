@@ -1,7 +1,8 @@
 package envoy
 
-// The demo through real Envoy (./build.sh envoy): the README's quick-start
-// curl lines must answer through Envoy as they do through hashlb-proxy.
+// The README's quick-start curl lines through real Envoy, as they answer
+// through hashlb-proxy: TestEnvoyYAMLAnswersAsTheReadme sends them to
+// envoy.yaml as shipped; for the demo (./build.sh envoy),
 // TestEnvoyDemoAnswersAsTheReadme runs the bootstrap the script runs
 // (envoyrun.DemoBootstrap) on free ports with lbcore as the oracle;
 // TestEnvoyDemoScript runs the script itself on the README's own ports, in a
@@ -12,8 +13,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +64,50 @@ func demoBootstrap(t testing.TB) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestEnvoyYAMLAnswersAsTheReadme starts envoy.yaml as shipped (only its
+// ports moved to free ones) in front of three echo backends and sends the
+// README's three requests: /some/path reaches the service lbcore ranks first
+// twice, and a client's forged x-envoy-original-dst-host neither chooses the
+// upstream nor reaches it.
+func TestEnvoyYAMLAnswersAsTheReadme(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 3)
+		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "envoy.yaml"), map[int]int{
+			9901: 0, 10000: 0, 18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port(),
+		})
+		cfg := pluginConfigs(t, yaml)[0]
+		e := bootstrapStart(t, bin, envoyrun.WorkDir(t), yaml)
+		url := "http://" + e.MustListener(t, "hashlb_listener")
+		for _, c := range []struct {
+			path, forged, want string
+		}{
+			{"/some/path", "", ""},
+			{"/some/path", "", ""},
+			{"/x", "203.0.113.9:80", ""},
+		} {
+			// The backends' ports are not the README's, so neither are the
+			// hashes: lbcore says where each request must go.
+			c.want = oracle(cfg, lbcore.Request{Target: c.path, Authority: "x", Method: "GET"})[0]
+			req, _ := http.NewRequest("GET", url+c.path, nil)
+			if c.forged != "" {
+				req.Header.Set("x-envoy-original-dst-host", c.forged)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("X-Backend") != c.want {
+				t.Errorf("GET %s (forged %q): %d from %q, want 200 from %s: %s", c.path, c.forged, resp.StatusCode, resp.Header.Get("X-Backend"), c.want, body)
+			}
+			if c.forged != "" && strings.Contains(string(body), c.forged) {
+				t.Errorf("GET %s: the backend received the forged header: %s", c.path, body)
+			}
+		}
+	})
 }
 
 // TestEnvoyDemoAnswersAsTheReadme: the bootstrap ./build.sh envoy runs, in

@@ -76,9 +76,7 @@ func BenchmarkEnvoyLBPolicyUpdate(b *testing.B) {
 		out.WriteString("A membership update (one endpoint replaced, no load): the process's CPU until every thread is done, less its idle CPU in as long.\n\n")
 		out.WriteString("| hosts | ring_hash CPU ms | policy CPU ms | policy − ring_hash ms | policy ÷ ring_hash | policy's update per thread, ms (its log) |\n|---|---|---|---|---|---|\n")
 		for _, n := range cost {
-			row := updateCost(b, bin, be.Port(), n)
-			fmt.Print(row)
-			out.WriteString(row)
+			printRow(&out, updateCost(b, bin, be.Port(), n))
 		}
 		out.WriteString("\n")
 	}
@@ -87,9 +85,7 @@ func BenchmarkEnvoyLBPolicyUpdate(b *testing.B) {
 			*peerRate*100, *peerConns, *updatePhase, *updatePhase, *updateEvery)
 		out.WriteString("| hosts | ring_hash p99 µs steady / rolling | rolling ÷ steady | policy p99 µs steady / rolling | rolling ÷ steady | policy ÷ ring_hash p99, steady | policy ÷ ring_hash p99, rolling | updates per Envoy |\n|---|---|---|---|---|---|---|---|\n")
 		for _, n := range lat {
-			row := updateLatencyRow(b, bin, be.Port(), n)
-			fmt.Print(row)
-			out.WriteString(row)
+			printRow(&out, updateLatencyRow(b, bin, be.Port(), n))
 		}
 		out.WriteString("\n")
 	}
@@ -318,4 +314,10 @@ func updateLatencyRow(b *testing.B, bin envoyrun.Binary, port, n int) string {
 		peerMedian(p99[0][0]), peerMedian(p99[0][1]), r(p99[0][1], p99[0][0]),
 		peerMedian(p99[1][0]), peerMedian(p99[1][1]), r(p99[1][1], p99[1][0]),
 		r(p99[1][0], p99[0][0]), r(p99[1][1], p99[0][1]), seq)
+}
+
+// printRow prints a table's row as it is measured and adds it to out.
+func printRow(out *strings.Builder, row string) {
+	fmt.Print(row)
+	out.WriteString(row)
 }

@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/hashlb/hashlb/e2e/istio/internal/istioenv"
 	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // testControllerLoop puts hashlb-controller between Kubernetes and the
@@ -172,9 +172,9 @@ func endpointSlice(pods ...string) *discoveryv1.EndpointSlice {
 
 // startController runs hashlb-controller against the cluster, for the
 // WasmPlugins of namespace demo, until the test ends; its log is returned.
-func startController(t *testing.T, cl *cluster) *istioenv.SyncBuffer {
+func startController(t *testing.T, cl *cluster) *envoyrun.SyncBuffer {
 	t.Helper()
-	log := &istioenv.SyncBuffer{}
+	log := &envoyrun.SyncBuffer{}
 	cmd := exec.Command(env.Controller, "-kubeconfig", cl.KubeConfig, "-namespace", "demo", "-kinds", "WasmPlugin",
 		"-metrics-bind-address", "0", "-health-probe-bind-address", "0")
 	cmd.Stdout, cmd.Stderr = log, log
@@ -201,7 +201,7 @@ func startController(t *testing.T, cl *cluster) *istioenv.SyncBuffer {
 
 // waitPluginConfig waits (up to 2 min) until the WasmPlugin's pluginConfig,
 // as JSON, satisfies ok, and returns it.
-func waitPluginConfig(t *testing.T, cl *cluster, ctrl *istioenv.SyncBuffer, ok func(string) bool) string {
+func waitPluginConfig(t *testing.T, cl *cluster, ctrl *envoyrun.SyncBuffer, ok func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

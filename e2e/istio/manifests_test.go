@@ -123,6 +123,16 @@ func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []che
 		}
 		return c, nil
 	}
+	// onCluster checks the backends' cluster with fn.
+	onCluster := func(fn func(c gjson.Result) error) func(dump gjson.Result) error {
+		return func(dump gjson.Result) error {
+			c, err := cluster(dump)
+			if err != nil {
+				return err
+			}
+			return fn(c)
+		}
+	}
 	return []check{
 		{"serviceentry.yaml", func(dump gjson.Result) error {
 			if _, err := cluster(dump); err != nil {
@@ -142,17 +152,13 @@ func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []che
 			}
 			return nil
 		}},
-		{"destinationrule.yaml", func(dump gjson.Result) error {
-			c, err := cluster(dump)
-			if err != nil {
-				return err
-			}
+		{"destinationrule.yaml", onCluster(func(c gjson.Result) error {
 			od := c.Get("outlier_detection")
 			if od.Get("consecutive_5xx").Int() != 5 || od.Get("interval").String() != "10s" || od.Get("base_ejection_time").String() != "30s" {
 				return fmt.Errorf("cluster %s: outlier_detection %s, want consecutive_5xx 5, interval 10s, base_ejection_time 30s", backendsCluster, orNone(od.Raw))
 			}
 			return nil
-		}},
+		})},
 		{s.routeFile, func(dump gjson.Result) error {
 			var found bool
 			var msg string
@@ -178,18 +184,14 @@ func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []che
 			}
 			return nil
 		}},
-		{s.filterFile, func(dump gjson.Result) error {
-			c, err := cluster(dump)
-			if err != nil {
-				return err
-			}
+		{s.filterFile, onCluster(func(c gjson.Result) error {
 			p := c.Get("load_balancing_policy.policies.0.typed_extension_config")
 			if p.Get("name").String() != "envoy.load_balancing_policies.override_host" ||
 				p.Get("typed_config.override_host_sources.0.header").String() != "x-envoy-original-dst-host" {
 				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, orNone(c.Get("load_balancing_policy").Raw))
 			}
 			return nil
-		}},
+		})},
 		{pluginFile, func(dump gjson.Result) error {
 			names, err := httpFilters(dump, s.port)
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -313,7 +314,7 @@ func (p *Policy) assignment(la located) {
 				unknown = append(unknown, loc.path)
 				continue
 			}
-			eps = append(eps, ep{h, prio, contains(unhealthy, str(get(e, "health_status")))})
+			eps = append(eps, ep{h, prio, slices.Contains(unhealthy, str(get(e, "health_status")))})
 		}
 	}
 	sort.SliceStable(eps, func(i, j int) bool { return eps[i].prio < eps[j].prio })

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -379,7 +380,7 @@ func (w *wasmWalk) walk(n *yaml.Node, ctx walkCtx) {
 	case typ == wasmType || typ == netWasmType:
 		w.filter(get(n, "config"), ctx)
 		return
-	case contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
+	case slices.Contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
 		w.filter(get(get(n, "value"), "config"), ctx)
 		return
 	}
@@ -437,15 +438,6 @@ func (w *wasmWalk) filter(cfg *yaml.Node, ctx walkCtx) {
 func mentionsHashlb(names ...string) bool {
 	for _, s := range names {
 		if strings.Contains(strings.ToLower(s), "hashlb") {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

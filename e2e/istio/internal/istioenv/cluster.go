@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/hashlb/hashlb/internal/bincache"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // istiod's addresses: the default ports for xDS (plaintext 15010, TLS
@@ -136,7 +136,7 @@ defaultProviders:
 // Istiod is a running pilot-discovery.
 type Istiod struct {
 	cmd  *exec.Cmd
-	Log  *SyncBuffer // its output
+	Log  *envoyrun.SyncBuffer // its output
 	done chan struct{}
 }
 
@@ -158,7 +158,7 @@ func startIstiod(r ReleaseSetup, dir, kubeconfig string, logf func(string, ...an
 		// No webhooks: nothing here calls them.
 		"INJECTION_WEBHOOK_CONFIG_NAME=", "VALIDATION_WEBHOOK_CONFIG_NAME=",
 	)
-	ist := &Istiod{cmd: cmd, Log: &SyncBuffer{}, done: make(chan struct{})}
+	ist := &Istiod{cmd: cmd, Log: &envoyrun.SyncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = ist.Log, ist.Log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	start := time.Now()
@@ -265,22 +265,4 @@ func eachObject(name string, data []byte, f func(*unstructured.Unstructured) err
 		}
 	}
 	return nil
-}
-
-// SyncBuffer is a bytes.Buffer for a process's output read while it runs.
-type SyncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *SyncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *SyncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
