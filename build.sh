@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|check|bench|oci|controller|controller-image [args]
+# build.sh holds hashlb's commands. Usage: ./build.sh wasm|lbpolicy|test|run|envoy|istio|check|bench|oci|controller|controller-image [args]
 #   wasm   build dist/hashlb.wasm (Go's own toolchain, GOOS=wasip1, -buildmode=c-shared)
 #   lbpolicy  build dist/libhashlb_lbpolicy.so, hashlb as an Envoy (1.38-1.40) load-balancing policy:
 #          a dynamic module (cgo, -buildmode=c-shared; needs a C compiler), docs/deploy.md
@@ -14,6 +14,11 @@
 #   envoy  the same demo through a real Envoy (1.40.0, installed as for test; HASHLB_ENVOY=/path
 #          uses another): the demo backends (hashlb-proxy -backends-only) and Envoy with envoy.yaml
 #          plus debugHeader (dist/envoy-demo.yaml), admin 127.0.0.1:9901; Ctrl-C stops both
+#   istio  the same demo through a real Istio on this machine (e2e/istio/cmd/istiodemo): the controller
+#          tests' kube-apiserver, istiod 1.31 on 127.0.0.1 and an ingress gateway (Envoy 1.39.3, installed
+#          as for test) with configs/istio/gateway/ applied, hashlb delivered by its WasmPlugin (file://);
+#          the first run builds istiod from istio.io/istio (and kube-apiserver, if the controller's tests
+#          have not) and caches it, with a progress line every 30 s; Ctrl-C stops everything
 #   check  gofmt, go vet (native and wasip1), go mod tidy must change nothing
 #   bench  every performance ratio of docs/performance.md, 5 rounds, one table (installs wrk and valgrind if missing),
 #          then hashlb against Envoy's own load balancers in real Envoy (installs Envoy as test does, and perf);
@@ -271,6 +276,17 @@ envoy)
 	wait -n "$envoy_pid" "$backends" || true
 	echo "envoy: Envoy or the demo backends exited; stopping the demo" >&2
 	exit 1
+	;;
+istio)
+	v=1.39.3 # Istio 1.31's Envoy (istio/proxy's ENVOY_VERSION.txt), the policy tests' copy
+	envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"
+	wasm
+	go build -trimpath -o dist/hashlb-proxy ./hostsim/cmd/hashlb-proxy
+	# Without -trimpath, so that the build reuses what e2e/istio's tests compiled (Kubernetes' client
+	# libraries take minutes the first time).
+	echo "istio: building the demo (e2e/istio/cmd/istiodemo; its own Go module)"
+	(cd e2e/istio && beat "istio: building the demo" go build -o ../../dist/istiodemo ./cmd/istiodemo)
+	exec dist/istiodemo -envoy "$envoy_cache/lbpolicy/envoy-$v/envoy/_bin/envoy" "$@"
 	;;
 check) check ;;
 bench)

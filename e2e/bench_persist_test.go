@@ -171,15 +171,19 @@ func BenchmarkPersist(b *testing.B) {
 				b.ReportMetric(persistPerOp(b)/none, "x_none")
 			}
 		}
-		// none: the same request, persistence off.
-		b.Run("none", func(b *testing.B) {
-			h := persistBenchHost(b, nil, 1, false)
+		// newKeys times b.N requests, each of a new client key.
+		newKeys := func(b *testing.B, h *hostsim.Host) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
 				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
 			}
 			b.StopTimer()
+		}
+		// none: the same request, persistence off.
+		b.Run("none", func(b *testing.B) {
+			h := persistBenchHost(b, nil, 1, false)
+			newKeys(b, h)
 			none = persistPerOp(b)
 		})
 		// hit: one key again and again (refresh writes at most once a second).
@@ -204,12 +208,7 @@ func BenchmarkPersist(b *testing.B) {
 			const tableSize = 1000000
 			h := persistBenchHost(b, persistence(map[string]any{"tableSize": tableSize}), 1, false)
 			persistPrewarm(h, tableSize)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
-			}
-			b.StopTimer()
+			newKeys(b, h)
 			ratio(b)
 			if got := persistMetric(h, "hashlb.persistence_miss"); got != int64(b.N) {
 				b.Fatalf("persistence_miss = %d, want %d", got, b.N)
@@ -220,12 +219,7 @@ func BenchmarkPersist(b *testing.B) {
 		// guarded create).
 		b.Run("miss-cold", func(b *testing.B) {
 			h := persistBenchHost(b, persistence(map[string]any{"tableSize": 100000000}), 1, false)
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				persistStream(b, h, 0, persistBenchHeaders("client-"+strconv.Itoa(i)))
-			}
-			b.StopTimer()
+			newKeys(b, h)
 			ratio(b)
 		})
 		// interleaved: none, hit and miss one request each in turn, timed

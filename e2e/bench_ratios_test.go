@@ -222,18 +222,14 @@ func benchV8(b *testing.B, node string, args ...string) []v8BenchLine {
 	if err := cmd.Run(); err != nil {
 		b.Fatalf("node: %v\n%s\n%s", err, stderr.String(), tail(stdout.String(), 2000))
 	}
-	var out []v8BenchLine
-	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var l v8BenchLine
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			b.Fatalf("hashlbv8.mjs: %v: %.200s", err, sc.Text())
-		}
+	out, err := jsonLines[v8BenchLine](&stdout)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range out {
 		if l.Type == "trap" || l.Type == "start" && !l.OK {
-			b.Fatalf("V8 job %s: %s", l.Job, sc.Text())
+			b.Fatalf("V8 job %s: %+v", l.Job, l)
 		}
-		out = append(out, l)
 	}
 	return out
 }

@@ -8,6 +8,9 @@ package e2e
 //   configs/envoy-*.yaml              Envoy bootstrap checks (deploy_envoy_test.go)
 //   configs/envoy-lbpolicy.yaml,      the load-balancing policy's bootstrap and its
 //   configs/lbpolicy-endpoints.yaml   endpoints file (deploy_lbpolicy_test.go)
+//   configs/envoy-lbpolicy-fleet.yaml the policy's bootstrap with persistence.fleet over
+//                                     three etcd members, otherwise envoy-lbpolicy.yaml
+//                                     (deploy_lbpolicy_test.go)
 //   configs/envoy-ecds.yaml           a valid bootstrap here; its ECDS wiring and the files
 //                                     hashlb-controller writes for it are checked in that
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
@@ -20,6 +23,7 @@ package e2e
 //   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
 //   configs/istio/lbpolicy/*.yaml     the load-balancing policy's EnvoyFilter, with configs/istio's
 //                                     other files in the place of its two (deploy_lbpolicy_test.go)
+//   configs/istio/gateway/*.yaml      e2e/istio's TestShippedGateway (its own module), through istiod
 
 import (
 	"io/fs"
@@ -115,7 +119,18 @@ func TestConfigsPluginExamples(t *testing.T) {
 func TestConfigsDirCovered(t *testing.T) {
 	root := filepath.Join(repoRoot(t), "configs")
 	schema := loadSchema(t)
-	istioSeen, istioTCPSeen, istioFleetSeen, istioAmbientSeen := false, false, false, false
+	// dirOnce checks the files of a directory that are checked together, at
+	// the first of them.
+	seen := map[string]bool{}
+	dirOnce := func(dir string, check func() error) {
+		if seen[dir] {
+			return
+		}
+		seen[dir] = true
+		if err := check(); err != nil {
+			t.Errorf("configs/%s: %v", dir, err)
+		}
+	}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -153,8 +168,19 @@ func TestConfigsDirCovered(t *testing.T) {
 			}
 		case path.Dir(rel) == "istio/controller" && path.Ext(rel) == ".yaml":
 			// Checked by the controller module's TestManifests and TestRBAC.
+		case path.Dir(rel) == "istio/gateway" && path.Ext(rel) == ".yaml":
+			// Applied as shipped to istiod with an ingress gateway's Envoy
+			// by e2e/istio's TestShippedGateway (its own module).
 		case rel == "envoy-lbpolicy.yaml":
 			if _, err := checkLBPolicyBootstrap(data); err != nil {
+				t.Errorf("configs/%s: %v", rel, err)
+			}
+		case rel == "envoy-lbpolicy-fleet.yaml":
+			base, err := os.ReadFile(filepath.Join(filepath.Dir(p), "envoy-lbpolicy.yaml"))
+			if err != nil {
+				return err
+			}
+			if err := checkLBPolicyFleetBootstrap(data, base); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case rel == "lbpolicy-endpoints.yaml":
@@ -174,26 +200,11 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio/tcp" && path.Ext(rel) == ".yaml":
-			if !istioTCPSeen {
-				istioTCPSeen = true
-				if err := checkIstioTCPFiles(readIstioTCPDir(t)); err != nil {
-					t.Errorf("configs/istio/tcp: %v", err)
-				}
-			}
+			dirOnce("istio/tcp", func() error { return checkIstioTCPFiles(readIstioTCPDir(t)) })
 		case path.Dir(rel) == "istio/ambient" && path.Ext(rel) == ".yaml":
-			if !istioAmbientSeen {
-				istioAmbientSeen = true
-				if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
-					t.Errorf("configs/istio/ambient: %v", err)
-				}
-			}
+			dirOnce("istio/ambient", func() error { return checkIstioAmbientFiles(readIstioAmbientDir(t)) })
 		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":
-			if !istioFleetSeen {
-				istioFleetSeen = true
-				if err := checkIstioFiles(readIstioFleet(t)); err != nil {
-					t.Errorf("configs/istio/fleet: %v", err)
-				}
-			}
+			dirOnce("istio/fleet", func() error { return checkIstioFiles(readIstioFleet(t)) })
 		case rel == "istio/trafficextension/trafficextension.yaml":
 			if err := checkIstioFiles(readTrafficExtension(t, readIstioDir(t), "trafficextension/trafficextension.yaml")); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
@@ -211,12 +222,7 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio" && path.Ext(rel) == ".yaml":
-			if !istioSeen {
-				istioSeen = true
-				if err := checkIstioFiles(readIstioDir(t)); err != nil {
-					t.Errorf("configs/istio: %v", err)
-				}
-			}
+			dirOnce("istio", func() error { return checkIstioFiles(readIstioDir(t)) })
 		default:
 			t.Errorf("configs/%s: no test checks this file; add a rule to TestConfigsDirCovered", rel)
 		}

@@ -25,6 +25,7 @@ import (
 	"unicode"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // The documents whose files and commands are held to the repository.
@@ -145,35 +146,9 @@ func docCommands(doc, text string) []docCommand {
 		for _, part := range strings.Split(line, "&&") {
 			part = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(part), "&"))
 			if part != "" {
-				out = append(out, docCommand{doc: doc, line: part, args: shellFields(part)})
+				out = append(out, docCommand{doc: doc, line: part, args: envoyrun.ShellWords(part)})
 			}
 		}
-	}
-	return out
-}
-
-// shellFields splits a command line at spaces outside single quotes.
-func shellFields(s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted, any := false, false
-	for _, r := range s {
-		switch {
-		case r == '\'':
-			quoted, any = !quoted, true
-		case r == ' ' && !quoted:
-			if any {
-				out = append(out, cur.String())
-				cur.Reset()
-				any = false
-			}
-		default:
-			cur.WriteRune(r)
-			any = true
-		}
-	}
-	if any {
-		out = append(out, cur.String())
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package e2e
 
-// configs/envoy-lbpolicy.yaml and its endpoints file against go-control-plane
+// configs/envoy-lbpolicy.yaml, its fleet variant configs/envoy-lbpolicy-fleet.yaml
+// and their endpoints file against go-control-plane
 // (strict protojson, ValidateAll): the bootstrap loads hashlb as a
 // dynamic-module load-balancing policy instead of the Wasm filter, so the
 // filter's rules (checkBootstrap) do not apply; what applies is that every
@@ -12,15 +13,20 @@ package e2e
 // applies it to a real istiod (TestShippedLBPolicy).
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	dmlbv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/dynamic_modules/v3"
@@ -55,6 +61,98 @@ func checkLBPolicyBootstrap(data []byte) ([]string, error) {
 		return nil, fmt.Errorf("no cluster uses %s", "envoy.load_balancing_policies.dynamic_modules")
 	}
 	return users, nil
+}
+
+// shippedFleetMembers are the etcd members configs/envoy-lbpolicy-fleet.yaml
+// names: a three-member cluster on loopback, as its comment starts one.
+var shippedFleetMembers = []string{"127.0.0.1:2379", "127.0.0.1:22379", "127.0.0.1:32379"}
+
+// checkLBPolicyFleetBootstrap checks configs/envoy-lbpolicy-fleet.yaml
+// (fleet) against configs/envoy-lbpolicy.yaml (base): the policy's
+// configuration is ROUNDROBIN persisting ${request.header.x-client-id}
+// through persistence.fleet over shippedFleetMembers, and everything else
+// (listener, route, cluster, EDS file, health check, admin) is base's, so
+// that the fleet file is the shipped policy bootstrap with a fleet and
+// nothing else.
+func checkLBPolicyFleetBootstrap(fleet, base []byte) error {
+	if _, err := checkLBPolicyBootstrap(fleet); err != nil {
+		return err
+	}
+	f, err := loadBootstrap(fleet)
+	if err != nil {
+		return err
+	}
+	b, err := loadBootstrap(base)
+	if err != nil {
+		return fmt.Errorf("configs/envoy-lbpolicy.yaml: %w", err)
+	}
+	pol, err := takeLBPolicyConfig(f)
+	if err != nil {
+		return err
+	}
+	if _, err := takeLBPolicyConfig(b); err != nil {
+		return fmt.Errorf("configs/envoy-lbpolicy.yaml: %w", err)
+	}
+	var c struct {
+		LBMethod    string `json:"lbMethod"`
+		Persistence struct {
+			Keys  []string `json:"keys"`
+			Fleet struct {
+				Endpoints []string `json:"endpoints"`
+			} `json:"fleet"`
+		} `json:"persistence"`
+	}
+	if err := json.Unmarshal([]byte(pol), &c); err != nil {
+		return err
+	}
+	if c.LBMethod != "ROUNDROBIN" {
+		return fmt.Errorf("lbMethod %q, want ROUNDROBIN", c.LBMethod)
+	}
+	if !slices.Equal(c.Persistence.Keys, []string{"${request.header.x-client-id}"}) {
+		return fmt.Errorf("persistence.keys %q, want the x-client-id header", c.Persistence.Keys)
+	}
+	if !slices.Equal(c.Persistence.Fleet.Endpoints, shippedFleetMembers) {
+		return fmt.Errorf("persistence.fleet.endpoints %q, want the three members %q", c.Persistence.Fleet.Endpoints, shippedFleetMembers)
+	}
+	f.Node, b.Node = nil, nil
+	if !proto.Equal(f, b) {
+		return fmt.Errorf("differs from configs/envoy-lbpolicy.yaml beyond the policy's configuration and the node:\n%s\nwant\n%s",
+			protojson.Format(f), protojson.Format(b))
+	}
+	return nil
+}
+
+// takeLBPolicyConfig returns the JSON of the one hashlb policy of b's
+// clusters and blanks it in b.
+func takeLBPolicyConfig(b *bootstrapv3.Bootstrap) (string, error) {
+	var found []string
+	for _, c := range b.GetStaticResources().GetClusters() {
+		for _, p := range c.GetLoadBalancingPolicy().GetPolicies() {
+			tc := p.GetTypedExtensionConfig().GetTypedConfig()
+			m := &dmlbv3.DynamicModulesLoadBalancerConfig{}
+			if !tc.MessageIs(m) {
+				continue
+			}
+			if err := tc.UnmarshalTo(m); err != nil {
+				return "", err
+			}
+			s := &wrapperspb.StringValue{}
+			if err := m.GetLbPolicyConfig().UnmarshalTo(s); err != nil {
+				return "", err
+			}
+			found = append(found, s.GetValue())
+			m.LbPolicyConfig = nil
+			a, err := anypb.New(m)
+			if err != nil {
+				return "", err
+			}
+			p.GetTypedExtensionConfig().TypedConfig = a
+		}
+	}
+	if len(found) != 1 {
+		return "", fmt.Errorf("%d hashlb policies, want 1", len(found))
+	}
+	return found[0], nil
 }
 
 // checkClusterLBPolicy checks each of a cluster's policies that is hashlb's
@@ -185,6 +283,34 @@ func TestIstioLBPolicyManifests(t *testing.T) {
 		}
 		files["envoyfilter.yaml"] = []byte(changed)
 		if err := checkIstioLBPolicy(files); err == nil || !strings.Contains(err.Error(), ch.want) {
+			t.Errorf("%s -> %s: %v, want an error saying %q", ch.old, ch.new, err, ch.want)
+		}
+	}
+}
+
+// TestLBPolicyFleetBootstrapShape: configs/envoy-lbpolicy-fleet.yaml passes
+// checkLBPolicyFleetBootstrap, and each change that would make it another
+// file than the shipped policy bootstrap with a fleet is refused with its
+// reason: a member left out, another key, another method, and a change
+// outside the policy's configuration.
+func TestLBPolicyFleetBootstrapShape(t *testing.T) {
+	fleet := readRepoFile(t, "configs/envoy-lbpolicy-fleet.yaml")
+	base := readRepoFile(t, "configs/envoy-lbpolicy.yaml")
+	if err := checkLBPolicyFleetBootstrap(fleet, base); err != nil {
+		t.Fatalf("configs/envoy-lbpolicy-fleet.yaml: %v", err)
+	}
+	for _, ch := range []struct{ old, new, want string }{
+		{`"127.0.0.1:22379", `, ``, "the three members"},
+		{`x-client-id}`, `x-user}`, "x-client-id"},
+		{`"lbMethod": "ROUNDROBIN"`, `"lbMethod": "URLHASH"`, "ROUNDROBIN"},
+		{`interval: 2s`, `interval: 3s`, "differs from configs/envoy-lbpolicy.yaml"},
+		{`"timeout": "1s"`, `"timeout": "1s", "cluster": "etcd"`, "persistence.fleet.cluster"},
+	} {
+		changed := strings.Replace(string(fleet), ch.old, ch.new, 1)
+		if changed == string(fleet) {
+			t.Fatalf("configs/envoy-lbpolicy-fleet.yaml has no %q", ch.old)
+		}
+		if err := checkLBPolicyFleetBootstrap([]byte(changed), base); err == nil || !strings.Contains(err.Error(), ch.want) {
 			t.Errorf("%s -> %s: %v, want an error saying %q", ch.old, ch.new, err, ch.want)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
@@ -36,7 +37,7 @@ type etcdProc struct {
 	addr   string
 	cmd    *exec.Cmd
 	exited chan struct{}
-	out    *syncBuffer
+	out    *envoyrun.SyncBuffer
 }
 
 // startEtcdProc runs bin (etcd 3.4's flags) with its data in dir and waits
@@ -45,7 +46,7 @@ func startEtcdProc(t testing.TB, bin, dir string) *etcdProc {
 	t.Helper()
 	for try := 1; ; try++ {
 		cmd, client := etcdCommand(t, bin, dir)
-		e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &syncBuffer{}}
+		e := &etcdProc{t: t, bin: bin, addr: client[len("http://"):], cmd: cmd, exited: make(chan struct{}), out: &envoyrun.SyncBuffer{}}
 		cmd.Stdout, cmd.Stderr = e.out, e.out
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting %s: %v", bin, err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,12 +33,7 @@ func TestHealthLogsSayWhatChanged(t *testing.T) {
 		"healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":1,"healthyThreshold":1,"cluster":"backends"},
 		"passiveHealth":{"consecutiveFailures":2,"ejectionTime":"30s"},
 		"services":[{"name":"a","address":"10.0.0.1:80"},{"name":"b","address":"10.0.0.2:80"},{"name":"c","address":"10.0.0.3:80"}]}`
-	ctx := context.Background()
-	h, err := hostsim.New(ctx, module(t), hostsim.Config{Workers: 2, PluginConfig: []byte(cfg), HTTPCall: handler})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(ctx)
+	h := moduleHost(t, hostsim.Config{Workers: 2, PluginConfig: []byte(cfg), HTTPCall: handler})
 
 	// Two failed responses from b eject it.
 	for k, failed := 0, 0; failed < 2 && k < 1000; k++ {

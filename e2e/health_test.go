@@ -48,12 +48,7 @@ func TestActiveHealthUnderHostsim(t *testing.T) {
 	}
 	cfg := `{"lbMethod":"URLHASH","healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":2,"healthyThreshold":2,"cluster":"backends"},
 		"services":[{"name":"a","address":"10.0.0.1:80"},{"name":"b","address":"10.0.0.2:80"},{"name":"c","address":"10.0.0.3:80"}]}`
-	ctx := context.Background()
-	h, err := hostsim.New(ctx, module(t), hostsim.Config{Workers: 4, PluginConfig: []byte(cfg), HTTPCall: handler})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close(ctx)
+	h := moduleHost(t, hostsim.Config{Workers: 4, PluginConfig: []byte(cfg), HTTPCall: handler})
 
 	const keys = 300
 	before := make([]string, keys)

@@ -275,12 +275,7 @@ func TestHostileStress(t *testing.T) {
 	for w := 0; w < stressWorkers; w++ {
 		wg.Go(func() {
 			slowest[w] = map[string]time.Duration{}
-			sample := func(k int) {
-				mem[w][k] = make([]uint32, len(hosts))
-				for hi, h := range hosts {
-					mem[w][k][hi] = h.MemorySize(w)
-				}
-			}
+			sample := func(k int) { mem[w][k] = memorySizes(hosts, w) }
 			sample(0)
 			for r := 0; r < rounds; r++ {
 				for hi, h := range hosts {
@@ -594,14 +589,7 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		config := hostileConfig(`{"lbMethod": "SOURCEIPHASH", "trustedForwardedHops": 1`)
 		h, c := hostileHost(t, wasm, config)
 		b := lbcore.NewBalancer(c, 0)
-		xff := func(lines ...string) corpusRequest {
-			r := corpusRequestOf(hostile.Benign()[0])
-			r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == "x-forwarded-for" })
-			for _, l := range lines {
-				r.headers = append(r.headers, [2]string{"x-forwarded-for", l})
-			}
-			return r
-		}
+		xff := func(lines ...string) corpusRequest { return benignWithLines("x-forwarded-for", lines) }
 		// A forged and a real client that lbcore puts on different services.
 		var forged, real string
 	search:
@@ -618,18 +606,8 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		if forged == "" {
 			t.Fatal("no forged and real client IPs on different services")
 		}
-		cases := []struct {
-			name string
-			req  corpusRequest
-		}{{"client line, then the proxy's", xff(forged, real)}, {"client line of two, then the proxy's", xff(real+", "+forged, real)}}
-		for _, r := range hostileCorpus() {
-			if r.Class == "split-xff" {
-				cases = append(cases, struct {
-					name string
-					req  corpusRequest
-				}{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
-			}
-		}
+		cases := []corpusCase{{"client line, then the proxy's", xff(forged, real)}, {"client line of two, then the proxy's", xff(real+", "+forged, real)}}
+		cases = append(cases, corpusCases("split-xff")...)
 		// hostsim must keep the two lines apart, or this test shows nothing.
 		s := h.Stream(0)
 		res := s.RequestHeaders(cases[0].req.headers, nil)
@@ -655,29 +633,12 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 		config := hostileConfig(`{"lbMethod": "TOKEN", "token": "${request.cookie.session}"`)
 		h, c := hostileHost(t, wasm, config)
 		b := lbcore.NewBalancer(c, 0)
-		cookies := func(lines ...string) corpusRequest {
-			r := corpusRequestOf(hostile.Benign()[0])
-			r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == "cookie" })
-			for _, l := range lines {
-				r.headers = append(r.headers, [2]string{"cookie", l})
-			}
-			return r
-		}
-		cases := []struct {
-			name string
-			req  corpusRequest
-		}{
+		cookies := func(lines ...string) corpusRequest { return benignWithLines("cookie", lines) }
+		cases := []corpusCase{
 			{"session in the second line", cookies("a=1; tenant=t1", "session=alice")},
 			{"session in the third line", cookies("a=1", "tenant=t2", "session=bob")},
 		}
-		for _, r := range hostileCorpus() {
-			if r.Class == "split-cookie" {
-				cases = append(cases, struct {
-					name string
-					req  corpusRequest
-				}{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
-			}
-		}
+		cases = append(cases, corpusCases("split-cookie")...)
 		for i, tc := range cases {
 			want := oracleDecision(b, tc.req)
 			if i < 2 && want.Reason != lbcore.ReasonHash {
@@ -692,6 +653,35 @@ func TestHostileRepeatedHeaders(t *testing.T) {
 			}
 		}
 	})
+}
+
+// corpusCase is a named request of TestHostileRepeatedHeaders.
+type corpusCase struct {
+	name string
+	req  corpusRequest
+}
+
+// corpusCases are the hostile corpus's requests of class, named by their
+// headers after the first four.
+func corpusCases(class string) []corpusCase {
+	var cs []corpusCase
+	for _, r := range hostileCorpus() {
+		if r.Class == class {
+			cs = append(cs, corpusCase{"corpus " + briefHeaders(r.Headers[4:]), corpusRequestOf(r)})
+		}
+	}
+	return cs
+}
+
+// benignWithLines is the first benign request with its header name lines
+// replaced by lines, one line each.
+func benignWithLines(name string, lines []string) corpusRequest {
+	r := corpusRequestOf(hostile.Benign()[0])
+	r.headers = slices.DeleteFunc(slices.Clone(r.headers), func(h [2]string) bool { return h[0] == name })
+	for _, l := range lines {
+		r.headers = append(r.headers, [2]string{name, l})
+	}
+	return r
 }
 
 // TestHostileConfigsRefused: configurations that can

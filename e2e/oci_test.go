@@ -47,12 +47,8 @@ func TestOCILayout(t *testing.T) {
 	if desc.Digest != res.Manifest.Digest || desc.MediaType != ocispec.MediaTypeImageManifest {
 		t.Errorf("Resolve(v1) = %s %s, want %s %s", desc.MediaType, desc.Digest, ocispec.MediaTypeImageManifest, res.Manifest.Digest)
 	}
-	raw, err := content.FetchAll(ctx, store, desc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m ocispec.Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := ocipack.FetchJSON(ctx, store, desc, &m); err != nil {
 		t.Fatal(err)
 	}
 	if m.Config.MediaType != ocipack.ConfigMediaType {

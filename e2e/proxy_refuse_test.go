@@ -7,7 +7,6 @@ package e2e
 // alone, for a real Envoy in front.
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -15,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +23,7 @@ import (
 
 func TestProxyRefusesBeforeListening(t *testing.T) {
 	bin := buildProxy(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wasmFile := tempFile(t, "hashlb.wasm", module(t))
 	a, b := fleettest.FreeAddr(t), fleettest.FreeAddr(t)
 	tests := []struct {
 		name   string
@@ -57,10 +51,7 @@ func TestProxyRefusesBeforeListening(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfgFile := filepath.Join(t.TempDir(), "config.json")
-			if err := os.WriteFile(cfgFile, []byte(tt.config), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			cfgFile := tempFile(t, "config.json", []byte(tt.config))
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-listen", b}, tt.args...)...)
@@ -84,42 +75,15 @@ func TestProxyRefusesBeforeListening(t *testing.T) {
 // (HTTP, or TCP for a network configuration) and no proxy.
 func TestProxyBackendsOnly(t *testing.T) {
 	bin := buildProxy(t)
-	dir := t.TempDir()
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wasmFile := tempFile(t, "hashlb.wasm", module(t))
 	for _, kind := range []string{"http", "network"} {
 		t.Run(kind, func(t *testing.T) {
 			a1, a2 := fleettest.FreeAddr(t), fleettest.FreeAddr(t)
 			cfg := fmt.Sprintf(`{"filterType": %q, "lbMethod": "SOURCEIPHASH", "services": [{"name": "b1", "address": %q}, {"name": "b2", "address": %q}]}`, kind, a1, a2)
-			cfgFile := filepath.Join(t.TempDir(), "config.json")
-			if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			cfgFile := tempFile(t, "config.json", []byte(cfg))
 			cmd := exec.Command(bin, "-wasm", wasmFile, "-config", cfgFile, "-backends-only")
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
 			cmd.Stderr = os.Stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				cmd.Process.Kill()
-				cmd.Wait()
-			})
-			ready := make(chan string, 1)
-			go func() {
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					if strings.Contains(sc.Text(), "demo backends of") {
-						ready <- sc.Text()
-					}
-				}
-				close(ready)
-			}()
+			ready := startWatched(t, cmd, func(line string) bool { return strings.Contains(line, "demo backends of") })
 			select {
 			case line, ok := <-ready:
 				if !ok {

@@ -6,7 +6,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -17,10 +16,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -77,24 +76,6 @@ func proxyConfig(method, extra string, bs []backend, disabled ...string) []byte 
 	return []byte(fmt.Sprintf(`{"lbMethod": %q, %s "debugHeader": true, "services": [%s]}`, method, extra, strings.Join(svcs, ", ")))
 }
 
-// syncBuffer collects a process's output for failure messages.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 var listenLine = regexp.MustCompile(`^hashlb-proxy: .* on http://(\S+), `)
 
 // runProxy starts hashlb-proxy (the binary bin) with config on a free
@@ -105,23 +86,50 @@ func runProxy(t *testing.T, bin string, config []byte) string {
 	return "http://" + startProxy(t, bin, config, listenLine, "-listen", "127.0.0.1:0")
 }
 
+// tempFile writes data to a file named name in a new temporary directory
+// of t and returns its path.
+func tempFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // startProxy starts hashlb-proxy with config and args (its listening flag),
 // two workers and no demo backends, and returns the address its stdout
 // line matching listen names, once it accepts connections. The process is
 // killed at t's cleanup.
 func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, args ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	wasmFile, cfgFile := filepath.Join(dir, "hashlb.wasm"), filepath.Join(dir, "config.json")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfgFile, config, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wasmFile, cfgFile := tempFile(t, "hashlb.wasm", module(t)), tempFile(t, "config.json", config)
 	cmd := exec.Command(bin, append([]string{"-wasm", wasmFile, "-config", cfgFile, "-workers", "2", "-backends=false"}, args...)...)
-	stderr := &syncBuffer{}
+	stderr := &envoyrun.SyncBuffer{}
 	cmd.Stderr = stderr
+	lines := startWatched(t, cmd, listen.MatchString)
+	select {
+	case line, ok := <-lines:
+		if !ok {
+			t.Fatalf("hashlb-proxy %v exited before listening: %s", args, stderr.String())
+		}
+		a := listen.FindStringSubmatch(line)[1]
+		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
+		if err != nil {
+			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
+		}
+		conn.Close()
+		return a
+	case <-time.After(60 * time.Second):
+		t.Fatalf("hashlb-proxy %v did not listen within 60s: %s", args, stderr.String())
+	}
+	return ""
+}
+
+// startWatched starts cmd, killed at t's cleanup, and returns the lines of
+// its stdout that match, in a channel closed when its stdout ends.
+func startWatched(t *testing.T, cmd *exec.Cmd, match func(line string) bool) <-chan string {
+	t.Helper()
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -133,31 +141,17 @@ func startProxy(t *testing.T, bin string, config []byte, listen *regexp.Regexp, 
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	addr := make(chan string, 1)
+	lines := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			if m := listen.FindStringSubmatch(sc.Text()); m != nil {
-				addr <- m[1]
+			if match(sc.Text()) {
+				lines <- sc.Text()
 			}
 		}
-		close(addr)
+		close(lines)
 	}()
-	select {
-	case a, ok := <-addr:
-		if !ok {
-			t.Fatalf("hashlb-proxy %v exited before listening: %s", args, stderr.String())
-		}
-		conn, err := net.DialTimeout("tcp", a, 5*time.Second)
-		if err != nil {
-			t.Fatalf("hashlb-proxy on %s does not accept: %v", a, err)
-		}
-		conn.Close()
-		return a
-	case <-time.After(60 * time.Second):
-		t.Fatalf("hashlb-proxy %v did not listen within 60s: %s", args, stderr.String())
-	}
-	return ""
+	return lines
 }
 
 // proxyReply is what a client got back through the proxy.

@@ -53,10 +53,7 @@ func TestSessionProxyImportedCookieInsert(t *testing.T) {
 
 	// Without -env the VMs have no key: refused, with the way to pass it.
 	cfgFile := filepath.Join(dir, "out", "shop.json")
-	wasmFile := filepath.Join(dir, "hashlb.wasm")
-	if err := os.WriteFile(wasmFile, module(t), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	wasmFile := tempFile(t, "hashlb.wasm", module(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "-wasm", wasmFile, "-config", cfgFile, "-backends=false", "-listen", "127.0.0.1:0").CombinedOutput()

@@ -164,13 +164,7 @@ func TestSlowStartTCP(t *testing.T) {
 	before := tcpConfig("SRCIPSRCPORTHASH", slow)
 	after := []byte(strings.Replace(string(before), `"hashId":"e-cache"}`, `"hashId":"e-cache"},{"name":"f","address":"10.1.0.6:443"}`, 1))
 	h := newTCPHost(t, before, workers, hostsim.ProfileEnvoy139, nil)
-	r := rand.New(rand.NewPCG(9, 9))
-	tuples := make([]tuple, 12000)
-	was := make([]string, len(tuples))
-	for i := range tuples {
-		tuples[i] = randomTuple(r)
-		was[i] = connect(t, h, i%workers, tuples[i])
-	}
+	tuples, was := connectRandom(t, h, workers, 9, 12000)
 	if err := h.Configure(after); err != nil {
 		t.Fatal(err)
 	}

@@ -150,12 +150,7 @@ func TestStress(t *testing.T) {
 	for w := 0; w < stressWorkers; w++ {
 		wg.Go(func() {
 			g := newStressGen(uint64(w))
-			sample := func(k int) {
-				mem[w][k] = make([]uint32, len(hosts))
-				for hi, h := range hosts {
-					mem[w][k][hi] = h.MemorySize(w)
-				}
-			}
+			sample := func(k int) { mem[w][k] = memorySizes(hosts, w) }
 			sample(0)
 			for i := 0; i < perWorker; i++ {
 				hi := i % len(hosts)
@@ -234,4 +229,13 @@ func checkMemoryFlat(t *testing.T, name string, hi int, mem *[stressWorkers][11]
 			t.Errorf("%s worker %d: memory at the end %d ÷ at the halfway point %d = %.3f, want ≤ 1.05 (or ≤ %d bytes more)", name, w, end, half, ratio, floor)
 		}
 	}
+}
+
+// memorySizes is worker w's memory on each of hosts.
+func memorySizes(hosts []*hostsim.Host, w int) []uint32 {
+	m := make([]uint32, len(hosts))
+	for i, h := range hosts {
+		m[i] = h.MemorySize(w)
+	}
+	return m
 }

@@ -51,6 +51,18 @@ func open(t testing.TB, h *hostsim.Host, w int, tp tuple) (*hostsim.Conn, hostsi
 	return c, res
 }
 
+// connectRandom connects n random tuples (seeded by seed), tuple i on worker
+// i%workers, and returns them with the address each reached.
+func connectRandom(t testing.TB, h *hostsim.Host, workers int, seed uint64, n int) ([]tuple, []string) {
+	r := rand.New(rand.NewPCG(seed, seed))
+	tuples, reached := make([]tuple, n), make([]string, n)
+	for i := range tuples {
+		tuples[i] = randomTuple(r)
+		reached[i] = connect(t, h, i%workers, tuples[i])
+	}
+	return tuples, reached
+}
+
 // connect opens and closes one connection and returns where it went ("" when
 // the module refused it).
 func connect(t testing.TB, h *hostsim.Host, w int, tp tuple) string {
@@ -154,13 +166,7 @@ func TestTCPDownServiceMovesOnlyItsKeys(t *testing.T) {
 		config := tcpConfig("SRCIPSRCPORTHASH",
 			`"healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":2,"healthyThreshold":2,"cluster":"backends"}`)
 		h := newTCPHost(t, config, workers, profile, handler)
-		r := rand.New(rand.NewPCG(7, 7))
-		tuples := make([]tuple, 400)
-		before := make([]string, len(tuples))
-		for i := range tuples {
-			tuples[i] = randomTuple(r)
-			before[i] = connect(t, h, i%workers, tuples[i])
-		}
+		tuples, before := connectRandom(t, h, workers, 7, 400)
 		const down = "10.1.0.3:443"
 		set := func(v bool) {
 			mu.Lock()

@@ -186,6 +186,21 @@ func nodeForV8(t *testing.T) string {
 	return node
 }
 
+// jsonLines decodes hashlbv8.mjs's output, one JSON value per line.
+func jsonLines[T any](out *bytes.Buffer) ([]T, error) {
+	var ls []T
+	sc := bufio.NewScanner(out)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var l T
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			return nil, fmt.Errorf("hashlbv8.mjs wrote a line that is not JSON (%v): %.300s", err, sc.Text())
+		}
+		ls = append(ls, l)
+	}
+	return ls, nil
+}
+
 // v8Job is the job file of hashlbv8.mjs (see its header).
 type v8Job struct {
 	Name     string `json:"name"`
@@ -477,15 +492,9 @@ func runV8(node, script, wasmFile, jobFile string, timeout time.Duration) ([]v8L
 		return nil, fmt.Errorf("node %s: %v after %v\nstderr: %s\nlast output: %s", filepath.Base(jobFile), err,
 			time.Since(start).Round(time.Millisecond), stderr.String(), tail(stdout.String(), 2000))
 	}
-	var lines []v8Line
-	sc := bufio.NewScanner(&stdout)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var l v8Line
-		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
-			return nil, fmt.Errorf("hashlbv8.mjs wrote a line that is not JSON (%v): %.300s", err, sc.Text())
-		}
-		lines = append(lines, l)
+	lines, err := jsonLines[v8Line](&stdout)
+	if err != nil {
+		return nil, err
 	}
 	if len(lines) == 0 {
 		return nil, fmt.Errorf("hashlbv8.mjs wrote nothing\nstderr: %s", stderr.String())

@@ -275,7 +275,7 @@ func (fc *fleetCallout) answered(numHeaders, bodySize, _ int) {
 			defer arenaStop()
 			status := 0
 			if v, err := getCallResponseHeader(":status"); err == nil {
-				status, _ = parseStatus(v)
+				status, _ = lbcore.ParseStatus(v)
 			}
 			var body []byte
 			if bodySize > 0 && bodySize <= fleet.MaxAnswerBytes {

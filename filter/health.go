@@ -137,7 +137,7 @@ func (pr *probe) answered(numHeaders, bodySize, _ int) {
 	status := 0
 	if numHeaders > 0 {
 		if v, err := getCallResponseHeader(":status"); err == nil {
-			status, _ = parseStatus(v)
+			status, _ = lbcore.ParseStatus(v)
 		}
 	}
 	var body []byte

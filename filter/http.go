@@ -237,7 +237,7 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		// failure updates: the SDK's read would make garbage on every response.
 		arenaStart()
 		v, _ := getResponseHeader(":status")
-		if status, ok := parseStatus(v); ok {
+		if status, ok := lbcore.ParseStatus(v); ok {
 			p.health.passive(h.chosen, status)
 		}
 		arenaStop()
@@ -249,22 +249,6 @@ func (h *httpContext) OnHttpResponseHeaders(int, bool) types.Action {
 		_ = proxywasm.ReplaceHttpResponseHeader("x-hashlb-decision", h.decisionText())
 	}
 	return types.ActionContinue
-}
-
-// parseStatus reads an HTTP status code: three digits (strconv's error
-// would be garbage).
-func parseStatus(v string) (int, bool) {
-	if len(v) != 3 {
-		return 0, false
-	}
-	n := 0
-	for i := 0; i < 3; i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, false
-		}
-		n = n*10 + int(v[i]-'0')
-	}
-	return n, true
 }
 
 // OnHttpStreamDone ends the request's active count, also after a reset.

@@ -335,14 +335,24 @@ func (p *pluginContext) newHTTP(id uint32) types.HttpContext {
 		p.wrongHTTP.p = p
 		return &p.wrongHTTP // stateless: one for every request
 	}
-	if n := len(p.free); n > 0 {
-		h := p.free[n-1]
-		p.free[n-1] = nil
-		p.free = p.free[:n-1]
+	if h := reuse(&p.free); h != nil {
 		*h = httpContext{p: p, id: id, chosen: -1, upstream: h.upstream[:0], debug: h.debug[:0], cookie: h.cookie[:0], session: h.session[:0]}
 		return h
 	}
 	return &httpContext{p: p, id: id, chosen: -1}
+}
+
+// reuse takes the last ended context off free, or returns nil when there is
+// none.
+func reuse[T any](free *[]*T) *T {
+	n := len(*free)
+	if n == 0 {
+		return nil
+	}
+	c := (*free)[n-1]
+	(*free)[n-1] = nil
+	*free = (*free)[:n-1]
+	return c
 }
 
 // upstreamValue is the upstream header's value: the decision's addresses in

@@ -36,10 +36,7 @@ func (p *pluginContext) newTCP() types.TcpContext {
 		p.wrongTCP.p = p
 		return &p.wrongTCP // stateless: one for every connection
 	}
-	if n := len(p.freeConns); n > 0 {
-		c := p.freeConns[n-1]
-		p.freeConns[n-1] = nil
-		p.freeConns = p.freeConns[:n-1]
+	if c := reuse(&p.freeConns); c != nil {
 		*c = tcpContext{p: p, chosen: -1}
 		return c
 	}

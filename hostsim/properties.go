@@ -129,11 +129,7 @@ func hostGetProperty(v *vm, p []uint64) uint64 {
 // calling stream (Envoy's filter state) or, from a root context, for the VM,
 // and get_property with the same path returns it.
 func hostSetProperty(v *vm, p []uint64) uint64 {
-	path, ok := v.mem(p[0], p[1])
-	if !ok {
-		return statusInvalidMemoryAccess
-	}
-	val, ok := v.mem(p[2], p[3])
+	path, val, ok := v.memPair(p)
 	if !ok {
 		return statusInvalidMemoryAccess
 	}

@@ -132,11 +132,7 @@ func hostGetSharedData(v *vm, p []uint64) uint64 {
 // hostSetSharedData implements proxy_set_shared_data(key_data, key_size,
 // value_data, value_size, cas) with SharedData.Set's semantics.
 func hostSetSharedData(v *vm, p []uint64) uint64 {
-	key, ok := v.mem(p[0], p[1])
-	if !ok {
-		return statusInvalidMemoryAccess
-	}
-	val, ok := v.mem(p[2], p[3])
+	key, val, ok := v.memPair(p)
 	if !ok {
 		return statusInvalidMemoryAccess
 	}

@@ -362,6 +362,15 @@ func (v *vm) mem(ptr, size uint64) ([]byte, bool) {
 	return append([]byte(nil), b...), true
 }
 
+// memPair returns copies of the key and the value of a set call's first four
+// arguments (key pointer and size, value pointer and size), or ok=false.
+func (v *vm) memPair(p []uint64) (key, val []byte, ok bool) {
+	if key, ok = v.mem(p[0], p[1]); ok {
+		val, ok = v.mem(p[2], p[3])
+	}
+	return key, val, ok
+}
+
 func (v *vm) putU32(ptr uint64, x uint32) bool { return v.mod.Memory().WriteUint32Le(uint32(ptr), x) }
 func (v *vm) putU64(ptr uint64, x uint64) bool { return v.mod.Memory().WriteUint64Le(uint32(ptr), x) }
 

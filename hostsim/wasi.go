@@ -237,24 +237,19 @@ func (v *vm) writev(fd, iovs, n uint32) (uint32, uint64) {
 }
 
 // wasiFdWrite implements fd_write: stdout → info log, stderr → error log, others EBADF.
-func wasiFdWrite(v *vm, p []uint64) uint64 {
-	n, errno := v.writev(uint32(p[0]), uint32(p[1]), uint32(p[2]))
-	if errno != errnoSuccess {
-		return errno
-	}
-	if !v.putU32(p[3], n) {
-		return errnoFault
-	}
-	return errnoSuccess
-}
+func wasiFdWrite(v *vm, p []uint64) uint64 { return wasiWrite(v, p, p[3]) }
 
 // wasiFdPwrite implements fd_pwrite (envoy-1.39) like fd_write.
-func wasiFdPwrite(v *vm, p []uint64) uint64 {
+func wasiFdPwrite(v *vm, p []uint64) uint64 { return wasiWrite(v, p, p[4]) }
+
+// wasiWrite writes the iovecs of fd_write's and fd_pwrite's first three
+// arguments and stores the count written at nwritten.
+func wasiWrite(v *vm, p []uint64, nwritten uint64) uint64 {
 	n, errno := v.writev(uint32(p[0]), uint32(p[1]), uint32(p[2]))
 	if errno != errnoSuccess {
 		return errno
 	}
-	if !v.putU32(p[4], n) {
+	if !v.putU32(nwritten, n) {
 		return errnoFault
 	}
 	return errnoSuccess

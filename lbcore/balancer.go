@@ -38,9 +38,13 @@ const (
 var reasonNames = [...]string{"hash", "bounded_load", "persistence", "backup", "least_connection", "round_robin", "no_service", "session"}
 
 // String returns the reason's metric label, for example "persistence".
-func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
+func (r Reason) String() string { return nameOf(reasonNames[:], int(r)) }
+
+// nameOf is names[i], or "unknown" outside the list: the String of each of
+// lbcore's enumerations.
+func nameOf(names []string, i int) string {
+	if i >= 0 && i < len(names) {
+		return names[i]
 	}
 	return "unknown"
 }

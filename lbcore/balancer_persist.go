@@ -28,10 +28,8 @@ func (b *Balancer) EnablePersistence(s Store, namespace string) {
 // It fills d, which must read as zero (a Decision returned by value is a
 // bulk clear and copy in Wasm).
 func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, ask bool) {
-	key, empty := b.persistKey(r)
-	if empty && b.cfg.Persistence.EmptyKey == "skip" {
-		b.decideMethod(d, r)
-		d.EmptyKey = true
+	key, empty, skipped := b.persistKeyOrSkip(d, r)
+	if skipped {
 		return
 	}
 	var fr firstRead
@@ -82,6 +80,18 @@ func (b *Balancer) decidePersistent(d *Decision, r *Request, now time.Time, ask 
 	}
 	// The table's service: a hit, or another worker's concurrent store.
 	b.persistedInto(d, r, idx)
+}
+
+// persistKeyOrSkip is persistKey, or, for an empty key that persistence
+// skips (emptyKey "skip"), skipped with the method's decision in d.
+func (b *Balancer) persistKeyOrSkip(d *Decision, r *Request) (key []byte, empty, skipped bool) {
+	key, empty = b.persistKey(r)
+	if empty && b.cfg.Persistence.EmptyKey == "skip" {
+		b.decideMethod(d, r)
+		d.EmptyKey = true
+		return key, empty, true
+	}
+	return key, empty, false
 }
 
 // persistKey evaluates the persistence key expressions for r into b.pkey
@@ -188,10 +198,8 @@ func (b *Balancer) DecideFleet(r *Request, now time.Time, i int) (d Decision) {
 // the table holds, and names it first in d (which must read as zero). An
 // empty key that persistence skips leaves the decision to the method.
 func (b *Balancer) decideForced(d *Decision, r *Request, now time.Time, i int) {
-	key, empty := b.persistKey(r)
-	if empty && b.cfg.Persistence.EmptyKey == "skip" {
-		b.decideMethod(d, r)
-		d.EmptyKey = true
+	key, empty, skipped := b.persistKeyOrSkip(d, r)
+	if skipped {
 		return
 	}
 	forced := b.services[i].ID

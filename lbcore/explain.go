@@ -26,12 +26,7 @@ const (
 var stateNames = [...]string{"selectable", "disabled", "DOWN"}
 
 // String returns "selectable", "disabled" or "DOWN".
-func (s ServiceState) String() string {
-	if int(s) < len(stateNames) {
-		return stateNames[s]
-	}
-	return "unknown"
-}
+func (s ServiceState) String() string { return nameOf(stateNames[:], int(s)) }
 
 // RankedService is one service of an Explanation's ranking.
 //

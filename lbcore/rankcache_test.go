@@ -10,14 +10,29 @@ import (
 
 // weightedPool is pool with weight weights[i%len] per service and some disabled.
 func weightedPool(n int, weights []int, extra string) string {
+	return urlPool(n, weights, extra, func(i int) bool { return i%37 == 5 })
+}
+
+// urlPool is a URLHASH configuration that starts with extra (top-level
+// fields, each followed by a comma) over services s0..s(n-1): service i of
+// weight weights[i%len(weights)] (1 each when weights is nil), disabled
+// where off(i); with off nil no service says "enabled".
+func urlPool(n int, weights []int, extra string, off func(int) bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `{"lbMethod":"URLHASH",%s"services":[`, extra)
 	for i := 0; i < n; i++ {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		fmt.Fprintf(&b, `{"name":"s%d","address":"10.0.%d.%d:80","weight":%d,"enabled":%v}`,
-			i, i/250, i%250+1, weights[i%len(weights)], i%37 != 5)
+		w := 1
+		if weights != nil {
+			w = weights[i%len(weights)]
+		}
+		fmt.Fprintf(&b, `{"name":"s%d","address":"10.0.%d.%d:80","weight":%d`, i, i/250, i%250+1, w)
+		if off != nil {
+			fmt.Fprintf(&b, `,"enabled":%v`, !off(i))
+		}
+		b.WriteByte('}')
 	}
 	b.WriteString("]}")
 	return b.String()

@@ -179,12 +179,7 @@ const (
 var sessionStateNames = [...]string{"off", "absent", "valid", "forged", "expired", "idle", "unknown_service", "unselectable", "future"}
 
 // String returns the state's name, for example "forged".
-func (s SessionState) String() string {
-	if int(s) < len(sessionStateNames) {
-		return sessionStateNames[s]
-	}
-	return "unknown"
-}
+func (s SessionState) String() string { return nameOf(sessionStateNames[:], int(s)) }
 
 // SessionStates returns every state's name, in SessionState order.
 func SessionStates() []string { return sessionStateNames[:] }

@@ -12,24 +12,10 @@ import (
 // ssPool is a URLHASH configuration over services s0..s(n-1) with weights
 // (1 each when weights is nil) and extra top-level fields.
 func ssPool(n int, weights []int, extra string) string {
-	var b strings.Builder
-	b.WriteString(`{"lbMethod":"URLHASH",`)
 	if extra != "" {
-		b.WriteString(extra + ",")
+		extra += ","
 	}
-	b.WriteString(`"services":[`)
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		w := 1
-		if weights != nil {
-			w = weights[i]
-		}
-		fmt.Fprintf(&b, `{"name":"s%d","address":"10.0.%d.%d:80","weight":%d}`, i, i/250, i%250+1, w)
-	}
-	b.WriteString("]}")
-	return b.String()
+	return urlPool(n, weights, extra, nil)
 }
 
 const ssWindow = `"slowStart":{"window":"60s"}`

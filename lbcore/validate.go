@@ -358,6 +358,17 @@ var (
 	errNotContiguous = errors.New("not a contiguous mask")
 )
 
+// NetmaskBits returns the prefix length of a contiguous dotted IPv4 mask
+// (ones then zeros, at least one bit), as the netmask field takes it;
+// 0, false for anything else.
+func NetmaskBits(s string) (int, bool) {
+	ones, err := parseNetmask(s)
+	if err != nil {
+		return 0, false
+	}
+	return ones, true
+}
+
 // parseNetmask returns the prefix length of a dotted IPv4 mask; on error, 32.
 func parseNetmask(s string) (int, error) {
 	a, err := netip.ParseAddr(s)
@@ -577,9 +588,17 @@ func ParseStatusSet(s string) (StatusSet, error) {
 	return set, nil
 }
 
-// statusCode parses an HTTP status code: three digits in [100, 599], no sign
-// or spaces (strconv.Atoi alone would take "+500").
+// statusCode parses an HTTP status code of a configuration: three digits in
+// [100, 599].
 func statusCode(s string) (int, bool) {
+	n, ok := ParseStatus(s)
+	return n, ok && n >= 100 && n <= 599
+}
+
+// ParseStatus reads an HTTP status code as three digits, no sign or spaces
+// (strconv.Atoi alone would take "+500"); the filters read a response's
+// :status with it.
+func ParseStatus(s string) (int, bool) {
 	if len(s) != 3 {
 		return 0, false
 	}
@@ -590,7 +609,7 @@ func statusCode(s string) (int, bool) {
 		}
 		n = n*10 + int(s[i]-'0')
 	}
-	return n, n >= 100 && n <= 599
+	return n, true
 }
 
 // serviceID is a service's rendezvous hash and persistence identity.

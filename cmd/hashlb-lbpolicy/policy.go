@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"time"
 
 	"github.com/hashlb/hashlb/internal/lbpolicy"
@@ -25,10 +26,16 @@ const (
 var counterNames = [numCounters]string{"no_host", "inconsistent", "update_error", "weight_clamped"}
 
 // NewConfig parses a configuration (lbpolicy.ParseConfig, whose error
-// refuses it) and defines its counters.
+// refuses it), reads its fleet's etcd credentials from Envoy's environment
+// and defines its counters.
 func (module) NewConfig(name string, data []byte, stats abi.Stats) (abi.Config, error) {
 	pol, err := lbpolicy.ParseConfig(data)
 	if err != nil {
+		return nil, err
+	}
+	// The fleet's etcd credentials, from Envoy's environment: a partial or
+	// unreadable set refuses the configuration.
+	if err := pol.LoadEtcdCredentials(os.Getenv); err != nil {
 		return nil, err
 	}
 	c := &config{pol: pol}

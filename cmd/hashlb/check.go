@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/hashlb/hashlb/internal/deploycheck"
+	"github.com/hashlb/hashlb/lbcore"
 	"gopkg.in/yaml.v3"
 )
 
@@ -133,7 +134,7 @@ func reportConfigs(named []deploycheck.Named, findings []deploycheck.Finding, st
 			case e.Policy.Unknown != "":
 				fmt.Fprintf(stdout, "%sok (%s; hosts not checked: %s)\n", e.Prefix(file), cfg.LBMethod, e.Policy.Unknown)
 			default:
-				fmt.Fprintf(stdout, "%sok (%s over %s from %s)\n", e.Prefix(file), cfg.LBMethod, plural(len(e.Policy.Hosts), "host"), e.Policy.From)
+				fmt.Fprintf(stdout, "%sok (%s over %s from %s%s)\n", e.Prefix(file), cfg.LBMethod, plural(len(e.Policy.Hosts), "host"), e.Policy.From, fleetNote(cfg))
 			}
 		}
 	}
@@ -156,6 +157,15 @@ func reportFindings(findings []deploycheck.Finding, stdout, stderr io.Writer) (f
 }
 
 // plural writes "1 service", "3 services".
+// fleetNote is what "ok" adds for a policy whose persistence has a fleet:
+// the etcd members its client dials.
+func fleetNote(cfg *lbcore.Config) string {
+	if cfg.Persistence == nil || cfg.Persistence.Fleet == nil || len(cfg.Persistence.Fleet.Endpoints) == 0 {
+		return ""
+	}
+	return "; persistence.fleet over " + plural(len(cfg.Persistence.Fleet.Endpoints), "etcd endpoint")
+}
+
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

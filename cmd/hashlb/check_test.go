@@ -104,6 +104,8 @@ func TestCheckGolden(t *testing.T) {
 		// The load-balancing policy: refusals, hosts as services, health advice.
 		{"lbpolicy-bad", []string{td + "lbpolicy-bad.yaml"}},
 		{"lbpolicy-cds", []string{td + "lbpolicy-cds.yaml"}},
+		// Through Istio: the policy in an EnvoyFilter's CLUSTER patch, one it refuses.
+		{"istio-lbpolicy-bad", []string{td + "istio-lbpolicy-bad.yaml"}},
 		{"usage", []string{}},
 		{"usage-flag", []string{"-q", "x.json"}},
 	}
@@ -138,6 +140,14 @@ func TestCheckRepositoryConfigs(t *testing.T) {
 		{"istio", istio, []string{"../../configs/istio/wasmplugin.yaml: WasmPlugin demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		{"istio-ambient", []string{"../../configs/istio/ambient/serviceentry.yaml", "../../configs/istio/ambient/trafficextension.yaml"},
 			[]string{"../../configs/istio/ambient/trafficextension.yaml: TrafficExtension demo/hashlb-ambient: ok (URLHASH over 3 services)"}},
+		// The load-balancing policy's EnvoyFilter, instead of the filter's two files.
+		{"istio-lbpolicy", append(without(without(istio, "wasmplugin.yaml"), "envoyfilter.yaml"), "../../configs/istio/lbpolicy/envoyfilter.yaml"),
+			[]string{"../../configs/istio/lbpolicy/envoyfilter.yaml: EnvoyFilter demo/hashlb-lbpolicy, patch 0, cluster outbound|8080||hashlb-backends.demo.internal, " +
+				"load-balancing policy envoy.load_balancing_policies.dynamic_modules: ok (URLHASH; hosts not checked: its hosts are the endpoints istiod sends the cluster the patch matches)"}},
+		// The ingress gateway's files with the service's.
+		{"istio-gateway", []string{"../../configs/istio/serviceentry.yaml", "../../configs/istio/destinationrule.yaml",
+			"../../configs/istio/gateway/gateway.yaml", "../../configs/istio/gateway/envoyfilter.yaml", "../../configs/istio/gateway/wasmplugin.yaml"},
+			[]string{"../../configs/istio/gateway/wasmplugin.yaml: WasmPlugin istio-system/hashlb: ok (SOURCEIPHASH over 3 services)"}},
 		// The TrafficExtension twins, each applied instead of its WasmPlugin.
 		{"istio-trafficextension", append(without(istio, "wasmplugin.yaml"), "../../configs/istio/trafficextension/trafficextension.yaml"),
 			[]string{"../../configs/istio/trafficextension/trafficextension.yaml: TrafficExtension demo/hashlb: ok (SOURCEIPHASH over 3 services)"}},

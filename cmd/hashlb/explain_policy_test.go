@@ -156,15 +156,21 @@ func TestExplainPolicyIsWorker(t *testing.T) {
 	}
 }
 
-// TestCheckShippedPolicy: "hashlb check configs/envoy-lbpolicy.yaml", run
-// where Envoy runs it (the repository root), passes.
+// TestCheckShippedPolicy: "hashlb check" on each shipped bootstrap of the
+// policy, run where Envoy runs it (the repository root), passes and says
+// what it checked: the method, the hosts and, for the fleet's, the etcd
+// members the policy's client dials.
 func TestCheckShippedPolicy(t *testing.T) {
 	t.Chdir("../..")
-	var stdout, stderr bytes.Buffer
-	code := run([]string{"check", "configs/envoy-lbpolicy.yaml"}, &stdout, &stderr)
-	want := "configs/envoy-lbpolicy.yaml: cluster hashlb_hosts, load-balancing policy hashlb: ok (URLHASH over 3 hosts from EDS file configs/lbpolicy-endpoints.yaml)\n"
-	if code != 0 || stdout.String() != want || stderr.Len() != 0 {
-		t.Errorf("hashlb check configs/envoy-lbpolicy.yaml = %d\n%s%s\nwant 0 and %q", code, stdout.String(), stderr.String(), want)
+	for file, want := range map[string]string{
+		"configs/envoy-lbpolicy.yaml":       "configs/envoy-lbpolicy.yaml: cluster hashlb_hosts, load-balancing policy hashlb: ok (URLHASH over 3 hosts from EDS file configs/lbpolicy-endpoints.yaml)\n",
+		"configs/envoy-lbpolicy-fleet.yaml": "configs/envoy-lbpolicy-fleet.yaml: cluster hashlb_hosts, load-balancing policy hashlb: ok (ROUNDROBIN over 3 hosts from EDS file configs/lbpolicy-endpoints.yaml; persistence.fleet over 3 etcd endpoints)\n",
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run([]string{"check", file}, &stdout, &stderr)
+		if code != 0 || stdout.String() != want || stderr.Len() != 0 {
+			t.Errorf("hashlb check %s = %d\n%s%s\nwant 0 and %q", file, code, stdout.String(), stderr.String(), want)
+		}
 	}
 }
 

@@ -606,8 +606,10 @@ func endpoints(bs []*envoyrun.Backend) []string {
 
 // envoyReady is how long these tests wait for an Envoy to be ready: V8
 // compiles the 5 MB module first, which takes tens of seconds on a loaded
-// two-core machine.
-const envoyReady = 3 * time.Minute
+// two-core machine and minutes with several Envoys compiling at once beside
+// other work. A ceiling for a stuck Envoy, not a promise: the package's
+// timeout leaves room for it.
+const envoyReady = 10 * time.Minute
 
 // startEnvoy is envoyrun.Start with envoyReady.
 func startEnvoy(t testing.TB, bin envoyrun.Binary, o envoyrun.Options) *envoyrun.Envoy {

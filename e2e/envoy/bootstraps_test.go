@@ -30,7 +30,7 @@ type bootstrapCase struct {
 // bootstrapCases covers every Envoy bootstrap the repository ships;
 // TestBootstrapsAreAllCovered fails when a new one has no case here.
 var bootstrapCases = []bootstrapCase{
-	// TestEnvoyYAMLAnswersAsTheReadme (demo_test.go) validates and starts
+	// TestEnvoyYAMLAnswersAsTheReadme (demo_envoy_test.go) validates and starts
 	// envoy.yaml as shipped and sends the README's requests.
 	{"envoy.yaml", nil},
 	{"configs/envoy-fleet.yaml", bootstrapFleet},
@@ -40,6 +40,12 @@ var bootstrapCases = []bootstrapCase{
 	// TestLBPolicyShippedBootstrap (lbpolicy_bootstrap_test.go) starts it in
 	// Envoy 1.38, 1.39 and 1.40, which alone can load the policy.
 	{"configs/envoy-lbpolicy.yaml", nil},
+	// Its policy configuration runs in three Envoys over a three-member etcd
+	// (TestLBPolicyFleet, lbpolicy_fleet_test.go, Envoy 1.38 to 1.40); the
+	// rest of it is configs/envoy-lbpolicy.yaml's (e2e's
+	// TestLBPolicyFleetBootstrapShape), which TestLBPolicyShippedBootstrap
+	// starts.
+	{"configs/envoy-lbpolicy-fleet.yaml", nil},
 }
 
 // TestBootstrapsStart starts each shipped bootstrap as written, with only

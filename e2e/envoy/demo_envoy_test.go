@@ -1,7 +1,8 @@
 package envoy
 
-// The demo through real Envoy (./build.sh envoy): the README's quick-start
-// curl lines must answer through Envoy as they do through hashlb-proxy.
+// The README's quick-start curl lines through real Envoy, as they answer
+// through hashlb-proxy: TestEnvoyYAMLAnswersAsTheReadme sends them to
+// envoy.yaml as shipped; for the demo (./build.sh envoy),
 // TestEnvoyDemoAnswersAsTheReadme runs the bootstrap the script runs
 // (envoyrun.DemoBootstrap) on free ports with lbcore as the oracle;
 // TestEnvoyDemoScript runs the script itself on the README's own ports, in a
@@ -22,7 +23,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,181 +32,27 @@ import (
 	"github.com/hashlb/hashlb/lbcore"
 )
 
-// readmeCurl is one curl line of the README's quick start and what the
-// README says the demo answers.
-type readmeCurl struct {
-	line     string      // the command, as shown
-	url      string      // http://127.0.0.1:10000/…
-	header   http.Header // its -H headers
-	service  string      // the backend the answer names ("b3")
-	body     string      // "backend b3 (127.0.0.1:18083)"
-	decision string      // the X-Hashlb-Decision value shown, or ""
-}
-
-var (
-	readmeBody     = regexp.MustCompile(`backend (b[0-9]+) \(127\.0\.0\.1:[0-9]+\)`)
-	readmeDecision = regexp.MustCompile(`(?i)X-Hashlb-Decision: *(.*?) *$`)
-)
-
-// readmeCurls returns the README's quick-start curl lines: those of the sh
-// block after "prints a line to try", each with the comments that follow it
-// on its line and on comment-only lines below it.
-func readmeCurls(t testing.TB) []readmeCurl {
-	t.Helper()
-	readme := string(envoyrun.ReadRepoFile(t, "README.md"))
-	_, after, ok := strings.Cut(readme, "prints a line to try")
-	if !ok {
-		t.Fatal(`README.md: no "prints a line to try" before the quick start's curl lines`)
-	}
-	_, block, _ := strings.Cut(after, "```sh\n")
-	block, _, _ = strings.Cut(block, "```")
-	var out []readmeCurl
-	var comments []string
-	flush := func() {
-		if len(out) == 0 {
-			return
-		}
-		c := &out[len(out)-1]
-		text := strings.Join(comments, "\n")
-		if m := readmeBody.FindStringSubmatch(text); m != nil {
-			c.service, c.body = m[1], m[0]
-		}
-		for _, cm := range comments {
-			if m := readmeDecision.FindStringSubmatch(cm); m != nil {
-				c.decision = m[1]
-			}
-		}
-		comments = nil
-	}
-	for _, line := range strings.Split(block, "\n") {
-		cmd, comment, _ := strings.Cut(line, "#")
-		cmd = strings.TrimSpace(cmd)
-		if cmd != "" {
-			flush()
-			args := shellWords(cmd)
-			if args[0] != "curl" {
-				t.Fatalf("README.md quick start: %q is not a curl line", cmd)
-			}
-			c := readmeCurl{line: cmd, header: http.Header{}}
-			for i := 1; i < len(args); i++ {
-				switch a := args[i]; {
-				case a == "-H" && i+1 < len(args):
-					k, v, _ := strings.Cut(args[i+1], ":")
-					c.header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
-					i++
-				case strings.HasPrefix(a, "http://"):
-					c.url = a
-				case a == "-s" || a == "-si" || a == "-i" || a == "-v":
-				default:
-					t.Fatalf("README.md quick start: %q: argument %q this test does not know", cmd, a)
-				}
-			}
-			out = append(out, c)
-		}
-		if strings.TrimSpace(comment) != "" {
-			comments = append(comments, comment)
-		}
-	}
-	flush()
-	if len(out) != 3 {
-		t.Fatalf("README.md quick start: %d curl lines, want the three the demo answers", len(out))
-	}
-	decisions := 0
-	for _, c := range out {
-		if c.url == "" || c.body == "" {
-			t.Fatalf("README.md quick start: %q: want a URL and a comment saying which backend answers", c.line)
-		}
-		if c.decision != "" {
-			decisions++
-		}
-	}
-	if decisions == 0 {
-		t.Fatal("README.md quick start: no line shows X-Hashlb-Decision")
-	}
-	return out
-}
-
-// shellWords splits a command line at spaces outside single quotes.
-func shellWords(s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted, word := false, false
-	for _, r := range s {
-		switch {
-		case r == '\'':
-			quoted, word = !quoted, true
-		case r == ' ' && !quoted:
-			if word {
-				out = append(out, cur.String())
-				cur.Reset()
-				word = false
-			}
-		default:
-			cur.WriteRune(r)
-			word = true
-		}
-	}
-	if word {
-		out = append(out, cur.String())
-	}
-	return out
-}
-
 // request is the lbcore request a curl line makes (the filter strips the
 // forged upstream header, so it plays no part).
-func (c readmeCurl) request(t testing.TB) lbcore.Request {
+func readmeRequest(t testing.TB, c envoyrun.ReadmeCurl) lbcore.Request {
 	t.Helper()
-	u := strings.TrimPrefix(c.url, "http://")
+	u := strings.TrimPrefix(c.URL, "http://")
 	host, path, _ := strings.Cut(u, "/")
 	return lbcore.Request{Target: "/" + path, Authority: host, Method: "GET"}
 }
 
-// curlAnswer is what a client sees for one request.
-type curlAnswer struct {
-	status   int
-	body     string
-	decision string
-	header   http.Header
-}
-
-// send makes c's request, its host and port replaced by listener.
-func (c readmeCurl) send(t testing.TB, listener string) curlAnswer {
-	t.Helper()
-	u := c.url
-	if listener != "" {
-		_, path, _ := strings.Cut(strings.TrimPrefix(u, "http://"), "/")
-		u = "http://" + listener + "/" + path
-	}
-	req, err := http.NewRequest("GET", u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, vs := range c.header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s: %v", c.line, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return curlAnswer{status: resp.StatusCode, body: string(b), decision: resp.Header.Get("X-Hashlb-Decision"), header: resp.Header}
-}
-
 // check compares a with what the README says, for the backend name and
 // address the answer must carry.
-func (c readmeCurl) check(t testing.TB, a curlAnswer, service, addr string) {
+func checkReadmeAnswer(t testing.TB, c envoyrun.ReadmeCurl, a envoyrun.CurlAnswer, service, addr string) {
 	t.Helper()
 	wantBody := fmt.Sprintf("backend %s (%s)\n", service, addr)
-	if a.status != 200 || a.body != wantBody {
-		t.Errorf("%s: %d %q, want 200 %q", c.line, a.status, a.body, wantBody)
+	if a.Status != 200 || a.Body != wantBody {
+		t.Errorf("%s: %d %q, want 200 %q", c.Line, a.Status, a.Body, wantBody)
 	}
-	if c.decision != "" {
-		want := regexp.MustCompile(`service=[^;]*`).ReplaceAllString(c.decision, "service="+service)
-		if a.decision != want {
-			t.Errorf("%s: X-Hashlb-Decision %q, want %q", c.line, a.decision, want)
+	if c.Decision != "" {
+		want := regexp.MustCompile(`service=[^;]*`).ReplaceAllString(c.Decision, "service="+service)
+		if a.Decision != want {
+			t.Errorf("%s: X-Hashlb-Decision %q, want %q", c.Line, a.Decision, want)
 		}
 	}
 }
@@ -220,6 +66,50 @@ func demoBootstrap(t testing.TB) []byte {
 	return b
 }
 
+// TestEnvoyYAMLAnswersAsTheReadme starts envoy.yaml as shipped (only its
+// ports moved to free ones) in front of three echo backends and sends the
+// README's three requests: /some/path reaches the service lbcore ranks first
+// twice, and a client's forged x-envoy-original-dst-host neither chooses the
+// upstream nor reaches it.
+func TestEnvoyYAMLAnswersAsTheReadme(t *testing.T) {
+	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		bs := envoyrun.StartBackends(t, 3)
+		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "envoy.yaml"), map[int]int{
+			9901: 0, 10000: 0, 18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port(),
+		})
+		cfg := pluginConfigs(t, yaml)[0]
+		e := bootstrapStart(t, bin, envoyrun.WorkDir(t), yaml)
+		url := "http://" + e.MustListener(t, "hashlb_listener")
+		for _, c := range []struct {
+			path, forged, want string
+		}{
+			{"/some/path", "", ""},
+			{"/some/path", "", ""},
+			{"/x", "203.0.113.9:80", ""},
+		} {
+			// The backends' ports are not the README's, so neither are the
+			// hashes: lbcore says where each request must go.
+			c.want = oracle(cfg, lbcore.Request{Target: c.path, Authority: "x", Method: "GET"})[0]
+			req, _ := http.NewRequest("GET", url+c.path, nil)
+			if c.forged != "" {
+				req.Header.Set("x-envoy-original-dst-host", c.forged)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || resp.Header.Get("X-Backend") != c.want {
+				t.Errorf("GET %s (forged %q): %d from %q, want 200 from %s: %s", c.path, c.forged, resp.StatusCode, resp.Header.Get("X-Backend"), c.want, body)
+			}
+			if c.forged != "" && strings.Contains(string(body), c.forged) {
+				t.Errorf("GET %s: the backend received the forged header: %s", c.path, body)
+			}
+		}
+	})
+}
+
 // TestEnvoyDemoAnswersAsTheReadme: the bootstrap ./build.sh envoy runs, in
 // front of the demo's own backends (hashlb-proxy -backends-only), answers the
 // README's three curl lines as the README says: 200, "backend NAME (ADDR)"
@@ -228,16 +118,16 @@ func demoBootstrap(t testing.TB) []byte {
 // ones, so the names come from lbcore; with the README's ports lbcore must
 // name the README's backends.
 func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
-	lines := readmeCurls(t)
+	lines := envoyrun.ReadmeCurls(t)
 	demo := demoBootstrap(t)
 	fixed := pluginConfigs(t, demo)[0]
 	for _, c := range lines {
-		got := oracle(fixed, c.request(t))[0]
-		if got != c.service {
-			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's body says %s", c.line, got, c.service)
+		got := oracle(fixed, readmeRequest(t, c))[0]
+		if got != c.Service {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's body says %s", c.Line, got, c.Service)
 		}
-		if m := regexp.MustCompile(`service=([^;]*)`).FindStringSubmatch(c.decision); m != nil && m[1] != got {
-			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's X-Hashlb-Decision says %s", c.line, got, m[1])
+		if m := regexp.MustCompile(`service=([^;]*)`).FindStringSubmatch(c.Decision); m != nil && m[1] != got {
+			t.Errorf("%s: lbcore sends it to %s with the README's ports, the README's X-Hashlb-Decision says %s", c.Line, got, m[1])
 		}
 	}
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
@@ -250,7 +140,7 @@ func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
 		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
 		listener := e.MustListener(t, "hashlb_listener")
 		for _, c := range lines {
-			r := c.request(t)
+			r := readmeRequest(t, c)
 			name := oracle(cfg, r)[0]
 			var addr string
 			for _, s := range cfg.Services {
@@ -258,11 +148,11 @@ func TestEnvoyDemoAnswersAsTheReadme(t *testing.T) {
 					addr = s.Address
 				}
 			}
-			a := c.send(t, listener)
-			c.check(t, a, name, addr)
+			a := c.Send(t, listener)
+			checkReadmeAnswer(t, c, a, name, addr)
 			// Facts for docs/envoy-host.md: what Envoy adds to the answer.
-			if a.header.Get("Server") != "envoy" || a.header.Get("X-Envoy-Upstream-Service-Time") == "" {
-				t.Errorf("%s: server %q, x-envoy-upstream-service-time %q: want Envoy's own answer headers", c.line, a.header.Get("Server"), a.header.Get("X-Envoy-Upstream-Service-Time"))
+			if a.Header.Get("Server") != "envoy" || a.Header.Get("X-Envoy-Upstream-Service-Time") == "" {
+				t.Errorf("%s: server %q, x-envoy-upstream-service-time %q: want Envoy's own answer headers", c.Line, a.Header.Get("Server"), a.Header.Get("X-Envoy-Upstream-Service-Time"))
 			}
 		}
 	})
@@ -403,7 +293,7 @@ func TestEnvoyDemoScript(t *testing.T) {
 		eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) { runDemoScript(t, bin.Path, repo) })
 		return
 	}
-	readmeCurls(t) // the README is readable before anything is built
+	envoyrun.ReadmeCurls(t) // the README is readable before anything is built
 	bins := envoyrun.Binaries(t)
 	// One copy for every version, run one after the other: the second
 	// run's builds find dist/ up to date.
@@ -443,89 +333,20 @@ func TestEnvoyDemoScript(t *testing.T) {
 
 // runDemoScript is the fixed-port run itself.
 func runDemoScript(t *testing.T, bin, repo string) {
-	lines := readmeCurls(t)
 	if busy := busyPorts(); len(busy) > 0 {
 		t.Fatalf("the demo's ports %v are in use", busy)
 	}
-	start := time.Now()
 	cmd := exec.Command("./build.sh", "envoy")
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "HASHLB_ENVOY="+bin)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for _, p := range demoPorts {
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pw.Close()
-	pgid := cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGKILL) })
-	var mu sync.Mutex
-	var output strings.Builder
-	tryLine := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			mu.Lock()
-			output.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			if s, ok := strings.CutPrefix(sc.Text(), "try: "); ok {
-				tryLine <- s
-			}
-		}
-	}()
-	out := func() string { mu.Lock(); defer mu.Unlock(); return output.String() }
-	var try string
-	select {
-	case try = <-tryLine:
-	case err := <-exited:
-		t.Fatalf("./build.sh envoy exited (%v) before it printed a line to try:\n%s", err, out())
-	case <-time.After(4 * time.Minute):
-		t.Fatalf("./build.sh envoy printed no line to try within 4 minutes:\n%s", out())
-	}
-	t.Logf("./build.sh envoy ready after %v", time.Since(start).Round(100*time.Millisecond))
-	if try != lines[0].line {
-		t.Errorf("./build.sh envoy says to try %q, the README's first line is %q", try, lines[0].line)
-	}
-	for _, c := range lines {
-		a := c.send(t, "")
-		if a.status != 200 || a.body != c.body+"\n" {
-			t.Errorf("%s: %d %q, the README says %q", c.line, a.status, a.body, c.body)
-		}
-		if c.decision != "" && a.decision != c.decision {
-			t.Errorf("%s: X-Hashlb-Decision %q, the README says %q", c.line, a.decision, c.decision)
-		}
-	}
-	// Ctrl-C: the terminal sends SIGINT to the foreground process group.
-	stopAt := time.Now()
-	syscall.Kill(-pgid, syscall.SIGINT)
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-			t.Errorf("after Ctrl-C ./build.sh envoy exited with %v, want status 130", err)
-		}
-	case <-time.After(waitCeiling):
-		t.Fatalf("./build.sh envoy still runs %v after Ctrl-C:\n%s", waitCeiling, out())
-	}
-	t.Logf("stopped %v after Ctrl-C", time.Since(stopAt).Round(10*time.Millisecond))
-	if err := syscall.Kill(-pgid, 0); err != syscall.ESRCH {
-		t.Errorf("after the script exited its process group still has processes (kill -0: %v)", err)
-	}
-	if busy := busyPorts(); len(busy) > 0 {
-		t.Errorf("after Ctrl-C the demo's ports %v still accept connections", busy)
-	}
-	if !strings.Contains(out(), "envoy: demo stopped") {
-		t.Errorf("./build.sh envoy did not say it stopped the demo:\n%s", out())
-	}
-	if t.Failed() {
-		t.Logf("./build.sh envoy printed:\n%s", out())
-	}
+	envoyrun.RunDemo(t, envoyrun.DemoScript{
+		Name: "./build.sh envoy", Cmd: cmd, Ready: 4 * time.Minute, Stop: waitCeiling,
+		Stopped: "envoy: demo stopped", Addrs: addrs,
+	})
 }
 
 // busyPorts returns the demo ports something accepts connections on.

@@ -53,7 +53,7 @@ func deployDoc(t testing.TB) (runs []docRun, backends [][]string) {
 		if line == "" {
 			continue
 		}
-		args := shellWords(line)
+		args := envoyrun.ShellWords(line)
 		cur := &runs[len(runs)-1]
 		switch {
 		case args[0] == "envoy":
@@ -236,22 +236,22 @@ func deployDocHTTP(t *testing.T, e *envoyrun.Envoy, cfg *lbcore.Config, r docRun
 	sent := map[string]int64{}
 	var answered time.Time
 	for _, line := range r.curls {
-		c := readmeCurl{line: line}
-		for _, a := range shellWords(line)[1:] {
+		c := envoyrun.ReadmeCurl{Line: line}
+		for _, a := range envoyrun.ShellWords(line)[1:] {
 			switch {
 			case strings.HasPrefix(a, "http://"):
-				c.url = a
+				c.URL = a
 			case a == "-v" || a == "-s" || a == "-i" || a == "-si":
 			default:
 				t.Fatalf("docs/deploy.md: %q: argument %q this test does not know", line, a)
 			}
 		}
-		name := oracle(cfg, c.request(t))[0]
-		a := c.send(t, listener)
+		name := oracle(cfg, readmeRequest(t, c))[0]
+		a := c.Send(t, listener)
 		answered = time.Now()
 		want := strings.NewReplacer("b1", name, "127.0.0.1:18081", address(cfg, name)).Replace(example) + "\n"
-		if a.status != 200 || a.body != want {
-			t.Errorf("%s: %d %q, want 200 %q (the page's form, from the service lbcore ranks first)", line, a.status, a.body, want)
+		if a.Status != 200 || a.Body != want {
+			t.Errorf("%s: %d %q, want 200 %q (the page's form, from the service lbcore ranks first)", line, a.Status, a.Body, want)
 		}
 		sent[name]++
 	}

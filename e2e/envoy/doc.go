@@ -23,7 +23,7 @@
 // (TestBuilderShapesAreShipped in shipped_test.go), so the tests built on
 // envoy.yaml's shape keep testing what users run. The shipped files
 // themselves are started as written, only their loopback ports moved
-// (bootstraps_test.go, demo_test.go, tcp_test.go, fleet_test.go,
+// (bootstraps_test.go, demo_envoy_test.go, tcp_test.go, fleet_test.go,
 // lbpolicy_bootstrap_test.go). Waiting is for a condition, up to a ceiling
 // only a hang reaches, or for a worker's tick widened by the lateness the
 // test measured (wait_test.go).

@@ -42,24 +42,42 @@ type fleetReply struct {
 	took    time.Duration
 }
 
+// fleetAsker sends one request of key id: fleetAsk through the Wasm
+// filter's Envoys, policyFleetAsk through the policy's.
+type fleetAsker func(url, id, path string) (fleetReply, error)
+
+// fleetGet sends GET path with x-client-id id and the header pairs hdr to
+// url on a new connection: the answer's status, headers and body, and how
+// long it took.
+func fleetGet(url, id, path string, hdr ...string) (*http.Response, []byte, time.Duration, error) {
+	req, err := http.NewRequest("GET", url+path, nil)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	req.Host = "fleet"
+	req.Header.Set("x-client-id", id)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	start := time.Now()
+	resp, err := fleetHTTP.Do(req)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("GET %s (%s): %v", path, id, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body, time.Since(start), nil
+}
+
 // fleetAsk sends GET path with x-client-id id to url and returns which
 // backend answered. Anything but a 200 from an echo backend that received
 // hashlb's header naming itself is an error.
 func fleetAsk(url, id, path string) (fleetReply, error) {
-	req, err := http.NewRequest("GET", url+path, nil)
+	resp, body, took, err := fleetGet(url, id, path)
 	if err != nil {
 		return fleetReply{}, err
 	}
-	req.Host = "fleet"
-	req.Header.Set("x-client-id", id)
-	start := time.Now()
-	resp, err := fleetHTTP.Do(req)
-	if err != nil {
-		return fleetReply{}, fmt.Errorf("GET %s (%s): %v", path, id, err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	rep := fleetReply{took: time.Since(start)}
+	rep := fleetReply{took: took}
 	var echo envoyrun.Echo
 	if resp.StatusCode != 200 || json.Unmarshal(body, &echo) != nil {
 		return rep, fmt.Errorf("GET %s (%s): %d %s", path, id, resp.StatusCode, body)
@@ -116,9 +134,10 @@ func everyEnvoy(keys []string, n int, seed uint64) []fleetJob {
 	return jobs
 }
 
-// fleetSend sends jobs from conc goroutines and returns every answer; the
-// first failed request is returned as the error (the others still run).
-func fleetSend(urls []string, jobs []fleetJob, conc int, seed uint64) ([]fleetRec, error) {
+// fleetSend sends jobs from conc goroutines with ask and returns every
+// answer; the first failed request is returned as the error (the others
+// still run).
+func fleetSend(ask fleetAsker, urls []string, jobs []fleetJob, conc int, seed uint64) ([]fleetRec, error) {
 	ch := make(chan fleetJob)
 	var mu sync.Mutex
 	var recs []fleetRec
@@ -130,7 +149,7 @@ func fleetSend(urls []string, jobs []fleetJob, conc int, seed uint64) ([]fleetRe
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(seed, uint64(g)))
 			for j := range ch {
-				rep, err := fleetAsk(urls[j.envoy], j.key, fleetPath(rng))
+				rep, err := ask(urls[j.envoy], j.key, fleetPath(rng))
 				mu.Lock()
 				if err != nil && first == nil {
 					first = fmt.Errorf("through Envoy %d: %v", j.envoy, err)
@@ -151,7 +170,8 @@ func fleetSend(urls []string, jobs []fleetJob, conc int, seed uint64) ([]fleetRe
 }
 
 // fleetLoad is a steady load: rate requests per second in all, each for a
-// random key of the current key set through a random Envoy, until stop.
+// random key of the current key set through a random Envoy, sent with ask,
+// until stop.
 type fleetLoad struct {
 	mu     sync.Mutex
 	keys   []string
@@ -162,7 +182,7 @@ type fleetLoad struct {
 	sent   atomic.Int64
 }
 
-func startFleetLoad(urls []string, keys []string, rate int) *fleetLoad {
+func startFleetLoad(ask fleetAsker, urls []string, keys []string, rate int) *fleetLoad {
 	l := &fleetLoad{keys: keys, cancel: make(chan struct{})}
 	const senders = 4
 	for g := range senders {
@@ -184,7 +204,7 @@ func startFleetLoad(urls []string, keys []string, rate int) *fleetLoad {
 				l.mu.Unlock()
 				e := rng.IntN(len(urls))
 				l.sent.Add(1)
-				rep, err := fleetAsk(urls[e], key, fleetPath(rng))
+				rep, err := ask(urls[e], key, fleetPath(rng))
 				l.mu.Lock()
 				if err != nil {
 					l.errs = append(l.errs, fmt.Errorf("through Envoy %d: %v", e, err))

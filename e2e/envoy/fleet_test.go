@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/lateness"
 )
 
 // fleetBound is the bound on agreement after etcd answers again: the
@@ -32,6 +33,8 @@ const fleetBound = 10 * time.Second
 func TestFleetEnvoysAgree(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		meter := lateness.Start()
+		defer meter.Stop()
 		etcd := startFleetEtcd(t)
 		bs := envoyrun.StartBackends(t, 3)
 		ports := bootstrapHTTPPorts(bs)
@@ -49,7 +52,7 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		for _, k := range keysA {
 			jobs = append(jobs, fleetJob{k, 0})
 		}
-		placedRecs, err := fleetSend(urls, jobs, 8, 1)
+		placedRecs, err := fleetSend(fleetAsk, urls, jobs, 8, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,14 +67,18 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(inEtcd) != len(keysA) {
-			t.Errorf("etcd holds %d keys under /hashlb/ after Envoy 0 placed %d", len(inEtcd), len(keysA))
+		// A key Envoy 0 decided locally (its call failed or etcd was
+		// marked down: fleet.timeout is shorter than etcd's answers on a
+		// loaded machine) is written when it is reconciled, later.
+		local0 := fleetMetric(t, es[0], "error") + fleetMetric(t, es[0], "timeout") + fleetMetric(t, es[0], "skipped")
+		if len(inEtcd) > len(keysA) || int64(len(inEtcd)) < int64(len(keysA))-local0 {
+			t.Errorf("etcd holds %d keys under /hashlb/ after Envoy 0 placed %d, %d of them possibly decided locally", len(inEtcd), len(keysA), local0)
 		}
 		jobs = jobs[:0]
 		for _, k := range keysA {
 			jobs = append(jobs, fleetJob{k, 1}, fleetJob{k, 2})
 		}
-		recs, err := fleetSend(urls, jobs, 8, 2)
+		recs, err := fleetSend(fleetAsk, urls, jobs, 8, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,7 +91,14 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		// A call that failed (under load: etcd slower than fleet.timeout)
 		// lets a request be decided locally, as documented; only then may
 		// a key differ, and it follows the fleet once reconciled.
-		failed := fleetMetric(t, es[1], "error") + fleetMetric(t, es[1], "timeout") + fleetMetric(t, es[2], "error") + fleetMetric(t, es[2], "timeout")
+		// A request that asks nothing because its worker holds etcd down
+		// ("skipped") is decided locally too.
+		failed := int64(0)
+		for _, e := range es[1:] {
+			for _, n := range []string{"error", "timeout", "skipped"} {
+				failed += fleetMetric(t, e, n)
+			}
+		}
 		if len(moved) > int(failed) {
 			t.Errorf("%d of %d requests through Envoys 1 and 2 got another backend than Envoy 0 placed the key on, with %d failed etcd calls: %v",
 				len(moved), len(recs), failed, moved)
@@ -103,12 +117,20 @@ func TestFleetEnvoysAgree(t *testing.T) {
 		for _, k := range keysA[:100] {
 			jobs = append(jobs, fleetJob{k, 1})
 		}
-		again, err := fleetSend(urls, jobs, 8, 9)
+		again, err := fleetSend(fleetAsk, urls, jobs, 8, 9)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A key Envoy 1 decided locally above stays so in its local table
+		// until reconciled; the others are the fleet's.
+		local := map[string]bool{}
+		for _, r := range recs {
+			if r.envoy == 1 && r.backend != placed[r.key] {
+				local[r.key] = true
+			}
+		}
 		for _, r := range again {
-			if r.backend != placed[r.key] {
+			if r.backend != placed[r.key] && !local[r.key] {
 				t.Errorf("%s again through Envoy 1: %s, placed on %s", r.key, r.backend, placed[r.key])
 			}
 		}
@@ -123,12 +145,12 @@ func TestFleetEnvoysAgree(t *testing.T) {
 
 		// 2. etcd killed while traffic goes on, restarted on the same data.
 		keysB := fleetKeys("b", 100)
-		load := startFleetLoad(urls, keysA, 100)
+		load := startFleetLoad(fleetAsk, urls, keysA, 100)
 		time.Sleep(time.Second)
 		killed := time.Now()
 		etcd.kill()
 		// Every key of B through every Envoy while etcd is down.
-		outage, err := fleetSend(urls, everyEnvoy(keysB, len(es), 3), 3, 3)
+		outage, err := fleetSend(fleetAsk, urls, everyEnvoy(keysB, len(es), 3), 3, 3)
 		if err != nil {
 			t.Errorf("a request while etcd was down: %v", err)
 		}
@@ -145,14 +167,27 @@ func TestFleetEnvoysAgree(t *testing.T) {
 			t.Errorf("a request of the steady load: %v", err)
 		}
 
-		// 3. From healed + 10 s: every key through every Envoy.
+		// 3. From healed + 10 s: every key through every Envoy, again
+		// until none splits, for 10 s widened by the lateness measured
+		// (each of the fleet's 1 s retries and reconcile passes may fire
+		// that late).
 		all := append(slices.Clone(keysA), keysB...)
-		sweep, err := fleetSend(urls, everyEnvoy(all, len(es), 5), 8, 5)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n, ex := fleetSplitKeys(sweep); n > 0 {
-			t.Errorf("%d of %d keys split %v after etcd was back (all three Envoys asked for every key), e.g. %s", n, len(all), fleetBound, ex)
+		var sweep []fleetRec
+		for pass := uint64(5); ; pass++ {
+			recs, err := fleetSend(fleetAsk, urls, everyEnvoy(all, len(es), pass), 8, pass)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sweep = append(sweep, recs...)
+			n, ex := fleetSplitKeys(recs)
+			if n == 0 {
+				break
+			}
+			if bound := lateness.Widen(fleetBound, meter.Late(), 10); time.Since(healed) > bound {
+				t.Errorf("%d of %d keys still split %v after etcd was back (all three Envoys asked for every key), e.g. %s %s",
+					n, len(all), time.Since(healed).Round(time.Millisecond), ex, lateness.Note(meter.Late(), "the bound is 10 s widened by ten times that"))
+				break
+			}
 		}
 
 		// The fault was real: B keys split while etcd was down, each Envoy

@@ -2,13 +2,11 @@ package envoy
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
@@ -52,20 +50,7 @@ func TestEnvoyHealthSlotsAcrossReconfigure(t *testing.T) {
 		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "0", []byte(plugin(bs[0], bs[1], bs[2]))))
 		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: reconfigBootstrap(t), Dir: dir})
 		url := "http://" + e.MustListener(t, "hashlb_listener")
-		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		t.Cleanup(c.CloseIdleConnections)
-		get := func(path string) string {
-			resp, err := c.Get(url + path)
-			if err != nil {
-				t.Fatalf("GET %s: %v", path, err)
-			}
-			defer resp.Body.Close()
-			io.Copy(io.Discard, resp.Body)
-			if resp.StatusCode != 200 {
-				t.Fatalf("GET %s: %d", path, resp.StatusCode)
-			}
-			return resp.Header.Get("X-Backend")
-		}
+		get := servedBy(t, url)
 		waitStat := func(name string, want int64) {
 			t.Helper()
 			waitStatIs(t, e, name, func(v int64) bool { return v == want })

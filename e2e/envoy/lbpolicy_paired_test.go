@@ -69,30 +69,27 @@ func pairedSelect(peers []peerSpec, hosts int) []peerSpec {
 	})
 }
 
+// pairedPeers are the benchmark's rows over eps, n their number as the
+// rows' names say it ("10", "10⁴").
+func pairedPeers(eps []string, n string) []peerSpec {
+	return []peerSpec{
+		{key: pRing, name: "ring_hash on :path, " + n + " endpoints", kind: peerRingHash, endpoints: eps},
+		{key: pAgain, name: "ring_hash again (another Envoy: the benchmark's own error), " + n + " endpoints", kind: peerRingHash, endpoints: eps},
+		{key: pMaglev, name: "maglev on :path, " + n + " endpoints", kind: peerMaglev, endpoints: eps},
+		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, " + n + " services", kind: peerHashlb, endpoints: eps, plugin: peerPlugin(eps, false)},
+		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), " + n + " hosts", kind: peerPolicyFloor, endpoints: eps},
+		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), " + n + " hosts", kind: peerPolicyGoFloor, endpoints: eps, plugin: peerPolicyConfig},
+		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), " + n + " hosts", kind: peerPolicyNoYield, endpoints: eps, plugin: peerPolicyConfig},
+		{key: pPolicy, name: "hashlb policy URLHASH, " + n + " hosts", kind: peerPolicy, endpoints: eps, plugin: peerPolicyConfig},
+	}
+}
+
 func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	bins := policyBenchBinaries(b)
 	anyB := envoyrun.StartFastBackendAny(b, 0)
 	ten := peerEndpoints(10, anyB.Port())
 	many := peerEndpoints(peerManyServices, anyB.Port())
-	groups := [][]peerSpec{{
-		{key: pRing, name: "ring_hash on :path, 10 endpoints", kind: peerRingHash, endpoints: ten},
-		{key: pAgain, name: "ring_hash again (another Envoy: the benchmark's own error), 10 endpoints", kind: peerRingHash, endpoints: ten},
-		{key: pMaglev, name: "maglev on :path, 10 endpoints", kind: peerMaglev, endpoints: ten},
-		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10 services", kind: peerHashlb, endpoints: ten, plugin: peerPlugin(ten, false)},
-		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10 hosts", kind: peerPolicyFloor, endpoints: ten},
-		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10 hosts", kind: peerPolicyGoFloor, endpoints: ten, plugin: peerPolicyConfig},
-		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10 hosts", kind: peerPolicyNoYield, endpoints: ten, plugin: peerPolicyConfig},
-		{key: pPolicy, name: "hashlb policy URLHASH, 10 hosts", kind: peerPolicy, endpoints: ten, plugin: peerPolicyConfig},
-	}, {
-		{key: pRing, name: "ring_hash on :path, 10⁴ endpoints", kind: peerRingHash, endpoints: many},
-		{key: pAgain, name: "ring_hash again (another Envoy: the benchmark's own error), 10⁴ endpoints", kind: peerRingHash, endpoints: many},
-		{key: pMaglev, name: "maglev on :path, 10⁴ endpoints", kind: peerMaglev, endpoints: many},
-		{key: pHashlb, name: "hashlb Wasm URLHASH + override_host, 10⁴ services", kind: peerHashlb, endpoints: many, plugin: peerPlugin(many, false)},
-		{key: pFloor, name: "a dynamic module's floor (C: :path, FNV-1a, modulo), 10⁴ hosts", kind: peerPolicyFloor, endpoints: many},
-		{key: pGoFloor, name: "the same floor in Go (the policy's module, runtime and callbacks; no lbcore), 10⁴ hosts", kind: peerPolicyGoFloor, endpoints: many, plugin: peerPolicyConfig},
-		{key: pNoYield, name: "the policy without its workers' yields (goruntime.go), 10⁴ hosts", kind: peerPolicyNoYield, endpoints: many, plugin: peerPolicyConfig},
-		{key: pPolicy, name: "hashlb policy URLHASH, 10⁴ hosts", kind: peerPolicy, endpoints: many, plugin: peerPolicyConfig},
-	}}
+	groups := [][]peerSpec{pairedPeers(ten, "10"), pairedPeers(many, "10⁴")}
 	groups[0], groups[1] = pairedSelect(groups[0], len(ten)), pairedSelect(groups[1], len(many))
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)

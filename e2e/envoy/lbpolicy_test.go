@@ -53,20 +53,17 @@ func corpusEndpoints(t testing.TB) []policyEndpoint {
 // stateful methods' decisions reach a host of the cluster.
 func TestLBPolicyCorpus(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+		pcs, err := corpus.PolicyConfigs()
+		if err != nil {
+			t.Fatal(err)
+		}
 		eps := corpusEndpoints(t)
 		var cs []policyCluster
-		for i, cc := range corpus.Configs {
-			if cc.Whole {
-				continue
-			}
-			data, err := corpus.Rewrite(cc.Complete("[]"), map[string]any{"services": nil, "debugHeader": nil, "upstreamCount": nil})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := lbpolicy.ParseConfig(data); err != nil {
+		for _, pc := range pcs {
+			if _, err := lbpolicy.ParseConfig(pc.Data); err != nil {
 				continue // reads the connection: TestLBPolicyRefusesConfig
 			}
-			cs = append(cs, policyCluster{name: fmt.Sprintf("c%d", i), config: string(data), eps: eps})
+			cs = append(cs, policyCluster{name: fmt.Sprintf("c%d", pc.Index), config: string(pc.Data), eps: eps})
 		}
 		if len(cs) < 7 {
 			t.Fatalf("only %d corpus configurations served", len(cs))
@@ -392,13 +389,13 @@ func TestLBPolicyRetries(t *testing.T) {
 	})
 }
 
-// launchPolicy starts Envoy with the policy as Launch does, expecting it to
-// fail, and returns Envoy's output.
-func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyCluster) (string, error) {
+// launchPolicy starts Envoy with the policy as Launch does, with env added
+// to its environment, expecting it to fail, and returns Envoy's output.
+func launchPolicy(t testing.TB, bin envoyrun.Binary, mod string, cs []policyCluster, env ...string) (string, error) {
 	t.Helper()
 	dir := t.TempDir()
 	e, err := envoyrun.Launch(bin, envoyrun.Options{Bootstrap: policyYAML(t, dir, cs), Dir: dir, Concurrency: 2,
-		Env: []string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, ReadyTimeout: envoyReady})
+		Env: append([]string{"ENVOY_DYNAMIC_MODULES_SEARCH_PATH=" + mod}, env...), ReadyTimeout: envoyReady})
 	if err == nil {
 		// The log is flushed every 50 ms: wait for a line written after
 		// the module's.

@@ -81,9 +81,7 @@ func BenchmarkEnvoyLBPolicyUpdate(b *testing.B) {
 		out.WriteString("A membership update (one endpoint replaced, no load): the process's CPU until every thread is done, less its idle CPU in as long.\n\n")
 		out.WriteString("| hosts | ring_hash CPU ms | policy CPU ms | policy − ring_hash ms | policy ÷ ring_hash | policy's update per thread, ms (its log) |\n|---|---|---|---|---|---|\n")
 		for _, n := range cost {
-			row := updateCost(b, bin, be.Port(), n)
-			fmt.Print(row)
-			out.WriteString(row)
+			printRow(&out, updateCost(b, bin, be.Port(), n))
 		}
 		out.WriteString("\n")
 	}
@@ -92,9 +90,7 @@ func BenchmarkEnvoyLBPolicyUpdate(b *testing.B) {
 			*peerRate*100, *peerConns, *updatePhase, *updatePhase, *updateEvery)
 		out.WriteString("| hosts | ring_hash p99 µs steady / rolling | rolling ÷ steady | policy p99 µs steady / rolling | rolling ÷ steady | policy ÷ ring_hash p99, steady | policy ÷ ring_hash p99, rolling | policy's requests answered from its choice cache, % steady / rolling | updates per Envoy |\n|---|---|---|---|---|---|---|---|---|\n")
 		for _, n := range lat {
-			row := updateLatencyRow(b, bin, be.Port(), n)
-			fmt.Print(row)
-			out.WriteString(row)
+			printRow(&out, updateLatencyRow(b, bin, be.Port(), n))
 		}
 		out.WriteString("\n")
 	}
@@ -360,3 +356,9 @@ var (
 	flushSeq    int
 	flushClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 )
+
+// printRow prints a table's row as it is measured and adds it to out.
+func printRow(out *strings.Builder, row string) {
+	fmt.Print(row)
+	out.WriteString(row)
+}

@@ -75,6 +75,28 @@ func (r *rig) get(t testing.TB, path string) (int, string, string) {
 	return resp.StatusCode, resp.Header.Get("X-Backend"), string(b)
 }
 
+// servedBy returns a function that sends GET path to base
+// ("http://host:port") on a new connection each time (Envoy balances
+// connections over its workers) and returns the X-Backend that answered;
+// an error or a status other than 200 fails t.
+func servedBy(t testing.TB, base string) func(path string) string {
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	t.Cleanup(c.CloseIdleConnections)
+	return func(path string) string {
+		t.Helper()
+		resp, err := c.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return resp.Header.Get("X-Backend")
+	}
+}
+
 // rank is lbcore's ranking of a GET of path (authority as Go's client
 // sends it), with the services of down taken out.
 func (r *rig) rank(path string, down ...string) []string {

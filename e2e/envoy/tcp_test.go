@@ -30,15 +30,11 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 		yaml := envoyrun.Ports(t, envoyrun.ReadRepoFile(t, "configs/envoy-tcp.yaml"), map[int]int{
 			9901: 0, 10001: 0, 19081: bs[0].Port(), 19082: bs[1].Port(), 19083: bs[2].Port(),
 		})
-		dir := envoyrun.WorkDir(t)
-		if err := envoyrun.Validate(bin, dir, yaml); err != nil {
-			t.Fatal(err)
-		}
 		cfg := pluginConfigs(t, yaml)[0]
 		if cfg.LBMethod.String() != "SRCIPSRCPORTHASH" {
 			t.Fatalf("configs/envoy-tcp.yaml uses %v; this test's oracle input is the source port", cfg.LBMethod)
 		}
-		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir})
+		e := bootstrapStart(t, bin, envoyrun.WorkDir(t), yaml)
 		addr := e.MustListener(t, "hashlb_tcp")
 		bal := lbcore.NewBalancer(cfg, 0)
 		const n = 30

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/hashlb/hashlb/internal/corpus"
+	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
 // testControllerLoop puts hashlb-controller between Kubernetes and the
@@ -43,14 +44,14 @@ func testControllerLoop(t *testing.T, cl *cluster, sc *sidecar, wasmplugin []byt
 	}
 	annotated := bytes.Replace(wasmplugin, []byte("  namespace: demo\n"),
 		[]byte("  namespace: demo\n  annotations:\n    hashlb.io/service: hashlb-backends\n    hashlb.io/port: http\n"), 1)
-	if err := cl.apply("wasmplugin.yaml", annotated); err != nil {
+	if err := cl.Apply("wasmplugin.yaml", annotated); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, o := range []client.Object{slice, svc} {
 			_ = cl.Client.Delete(ctx, o)
 		}
-		if err := cl.apply("wasmplugin.yaml", wasmplugin); err != nil {
+		if err := cl.Apply("wasmplugin.yaml", wasmplugin); err != nil {
 			t.Error(err)
 		}
 	})
@@ -171,9 +172,9 @@ func endpointSlice(pods ...string) *discoveryv1.EndpointSlice {
 
 // startController runs hashlb-controller against the cluster, for the
 // WasmPlugins of namespace demo, until the test ends; its log is returned.
-func startController(t *testing.T, cl *cluster) *syncBuffer {
+func startController(t *testing.T, cl *cluster) *envoyrun.SyncBuffer {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &envoyrun.SyncBuffer{}
 	cmd := exec.Command(env.Controller, "-kubeconfig", cl.KubeConfig, "-namespace", "demo", "-kinds", "WasmPlugin",
 		"-metrics-bind-address", "0", "-health-probe-bind-address", "0")
 	cmd.Stdout, cmd.Stderr = log, log
@@ -200,7 +201,7 @@ func startController(t *testing.T, cl *cluster) *syncBuffer {
 
 // waitPluginConfig waits (up to 2 min) until the WasmPlugin's pluginConfig,
 // as JSON, satisfies ok, and returns it.
-func waitPluginConfig(t *testing.T, cl *cluster, ctrl *syncBuffer, ok func(string) bool) string {
+func waitPluginConfig(t *testing.T, cl *cluster, ctrl *envoyrun.SyncBuffer, ok func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

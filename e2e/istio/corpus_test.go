@@ -66,12 +66,16 @@ func fromCorpus(r corpus.Request) clientRequest {
 	return c
 }
 
-// seen is the request as hashlb sees it in the sidecar, for lbcore: from
-// peer (the client's address and port as Envoy accepted them).
-func (c clientRequest) seen(peer string) corpus.Request {
+// seen is the request as hashlb sees it in a proxy of shape s, for lbcore:
+// from peer (the client's address and port as Envoy accepted them).
+func (c clientRequest) seen(peer string, s proxyShape) corpus.Request {
 	hs := [][2]string{{":method", c.method}, {":scheme", "http"}, {":authority", backendsHost}, {":path", c.target}}
 	hs = append(hs, c.headers...)
-	return corpus.Request{Headers: hs, Source: envoySource(hs, peer), Dest: outboundAddr}
+	src := peer
+	if !s.remote {
+		src = envoySource(hs, peer)
+	}
+	return corpus.Request{Headers: hs, Source: src, Dest: s.addr}
 }
 
 // envoySource is the source.address Envoy gives a filter under a
@@ -125,21 +129,27 @@ func (c clientRequest) send(addr string) (reply, error) {
 }
 
 // oracle is lbcore deciding the shipped configuration's requests in the
-// order they are sent, with a persistence table of its own, as the
-// sidecar's one VM does.
+// order they are sent to a proxy of its shape, with a persistence table of
+// its own, as the proxy's one VM does.
 type oracle struct {
-	c *lbcore.Config
-	b *lbcore.Balancer
+	c     *lbcore.Config
+	b     *lbcore.Balancer
+	shape proxyShape
 }
 
+// newOracle is the oracle of a sidecar.
 func newOracle(pluginConfig []byte) (*oracle, error) {
+	return newOracleOf(sidecarShape, pluginConfig)
+}
+
+func newOracleOf(s proxyShape, pluginConfig []byte) (*oracle, error) {
 	c, err := lbcore.ParseConfig(pluginConfig)
 	if err != nil {
 		return nil, err
 	}
 	b := lbcore.NewBalancer(c, 0)
 	b.EnablePersistence(&corpus.MemStore{}, "hashlb")
-	return &oracle{c: c, b: b}, nil
+	return &oracle{c: c, b: b, shape: s}, nil
 }
 
 // check decides r (as the filter saw it) and compares what the backend
@@ -172,13 +182,13 @@ func (o *oracle) check(r corpus.Request, a reply) error {
 	return nil
 }
 
-// send sends corpus request r through the sidecar's outbound listener and
-// checks the reply (check); the error is the send's or the check's.
+// send sends corpus request r to the proxy's listener and checks the reply
+// (check); the error is the send's or the check's.
 func (o *oracle) send(r corpus.Request) (reply, error) {
 	c := fromCorpus(r)
-	a, err := c.send(outboundAddr)
+	a, err := c.send(o.shape.addr)
 	if err == nil {
-		err = o.check(c.seen(a.peer), a)
+		err = o.check(c.seen(a.peer, o.shape), a)
 	}
 	return a, err
 }

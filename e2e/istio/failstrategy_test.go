@@ -21,7 +21,7 @@ func testRefusedConfig(t *testing.T, cl *cluster, sc *sidecar, wasmplugin, plugi
 	}
 	rejected := "extension_config_discovery.http_filter.extensions.istio.io/trafficextension/demo.hashlb~istio-translated-wasmplugin.update_rejected"
 	before := sc.Stat(t, rejected)
-	if err := cl.apply("wasmplugin.yaml", bad); err != nil {
+	if err := cl.Apply("wasmplugin.yaml", bad); err != nil {
 		t.Fatal(err)
 	}
 	// istiod pushes it (ECDS); Envoy starts the plugin with it, which fails
@@ -41,7 +41,7 @@ func testRefusedConfig(t *testing.T, cl *cluster, sc *sidecar, wasmplugin, plugi
 		log         func() string
 	}{
 		{"Envoy", `lbMethod: "NOSUCHMETHOD" is not one of`, sc.Log},
-		{"istiod", "ADS:ECDS: ACK ERROR", cl.istiod.log.String},
+		{"istiod", "ADS:ECDS: ACK ERROR", cl.Istiod.Log.String},
 	} {
 		var line string
 		for end := time.Now().Add(time.Minute); line == "" && time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
@@ -70,7 +70,7 @@ func testRefusedConfig(t *testing.T, cl *cluster, sc *sidecar, wasmplugin, plugi
 		}
 	}
 	t.Logf("%d requests after the refused configuration on the last good configuration's choice", len(reqs))
-	if err := cl.apply("wasmplugin.yaml", wasmplugin); err != nil {
+	if err := cl.Apply("wasmplugin.yaml", wasmplugin); err != nil {
 		t.Fatal(err)
 	}
 	ok := func(err error) bool { return err == nil }

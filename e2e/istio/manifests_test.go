@@ -2,11 +2,11 @@ package istio
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,15 +15,16 @@ import (
 	"time"
 
 	"github.com/tidwall/gjson"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 )
 
 // sidecarFiles are the shipped files of configs/istio/ for the sidecar
 // shape, in the order a user applies them.
 var sidecarFiles = []string{"serviceentry.yaml", "destinationrule.yaml", "virtualservice.yaml", "envoyfilter.yaml", "wasmplugin.yaml"}
+
+// gatewayFiles are the shipped files for the ingress gateway shape, in the
+// order a user applies them: the service's own, then gateway/'s.
+var gatewayFiles = []string{"serviceentry.yaml", "destinationrule.yaml", "gateway/gateway.yaml", "gateway/envoyfilter.yaml", "gateway/wasmplugin.yaml"}
 
 // The shipped names the checks look for in what Envoy runs.
 const (
@@ -45,52 +46,6 @@ func shipped(t testing.TB, name string) []byte {
 		t.Fatal(err)
 	}
 	return urlLine.ReplaceAll(data, []byte("${1}url: file://"+env.Module))
-}
-
-// apply creates or replaces every object of a YAML file; an error names
-// the file, as a user's kubectl apply would report it.
-func (cl *cluster) apply(name string, data []byte) error {
-	ctx := context.Background()
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return fmt.Errorf("%s: document %d: %v", name, i, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		var old unstructured.Unstructured
-		old.SetGroupVersionKind(u.GroupVersionKind())
-		err := cl.Client.Get(ctx, client.ObjectKeyFromObject(&u), &old)
-		switch {
-		case apierrors.IsNotFound(err):
-			err = cl.Client.Create(ctx, &u)
-		case err == nil:
-			u.SetResourceVersion(old.GetResourceVersion())
-			err = cl.Client.Update(ctx, &u)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %s %s: %v", name, u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
-}
-
-// delete deletes every object of a YAML file.
-func (cl *cluster) delete(name string, data []byte) error {
-	for i, doc := range bytes.Split(data, []byte("\n---")) {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return fmt.Errorf("%s: document %d: %v", name, i, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := cl.Client.Delete(context.Background(), &u); err != nil {
-			return fmt.Errorf("%s: deleting %s %s: %v", name, u.GetKind(), u.GetName(), err)
-		}
-	}
-	return nil
 }
 
 // pluginConfigJSON is the pluginConfig of a WasmPlugin file (spec) or a
@@ -126,16 +81,57 @@ type check struct {
 	fn   func(dump gjson.Result) error
 }
 
+// proxyShape is what differs between the proxies the tests connect to
+// istiod, a client workload's sidecar and an ingress gateway: where a client
+// sends, where Envoy takes the client's address from, and where the shipped
+// files show in Envoy's configuration.
+type proxyShape struct {
+	addr     string // the listener clients send to
+	port     int64  // its port
+	remote   bool   // use_remote_address: the source is the connection's peer, not x-forwarded-for
+	pluginNS string // the plugin's namespace, which istiod names its filter after
+	domain   string // the domain of the virtual host the route is in
+	// The files that make the route and the cluster's override_host policy.
+	routeFile, filterFile string
+}
+
+var (
+	// sidecarShape is a frontend pod's sidecar with sidecarFiles applied.
+	sidecarShape = proxyShape{addr: outboundAddr, port: 8080, pluginNS: "demo", domain: backendsHost,
+		routeFile: "virtualservice.yaml", filterFile: "envoyfilter.yaml"}
+	// gatewayShape is an ingress gateway with gatewayFiles applied: Istio's
+	// gateways take the client's address from the connection.
+	gatewayShape = proxyShape{addr: "127.0.0.1:80", port: 80, remote: true, pluginNS: "istio-system", domain: "*",
+		routeFile: "gateway/gateway.yaml", filterFile: "gateway/envoyfilter.yaml"}
+)
+
 // sidecarChecks are the checks of sidecarFiles on a sidecar's config, the
 // plugin's being of pluginFile (wasmplugin.yaml, or its TrafficExtension
 // twin) with pluginConfig.
 func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
+	return sidecarShape.checks(module, pluginFile, pluginConfig)
+}
+
+// checks are the checks of the shipped files on a proxy of shape s, the
+// plugin's being of pluginFile (a WasmPlugin file, or a TrafficExtension
+// twin) with pluginConfig.
+func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []check {
 	cluster := func(dump gjson.Result) (gjson.Result, error) {
 		c := section(dump, "ClustersConfigDump").Get(`dynamic_active_clusters.#(cluster.name==` + quote(backendsCluster) + `).cluster`)
 		if !c.Exists() {
 			return c, fmt.Errorf("Envoy has no cluster %s", backendsCluster)
 		}
 		return c, nil
+	}
+	// onCluster checks the backends' cluster with fn.
+	onCluster := func(fn func(c gjson.Result) error) func(dump gjson.Result) error {
+		return func(dump gjson.Result) error {
+			c, err := cluster(dump)
+			if err != nil {
+				return err
+			}
+			return fn(c)
+		}
 	}
 	return []check{
 		{"serviceentry.yaml", func(dump gjson.Result) error {
@@ -156,23 +152,19 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 			}
 			return nil
 		}},
-		{"destinationrule.yaml", func(dump gjson.Result) error {
-			c, err := cluster(dump)
-			if err != nil {
-				return err
-			}
+		{"destinationrule.yaml", onCluster(func(c gjson.Result) error {
 			od := c.Get("outlier_detection")
 			if od.Get("consecutive_5xx").Int() != 5 || od.Get("interval").String() != "10s" || od.Get("base_ejection_time").String() != "30s" {
 				return fmt.Errorf("cluster %s: outlier_detection %s, want consecutive_5xx 5, interval 10s, base_ejection_time 30s", backendsCluster, orNone(od.Raw))
 			}
 			return nil
-		}},
-		{"virtualservice.yaml", func(dump gjson.Result) error {
+		})},
+		{s.routeFile, func(dump gjson.Result) error {
 			var found bool
 			var msg string
 			section(dump, "RoutesConfigDump").Get("dynamic_route_configs.#.route_config.virtual_hosts").ForEach(func(_, vhs gjson.Result) bool {
 				vhs.ForEach(func(_, vh gjson.Result) bool {
-					if !strings.Contains(vh.Get("domains").Raw, quote(backendsHost)) {
+					if !slices.Contains(stringsOf(vh.Get("domains")), s.domain) {
 						return true
 					}
 					r := vh.Get("routes.0.route")
@@ -188,31 +180,27 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 				return !found
 			})
 			if !found {
-				return fmt.Errorf("no route of %s to %s with 2 retries on connect-failure,refused-stream,reset,5xx (%s)", backendsHost, backendsCluster, msg)
+				return fmt.Errorf("no route of %s to %s with 2 retries on connect-failure,refused-stream,reset,5xx (%s)", s.domain, backendsCluster, orNone(msg))
 			}
 			return nil
 		}},
-		{"envoyfilter.yaml", func(dump gjson.Result) error {
-			c, err := cluster(dump)
-			if err != nil {
-				return err
-			}
+		{s.filterFile, onCluster(func(c gjson.Result) error {
 			p := c.Get("load_balancing_policy.policies.0.typed_extension_config")
 			if p.Get("name").String() != "envoy.load_balancing_policies.override_host" ||
 				p.Get("typed_config.override_host_sources.0.header").String() != "x-envoy-original-dst-host" {
 				return fmt.Errorf("cluster %s: load_balancing_policy %s, want override_host on x-envoy-original-dst-host", backendsCluster, orNone(c.Get("load_balancing_policy").Raw))
 			}
 			return nil
-		}},
+		})},
 		{pluginFile, func(dump gjson.Result) error {
-			names, err := outboundHTTPFilters(dump)
+			names, err := httpFilters(dump, s.port)
 			if err != nil {
 				return err
 			}
 			// istiod turns a WasmPlugin into a TrafficExtension of its own
 			// (NAME~istio-translated-wasmplugin) and names the filter after it.
-			name := "extensions.istio.io/trafficextension/demo.hashlb"
-			if pluginFile == "wasmplugin.yaml" {
+			name := "extensions.istio.io/trafficextension/" + s.pluginNS + ".hashlb"
+			if path.Base(pluginFile) == "wasmplugin.yaml" {
 				name += "~istio-translated-wasmplugin"
 			}
 			ecds := section(dump, "EcdsConfigDump").Get(`ecds_filters.#(ecds_filter.name==` + quote(name) + `).ecds_filter`)
@@ -224,7 +212,7 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 			}
 			at, router := slices.Index(names, name), slices.Index(names, "envoy.filters.http.router")
 			if at < 0 || router < 0 || at > router {
-				return fmt.Errorf("the outbound listener on port 8080 has HTTP filters %v: want %s before envoy.filters.http.router", names, name)
+				return fmt.Errorf("the listener on port %d has HTTP filters %v: want %s before envoy.filters.http.router", s.port, names, name)
 			}
 			cfg := ecds.Get("typed_config.config")
 			if !jsonEqual([]byte(cfg.Get("configuration.value").String()), pluginConfig) {
@@ -238,12 +226,12 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 	}
 }
 
-// outboundHTTPFilters are the HTTP filters, in order, of the HTTP
-// connection manager on the sidecar's outbound listener for port 8080.
-func outboundHTTPFilters(dump gjson.Result) ([]string, error) {
-	l := section(dump, "ListenersConfigDump").Get(`dynamic_listeners.#(active_state.listener.address.socket_address.port_value==8080).active_state.listener`)
+// httpFilters are the HTTP filters, in order, of the HTTP connection
+// manager on the listener for port (a sidecar's outbound one, a gateway's).
+func httpFilters(dump gjson.Result, port int64) ([]string, error) {
+	l := section(dump, "ListenersConfigDump").Get(fmt.Sprintf(`dynamic_listeners.#(active_state.listener.address.socket_address.port_value==%d).active_state.listener`, port))
 	if !l.Exists() {
-		return nil, errors.New("Envoy has no active listener on port 8080")
+		return nil, fmt.Errorf("Envoy has no active listener on port %d", port)
 	}
 	var names []string
 	l.Get("filter_chains.#.filters.#(name==\"envoy.filters.network.http_connection_manager\").typed_config.http_filters.#.name").ForEach(func(_, v gjson.Result) bool {
@@ -286,6 +274,17 @@ func waitFor(e configDumper, checks []check, timeout time.Duration, cond func(er
 
 type configDumper interface{ configDump() (gjson.Result, error) }
 
+// waitApplied waits until every check passes on p (istiod debounces and
+// pushes), up to 3 min, and logs how long that took.
+func waitApplied(t *testing.T, p configDumper, checks []check) {
+	t.Helper()
+	start := time.Now()
+	if err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+		t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
+	}
+	t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+}
+
 func section(dump gjson.Result, kind string) gjson.Result {
 	return dump.Get(`configs.#(@type=="type.googleapis.com/envoy.admin.v3.` + kind + `")`)
 }
@@ -299,6 +298,15 @@ func orNone(raw string) string {
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// stringsOf is a JSON array of strings.
+func stringsOf(r gjson.Result) []string {
+	var out []string
+	for _, v := range r.Array() {
+		out = append(out, v.String())
+	}
+	return out
+}
 
 func sorted(xs []string) []string {
 	out := slices.Clone(xs)

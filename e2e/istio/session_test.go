@@ -46,11 +46,11 @@ func testSessionKey(t *testing.T, cl *cluster, r releaseSetup) {
 	if bytes.Equal(withSession, te) || !bytes.Contains(withSession, []byte("shop-session")) {
 		t.Fatalf("%s: no spec.wasm or pluginConfig to add to", file)
 	}
-	if err := cl.apply(file, withSession); err != nil {
+	if err := cl.Apply(file, withSession); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := cl.apply(file, te); err != nil {
+		if err := cl.Apply(file, te); err != nil {
 			t.Error(err)
 		}
 	})

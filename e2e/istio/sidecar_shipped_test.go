@@ -2,6 +2,7 @@ package istio
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -30,52 +31,25 @@ const corpusRequests = 240
 func TestShippedSidecar(t *testing.T) {
 	eachRelease(t, func(t *testing.T, r releaseSetup) {
 		cl := startCluster(t, r)
-		var bs []*envoyrun.Backend
-		for i, name := range []string{"backend-1", "backend-2", "backend-3"} {
-			bs = append(bs, envoyrun.StartBackendAt(t, name, "10.10.0.1"+string(rune('1'+i))+":8080"))
-		}
+		bs := startServiceBackends(t)
 		files := applyShipped(t, cl, sidecarFiles)
 		pluginConfig := pluginConfigJSON(t, files["wasmplugin.yaml"])
 		sc := startSidecar(t, r, "frontend-0", map[string]string{"app": "frontend"})
 		checks := sidecarChecks(env.Module, "wasmplugin.yaml", pluginConfig)
-		start := time.Now()
-		if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-			t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
-		}
-		t.Logf("every shipped file in Envoy's configuration %s after Envoy was ready", time.Since(start).Round(100*time.Millisecond))
+		waitApplied(t, sc, checks)
 
 		t.Run("corpus", func(t *testing.T) {
-			checkCorpus(t, pluginConfig, corpus.Requests(corpusRequests), len(bs))
+			checkCorpus(t, sidecarShape, pluginConfig, corpus.Requests(corpusRequests), len(bs))
 		})
 
 		t.Run("changed manifests name their file", func(t *testing.T) {
-			for _, ch := range []struct{ file, old, new, what string }{
+			testChangedFiles(t, cl, sc, files, checks, []fileChange{
 				{"envoyfilter.yaml", "service: " + backendsHost, "service: hashlb-backend.demo.internal", "the cluster match renamed"},
 				{"wasmplugin.yaml", "app: frontend", "app: front-end", "a selector that selects no workload"},
 				{"destinationrule.yaml", "host: " + backendsHost, "host: hashlb-backend.demo.internal", "its host misspelled"},
 				{"virtualservice.yaml", "  - " + backendsHost + "\n", "  - hashlb-backend.demo.internal\n", "its hosts misspelled"},
 				{"serviceentry.yaml", "address: 10.10.0.13", "address: 10.10.0.31", "an endpoint's address mistyped"},
-			} {
-				changed := bytes.Replace(files[ch.file], []byte(ch.old), []byte(ch.new), 1)
-				if bytes.Equal(changed, files[ch.file]) {
-					t.Fatalf("%s has no %q to change", ch.file, ch.old)
-				}
-				if err := cl.apply(ch.file, changed); err != nil {
-					t.Fatal(err)
-				}
-				err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err != nil })
-				if err == nil || !strings.Contains(err.Error(), "configs/istio/"+ch.file+" not applied") {
-					t.Errorf("%s with %s: the checks say %v, want a failure naming the file", ch.file, ch.what, err)
-				} else {
-					t.Logf("%s with %s fails the checks:\n%v", ch.file, ch.what, err)
-				}
-				if err := cl.apply(ch.file, files[ch.file]); err != nil {
-					t.Fatal(err)
-				}
-				if err := waitFor(sc, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-					t.Fatalf("the shipped %s applied again, after 3 min: %v", ch.file, err)
-				}
-			}
+			})
 		})
 
 		t.Run("a pluginConfig hashlb refuses", func(t *testing.T) {
@@ -90,17 +64,15 @@ func TestShippedSidecar(t *testing.T) {
 			// Its twin instead of the WasmPlugin, as docs/deploy.md says to
 			// move: apply one, delete the other.
 			te := shipped(t, "trafficextension/trafficextension.yaml")
-			if err := cl.apply("trafficextension/trafficextension.yaml", te); err != nil {
+			if err := cl.Apply("trafficextension/trafficextension.yaml", te); err != nil {
 				t.Fatal(err)
 			}
-			if err := cl.delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
+			if err := cl.Delete("wasmplugin.yaml", files["wasmplugin.yaml"]); err != nil {
 				t.Fatal(err)
 			}
 			teConfig := pluginConfigJSON(t, te)
 			teChecks := sidecarChecks(env.Module, "trafficextension/trafficextension.yaml", teConfig)
-			if err := waitFor(sc, teChecks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
-				t.Fatalf("after 3 min, Envoy does not run what the shipped files ask:\n%v", err)
-			}
+			waitApplied(t, sc, teChecks)
 			// The VM may keep the WasmPlugin's persistence table: only
 			// requests without a persistence key, which its state cannot
 			// change.
@@ -110,7 +82,7 @@ func TestShippedSidecar(t *testing.T) {
 					reqs = append(reqs, r)
 				}
 			}
-			checkCorpus(t, teConfig, reqs, len(bs))
+			checkCorpus(t, sidecarShape, teConfig, reqs, len(bs))
 		})
 
 		t.Run("session key from a Secret", func(t *testing.T) {
@@ -122,11 +94,55 @@ func TestShippedSidecar(t *testing.T) {
 	})
 }
 
-// checkCorpus sends reqs one at a time, in order, through the sidecar and
-// checks each answer against lbcore under pluginConfig.
-func checkCorpus(t *testing.T, pluginConfig []byte, reqs []corpus.Request, backends int) {
+// startServiceBackends starts the backends of the shipped ServiceEntry's
+// endpoints, backend-1 to backend-3 on serviceAddrs, port 8080.
+func startServiceBackends(t *testing.T) []*envoyrun.Backend {
 	t.Helper()
-	o, err := newOracle(pluginConfig)
+	var bs []*envoyrun.Backend
+	for i, addr := range serviceAddrs {
+		bs = append(bs, envoyrun.StartBackendAt(t, fmt.Sprintf("backend-%d", i+1), addr+":8080"))
+	}
+	return bs
+}
+
+// fileChange is a shipped file changed as a user might get it wrong: the
+// first old in file replaced by new.
+type fileChange struct{ file, old, new, what string }
+
+// testChangedFiles applies each change in turn to the shipped files (as
+// applied, by name) and wants the checks on the proxy to fail with a
+// message naming the changed file; the shipped file applied again makes
+// them pass.
+func testChangedFiles(t *testing.T, cl *cluster, p configDumper, files map[string][]byte, checks []check, changes []fileChange) {
+	t.Helper()
+	for _, ch := range changes {
+		changed := bytes.Replace(files[ch.file], []byte(ch.old), []byte(ch.new), 1)
+		if bytes.Equal(changed, files[ch.file]) {
+			t.Fatalf("%s has no %q to change", ch.file, ch.old)
+		}
+		if err := cl.Apply(ch.file, changed); err != nil {
+			t.Fatal(err)
+		}
+		err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err != nil })
+		if err == nil || !strings.Contains(err.Error(), "configs/istio/"+ch.file+" not applied") {
+			t.Errorf("%s with %s: the checks say %v, want a failure naming the file", ch.file, ch.what, err)
+		} else {
+			t.Logf("%s with %s fails the checks:\n%v", ch.file, ch.what, err)
+		}
+		if err := cl.Apply(ch.file, files[ch.file]); err != nil {
+			t.Fatal(err)
+		}
+		if err := waitFor(p, checks, 3*time.Minute, func(err error) bool { return err == nil }); err != nil {
+			t.Fatalf("the shipped %s applied again, after 3 min: %v", ch.file, err)
+		}
+	}
+}
+
+// checkCorpus sends reqs one at a time, in order, to a proxy of shape s and
+// checks each answer against lbcore under pluginConfig.
+func checkCorpus(t *testing.T, s proxyShape, pluginConfig []byte, reqs []corpus.Request, backends int) {
+	t.Helper()
+	o, err := newOracleOf(s, pluginConfig)
 	if err != nil {
 		t.Fatalf("the shipped pluginConfig: %v", err)
 	}

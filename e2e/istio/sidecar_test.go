@@ -2,12 +2,12 @@ package istio
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidwall/gjson"
 
+	"github.com/hashlb/hashlb/e2e/istio/internal/istioenv"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
@@ -15,53 +15,11 @@ import (
 // client workload: node sidecar~IP~POD.NS~NS.svc.cluster.local with the
 // workload's labels in its metadata (no Pod object is needed for selectors
 // to match) and INTERCEPTION_MODE NONE, the mode of a sidecar without
-// iptables, whose outbound listeners istiod binds on 127.0.0.1.
+// iptables, whose outbound listeners istiod binds on 127.0.0.1
+// (istioenv.Bootstrap); or, started by startGateway, as a gateway
+// (router~…), whose listeners are the Gateways' servers.
 type sidecar struct {
 	*envoyrun.Envoy
-}
-
-// bootstrap is what pilot-agent would give Envoy, reduced to what upstream
-// Envoy needs: the node and ADS over plaintext gRPC to istiod.
-func bootstrap(pod, ns string, labels map[string]string) []byte {
-	var ls []string
-	for k, v := range labels {
-		ls = append(ls, fmt.Sprintf("%s: %q", k, v))
-	}
-	return []byte(fmt.Sprintf(`node:
-  id: sidecar~127.0.0.1~%[1]s.%[2]s~%[2]s.svc.cluster.local
-  cluster: %[1]s.%[2]s
-  metadata:
-    NAME: %[1]s
-    NAMESPACE: %[2]s
-    LABELS: {%[3]s}
-    INTERCEPTION_MODE: NONE
-    CLUSTER_ID: Kubernetes
-    MESH_ID: cluster.local
-dynamic_resources:
-  ads_config:
-    api_type: GRPC
-    transport_api_version: V3
-    grpc_services:
-    - envoy_grpc: {cluster_name: xds-grpc}
-  cds_config: {ads: {}, resource_api_version: V3}
-  lds_config: {ads: {}, resource_api_version: V3}
-static_resources:
-  clusters:
-  - name: xds-grpc
-    type: STATIC
-    connect_timeout: 5s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: xds-grpc
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 15010}}}
-admin:
-  address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-`, pod, ns, strings.Join(ls, ", ")))
 }
 
 // startSidecar starts the Envoy of r's Wasm tests as a sidecar of pod in namespace demo
@@ -75,13 +33,30 @@ func startSidecar(t *testing.T, r releaseSetup, pod string, labels map[string]st
 // startSidecarOf is startSidecar with the envoy binary envoy.
 func startSidecarOf(t *testing.T, r releaseSetup, envoy, pod string, labels map[string]string, envVars ...string) *sidecar {
 	t.Helper()
+	return startProxy(t, r, envoy, "sidecar", pod, "demo", labels, envVars...)
+}
+
+// startGateway starts the Envoy of r's Wasm tests as the ingress gateway
+// istio-ingressgateway-0 in namespace istio-system, and waits until Envoy
+// is ready.
+func startGateway(t *testing.T, r releaseSetup) *sidecar {
+	t.Helper()
+	return startProxy(t, r, r.WasmEnvoy, "router", "istio-ingressgateway-0", "istio-system", istioenv.GatewayLabels)
+}
+
+// startProxy starts envoy connected to istiod as a proxy of kind ("sidecar"
+// or "router") of pod in namespace ns with labels (and envVars,
+// "NAME=value", in its environment), and waits until Envoy is ready (its
+// first listeners and their ECDS filters received and warm).
+func startProxy(t *testing.T, r releaseSetup, envoy, kind, pod, ns string, labels map[string]string, envVars ...string) *sidecar {
+	t.Helper()
 	bin := envoyrun.Binary{Path: envoy, Version: envoy}
 	start := time.Now()
 	e := envoyrun.Start(t, bin, envoyrun.Options{
-		Bootstrap: bootstrap(pod, "demo", labels), Dir: t.TempDir(), Concurrency: 2,
+		Bootstrap: istioenv.Bootstrap(kind, pod, ns, labels), Dir: t.TempDir(), Concurrency: 2,
 		ReadyTimeout: 5 * time.Minute, Env: envVars,
 	})
-	t.Logf("Envoy %s connected to istiod %s and ready in %s", envoy, r.Name, time.Since(start).Round(100*time.Millisecond))
+	t.Logf("Envoy %s connected to istiod %s as a %s and ready in %s", envoy, r.Name, kind, time.Since(start).Round(100*time.Millisecond))
 	return &sidecar{e}
 }
 
@@ -103,7 +78,7 @@ func applyShipped(t *testing.T, cl *cluster, names []string) map[string][]byte {
 	files := map[string][]byte{}
 	for _, f := range names {
 		files[f] = shipped(t, f)
-		if err := cl.apply(f, files[f]); err != nil {
+		if err := cl.Apply(f, files[f]); err != nil {
 			t.Fatal(err)
 		}
 	}

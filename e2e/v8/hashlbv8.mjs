@@ -1087,19 +1087,8 @@ function startVM(run, compiled, phase) {
     emit(trapLine({ class: '(start)', request: -1 }));
     return { vm: null, result: { ok: false, trapped: true } };
   }
-  // ContextBase::onStart and onConfigure: the plugin configuration is readable in the root
-  // proxy_on_context_create and in proxy_on_configure, not in proxy_on_vm_start.
   const root = vm.addContext('root', 0);
-  root.pluginConfigReadable = true;
-  vm.call(root, 'proxy_on_context_create', root.id, 0);
-  root.pluginConfigReadable = false;
-  const vmStart = vm.call(root, 'proxy_on_vm_start', root.id, 0);
-  let configure = null;
-  if (!vm.dead && vmStart !== 0) {
-    root.pluginConfigReadable = true;
-    configure = vm.call(root, 'proxy_on_configure', root.id, run.config.length);
-    root.pluginConfigReadable = false;
-  }
+  const { vmStart, configure } = startRoot(vm, root, run.config.length);
   const initMs = Number(process.hrtime.bigint() - t0) / 1e6;
   if (vm.dead) { emit(trapLine({ class: '(configure)', request: -1 })); return { vm: null, result: { ok: false, trapped: true } }; }
   if (vmStart === 0 || configure === 0) {
@@ -1111,6 +1100,24 @@ function startVM(run, compiled, phase) {
   return { vm, root };
 }
 
+// startRoot starts and configures a new root context as ContextBase::onStart and onConfigure do:
+// the plugin configuration (configLength bytes) is readable in proxy_on_context_create and in
+// proxy_on_configure, not in proxy_on_vm_start; proxy_on_configure is called only when
+// proxy_on_vm_start did not refuse (configure is null then).
+function startRoot(vm, root, configLength) {
+  root.pluginConfigReadable = true;
+  vm.call(root, 'proxy_on_context_create', root.id, 0);
+  root.pluginConfigReadable = false;
+  const vmStart = vm.call(root, 'proxy_on_vm_start', root.id, 0);
+  let configure = null;
+  if (!vm.dead && vmStart !== 0) {
+    root.pluginConfigReadable = true;
+    configure = vm.call(root, 'proxy_on_configure', root.id, configLength);
+    root.pluginConfigReadable = false;
+  }
+  return { vmStart, configure };
+}
+
 // reconfigure applies config to the running VM as a new root context (cpp-host WasmBase::start
 // and configure: ContextBase::onStart, onConfigure), then shuts the old one down
 // (WasmBase::startShutdown: proxy_on_done, then proxy_on_delete when it returned true). It emits
@@ -1120,16 +1127,7 @@ function reconfigure(vm, old, config, phase, at) {
   const root = vm.addContext('root', 0);
   root.pluginConfig = config;
   const t = process.hrtime.bigint();
-  root.pluginConfigReadable = true;
-  vm.call(root, 'proxy_on_context_create', root.id, 0);
-  root.pluginConfigReadable = false;
-  const vmStart = vm.call(root, 'proxy_on_vm_start', root.id, 0);
-  let configure = null;
-  if (!vm.dead && vmStart !== 0) {
-    root.pluginConfigReadable = true;
-    configure = vm.call(root, 'proxy_on_configure', root.id, config.length);
-    root.pluginConfigReadable = false;
-  }
+  const { vmStart, configure } = startRoot(vm, root, config.length);
   const ms = Number(process.hrtime.bigint() - t) / 1e6;
   const ok = !vm.dead && vmStart !== 0 && configure !== 0;
   if (!ok) {

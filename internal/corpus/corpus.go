@@ -63,6 +63,34 @@ func (c Config) Complete(services string) []byte {
 	return []byte(c.JSON + `, "debugHeader": true, "services": ` + services + "}")
 }
 
+// PolicyConfig is a configuration of Configs as the load-balancing policy
+// takes it (PolicyConfigs).
+type PolicyConfig struct {
+	Index int    // in Configs
+	Name  string // Configs[Index].Name
+	Data  []byte
+}
+
+// PolicyConfigs are the configurations of Configs that are not Whole, as the
+// load-balancing policy takes them: no services (the cluster's hosts are
+// its services) and none of the header hand-off options it does not serve
+// (debugHeader, upstreamCount). Which of them it serves is its ParseConfig's
+// to say.
+func PolicyConfigs() ([]PolicyConfig, error) {
+	var out []PolicyConfig
+	for i, cc := range Configs {
+		if cc.Whole {
+			continue
+		}
+		data, err := Rewrite(cc.Complete("[]"), map[string]any{"services": nil, "debugHeader": nil, "upstreamCount": nil})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, PolicyConfig{Index: i, Name: cc.Name, Data: data})
+	}
+	return out, nil
+}
+
 // Rewrite returns the configuration data (a whole JSON object) with each
 // top-level field of set replaced or added (a nil value removes it): the
 // way a test moves a corpus configuration onto other addresses or another

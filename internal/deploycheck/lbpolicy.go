@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ type Policy struct {
 	cluster  located // the cluster, and its path in its document
 	policy   located // the policy's typed_config
 	index    int     // its place in load_balancing_policy.policies
+	patch    bool    // an EnvoyFilter patch's: health is the DestinationRule's, not the patch's
 	findings []Finding
 }
 
@@ -99,7 +101,29 @@ func (src *File) policies(root *yaml.Node, dir string) (seen int) {
 
 // clusterPolicy adds the hashlb policy of one cluster, if it has one.
 func (src *File) clusterPolicy(cl located, dir string) (seen int) {
-	name := str(get(cl.n, "name"))
+	return src.policyOf(cl, str(get(cl.n, "name")), dir, "")
+}
+
+// patchPolicy adds the hashlb policy an EnvoyFilter's CLUSTER patch (patch,
+// the i-th of the resource where) merges into the clusters it matches, if
+// it sets one. The cluster is named as istiod names the one the match
+// selects (outbound|PORT||SERVICE); its hosts are the endpoints istiod
+// sends, and its health settings the DestinationRule's, neither of them in
+// the patch.
+func (src *File) patchPolicy(patch *yaml.Node, i int, where string) (seen int) {
+	m := get(get(patch, "match"), "cluster")
+	name := str(get(m, "name"))
+	if name == "" {
+		name = fmt.Sprintf("outbound|%s|%s|%s", str(get(m, "portNumber")), str(get(m, "subset")), orDefault(str(get(m, "service")), "*"))
+	}
+	at := located{get(get(patch, "patch"), "value"), fmt.Sprintf("spec.configPatches[%d].patch.value", i)}
+	return src.policyOf(at, name, "", fmt.Sprintf("%s, patch %d, ", where, i))
+}
+
+// policyOf adds the hashlb policy of the cluster cl named name; prefix,
+// when set, begins each Item's Where and makes cl an EnvoyFilter patch's
+// value (patchPolicy).
+func (src *File) policyOf(cl located, name, dir, prefix string) (seen int) {
 	for i, pol := range items(get(get(cl.n, "load_balancing_policy"), "policies")) {
 		tec := get(pol, "typed_extension_config")
 		tc := get(tec, "typed_config")
@@ -108,7 +132,7 @@ func (src *File) clusterPolicy(cl located, dir string) (seen int) {
 		}
 		seen++
 		dmc := get(tc, "dynamic_module_config")
-		where := fmt.Sprintf("cluster %s, load-balancing policy %s", name, orDefault(str(get(tec, "name")), strconv.Itoa(i)))
+		where := fmt.Sprintf("%scluster %s, load-balancing policy %s", prefix, name, orDefault(str(get(tec, "name")), strconv.Itoa(i)))
 		if !mentionsHashlb(str(get(tec, "name")), str(get(tc, "lb_policy_name")), str(get(dmc, "name")),
 			str(get(get(get(dmc, "module"), "local"), "filename"))) {
 			src.skip(where + ": a dynamic-module load-balancing policy, not hashlb's (neither its name, lb_policy_name nor module mentions hashlb)")
@@ -116,7 +140,7 @@ func (src *File) clusterPolicy(cl located, dir string) (seen int) {
 		}
 		at := fmt.Sprintf("%s.load_balancing_policy.policies[%d].typed_extension_config.typed_config", cl.path, i)
 		at = strings.TrimPrefix(at, ".")
-		p := &Policy{Cluster: name, cluster: cl, policy: located{tc, at}, index: i}
+		p := &Policy{Cluster: name, cluster: cl, policy: located{tc, at}, index: i, patch: prefix != ""}
 		e := Item{Where: where, Node: tc, Policy: p}
 		switch c := get(tc, "lb_policy_config"); {
 		case c == nil:
@@ -130,7 +154,11 @@ func (src *File) clusterPolicy(cl located, dir string) (seen int) {
 		default:
 			e.Data = []byte(get(c, "value").Value)
 		}
-		p.readHosts(dir)
+		if p.patch {
+			p.Unknown = "its hosts are the endpoints istiod sends the cluster the patch matches"
+		} else {
+			p.readHosts(dir)
+		}
 		src.Items = append(src.Items, e)
 	}
 	return seen
@@ -286,7 +314,7 @@ func (p *Policy) assignment(la located) {
 				unknown = append(unknown, loc.path)
 				continue
 			}
-			eps = append(eps, ep{h, prio, contains(unhealthy, str(get(e, "health_status")))})
+			eps = append(eps, ep{h, prio, slices.Contains(unhealthy, str(get(e, "health_status")))})
 		}
 	}
 	sort.SliceStable(eps, func(i, j int) bool { return eps[i].prio < eps[j].prio })
@@ -365,6 +393,7 @@ func checkPolicy(file string, e Item) []Finding {
 	}
 	hc := get(cl.n, "health_checks")
 	switch {
+	case p.patch:
 	case len(items(hc)) == 0 && get(cl.n, "outlier_detection") == nil:
 		p.addFinding(cl, true, "no health_checks and no outlier_detection: the policy follows Envoy's health of the hosts, and without either a dead host stays healthy and keeps its keys: add health_checks (and outlier_detection)")
 	case len(items(hc)) > 0 && str(get(cl.n, "ignore_health_on_host_removal")) != "true" && p.From != "load_assignment":

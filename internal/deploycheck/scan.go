@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hashlb/hashlb/lbcore"
@@ -255,9 +256,12 @@ func (src *File) manifest(m *yaml.Node) {
 		for i, p := range items(get(get(m, "spec"), "configPatches")) {
 			w := &wasmWalk{src: src, prefix: fmt.Sprintf("%s, patch %d", where, i)}
 			w.walk(get(get(p, "patch"), "value"), walkCtx{})
+			if str(get(p, "applyTo")) == "CLUSTER" {
+				src.patchPolicy(p, i, where)
+			}
 		}
 		if len(src.Items) == n {
-			src.skip(where + ": no hashlb configuration (no wasm filter in its patches)")
+			src.skip(where + ": no hashlb configuration (no wasm filter or hashlb load-balancing policy in its patches)")
 		}
 	default:
 		src.skip(where + ": no hashlb configuration")
@@ -376,7 +380,7 @@ func (w *wasmWalk) walk(n *yaml.Node, ctx walkCtx) {
 	case typ == wasmType || typ == netWasmType:
 		w.filter(get(n, "config"), ctx)
 		return
-	case contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
+	case slices.Contains(typedStructTypes, typ) && (str(get(n, "type_url")) == wasmType || str(get(n, "type_url")) == netWasmType):
 		w.filter(get(get(n, "value"), "config"), ctx)
 		return
 	}
@@ -434,15 +438,6 @@ func (w *wasmWalk) filter(cfg *yaml.Node, ctx walkCtx) {
 func mentionsHashlb(names ...string) bool {
 	for _, s := range names {
 		if strings.Contains(strings.ToLower(s), "hashlb") {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

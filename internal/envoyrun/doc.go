@@ -16,8 +16,11 @@
 // exchange with it from a chosen loopback source (client.go); building hashlb's
 // Wasm module and reading the repository's files (module.go), test modules
 // and commands (modules.go) and the load-balancing policy's shared library
-// (lbpolicy.go); the bootstrap ./build.sh envoy runs (demo.go); and the upstreams: an HTTP
+// (lbpolicy.go); the bootstrap ./build.sh envoy runs (demo.go) and the
+// README's quick-start curl lines its demos answer, read and sent, and a
+// demo command (./build.sh envoy, ./build.sh istio's) run against them
+// and stopped as Ctrl-C does (readme.go); and the upstreams: an HTTP
 // backend that echoes what it received (backend.go, StartBackendAt in
 // addresses.go), a TCP one (backend_tcp.go) and the benchmark's minimal one
-// (fastbackend.go).
+// (fastbackend.go); a process's output read while it runs (procio.go).
 package envoyrun

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,11 +16,6 @@ import (
 // module by (dynamic_module_config.name): Envoy opens lib<name>.so in
 // ENVOY_DYNAMIC_MODULES_SEARCH_PATH.
 const LBPolicyName = "hashlb_lbpolicy"
-
-var (
-	lbMu   sync.Mutex
-	lbDirs = map[string]string{}
-)
 
 // The module's variables a test build sets (-ldflags "-X NAME=value"): the
 // ABI version its program init returns (internal/lbpolicy/abi's abi.go),
@@ -44,20 +38,7 @@ const (
 // built with the tag hashlb_testhooks that compiles them in). The tests
 // build the module from the source they test; a failed build is an error.
 func BuildLBPolicy(ldflags string) (string, error) {
-	lbMu.Lock()
-	defer lbMu.Unlock()
-	if d, ok := lbDirs[ldflags]; ok {
-		return d, nil
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp("", "hashlb-envoyrun-lbpolicy-")
-	if err != nil {
-		return "", err
-	}
-	args := []string{"build", "-trimpath", "-buildmode=c-shared", "-o", filepath.Join(dir, "lib"+LBPolicyName+".so")}
+	args := []string{"-trimpath", "-buildmode=c-shared"}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
@@ -65,26 +46,16 @@ func BuildLBPolicy(ldflags string) (string, error) {
 		// The test switches exist only in a build with this tag.
 		args = append(args, "-tags", "hashlb_testhooks")
 	}
-	cmd := exec.Command("go", append(args, "./cmd/hashlb-lbpolicy")...)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("building ./cmd/hashlb-lbpolicy (needs cgo and a C compiler): %v\n%s", err, b)
+	so, err := goBuild(buildKey{lbPolicy, ldflags}, "hashlb-envoyrun-lbpolicy-", "lib"+LBPolicyName+".so",
+		[]string{"CGO_ENABLED=1"}, append(args, "./cmd/hashlb-lbpolicy")...)
+	if err != nil {
+		return "", fmt.Errorf("building ./cmd/hashlb-lbpolicy (needs cgo and a C compiler): %v", err)
 	}
-	lbDirs[ldflags] = dir
-	return dir, nil
+	return filepath.Dir(so), nil
 }
 
 // RemoveLBPolicies deletes what BuildLBPolicy built (a TestMain calls it).
-func RemoveLBPolicies() {
-	lbMu.Lock()
-	defer lbMu.Unlock()
-	for k, d := range lbDirs {
-		os.RemoveAll(d)
-		delete(lbDirs, k)
-	}
-}
+func RemoveLBPolicies() { removeBuilds(lbPolicy) }
 
 // LBPolicyEnvoysEnv names the Envoys installed for the load-balancing
 // policy's tests alone (space-separated paths; ./build.sh test sets it to

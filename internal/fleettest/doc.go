@@ -3,6 +3,9 @@
 // ports (EtcdArgs, FreeAddr), waiting for its JSON gateway, and the
 // measure of agreement, the last request whose key went elsewhere through
 // another proxy (fleettest.go); go.mod's etcd server embedded in the test
-// process (embed.go), which internal/lbpolicy's fleet tests use too.
+// process, over plain TCP or TLS with client certificates (embed.go), which internal/lbpolicy's fleet tests use too; and
+// a cluster of such members on loopback ports in one process, whose members
+// a test kills and restarts (cluster.go), for the policy's fleet over a
+// three-member etcd.
 // Test-only: the module never imports it.
 package fleettest

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -26,6 +27,21 @@ func PortTaken(out string) bool { return strings.Contains(out, "address already 
 // twice is fine).
 func StartEmbedded(t testing.TB, dir, clientAddr string) (string, func()) {
 	t.Helper()
+	return startEmbedded(t, dir, clientAddr, nil)
+}
+
+// StartEmbeddedTLS is StartEmbedded on a free port serving clients over
+// TLS only, with the server certificate cert and key, and requiring a
+// client certificate signed by the CA in file ca (etcd's
+// --client-cert-auth).
+func StartEmbeddedTLS(t testing.TB, dir, ca, cert, key string) (string, func()) {
+	t.Helper()
+	return startEmbedded(t, dir, "", &transport.TLSInfo{CertFile: cert, KeyFile: key, TrustedCAFile: ca, ClientCertAuth: true})
+}
+
+func startEmbedded(t testing.TB, dir, clientAddr string, tlsInfo *transport.TLSInfo) (string, func()) {
+	t.Helper()
+	scheme := "http"
 	free := clientAddr == ""
 	if free {
 		clientAddr = FreeAddr(t)
@@ -37,7 +53,11 @@ func StartEmbedded(t testing.TB, dir, clientAddr string) (string, func()) {
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{filepath.Join(dir, "etcd.log")}
 	cfg.UnsafeNoFsync = true // test data only; keeps the tests fast on slow disks
-	client := url.URL{Scheme: "http", Host: clientAddr}
+	if tlsInfo != nil {
+		scheme = "https"
+		cfg.ClientTLSInfo = *tlsInfo
+	}
+	client := url.URL{Scheme: scheme, Host: clientAddr}
 	peer := url.URL{Scheme: "http", Host: FreeAddr(t)}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
@@ -47,7 +67,7 @@ func StartEmbedded(t testing.TB, dir, clientAddr string) (string, func()) {
 		// A port taken between its pick and the bind: others.
 		if free {
 			clientAddr = FreeAddr(t)
-			client = url.URL{Scheme: "http", Host: clientAddr}
+			client = url.URL{Scheme: scheme, Host: clientAddr}
 			cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 		}
 		peer = url.URL{Scheme: "http", Host: FreeAddr(t)}
@@ -68,9 +88,13 @@ func StartEmbedded(t testing.TB, dir, clientAddr string) (string, func()) {
 		e.Close()
 		t.Fatal("embedded etcd was not ready within 60s")
 	}
-	if err := WaitGateway(clientAddr, 30*time.Second, nil); err != nil {
-		e.Close()
-		t.Fatal(err)
+	// A TLS server's gateway needs a client certificate: it is ready with
+	// ReadyNotify.
+	if tlsInfo == nil {
+		if err := WaitGateway(clientAddr, 30*time.Second, nil); err != nil {
+			e.Close()
+			t.Fatal(err)
+		}
 	}
 	var once sync.Once
 	stop := func() { once.Do(func() { closeEmbedded(t, e) }) }

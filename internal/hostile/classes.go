@@ -528,13 +528,19 @@ func splitXFF() []Request {
 		{"", "198.51.100.12"},
 		{strings.Repeat("6.6.6.6, ", 500) + "6.6.6.6", "198.51.100.13"},
 	}
+	return splitLines(class, "x-forwarded-for", cases)
+}
+
+// splitLines makes one request of class per case, at /class/i, with one
+// header line named name per string of the case.
+func splitLines(class, name string, cases [][]string) []Request {
 	var rs []Request
 	for i, lines := range cases {
 		var hs [][2]string
 		for _, l := range lines {
-			hs = append(hs, hdr("x-forwarded-for", l))
+			hs = append(hs, hdr(name, l))
 		}
-		rs = append(rs, request(class, fmt.Sprintf("/split-xff/%d", i), "example.com", hs...))
+		rs = append(rs, request(class, fmt.Sprintf("/%s/%d", class, i), "example.com", hs...))
 	}
 	return rs
 }
@@ -552,15 +558,7 @@ func splitCookie() []Request {
 		{"session", "session=grace"},
 		{"a=1; session=heidi", "session=ivan"},
 	}
-	var rs []Request
-	for i, lines := range cases {
-		var hs [][2]string
-		for _, l := range lines {
-			hs = append(hs, hdr("cookie", l))
-		}
-		rs = append(rs, request(class, fmt.Sprintf("/split-cookie/%d", i), "example.com", hs...))
-	}
-	return rs
+	return splitLines(class, "cookie", cases)
 }
 
 // missingPseudo: requests without some or all pseudo-headers, or with two.

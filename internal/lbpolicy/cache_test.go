@@ -39,12 +39,8 @@ func TestPathKey(t *testing.T) {
 // remembered; a backup decision and a retry's walk may not; View changes
 // with every update and health rescan.
 func TestRemembered(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(5)
-	w := p.NewWorker("cache")
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "cache", f)
 	gen, healthy := w.View()
 	if gen == 0 || healthy != 5 {
 		t.Fatalf("View() = %d, %d after the update, want a generation and 5 healthy", gen, healthy)

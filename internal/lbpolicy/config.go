@@ -24,6 +24,9 @@ type Policy struct {
 	// store is the persistence store its workers use: processStore, or a
 	// test's own, standing for another Envoy process.
 	store *sharedStore
+	// etcd is the fleet client's credentials (LoadEtcdCredentials; none
+	// until it is called).
+	etcd etcdCredentials
 }
 
 // placeholder is the service the policy's JSON is parsed with: lbcore

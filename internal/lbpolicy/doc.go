@@ -18,5 +18,7 @@
 // hosts, as rendezvous hashing moves only the keys of a host gone and the
 // keys a host added outranks (carry.go); the persistence table the workers of one process share
 // (store.go); and persistence.fleet, the process's member of the etcd fleet
-// on goroutines of its own, with etcd's Go client (fleet.go).
+// on goroutines of its own, with etcd's Go client (fleet.go), and its
+// credentials, read from Envoy's environment and the files it names
+// (fleetauth.go).
 package lbpolicy

@@ -34,6 +34,10 @@ import (
 //   - one goroutine watches the fleet's prefix and puts every live record
 //     it sees into the process's table, so each proxy learns the others'
 //     placements as they are made;
+//   - a proposal etcd did not answer (a leader election, a member gone,
+//     quorum lost) is kept, up to fleetQueue of them, and sent again every
+//     fleetRetry until etcd answers it: two proxies that placed a key each
+//     their own way while etcd could not decide agree once it can again;
 //   - the last worker's Close stops them all and closes the client.
 
 // fleetQueue is how many proposals wait for the proposers at most.
@@ -42,8 +46,14 @@ const fleetQueue = 4096
 // fleetProposers is how many goroutines send proposals.
 const fleetProposers = 2
 
+// fleetDial bounds making the client: connecting and, with a user,
+// authenticating, which costs etcd a bcrypt of the password and can take
+// far longer than one call's fleet.timeout on a loaded etcd. Nothing waits
+// on it but the fleet's own goroutines.
+const fleetDial = 10 * time.Second
+
 // fleetRetry is how long the watch waits before it is opened again after
-// it failed.
+// it failed, and how often proposals etcd did not answer are sent again.
 const fleetRetry = time.Second
 
 // proposal is a key this process placed (or used in a new slot), for etcd:
@@ -52,7 +62,7 @@ type proposal struct {
 	h      uint64
 	svc    string
 	stamp  int64
-	create bool // a new key, which spends the create budget; else a refresh
+	create bool // a new key, which spends the create budget; else a refresh or a retry
 }
 
 // FleetStats counts what the fleet member did, for tests and the log.
@@ -62,8 +72,9 @@ type FleetStats struct {
 	Proposed, Dropped, OverBudget uint64
 	// Placed: keys etcd took as proposed (created or refreshed);
 	// Followed: keys etcd held on another live service, which the local
-	// table took; Failed: proposals etcd did not answer.
-	Placed, Followed, Failed uint64
+	// table took; Failed: sends etcd did not answer (each is kept and sent
+	// again: Retried); Lost: failed proposals over the fleetQueue kept.
+	Placed, Followed, Failed, Retried, Lost uint64
 	// Watched: records the watch put into the local table.
 	Watched uint64
 }
@@ -78,6 +89,7 @@ type fleetMember struct {
 	prefix string
 	expire time.Duration
 	size   int
+	creds  etcdCredentials
 
 	store *sharedStore
 	table *nsTable
@@ -87,10 +99,18 @@ type fleetMember struct {
 	wg     sync.WaitGroup
 
 	stats struct {
-		proposed, dropped, overBudget, placed, followed, failed, watched atomic.Uint64
+		proposed, dropped, overBudget, placed, followed, failed, retried, lost, watched atomic.Uint64
 	}
+	retry retrySet
 	lease leaseSlot
 	rate  createBudget
+}
+
+// retrySet holds the proposals etcd did not answer until they are sent
+// again, at most fleetQueue of them.
+type retrySet struct {
+	mu sync.Mutex
+	ps []proposal
 }
 
 // leaseSlot is the lease of the current slot that puts are attached to,
@@ -115,10 +135,11 @@ func fleetPrefix(f *lbcore.Fleet, cluster string) string {
 }
 
 // acquireFleet returns the member for the workers of namespace ns (table t
-// of store s) under persistence p, started for the first of them.
-func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Persistence) *fleetMember {
+// of store s) under persistence p with credentials creds, started for the
+// first of them.
+func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Persistence, creds etcdCredentials) *fleetMember {
 	prefix := fleetPrefix(p.Fleet, cluster)
-	id := memberID(ns, prefix, p)
+	id := memberID(ns, prefix, p, creds)
 	s.fleetMu.Lock()
 	defer s.fleetMu.Unlock()
 	if m := s.fleets[id]; m != nil {
@@ -129,7 +150,7 @@ func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Pers
 		s.fleets = map[string]*fleetMember{}
 	}
 	m := &fleetMember{id: id, refs: 1, ns: ns, f: *p.Fleet, prefix: prefix, expire: p.Expire, size: p.TableSize,
-		store: s, table: t, q: make(chan proposal, fleetQueue)}
+		creds: creds, store: s, table: t, q: make(chan proposal, fleetQueue)}
 	m.rate.tokens, m.rate.at = float64(m.f.CreatesPerSecond), time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
@@ -139,9 +160,10 @@ func acquireFleet(s *sharedStore, t *nsTable, ns, cluster string, p *lbcore.Pers
 	return m
 }
 
-// memberID names a member of a store: the namespace and what the fleet
-// configuration says of etcd and the table.
-func memberID(ns, prefix string, p *lbcore.Persistence) string {
+// memberID names a member of a store: the namespace, what the fleet
+// configuration says of etcd and the table, and who the client is (the
+// user, whether it speaks TLS).
+func memberID(ns, prefix string, p *lbcore.Persistence, creds etcdCredentials) string {
 	b := make([]byte, 0, 128)
 	b = append(b, ns...)
 	b = append(b, 0)
@@ -157,6 +179,10 @@ func memberID(ns, prefix string, p *lbcore.Persistence) string {
 	b = appendInt(b, int64(p.Fleet.CreatesPerSecond))
 	b = append(b, 0)
 	b = appendInt(b, int64(p.Fleet.Timeout))
+	b = append(append(b, 0), creds.user...)
+	if creds.tls != nil {
+		b = append(b, 0, 't')
+	}
 	return string(b)
 }
 
@@ -208,6 +234,7 @@ func (m *fleetMember) Stats() FleetStats {
 	return FleetStats{
 		Proposed: m.stats.proposed.Load(), Dropped: m.stats.dropped.Load(), OverBudget: m.stats.overBudget.Load(),
 		Placed: m.stats.placed.Load(), Followed: m.stats.followed.Load(), Failed: m.stats.failed.Load(),
+		Retried: m.stats.retried.Load(), Lost: m.stats.lost.Load(),
 		Watched: m.stats.watched.Load(),
 	}
 }
@@ -216,31 +243,47 @@ func (m *fleetMember) Stats() FleetStats {
 // ends, then closes the client.
 func (m *fleetMember) run(ctx context.Context) {
 	defer m.wg.Done()
-	cli, err := clientv3.New(clientv3.Config{
+	cfg := clientv3.Config{
 		Endpoints:   m.f.Endpoints,
-		DialTimeout: m.f.Timeout,
+		Username:    m.creds.user,
+		Password:    m.creds.password,
+		TLS:         m.creds.tls,
+		DialTimeout: max(m.f.Timeout, fleetDial),
 		Context:     ctx,
 		Logger:      zap.NewNop(),
 		// Keepalives find a dead member, so that the client moves to another.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
-	})
-	if err != nil { // a configuration the client refuses: proposals go unanswered
+	}
+	cli, err := clientv3.New(cfg)
+	for err != nil {
+		// With a user, the client authenticates as it is made: etcd not
+		// reachable yet, or refusing the password, fails it. Proposals are
+		// kept meanwhile (failed), and it is made again every fleetRetry.
+		again := time.After(fleetRetry)
+	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-m.q:
-				m.stats.failed.Add(1)
+			case p := <-m.q:
+				m.failed(p)
+			case <-again:
+				break wait
 			}
 		}
+		cli, err = clientv3.New(cfg)
 	}
 	defer cli.Close()
 	var wg sync.WaitGroup
-	wg.Add(1 + fleetProposers)
+	wg.Add(2 + fleetProposers)
 	go func() {
 		defer wg.Done()
 		m.watch(ctx, cli)
+	}()
+	go func() {
+		defer wg.Done()
+		m.retrier(ctx)
 	}()
 	for range fleetProposers {
 		go func() {
@@ -296,6 +339,50 @@ func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
 	}
 }
 
+// failed keeps p, which etcd did not answer, to be sent again; over
+// fleetQueue kept, it is lost (counted).
+func (m *fleetMember) failed(p proposal) {
+	m.stats.failed.Add(1)
+	p.create = false // its create token is spent
+	r := &m.retry
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.ps) >= fleetQueue {
+		m.stats.lost.Add(1)
+		return
+	}
+	r.ps = append(r.ps, p)
+}
+
+// retrier puts the kept proposals back on the queue every fleetRetry, as
+// many as it takes, until ctx ends.
+func (m *fleetMember) retrier(ctx context.Context) {
+	tick := time.NewTicker(fleetRetry)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r := &m.retry
+		r.mu.Lock()
+		n := 0
+	put:
+		for _, p := range r.ps {
+			select {
+			case m.q <- p:
+				n++
+				m.stats.retried.Add(1)
+			default:
+				break put
+			}
+		}
+		r.ps = append(r.ps[:0], r.ps[n:]...)
+		r.mu.Unlock()
+	}
+}
+
 // proposer sends the queued proposals until ctx ends.
 func (m *fleetMember) proposer(ctx context.Context, cli *clientv3.Client) {
 	t := m.localTable()
@@ -336,7 +423,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 	val := fleet.Record{Stamp: p.stamp, Service: p.svc}.String()
 	lease, ok := m.leaseFor(ctx, cli, now)
 	if !ok {
-		m.stats.failed.Add(1)
+		m.failed(p)
 		return
 	}
 	var rev int64 // 0: create if absent; else replace at this mod_revision
@@ -351,7 +438,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 			Else(clientv3.OpGet(key)).Commit()
 		cancel()
 		if err != nil {
-			m.stats.failed.Add(1)
+			m.failed(p)
 			if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 				m.lease.forget(lease)
 			}
@@ -381,7 +468,7 @@ func (m *fleetMember) send(ctx context.Context, cli *clientv3.Client, t *lbcore.
 			return
 		}
 	}
-	m.stats.failed.Add(1)
+	m.failed(p)
 }
 
 // leaseFor returns the lease of now's slot, granted once per slot.

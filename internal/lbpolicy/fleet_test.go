@@ -2,26 +2,31 @@ package lbpolicy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
 )
 
 // fleetJS is a ROUNDROBIN policy persisting x-user through the fleet at
 // addr: round robin makes two proxies disagree on every new key unless the
 // fleet settles it.
-func fleetJS(addr, timeout string) string {
+func fleetJS(addr, timeout string) string { return fleetJSOf([]string{addr}, timeout) }
+
+// fleetJSOf is fleetJS over the etcd members eps.
+func fleetJSOf(eps []string, timeout string) string {
+	list, _ := json.Marshal(eps)
 	return fmt.Sprintf(`{"lbMethod":"ROUNDROBIN","persistence":{"keys":["${request.header.x-user}"],"expire":"1h",`+
-		`"fleet":{"endpoints":[%q],"prefix":"/hashlb/test/","timeout":%q,"createsPerSecond":100000}}}`, addr, timeout)
+		`"fleet":{"endpoints":%s,"prefix":"/hashlb/test/","timeout":%q,"createsPerSecond":100000}}}`, list, timeout)
 }
 
 // fleetProxy is one Envoy process of a test: its own store, one worker
@@ -206,35 +211,6 @@ func TestFleetFirstWriterWins(t *testing.T) {
 	}
 }
 
-// lateness measures, until stop, how late a 10 ms timer of this process
-// fires: what the machine adds to any time measured meanwhile.
-func lateness() (stop func() time.Duration) {
-	var worst atomic.Int64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			default:
-			}
-			t0 := time.Now()
-			time.Sleep(10 * time.Millisecond)
-			if d := int64(time.Since(t0) - 10*time.Millisecond); d > worst.Load() {
-				worst.Store(d)
-			}
-		}
-	}()
-	return func() time.Duration {
-		close(done)
-		wg.Wait()
-		return time.Duration(worst.Load())
-	}
-}
-
 // chooseWorst is the slowest of n choices of new keys by x's worker.
 func chooseWorst(t *testing.T, x *fleetProxy, tag string, n int) time.Duration {
 	var worst time.Duration
@@ -262,10 +238,11 @@ func TestFleetEtcdDownNeverBlocks(t *testing.T) {
 	x.settled(t, 10*time.Second)
 	stop()
 	const n = 3 * fleetQueue
-	endLate := lateness()
+	meter := lateness.Start()
 	base := chooseWorst(t, local, "local", n)
 	down := chooseWorst(t, x, "down", n)
-	late := endLate()
+	meter.Stop()
+	late := meter.Late()
 	bound := 4*base + 2*late
 	t.Logf("slowest choice: %v with etcd down, %v without a fleet; timers up to %v late", down, base, late)
 	if down > bound || down >= timeout/2 {
@@ -346,5 +323,89 @@ func TestFleetChooseAllocatesNothing(t *testing.T) {
 	}
 	if s := w.FleetStats(); s.Proposed+s.Dropped < uint64(2*len(ctxs)) {
 		t.Errorf("%+v: want every new key and every refresh proposed", s)
+	}
+}
+
+// Over a three-member etcd that loses quorum (two members killed), two
+// proxies whose round robins go opposite ways each place the same new keys
+// their own way, and serve them at once; once the two members are back,
+// the proposals etcd could not answer are sent again, the first writer
+// wins, and within a bound both proxies serve every key where etcd's
+// record says.
+func TestFleetQuorumLostThenAgrees(t *testing.T) {
+	c := fleettest.StartCluster(t, 3)
+	f := newFakeHosts(4)
+	js := fleetJSOf(c.Endpoints(), "1s")
+	a := newFleetProxy(t, js, f, 1)
+	defer a.close()
+	b := newFleetProxy(t, js, reversed(f), 1)
+	defer b.close()
+	time.Sleep(200 * time.Millisecond) // the watches open
+	lead := c.Leader()
+	other := (lead + 1) % 3
+	c.Kill(lead)
+	c.Kill(other)
+	const keys = 100
+	apart := 0
+	for k := range keys {
+		u := fmt.Sprint("q", k)
+		if a.choose(t, 0, u) != b.choose(t, 0, u) {
+			apart++
+		}
+	}
+	if apart == 0 {
+		t.Fatal("without etcd the two proxies placed every key alike: the test cannot tell agreement from etcd")
+	}
+	time.Sleep(3 * time.Second)
+	for _, i := range []int{lead, other} {
+		if err := c.Restart(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Wait(fleettest.ClusterStart); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	m := lateness.Start()
+	defer m.Stop()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	// A send stuck in its call when quorum returned fails at its timeout,
+	// is kept, and goes again at the next retry: timeout + retry + a call.
+	bound := 3*time.Second + 2*fleetRetry
+	var split []string
+	for {
+		split = split[:0]
+		for k := range keys {
+			u := fmt.Sprint("q", k)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err := cli.Get(ctx, fleet.Key("/hashlb/test/", []byte(u)))
+			cancel()
+			want := "no record"
+			if err == nil && len(resp.Kvs) == 1 {
+				r, _ := fleet.ParseRecord(string(resp.Kvs[0].Value))
+				want = r.Service
+			}
+			if ha, hb := a.choose(t, 0, u), b.choose(t, 0, u); ha != want || hb != want {
+				split = append(split, fmt.Sprintf("%s: etcd %s, a %s, b %s", u, want, ha, hb))
+			}
+		}
+		if len(split) == 0 || time.Since(back) > lateness.Widen(bound, m.Late(), 4)+10*time.Second {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took, late := time.Since(back), m.Late()
+	t.Logf("%d of %d keys placed apart while quorum was lost; all agree with etcd %v after it returned (a %+v, b %+v)",
+		apart, keys, took.Round(time.Millisecond), a.ws[0].FleetStats(), b.ws[0].FleetStats())
+	if len(split) > 0 {
+		t.Fatalf("%d of %d keys still split %v after quorum returned; first: %s", len(split), keys, took.Round(time.Millisecond), split[0])
+	}
+	if limit := lateness.Widen(bound, late, 4); took > limit {
+		t.Errorf("the proxies agreed %v after quorum returned, over %v %s", took.Round(time.Millisecond), limit,
+			lateness.Note(late, "the bound is widened by 4 × that"))
 	}
 }

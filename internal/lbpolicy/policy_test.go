@@ -21,6 +21,19 @@ func mustPolicy(t testing.TB, js string) *Policy {
 	return p
 }
 
+// urlWorker is a worker named name of a URLHASH policy, updated with f's
+// hosts and closed at the test's end, and its policy.
+func urlWorker(t testing.TB, name string, f *fakeHosts) (*Policy, *Worker) {
+	t.Helper()
+	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
+	w := p.NewWorker(name)
+	t.Cleanup(w.Close)
+	if _, err := w.Update(f); err != nil {
+		t.Fatal(err)
+	}
+	return p, w
+}
+
 func TestParseConfigRefuses(t *testing.T) {
 	for _, c := range []struct{ js, want string }{
 		{`{"services":[]}`, "services: not served by the load-balancing policy: the policy balances over the cluster's hosts"},
@@ -80,18 +93,15 @@ func TestParseConfigGivesLbcoreMessages(t *testing.T) {
 func served(t testing.TB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, cc := range corpus.Configs {
-		if cc.Whole {
+	pcs, err := corpus.PolicyConfigs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pc := range pcs {
+		if _, err := ParseConfig(pc.Data); err != nil {
 			continue
 		}
-		data, err := corpus.Rewrite(cc.Complete("[]"), map[string]any{"services": nil, "debugHeader": nil, "upstreamCount": nil})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ParseConfig(data); err != nil {
-			continue
-		}
-		out[cc.Name] = string(data)
+		out[pc.Name] = string(pc.Data)
 	}
 	return out
 }
@@ -196,12 +206,8 @@ func TestServiceIdentity(t *testing.T) {
 // A host that goes unhealthy loses exactly its keys, which come back when it
 // recovers, seen by the choices alone (no Update between).
 func TestHealthMovesOnlyItsKeys(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(8)
-	w := p.NewWorker("health")
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "health", f)
 	choose := func(k int) int {
 		_, hi, fail := w.Choose(f, &fakeCtx{headers: [][2]string{{":path", fmt.Sprintf("/k/%d", k)}}}, now)
 		if fail != NoFailure {
@@ -248,12 +254,8 @@ func TestHealthMovesOnlyItsKeys(t *testing.T) {
 // Retries walk lbcore's ranking: the hosts Envoy's predicate rejects are
 // skipped in rank order.
 func TestRetriesWalkTheRanking(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(6)
-	w := p.NewWorker("retry")
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	p, w := urlWorker(t, "retry", f)
 	rb := lbcore.NewBalancer(mustRanked(t, p, w), 0)
 	for k := range 50 {
 		hdr := [][2]string{{":path", fmt.Sprintf("/r/%d", k)}}

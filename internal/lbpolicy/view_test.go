@@ -30,13 +30,8 @@ func chosen(t testing.TB, w *Worker, f *fakeHosts, path string) int {
 // update_merge_window) is chosen as before, every choice succeeds, and the
 // answer is always an index into the snapshot's healthy list.
 func TestChoicesFollowTheSnapshot(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(4)
-	w := p.NewWorker("snapshot")
-	defer w.Close()
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "snapshot", f)
 	before := map[string]int{}
 	for k := range 400 {
 		path := fmt.Sprintf("/s/%d", k)
@@ -81,13 +76,8 @@ func TestChoicesFollowTheSnapshot(t *testing.T) {
 // A snapshot whose hosts changed without the membership hook (a host
 // replaced at the same count) is rebuilt from at the choice that sees it.
 func TestChoiceRebuildsAStaleHostSet(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(4)
-	w := p.NewWorker("stale")
-	defer w.Close()
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "stale", f)
 	f.hs[2].addr = "10.9.9.9:8080"
 	f.hs[0].health = Unhealthy // the healthy count changes: the choice looks
 	f.sync()
@@ -106,17 +96,12 @@ func TestChoiceRebuildsAStaleHostSet(t *testing.T) {
 // back to its priority 0 host when the level recovers; with neither level
 // healthy, no host.
 func TestPriorityFailover(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(7)
 	for i := 4; i < 7; i++ {
 		f.hs[i].prio = 1
 	}
 	f.sync()
-	w := p.NewWorker("prio")
-	defer w.Close()
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "prio", f)
 	oracle := lbcore.NewBalancer(w.bal.Config(), 0)
 	for i := range 4 {
 		oracle.SetDown(i, true)
@@ -175,7 +160,6 @@ func TestPriorityFailover(t *testing.T) {
 // Retries at priority 1 walk that level's ranking and answer with its
 // indices.
 func TestPriorityRetries(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(6)
 	for i := 3; i < 6; i++ {
 		f.hs[i].prio = 1
@@ -184,11 +168,7 @@ func TestPriorityRetries(t *testing.T) {
 		f.hs[i].health = Unhealthy
 	}
 	f.sync()
-	w := p.NewWorker("prio-retry")
-	defer w.Close()
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "prio-retry", f)
 	for k := range 50 {
 		ctx := pathCtx(f, fmt.Sprintf("/q/%d", k))
 		ctx.avoid = map[int]bool{}
@@ -209,13 +189,8 @@ func TestPriorityRetries(t *testing.T) {
 // A cluster of more hosts than the services array's maximum (10,000) is
 // served, each choice lbcore's.
 func TestHundredThousandHosts(t *testing.T) {
-	p := mustPolicy(t, `{"lbMethod":"URLHASH"}`)
 	f := newFakeHosts(100000)
-	w := p.NewWorker("large")
-	defer w.Close()
-	if _, err := w.Update(f); err != nil {
-		t.Fatal(err)
-	}
+	_, w := urlWorker(t, "large", f)
 	oracle := lbcore.NewBalancer(w.bal.Config(), 0)
 	for k := range 100 {
 		path := fmt.Sprintf("/big/%d", k)

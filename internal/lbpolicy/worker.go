@@ -90,7 +90,7 @@ func (p *Policy) NewWorker(cluster string) *Worker {
 		req:   lbcore.Request{Headers: make([][2]string, 0, 8)},
 	}
 	if per := p.Config.Persistence; per != nil && per.Fleet != nil {
-		w.fleet = acquireFleet(s, t, ns, cluster, per)
+		w.fleet = acquireFleet(s, t, ns, cluster, per, p.etcd)
 		w.slot = int64(fleet.Slot(per.Expire) / time.Second)
 	}
 	return w

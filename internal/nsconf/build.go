@@ -415,7 +415,7 @@ func (t *translator) method(v *vserver, cfg *outConfig, warnAt func(int, string,
 	backup := "LEASTCONNECTION"
 	if b := v.backup.s; b != "" {
 		backup = b
-		if !contains(hashlbBackups, b) {
+		if !slices.Contains(hashlbBackups, b) {
 			backup = "LEASTCONNECTION"
 			warnAt(v.backup.line, "-backupLBMethod %s: written as LEASTCONNECTION: %s", b, nearestLeastCon[b])
 		}

@@ -198,6 +198,7 @@ func TestIPKey(t *testing.T) {
 	}
 }
 
+// TestMaskBits: the masks -netmask takes (lbcore's netmask field's rule).
 func TestMaskBits(t *testing.T) {
 	tests := []struct {
 		name string
@@ -216,9 +217,9 @@ func TestMaskBits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := maskBits(tt.mask)
+			got, ok := lbcore.NetmaskBits(tt.mask)
 			if got != tt.want || ok != tt.ok {
-				t.Errorf("maskBits(%q) = %d, %v; want %d, %v", tt.mask, got, ok, tt.want, tt.ok)
+				t.Errorf("NetmaskBits(%q) = %d, %v; want %d, %v", tt.mask, got, ok, tt.want, tt.ok)
 			}
 		})
 	}

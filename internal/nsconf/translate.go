@@ -3,8 +3,11 @@ package nsconf
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/hashlb/hashlb/lbcore"
 )
 
 // translator replays an ns.conf in order, as the appliance would: a line may
@@ -326,7 +329,7 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 				return failf("%s: needs a value", spec.name)
 			}
 		case flagWarn:
-			if len(vals) > 0 && contains(spec.off, strings.ToUpper(vals[0].text)) {
+			if len(vals) > 0 && slices.Contains(spec.off, strings.ToUpper(vals[0].text)) {
 				continue
 			}
 			shown := spec.name
@@ -338,15 +341,6 @@ func parseArgs(c *cmdLine, cmd *command, args []word) error {
 	}
 	c.e.Warnings = append(c.e.Warnings, warns...)
 	return nil
-}
-
-func contains(xs []string, s string) bool {
-	for _, x := range xs {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // other reports a line that is not a translated command: a load-balancing
@@ -683,7 +677,7 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 			return nil
 		}
 		u := strings.ToUpper(v)
-		if !contains(allowed, u) {
+		if !slices.Contains(allowed, u) {
 			return failf("%s %q is not one of %s", flag, v, strings.Join(allowed, ", "))
 		}
 		*dst = setting{s: u, line: line}
@@ -706,7 +700,7 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		if !ok {
 			return nil
 		}
-		bits, ok := maskBits(v)
+		bits, ok := lbcore.NetmaskBits(v)
 		if !ok {
 			return failf("%s %q is not a contiguous IPv4 mask such as 255.255.255.0", flag, v)
 		}
@@ -763,24 +757,6 @@ func applySettings(s vsSettings, c *cmdLine) (vsSettings, error) {
 		s.cookieDomain = setting{s: v, line: line}
 	}
 	return s, nil
-}
-
-// maskBits returns the prefix length of a contiguous dotted IPv4 mask.
-func maskBits(s string) (int, bool) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil || !ip.Is4() {
-		return 0, false
-	}
-	b := ip.As4()
-	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-	n := 0
-	for n < 32 && v&(1<<(31-n)) != 0 {
-		n++
-	}
-	if v<<n != 0 || n == 0 {
-		return 0, false
-	}
-	return n, true
 }
 
 func (t *translator) addVserver(c *cmdLine) {

@@ -2,6 +2,7 @@ package nsconf
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -305,7 +306,7 @@ var nonTCPTypes = []string{"UDP", "DNS", "SIP_UDP", "RADIUS", "SYSLOGUDP", "SNMP
 // defaultMonitorOf is the monitor NetScaler binds to mb's service when
 // none is.
 func defaultMonitorOf(mb member) string {
-	if contains(nonTCPTypes, strings.ToUpper(mb.b.serviceType())) {
+	if slices.Contains(nonTCPTypes, strings.ToUpper(mb.b.serviceType())) {
 		return "ping-default"
 	}
 	return "tcp-default"

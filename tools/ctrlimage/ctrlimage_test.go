@@ -14,7 +14,6 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -29,6 +28,8 @@ import (
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/memory"
 	"oras.land/oras-go/v2/content/oci"
+
+	"github.com/hashlb/hashlb/tools/ocipack"
 )
 
 // controllerBinary builds cmd/hashlb-controller as build.sh controller-image
@@ -84,23 +85,15 @@ func TestControllerImage(t *testing.T) {
 	if _, err := oras.Copy(ctx, store, Tag, memory.New(), Tag, oras.DefaultCopyOptions); err != nil {
 		t.Fatalf("oras.Copy of the layout: %v", err)
 	}
-	raw, err := content.FetchAll(ctx, store, desc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var m ocispec.Manifest
-	if err := json.Unmarshal(raw, &m); err != nil {
+	if err := ocipack.FetchJSON(ctx, store, desc, &m); err != nil {
 		t.Fatal(err)
 	}
 	if m.Config.MediaType != ocispec.MediaTypeImageConfig || len(m.Layers) != 1 || m.Layers[0].MediaType != ocispec.MediaTypeImageLayerGzip {
 		t.Fatalf("manifest config %s, layers %+v, want an image config and one tar+gzip layer", m.Config.MediaType, m.Layers)
 	}
-	rawCfg, err := content.FetchAll(ctx, store, m.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var img ocispec.Image
-	if err := json.Unmarshal(rawCfg, &img); err != nil {
+	if err := ocipack.FetchJSON(ctx, store, m.Config, &img); err != nil {
 		t.Fatal(err)
 	}
 	if img.OS != "linux" || img.Architecture != runtime.GOARCH {

@@ -20,6 +20,6 @@
 // tools/ctrlimage's controller image shares with it.
 //
 // Its parts, by file: the Wasm image's media types, its runtime config and
-// Write (ocipack.go); Store and the Layout it writes (layout.go); and Command
+// Write (ocipack.go); Store and the Layout it writes, and FetchJSON that reads its blobs back (layout.go); and Command
 // (command.go).
 package ocipack

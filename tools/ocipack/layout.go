@@ -3,12 +3,14 @@ package ocipack
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/content/oci"
 	"oras.land/oras-go/v2/errdef"
 )
@@ -65,4 +67,15 @@ func Store(ctx context.Context, dir string, l Layout) (ocispec.Descriptor, error
 		return ocispec.Descriptor{}, fmt.Errorf("tag %s: %w", l.Tag, err)
 	}
 	return manifest, nil
+}
+
+// FetchJSON reads the blob desc of a layout or registry (a manifest, an
+// image config) and decodes it into v, for a reader of what Store wrote;
+// the blob is checked against its digest.
+func FetchJSON(ctx context.Context, store content.Fetcher, desc ocispec.Descriptor, v any) error {
+	raw, err := content.FetchAll(ctx, store, desc)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, v)
 }

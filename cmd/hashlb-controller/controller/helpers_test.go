@@ -349,8 +349,12 @@ func (k *kube) get(name string) *unstructured.Unstructured {
 }
 
 // servicesOf is the object's pluginConfig.services as compact JSON.
-func servicesOf(wp *unstructured.Unstructured) string {
-	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", "services")...)
+func servicesOf(wp *unstructured.Unstructured) string { return pluginConfigOf(wp, "services") }
+
+// pluginConfigOf is the object's pluginConfig field as compact JSON, or
+// "<none>".
+func pluginConfigOf(wp *unstructured.Unstructured, field string) string {
+	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", field)...)
 	if !found {
 		return "<none>"
 	}

@@ -107,14 +107,7 @@ func (k *kube) deleteObj(c client.Client, o client.Object) {
 }
 
 // sessionOf is the WasmPlugin's spec.pluginConfig.session as compact JSON.
-func sessionOf(wp *unstructured.Unstructured) string {
-	v, found, _ := unstructured.NestedFieldNoCopy(wp.Object, kindOf(wp).Path("pluginConfig", "session")...)
-	if !found {
-		return "<none>"
-	}
-	data, _ := json.Marshal(v)
-	return string(data)
-}
+func sessionOf(wp *unstructured.Unstructured) string { return pluginConfigOf(wp, "session") }
 
 func (k *kube) waitSession(name, want string) *unstructured.Unstructured {
 	k.t.Helper()
