@@ -178,24 +178,32 @@ func TestFleetEtcdAuth(t *testing.T) {
 	a := credProxy(t, js, f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "hashlb-pw"})
 	b := credProxy(t, js, reversed(f), map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPasswordFile: writeFile(t, "pw", "hashlb-pw\n")})
 	wrong := credProxy(t, js, f, map[string]string{EnvEtcdUser: "hashlb", EnvEtcdPassword: "not-it"})
+	servedAndRefused(t, a, b, wrong, "with auth on", "a wrong password")
+}
+
+// servedAndRefused: keys chosen through a are placed in etcd and b agrees
+// on them, while refused, whose credentials etcd does not accept, places
+// none and counts its failures.
+func servedAndRefused(t *testing.T, a, b, refused *fleetProxy, served, what string) {
+	t.Helper()
 	time.Sleep(300 * time.Millisecond) // the watches open
 	const keys = 50
 	for k := range keys {
 		a.choose(t, 0, "u"+string(rune('A'+k)))
-		wrong.choose(t, 0, "w"+string(rune('A'+k)))
+		refused.choose(t, 0, "w"+string(rune('A'+k)))
 	}
-	if sa := waitPlaced(a, keys, 30*time.Second); sa.Placed != keys {
-		t.Fatalf("a placed %d of %d keys with auth on: %+v", sa.Placed, keys, sa)
+	if s := waitPlaced(a, keys, 30*time.Second); s.Placed != keys {
+		t.Fatalf("a placed %d of %d keys %s: %+v", s.Placed, keys, served, s)
 	}
 	waitAgree(t, a, b, "u", keys)
 	end := time.Now().Add(20 * time.Second)
-	sw := wrong.ws[0].FleetStats()
-	for time.Now().Before(end) && sw.Failed == 0 {
+	sr := refused.ws[0].FleetStats()
+	for time.Now().Before(end) && sr.Failed == 0 {
 		time.Sleep(50 * time.Millisecond)
-		sw = wrong.ws[0].FleetStats()
+		sr = refused.ws[0].FleetStats()
 	}
-	if sw.Placed != 0 || sw.Failed == 0 {
-		t.Errorf("a wrong password: %+v, want no key placed and failures counted", sw)
+	if sr.Placed != 0 || sr.Failed == 0 {
+		t.Errorf("%s: %+v, want no key placed and failures counted", what, sr)
 	}
 }
 
@@ -252,25 +260,7 @@ func TestFleetEtcdTLS(t *testing.T) {
 	a := credProxy(t, js, f, full)
 	b := credProxy(t, js, reversed(f), full)
 	anon := credProxy(t, js, f, map[string]string{EnvEtcdCAFile: ca})
-	time.Sleep(300 * time.Millisecond)
-	const keys = 50
-	for k := range keys {
-		a.choose(t, 0, "t"+string(rune('A'+k)))
-		anon.choose(t, 0, "n"+string(rune('A'+k)))
-	}
-	if s := waitPlaced(a, keys, 30*time.Second); s.Placed != keys {
-		t.Fatalf("a placed %d of %d keys over TLS: %+v", s.Placed, keys, s)
-	}
-	waitAgree(t, a, b, "t", keys)
-	end := time.Now().Add(20 * time.Second)
-	sn := anon.ws[0].FleetStats()
-	for time.Now().Before(end) && sn.Failed == 0 {
-		time.Sleep(50 * time.Millisecond)
-		sn = anon.ws[0].FleetStats()
-	}
-	if sn.Placed != 0 || sn.Failed == 0 {
-		t.Errorf("no client certificate: %+v, want no key placed and failures counted", sn)
-	}
+	servedAndRefused(t, a, b, anon, "over TLS", "no client certificate")
 }
 
 // A proxy with a user whose etcd is not there yet (Envoy started first)
