@@ -34,6 +34,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -327,4 +328,86 @@ func TestFleetReconfigureKeepsQueue(t *testing.T) {
 	if n < int64(len(keys)) {
 		t.Errorf("persistence_fleet_reconciled = %d, want at least %d", n, len(keys))
 	}
+}
+
+// TestFleetReconfigureKeepsSyncsInFlight: keys decided locally while etcd
+// was down, whose syncs are in flight when a new configuration takes over,
+// still follow the service etcd holds. The host deletes the old root
+// context as soon as it has no stream and drops the answers to its calls
+// (Envoy cancels them): the new configuration's client sends those syncs
+// again. Worker 0 decides the keys; worker 1, which never held etcd down,
+// serves them from the shared table afterwards, so only the
+// reconciliation can correct them (a hit of worker 0 would ask etcd itself
+// after its recovery).
+func TestFleetReconfigureKeepsSyncsInFlight(t *testing.T) {
+	etcdAddr, _ := startEtcd(t, t.TempDir())
+	fr := newFront(t, etcdAddr)
+	fr.set(frontRefuse, 0)
+	const answerLate = 600 * time.Millisecond // within the timeout: the syncs are in flight, not failed
+	cfgFor := func(timeout string) []byte {
+		return fleetConfig(t, map[string]any{"cluster": "etcd", "timeout": timeout}, fourServices(), nil)
+	}
+	start := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
+	granted := make(chan struct{}, 1)
+	h := moduleHost(t, hostsim.Config{Workers: 2, PluginConfig: cfgFor("2s"), RootID: persistRootID, Start: start,
+		Clusters: map[string]string{"etcd": fr.addr}, OnCallout: func(r hostsim.CalloutRecord) {
+			if r.Req.Worker == 0 && r.Req.Header(":path") == "/v3/lease/grant" && (&proxyCallout{0, r}).status() == "200" {
+				select {
+				case granted <- struct{}{}:
+				default:
+				}
+			}
+		}})
+	keys := keysN("inflight", 10)
+	prefix := "/hashlb/" + persistRootID + "/"
+	want := map[string]string{}
+	for _, k := range keys {
+		rep, err := fleetRoundTrip(h, 0, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Another proxy placed the key on the next service meanwhile.
+		n, _ := strconv.Atoi(strings.TrimPrefix(rep.service, "b"))
+		want[k] = "b" + strconv.Itoa(n%4+1)
+		rec := fleet.Record{Stamp: start.Unix(), Service: "10.0.0.1" + strconv.Itoa(n%4+1) + ":8080"}
+		if created, _ := etcdCreate(t, etcdAddr, fleet.Key(prefix, []byte(k)), rec.String(), 0); !created {
+			t.Fatalf("%s is in etcd already", k)
+		}
+	}
+	fr.set(frontLate, answerLate)
+	h.Advance(time.Second) // worker 0 probes etcd; once it answers, it grants a lease and sends the syncs
+	select {
+	case <-granted:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("worker 0 granted no lease within 10 s after etcd answered again; logs:\n%s", strings.Join(h.LogsAt(hostsim.LogInfo), "\n"))
+	}
+	time.Sleep(answerLate / 4) // the syncs are sent at the grant's answer; theirs are held answerLate
+	if err := h.Configure(cfgFor("1900ms")); err != nil {
+		t.Fatal(err)
+	}
+	fr.set(frontPass, 0)
+	// The new client syncs from its ticks; the test waits for the local
+	// entries, as worker 1 serves them, to follow etcd (a tick of simulated
+	// time per round, each round also waiting for the calls' answers).
+	const rounds = 25
+	var wrong []string
+	for range rounds {
+		h.Advance(time.Second)
+		time.Sleep(200 * time.Millisecond)
+		wrong = wrong[:0]
+		for _, k := range keys {
+			rep, err := fleetRoundTrip(h, 1, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.service != want[k] {
+				wrong = append(wrong, fmt.Sprintf("%s on %s, etcd holds %s", k, rep.service, want[k]))
+			}
+		}
+		if len(wrong) == 0 {
+			return
+		}
+	}
+	t.Errorf("%d of %d keys whose sync was in flight at the hand-over still served locally after %d ticks of the new configuration: %s",
+		len(wrong), len(keys), rounds, strings.Join(wrong, "; "))
 }

@@ -786,6 +786,34 @@ func TestFleetHandOver(t *testing.T) {
 	}
 }
 
+// TestFleetHandOverSyncsInFlight: a key decided locally while etcd was down
+// whose sync is in flight when a new configuration takes over is reconciled
+// by the new client. The host deletes the old root context once its last
+// stream ends and cancels its calls (Envoy; hostsim drops their answers):
+// the old client never learns how its syncs went, so the new one sends them
+// again.
+func TestFleetHandOverSyncsInFlight(t *testing.T) {
+	r := newRig(t, 100, "", "")
+	r.downEtcd()
+	r.miss("ada", 1) // decided locally on b, queued
+	enc := base64.StdEncoding.EncodeToString([]byte(r.key("ada")))
+	r.tick(ProbeEvery)
+	for len(r.pending) > 0 && !strings.Contains(string(r.pending[0].Body), enc) {
+		r.answer() // the probe, the lease grant, the other keys' syncs
+	}
+	if len(r.pending) == 0 {
+		t.Fatalf("no sync of ada sent once etcd answered; logs %q", r.logs)
+	}
+	p := &lbcore.Persistence{Expire: 10 * time.Minute, Fleet: &lbcore.Fleet{Cluster: "etcd", Timeout: 200 * time.Millisecond, CreatesPerSecond: 100}}
+	n := NewClient(p, "/t/", r.svcs, "", "", r.now)
+	r.c.HandOver(n)
+	r.pending = nil // the old root context is gone: its calls are never answered
+	r.c = n
+	r.tick(time.Second)
+	r.drain()
+	r.wantEtcd("ada", "b")
+}
+
 // TestFleetSyncRests: a sync etcd did not answer is retried at the next
 // tick, not at once: the queue of a worker goes at the tick's pace while
 // etcd is slow, instead of keeping it busy with retries that time out again

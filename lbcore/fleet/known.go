@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -277,17 +278,26 @@ func (c *Client) resync(now time.Time, why string) {
 
 // HandOver gives n, the client of a new configuration of the same plugin,
 // what c knows that n would otherwise learn slowly or never: the keys
-// queued for reconciliation or refresh, the keys placed (for a resync),
-// whether etcd is down, its lease, token and revision, and the create
-// budget left. Services are matched by identity (FleetService); a key on a
-// service the new configuration lacks is dropped (its local entry fails
-// over at its next hit). Nothing is handed over when the two talk to
-// another cluster, prefix, expiry or user. Either way c stops its own work:
-// its transactions in flight still settle (their answers come to it), and
-// the keys they leave to reconcile go to n, but its tick no longer probes,
-// grants or syncs.
+// queued for reconciliation or refresh, and those whose sync is in flight,
+// the keys placed (for a resync), whether etcd is down, its lease, token
+// and revision, and the create budget left. Services are matched by
+// identity (FleetService); a key on a service the new configuration lacks
+// is dropped (its local entry fails over at its next hit). Nothing is
+// handed over when the two talk to another cluster, prefix, expiry or
+// user. Either way c stops its own work: its transactions in flight still
+// settle while its root context lives (a request waiting on one keeps it),
+// and the keys they leave to reconcile go to n, but its tick no longer
+// probes, grants or syncs.
+//
+// A sync in flight goes to n too because its answer may never come: the
+// host deletes c's root context once its last stream ends, and cancels the
+// calls it has in flight (Envoy's Context destructor,
+// source/extensions/common/wasm/context.cc; hostsim drops their answers).
+// Without n's copy, a key decided locally while etcd was down would then
+// never be reconciled. When the answer does come to c, n's copy is a
+// create-if-absent of the same service, which finds it.
 func (c *Client) HandOver(n *Client) {
-	queue, resync, known := c.syncs.queue.all(), c.syncs.budgetQ.all(), c.known.oldestFirst()
+	queue, resync, known := append(c.syncs.queue.all(), c.syncsInFlight()...), c.syncs.budgetQ.all(), c.known.oldestFirst()
 	for _, js := range [][]fleetJob{queue, resync} {
 		for i := range js {
 			js[i].held = false // Stop drops the queued tokens
@@ -320,6 +330,24 @@ func (c *Client) HandOver(n *Client) {
 		n.noteDiverted(h, d.id, d.stamp)
 	}
 	c.diverted = nil
+}
+
+// syncsInFlight is the jobs of the syncs in flight, in the order they
+// were sent, each to send again as create-if-absent (as requeue does).
+func (c *Client) syncsInFlight() []fleetJob {
+	var ids []uint32
+	for id, cl := range c.reg.calls {
+		if cl.op == nil && (cl.kind == callTxn || cl.kind == callRange) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids) // deterministic
+	jobs := make([]fleetJob, len(ids))
+	for i, id := range ids {
+		jobs[i] = c.reg.calls[id].job
+		jobs[i].rev = 0
+	}
+	return jobs
 }
 
 // Stop ends c's own work, as HandOver does, when the new configuration
