@@ -131,9 +131,7 @@ func TestFleetChurn(t *testing.T) {
 				t.Fatalf("etcd marked down while it answers; logs %q", r.logs)
 			}
 			r.drain()
-			if n := r.c.Counts().Error; n != 0 {
-				t.Errorf("Error = %d, want 0 (etcd answered every call)", n)
-			}
+			r.wantCount("Error", r.c.Counts().Error, 0, "etcd answered every call")
 		}},
 		{"a grant answered 'invalid auth token' three times: etcd stays up", "hashlb", func(t *testing.T, r *rig) {
 			r.drainMiss("first", 0)
@@ -155,9 +153,7 @@ func TestFleetChurn(t *testing.T) {
 				r.now = r.now.Add(100 * time.Millisecond)
 				r.drainMiss("k"+itoa(i), 0)
 			}
-			if n := r.c.Counts().Throttled; n != 0 {
-				t.Errorf("Throttled = %d, want 0", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 0, "")
 		}},
 		{"the wall clock steps back 30 s while etcd is down: it is probed every second", "", func(t *testing.T, r *rig) {
 			r.downEtcd()
@@ -180,9 +176,7 @@ func TestFleetChurn(t *testing.T) {
 			for i := range 20 {
 				r.drainMiss("k"+itoa(i), 0)
 			}
-			if n := r.c.Counts().Throttled; n != 10 {
-				t.Errorf("Throttled = %d, want 10 (a burst of one second's worth)", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 10, "a burst of one second's worth")
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,9 +230,7 @@ func TestFleetBudget(t *testing.T) {
 			r.drain()
 			r.wantSettled(op, 1, true)
 			r.wantEtcd("new", "b")
-			if n := r.c.Counts().Throttled; n != 0 {
-				t.Errorf("Throttled = %d, want 0: refreshes spend no create", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 0, "refreshes spend no create")
 		}},
 		{"a replace whose answer is lost, then reconciled: the token is given back once", 3, func(t *testing.T, r *rig) {
 			r.drainMiss("x", 0) // 3 → 2
