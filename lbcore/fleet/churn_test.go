@@ -42,6 +42,19 @@ func (r *rig) drainCount() map[string]int {
 	return n
 }
 
+// wantOneGrant: what is pending (after what) asks etcd for one lease, and
+// once answered etcd holds exactly one.
+func (r *rig) wantOneGrant(what string) {
+	r.t.Helper()
+	if n := r.pendingPath("/v3/lease/grant"); n != 1 {
+		r.t.Fatalf("%s sent %d grants, want 1", what, n)
+	}
+	r.drain()
+	if n := len(r.e.leases); n != 1 {
+		r.t.Errorf("etcd holds %d leases, want 1", n)
+	}
+}
+
 func TestFleetChurn(t *testing.T) {
 	const auth, grant = "/v3/auth/authenticate", "/v3/lease/grant"
 	for _, tt := range []struct {
@@ -88,13 +101,7 @@ func TestFleetChurn(t *testing.T) {
 			for i := range 50 {
 				r.miss("k"+itoa(i), 0)
 			}
-			if n := r.pendingPath(grant); n != 1 {
-				t.Fatalf("50 misses sent %d grants, want 1", n)
-			}
-			r.drain()
-			if n := len(r.e.leases); n != 1 {
-				t.Errorf("etcd holds %d leases, want 1", n)
-			}
+			r.wantOneGrant("50 misses")
 		}},
 		{"etcd loses its leases under 50 misses: one grant again", "", func(t *testing.T, r *rig) {
 			r.drainMiss("first", 0)
@@ -103,13 +110,7 @@ func TestFleetChurn(t *testing.T) {
 			}
 			r.e.leases = map[int64]bool{}
 			r.answerAll() // 50 × "lease not found"
-			if n := r.pendingPath(grant); n != 1 {
-				t.Fatalf("50 lost leases sent %d grants, want 1", n)
-			}
-			r.drain()
-			if n := len(r.e.leases); n != 1 {
-				t.Errorf("etcd holds %d leases, want 1", n)
-			}
+			r.wantOneGrant("50 lost leases")
 		}},
 		{"three syncs answered 'invalid auth token': etcd stays up", "hashlb", func(t *testing.T, r *rig) {
 			r.syncsInFlight()
