@@ -780,82 +780,68 @@ func TestFleetSharedTransaction(t *testing.T) {
 	if _, err := fleetRoundTrip(h, 0, "warm"); err != nil {
 		t.Fatal(err)
 	}
-	before := count("/v3/kv/txn")
-	var streams []*hostsim.Stream
-	for range 5 {
-		s := h.Stream(0)
-		res := s.RequestHeaders(persistReq{id: "shared"}.headers(), persistReq{}.props())
-		if res.Action != hostsim.ActionPause {
-			t.Fatalf("request for a new key: action %v, want Pause while etcd answers", res.Action)
+	// share sends n requests for the new key id, resets the reset-th while
+	// they all wait for etcd, and returns the services the others were
+	// served by and how many transactions reached etcd meanwhile.
+	share := func(id string, n, reset int) (map[string]bool, int64) {
+		before := count("/v3/kv/txn")
+		var streams []*hostsim.Stream
+		for range n {
+			s := h.Stream(0)
+			if res := s.RequestHeaders(persistReq{id: id}.headers(), persistReq{}.props()); res.Action != hostsim.ActionPause {
+				t.Fatalf("request for a new key: action %v, want Pause while etcd answers", res.Action)
+			}
+			streams = append(streams, s)
 		}
-		streams = append(streams, s)
-	}
-	// Reset the second: not the request the callout answers to.
-	if err := streams[1].Finish(); err != nil {
-		t.Fatal(err)
-	}
-	services := map[string]bool{}
-	for i, s := range streams {
-		if i == 1 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		res := s.Wait(ctx)
-		cancel()
-		if res.Err != nil || res.Action != hostsim.ActionContinue {
-			t.Fatalf("stream %d: Wait = %+v, want it resumed", i, res)
-		}
-		svc, _ := res.Header("x-hashlb-service")
-		services[svc] = true
-		if _, err := finishStream(s); err != nil {
+		if err := streams[reset].Finish(); err != nil {
 			t.Fatal(err)
 		}
+		services := map[string]bool{}
+		for i, s := range streams {
+			if i == reset {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			res := s.Wait(ctx)
+			cancel()
+			if res.Err != nil || res.Action != hostsim.ActionContinue {
+				t.Fatalf("stream %d, stream %d reset: Wait = %+v, want it resumed with etcd's answer", i, reset, res)
+			}
+			svc, _ := res.Header("x-hashlb-service")
+			services[svc] = true
+			if _, err := finishStream(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return services, count("/v3/kv/txn") - before
 	}
-	if n := count("/v3/kv/txn") - before; n != 1 {
+	// noneActive: every service's active count is back to zero, nothing
+	// leaked by the reset stream.
+	noneActive := func(after string) {
+		h.Advance(time.Second)
+		for _, s := range fourServices() {
+			if m, _ := h.Metric("hashlb.service." + s.Name + ".active"); m.Value != 0 {
+				t.Errorf("%s: service %s active = %d, want 0", after, s.Name, m.Value)
+			}
+		}
+	}
+
+	// Reset the second: not the request the callout answers to.
+	services, n := share("shared", 5, 1)
+	if n != 1 {
 		t.Errorf("5 requests for one new key on one worker sent %d transactions, want 1", n)
 	}
 	if len(services) != 1 {
 		t.Errorf("requests sharing one transaction went to %v, want one service", services)
 	}
-	// Counts back to zero: nothing leaked by the reset stream.
-	h.Advance(time.Second)
-	for _, s := range fourServices() {
-		if m, _ := h.Metric("hashlb.service." + s.Name + ".active"); m.Value != 0 {
-			t.Errorf("service %s active = %d after every stream ended, want 0", s.Name, m.Value)
-		}
-	}
+	noneActive("after every stream ended")
 
 	// Reset the request that started the transaction: its answer still
 	// comes (the host answers every call on the root context, where the
 	// filter registers it), so the others get the fleet's service, and
 	// etcd holds the key.
-	streams = streams[:0]
-	before = count("/v3/kv/txn")
-	for range 3 {
-		s := h.Stream(0)
-		if res := s.RequestHeaders(persistReq{id: "orphan"}.headers(), persistReq{}.props()); res.Action != hostsim.ActionPause {
-			t.Fatalf("request for a new key: action %v, want Pause", res.Action)
-		}
-		streams = append(streams, s)
-	}
-	if err := streams[0].Finish(); err != nil {
-		t.Fatal(err)
-	}
-	served := map[string]bool{}
-	for i, s := range streams[1:] {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		res := s.Wait(ctx)
-		cancel()
-		if res.Err != nil || res.Action != hostsim.ActionContinue {
-			t.Fatalf("stream %d after the first was reset: Wait = %+v, want it resumed with etcd's answer", i+1, res)
-		}
-		svc, _ := res.Header("x-hashlb-service")
-		served[svc] = true
-		if _, err := finishStream(s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := count("/v3/kv/txn") - before; n != 1 {
+	served, n := share("orphan", 3, 0)
+	if n != 1 {
 		t.Errorf("3 requests for one new key, the first reset, sent %d transactions, want 1", n)
 	}
 	v, ok := etcdGet(t, etcdAddr, fleet.Key("/hashlb/"+persistRootID+"/", []byte("orphan")))
@@ -869,10 +855,5 @@ func TestFleetSharedTransaction(t *testing.T) {
 	if len(served) != 1 || !ok || rec.Service != want {
 		t.Errorf("after the first request's reset: the others went to %v, etcd holds %q (found %v), want one service, the one etcd holds", served, v, ok)
 	}
-	h.Advance(time.Second)
-	for _, s := range fourServices() {
-		if m, _ := h.Metric("hashlb.service." + s.Name + ".active"); m.Value != 0 {
-			t.Errorf("after the caller's reset: service %s active = %d, want 0", s.Name, m.Value)
-		}
-	}
+	noneActive("after the caller's reset")
 }
