@@ -597,8 +597,10 @@ func sprayAgreed(t *testing.T, hosts []*hostsim.Host, keys []string, calls *call
 		split, ex = splitKeys(settled)
 	}
 	if split != 0 {
-		t.Errorf("%s: %d of %d keys still on two services %v after they were sprayed (%d of them decided locally then; %d calls etcd did not answer in time while the test waited past the bound) %s, e.g. %s",
-			phase, split, len(keys), waited, local, etcdLate, lateness.Note(meter.Late(), fmt.Sprintf("the bound is %v widened by 10 times that", reconcileBound)), ex)
+		exKey, _, _ := strings.Cut(ex, " → ")
+		t.Errorf("%s: %d of %d keys still on two services %v after they were sprayed (%d of them decided locally then; %d calls etcd did not answer in time while the test waited past the bound) %s, e.g. %s; its calls (times from the spray's start):%s",
+			phase, split, len(keys), waited, local, etcdLate, lateness.Note(meter.Late(), fmt.Sprintf("the bound is %v widened by 10 times that", reconcileBound)), ex,
+			calls.story(fleetEtcdKey(exKey), began))
 	}
 	t.Logf("%s: %d keys, %d split by a call etcd did not answer in time or while a worker held etcd down (decided locally by design), all on one service %v later (%d calls etcd did not answer in time past the bound); %d down spans of a worker in all",
 		phase, len(keys), local, waited, etcdLate, spans(down))
