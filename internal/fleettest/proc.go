@@ -45,6 +45,9 @@ type ProcMember struct {
 	stopped      bool
 }
 
+// rejoinLimit bounds how long Rejoin asks etcd to add a member back.
+const rejoinLimit = 30 * time.Second
+
 // memberEnv marks the test binary run as an etcd member (RunMemberIfAsked).
 const memberEnv = "HASHLB_FLEETTEST_ETCD_MEMBER"
 
@@ -319,10 +322,21 @@ func (c *ProcCluster) Wipe(i int) error {
 // leader.
 func (c *ProcCluster) Rejoin(i int) error {
 	m := c.Members[i]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.cli.MemberAdd(ctx, []string{"http://" + m.Peer}); err != nil {
-		return fmt.Errorf("etcd member add %s: %w", m.Name, err)
+	// etcd refuses a member while one of the others has been connected for
+	// less than its health interval (5 s: "unhealthy cluster"), as one
+	// just resumed or restarted: ask again until rejoinLimit.
+	deadline := time.Now().Add(rejoinLimit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.cli.MemberAdd(ctx, []string{"http://" + m.Peer})
+		cancel()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+			return fmt.Errorf("etcd member add %s: %w", m.Name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	return c.start(m, c.initial(), "existing")
 }
