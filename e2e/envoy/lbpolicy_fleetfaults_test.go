@@ -24,35 +24,36 @@ import (
 // watch opened again (1 s) and the calls themselves.
 const policyFleetFaultBound = 5 * time.Second
 
-// policyFault is one fault under load: hit starts it (l is the load, to
+// fleetFault is one fault under load: hit starts it (l is the load, to
 // take an Envoy out of service) and returns heal, which ends it and
 // returns once etcd, or the Envoy, serves again; the fault lasts outage
 // between the two. apart: some new clients must be placed apart while it
 // lasts (the fault reaches the fleet).
-type policyFault struct {
+type fleetFault struct {
 	name   string
 	hit    func(l *fleetLoad) (heal func() error, err error)
 	outage time.Duration
 	apart  bool
 }
 
-// runPolicyFaults runs faults one after another on f under a steady load
-// of 120 requests a second, while clients never seen before arrive with
-// each fault. For each, every request is answered with a 2xx (no choice
-// waits on etcd), and from policyFleetFaultBound (widened by the lateness
-// the test measured) after the fault is healed, no client is answered by
-// two backends through two Envoys: the load's last split is before that,
-// and every client through every Envoy then is 0 split (clients first met
-// after the heal race as in a healthy fleet, and are left to the sweep).
-// The proxies' p99 steady and during the fault is logged.
-func runPolicyFaults(t *testing.T, f *policyFleet, faults []policyFault) {
+// runFleetFaults runs faults one after another under a steady load of 120
+// requests a second through the Envoys at urls (a fault may change one),
+// sent with ask, while clients never seen before arrive with each fault.
+// For each, every request is answered with a 2xx (no request fails for
+// etcd), and from base (widened by the lateness the test measured) after
+// the fault is healed, no client is answered by two backends through two
+// Envoys: the load's last split is before that, and every client through
+// every Envoy then is 0 split (clients first met after the heal race as
+// in a healthy fleet, and are left to the sweep). The Envoys' p99 steady
+// and during the fault is logged.
+func runFleetFaults(t *testing.T, ask fleetAsker, urls []string, base time.Duration, faults []fleetFault) {
 	t.Helper()
 	m := lateness.Start()
 	defer m.Stop()
 	keys := fleetKeys("steady", 100)
 	for _, fault := range faults {
 		fresh := fleetKeys(strings.ReplaceAll(fault.name, " ", "-"), 150)
-		load := startFleetLoad(policyFleetAsk, f.urls, keys, 120)
+		load := startFleetLoad(ask, urls, keys, 120)
 		start := time.Now()
 		time.Sleep(3 * time.Second)
 		hit := time.Now()
@@ -68,7 +69,7 @@ func runPolicyFaults(t *testing.T, f *policyFleet, faults []policyFault) {
 			t.Fatalf("%s: %v", fault.name, err)
 		}
 		healed := time.Now()
-		bound := lateness.Widen(policyFleetFaultBound, m.Late(), 4)
+		bound := lateness.Widen(base, m.Late(), 4)
 		time.Sleep(bound + 2*time.Second)
 		recs, errs := load.stop()
 		for i, err := range errs {
@@ -84,7 +85,7 @@ func runPolicyFaults(t *testing.T, f *policyFleet, faults []policyFault) {
 				asked = append(asked, k)
 			}
 		}
-		sweep, err := fleetSend(policyFleetAsk, f.urls, everyEnvoy(asked, len(f.urls), 9), 12, 9)
+		sweep, err := fleetSend(ask, urls, everyEnvoy(asked, len(urls), 9), 12, 9)
 		if err != nil {
 			t.Errorf("%s: a request of the sweep: %v", fault.name, err)
 		}
@@ -112,7 +113,7 @@ func runPolicyFaults(t *testing.T, f *policyFleet, faults []policyFault) {
 }
 
 // TestLBPolicyFleetFaults: the etcd cluster (in the test process) of three
-// Envoys with the policy fails under a steady load (runPolicyFaults): the
+// Envoys with the policy fails under a steady load (runFleetFaults): the
 // leader killed and restarted; one member killed for 10 s; two members
 // killed for 10 s (quorum lost) and restarted. Losing quorum is a fault
 // the fleet sees: some new clients are placed apart while it lasts.
@@ -142,7 +143,7 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 				}, nil
 			}
 		}
-		runPolicyFaults(t, f, []policyFault{
+		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
 			{"leader killed", down(func(l int) []int { return []int{l} }), 2 * time.Second, false},
 			{"one member killed 10s", down(func(l int) []int { return []int{(l + 1) % 3} }), 10 * time.Second, false},
 			{"quorum lost 10s", down(func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
@@ -153,18 +154,23 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 // TestLBPolicyFleetHangs: the faults that need etcd's members in processes
 // of their own (fleettest.ProcCluster: Debian's etcd 3.4 with
 // HASHLB_ETCD_BIN, else go.mod's etcd in child processes), and one of a
-// proxy, under a steady load (runPolicyFaults): the leader stopped
+// proxy, under a steady load (runFleetFaults): the leader stopped
 // (SIGSTOP) 10 s, hanging with its connections open, then resumed; two
 // members stopped 10 s (quorum lost: some new clients are placed apart)
-// then resumed; a member wiped and added back (killed, removed from the
-// cluster, its data deleted, added again and started empty on the
-// cluster's data); one proxy's Envoy stopped and started again, out of the
+// then resumed; 30 % of the connections to one member reset for 10 s
+// (fleettest.ResetProxy between the Envoys and the member); a member
+// wiped and added back (killed, removed from the cluster, its data
+// deleted, added again and started empty on the cluster's data); one
+// proxy's Envoy stopped and started again, out of the
 // load meanwhile, its table empty: its clients come back from etcd.
 func TestLBPolicyFleetHangs(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())
-		f := startPolicyFleetOn(t, bin, c.Endpoints())
+		eps := c.Endpoints()
+		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
+		eps[0] = rp.Addr
+		f := startPolicyFleetOn(t, bin, eps)
 		// stop stops the members of pick and returns the heal that resumes
 		// them and waits until the cluster serves.
 		stop := func(pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
@@ -197,6 +203,19 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 				return c.Wait(fleettest.ClusterStart)
 			}, nil
 		}
+		resets := func(*fleetLoad) (func() error, error) {
+			before := rp.Resets()
+			rp.SetRate(0.3)
+			return func() error {
+				rp.SetRate(0)
+				n := rp.Resets() - before
+				t.Logf("connections to etcd member 1 reset: %d", n)
+				if n == 0 {
+					return fmt.Errorf("no connection to etcd member 1 was reset: the fault did not reach the fleet")
+				}
+				return c.Wait(fleettest.ClusterStart)
+			}, nil
+		}
 		restart := func(l *fleetLoad) (func() error, error) {
 			const i = 2
 			l.setURL(i, "")
@@ -208,9 +227,10 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 				return nil
 			}, nil
 		}
-		runPolicyFaults(t, f, []policyFault{
+		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
 			{"leader stopped 10s", stop(func(l int) []int { return []int{l} }), 10 * time.Second, false},
 			{"quorum lost by stops 10s", stop(func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
+			{"30% of connections to a member reset 10s", resets, 10 * time.Second, false},
 			{"member wiped and re-added", wipe, 2 * time.Second, false},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
