@@ -69,6 +69,7 @@ func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte
 // restarted, and one member stopped (SIGSTOP) 10 s and resumed: every
 // request a 2xx, and 0 split clients from fleetBound after the heal.
 func TestFleetEnvoysCluster(t *testing.T) {
+	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())

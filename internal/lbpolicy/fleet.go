@@ -33,7 +33,7 @@ import (
 //     followed (the local table takes it), a stale one or a stamp of an
 //     older slot is replaced on its mod_revision;
 //   - one goroutine reads the live records of the fleet's prefix (at most
-//     the table's size, the newest) into the process's table when it
+//     the table's size, in pages) into the process's table when it
 //     starts, then watches the prefix and puts every live record written
 //     after into it, so a proxy that starts serves the keys placed before
 //     it as the fleet does, and each proxy learns the others' placements
@@ -55,6 +55,10 @@ const fleetProposers = 2
 // far longer than one call's fleet.timeout on a loaded etcd. Nothing waits
 // on it but the fleet's own goroutines.
 const fleetDial = 10 * time.Second
+
+// fleetLoadPage is how many records one read of the watch's start asks
+// etcd for (a variable for the tests' small pages).
+var fleetLoadPage int64 = 10000
 
 // fleetRetry is how long the watch waits before it is opened again after
 // it failed, and how often proposals etcd did not answer are sent again.
@@ -308,7 +312,7 @@ func (m *fleetMember) localTable() *lbcore.Table {
 // watch puts every live record of the prefix into the local table: first
 // those etcd holds when it starts (load), then every one written after,
 // from the revision after the last one seen when it is opened again (or
-// loaded again, should etcd have compacted past it).
+// after a new load, should etcd have compacted past that revision).
 func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
 	t := m.localTable()
 	var rev int64
@@ -342,26 +346,39 @@ func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
 }
 
 // load puts the live records etcd holds under the prefix into the local
-// table, at most the table's size of them, the most recently written last
-// (so that a full table keeps those), and returns the revision it read
-// them at; 0 when etcd did not answer. A proxy that starts, or restarts,
+// table, up to the table's size of them, read in pages of fleetLoadPage
+// at one revision, and returns that revision; 0 when etcd did not answer
+// (the watch then tries again). A proxy that starts, or restarts, so
 // serves the keys the fleet placed before it without first deciding them
 // its own way. Nothing waits on it but the watch, hence fleetDial.
 func (m *fleetMember) load(ctx context.Context, cli *clientv3.Client, t *lbcore.Table) int64 {
-	cctx, cancel := context.WithTimeout(ctx, fleetDial)
-	defer cancel()
-	resp, err := cli.Get(cctx, m.prefix, clientv3.WithPrefix(), clientv3.WithLimit(int64(m.size)),
-		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
-	if err != nil {
-		return 0
-	}
-	now := time.Now()
-	for i := len(resp.Kvs) - 1; i >= 0; i-- {
-		if m.learn(t, resp.Kvs[i], now) {
-			m.stats.loaded.Add(1)
+	var rev int64
+	key, end := m.prefix, clientv3.GetPrefixRangeEnd(m.prefix)
+	for read := 0; read < m.size; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(fleetLoadPage)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
+		cctx, cancel := context.WithTimeout(ctx, fleetDial)
+		resp, err := cli.Get(cctx, key, opts...)
+		cancel()
+		if err != nil {
+			return 0
+		}
+		rev = max(rev, resp.Header.Revision, 1)
+		now := time.Now()
+		for _, kv := range resp.Kvs {
+			if m.learn(t, kv, now) {
+				m.stats.loaded.Add(1)
+			}
+		}
+		read += len(resp.Kvs)
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	return max(resp.Header.Revision, 1)
+	return rev
 }
 
 // learn puts the record kv into the local table if it is a live record of

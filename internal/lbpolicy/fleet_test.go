@@ -109,9 +109,12 @@ func twoProxies(t *testing.T, f *fakeHosts, workers int) (addr, js string, a, b 
 // A key one proxy placed is served by another proxy at the same host,
 // though its own round robin would choose otherwise: through the watch for
 // a proxy running when the key was placed, and through the records it
-// reads as its watch starts for one that starts later (a proxy restarted),
-// from its first request.
+// reads, page after page, as its watch starts for one that starts later (a
+// proxy restarted), from its first request.
 func TestFleetSharesPlacements(t *testing.T) {
+	page := fleetLoadPage
+	fleetLoadPage = 7 // c reads etcd's records in pages
+	t.Cleanup(func() { fleetLoadPage = page })
 	f := newFakeHosts(5)
 	_, js, a, b := twoProxies(t, f, 2)
 	const keys = 60
