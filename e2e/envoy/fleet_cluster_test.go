@@ -66,15 +66,19 @@ func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte
 // Zipf-drawn clients through every Envoy at once, every client answered by
 // one backend through every Envoy once settled; then, under a steady load
 // with new clients arriving (runFleetFaults), the leader killed and
-// restarted, and one member stopped (SIGSTOP) 10 s and resumed: every
-// request a 2xx, and 0 split clients from fleetBound after the heal.
+// restarted, one member stopped (SIGSTOP) 10 s and resumed, two members
+// stopped 10 s (quorum lost: some new clients are placed apart) and
+// resumed, and one Envoy stopped and started again (its shared data, the
+// local table, empty): every request a 2xx, and 0 split clients from
+// fleetBound after the heal.
 func TestFleetEnvoysCluster(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())
 		bs := envoyrun.StartBackends(t, 3)
-		es := fleetStartEnvoys(t, bin, fleetClusterYAML(t, bs, c.Endpoints()), 3)
+		yaml := fleetClusterYAML(t, bs, c.Endpoints())
+		es := fleetStartEnvoys(t, bin, yaml, 3)
 		var urls []string
 		for _, e := range es {
 			urls = append(urls, "http://"+e.MustListener(t, "hashlb_listener"))
@@ -118,9 +122,38 @@ func TestFleetEnvoysCluster(t *testing.T) {
 				return c.Wait(fleettest.ClusterStart)
 			}, nil
 		}
+		quorumLost := func(*fleetLoad) (func() error, error) {
+			l := c.Leader()
+			if l < 0 {
+				return nil, fmt.Errorf("no etcd member leads")
+			}
+			ms := []int{l, (l + 1) % 3}
+			for _, i := range ms {
+				c.Stop(i)
+			}
+			return func() error {
+				for _, i := range ms {
+					c.Cont(i)
+				}
+				return c.Wait(fleettest.ClusterStart)
+			}, nil
+		}
+		restart := func(l *fleetLoad) (func() error, error) {
+			const i = 2
+			l.setURL(i, "")
+			es[i].Stop()
+			return func() error {
+				es[i] = fleetStartEnvoys(t, bin, yaml, 1)[0]
+				urls[i] = "http://" + es[i].MustListener(t, "hashlb_listener")
+				l.setURL(i, urls[i])
+				return nil
+			}, nil
+		}
 		runFleetFaults(t, fleetAsk, urls, fleetBound, []fleetFault{
 			{"leader killed", killLeader, 2 * time.Second, false},
 			{"one member stopped 10s", stopOne, 10 * time.Second, false},
+			{"quorum lost by stops 10s", quorumLost, 10 * time.Second, true},
+			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})
 }
