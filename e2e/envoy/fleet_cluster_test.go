@@ -6,7 +6,6 @@ package envoy
 // to.
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -98,19 +97,6 @@ func TestFleetEnvoysCluster(t *testing.T) {
 		if healthy := es[0].Stat(t, "cluster.hashlb_etcd.membership_healthy"); healthy != 3 {
 			t.Errorf("Envoy 0's hashlb_etcd has %d healthy members, want 3", healthy)
 		}
-		killLeader := func(*fleetLoad) (func() error, error) {
-			l := c.Leader()
-			if l < 0 {
-				return nil, fmt.Errorf("no etcd member leads")
-			}
-			c.Kill(l)
-			return func() error {
-				if err := c.Restart(l); err != nil {
-					return err
-				}
-				return c.Wait(fleettest.ClusterStart)
-			}, nil
-		}
 		stopOne := func(*fleetLoad) (func() error, error) {
 			o := (c.Leader() + 1) % 3 // a follower (or any member when none leads)
 			c.Stop(o)
@@ -119,22 +105,6 @@ func TestFleetEnvoysCluster(t *testing.T) {
 					t.Errorf("Envoy 0's hashlb_etcd has %d healthy members with one stopped 10 s, want 2: the health check did not leave it out", h)
 				}
 				c.Cont(o)
-				return c.Wait(fleettest.ClusterStart)
-			}, nil
-		}
-		quorumLost := func(*fleetLoad) (func() error, error) {
-			l := c.Leader()
-			if l < 0 {
-				return nil, fmt.Errorf("no etcd member leads")
-			}
-			ms := []int{l, (l + 1) % 3}
-			for _, i := range ms {
-				c.Stop(i)
-			}
-			return func() error {
-				for _, i := range ms {
-					c.Cont(i)
-				}
 				return c.Wait(fleettest.ClusterStart)
 			}, nil
 		}
@@ -150,9 +120,9 @@ func TestFleetEnvoysCluster(t *testing.T) {
 			}, nil
 		}
 		runFleetFaults(t, fleetAsk, urls, fleetBound, []fleetFault{
-			{"leader killed", killLeader, 2 * time.Second, false},
+			{"leader killed", memberFault(c, func(l int) []int { return []int{l} }, c.Kill, c.Restart), 2 * time.Second, false},
 			{"one member stopped 10s", stopOne, 10 * time.Second, false},
-			{"quorum lost by stops 10s", quorumLost, 10 * time.Second, true},
+			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})

@@ -121,27 +121,8 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		f := startPolicyFleet(t, bin)
 		c := f.etcd
-		// down kills the members of pick and returns the heal that
-		// restarts them and waits until the cluster serves.
 		down := func(pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
-			return func(*fleetLoad) (func() error, error) {
-				l := c.Leader()
-				if l < 0 {
-					return nil, fmt.Errorf("no etcd member leads")
-				}
-				ms := pick(l)
-				for _, i := range ms {
-					c.Kill(i)
-				}
-				return func() error {
-					for _, i := range ms {
-						if err := c.Restart(i); err != nil {
-							return err
-						}
-					}
-					return c.Wait(fleettest.ClusterStart)
-				}, nil
-			}
+			return memberFault(c, pick, c.Kill, c.Restart)
 		}
 		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
 			{"leader killed", down(func(l int) []int { return []int{l} }), 2 * time.Second, false},
@@ -171,26 +152,6 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
 		eps[0] = rp.Addr
 		f := startPolicyFleetOn(t, bin, eps)
-		// stop stops the members of pick and returns the heal that resumes
-		// them and waits until the cluster serves.
-		stop := func(pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
-			return func(*fleetLoad) (func() error, error) {
-				l := c.Leader()
-				if l < 0 {
-					return nil, fmt.Errorf("no etcd member leads")
-				}
-				ms := pick(l)
-				for _, i := range ms {
-					c.Stop(i)
-				}
-				return func() error {
-					for _, i := range ms {
-						c.Cont(i)
-					}
-					return c.Wait(fleettest.ClusterStart)
-				}, nil
-			}
-		}
 		wipe := func(*fleetLoad) (func() error, error) {
 			o := (c.Leader() + 1) % 3 // a follower (or any member when none leads)
 			if err := c.Wipe(o); err != nil {
@@ -228,13 +189,50 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 			}, nil
 		}
 		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
-			{"leader stopped 10s", stop(func(l int) []int { return []int{l} }), 10 * time.Second, false},
-			{"quorum lost by stops 10s", stop(func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
+			{"leader stopped 10s", stopMembers(c, func(l int) []int { return []int{l} }), 10 * time.Second, false},
+			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
 			{"30% of connections to a member reset 10s", resets, 10 * time.Second, false},
 			{"member wiped and re-added", wipe, 2 * time.Second, false},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})
+}
+
+// faultCluster is what a member's fault needs of an etcd cluster
+// (fleettest's Cluster and ProcCluster).
+type faultCluster interface {
+	Leader() int
+	Wait(limit time.Duration) error
+}
+
+// memberFault is the fault that hits (kills, stops) the members of c that
+// pick names, given the leader's index, and its heal, which heals each
+// (restarts, resumes) and waits until the cluster serves.
+func memberFault(c faultCluster, pick func(leader int) []int, hit func(i int), heal func(i int) error) func(*fleetLoad) (func() error, error) {
+	return func(*fleetLoad) (func() error, error) {
+		l := c.Leader()
+		if l < 0 {
+			return nil, fmt.Errorf("no etcd member leads")
+		}
+		ms := pick(l)
+		for _, i := range ms {
+			hit(i)
+		}
+		return func() error {
+			for _, i := range ms {
+				if err := heal(i); err != nil {
+					return err
+				}
+			}
+			return c.Wait(fleettest.ClusterStart)
+		}, nil
+	}
+}
+
+// stopMembers is memberFault stopping (SIGSTOP) members of c and resuming
+// them.
+func stopMembers(c *fleettest.ProcCluster, pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
+	return memberFault(c, pick, c.Stop, func(i int) error { c.Cont(i); return nil })
 }
 
 // p99 is the 99th percentile of the took of recs answered in [from, to).
