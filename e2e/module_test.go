@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/wasmpost"
 )
 
 // built caches the modules this test binary has built, by package directory.
@@ -45,8 +46,9 @@ func moduleHost(t testing.TB, c hostsim.Config) *hostsim.Host {
 
 // buildModule builds the proxy-wasm module in pkgDir (a package path relative
 // to the repository root, such as "./e2e/testdata/noop") the way build.sh
-// builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared. Each
-// package is built once per test binary.
+// builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, and
+// for ./filter the step after the linker (internal/wasmpost). Each package
+// is built once per test binary.
 func buildModule(t testing.TB, pkgDir string) []byte {
 	t.Helper()
 	builtMu.Lock()
@@ -72,6 +74,9 @@ func buildModule(t testing.TB, pkgDir string) []byte {
 			return
 		}
 		m.wasm, m.err = os.ReadFile(out)
+		if m.err == nil && pkgDir == "./filter" {
+			m.wasm, m.err = wasmpost.Finish(m.wasm) // as ./build.sh wasm ships it
+		}
 	})
 	if m.err != nil {
 		t.Fatalf("building %s: %v", pkgDir, m.err)

@@ -78,8 +78,8 @@ func TestTraceEntries(t *testing.T) {
 	want := []string{
 		"proxy_on_context_create proxy_on_context_create",
 		"proxy_on_request_headers proxy_on_request_headers",
-		"proxy_on_request_headers proxy_on_memory_allocate", // :path
-		"proxy_on_request_headers proxy_on_memory_allocate", // source.address
+		"proxy_on_request_headers proxy_on_memory_allocate",   // :path
+		"proxy_on_request_headers proxy_on_memory_allocate",   // source.address
 		"proxy_on_response_headers proxy_on_response_headers", // :path refused there: no copy
 		"proxy_on_done proxy_on_done",
 		"proxy_on_log proxy_on_log",
