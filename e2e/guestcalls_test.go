@@ -146,6 +146,14 @@ func TestCallsAcrossTheBoundary(t *testing.T) {
 		}
 	}
 	t.Logf("calls across the Wasm boundary per request:\n%s", table.String())
+	// The peers benchmark's floor, the SDK's contexts as they come, is
+	// entered for the body as well: hashlb's module is one call below it.
+	noop := measureBoundary(t, noopModule(t), []byte("{}"))
+	wantNoop := slices.Insert(slices.Clone(wantCallbacks), 3, "proxy_on_response_body")
+	if !slices.Equal(noop.callbacks, wantNoop) {
+		t.Errorf("the no-op module is entered by %v, want %v", noop.callbacks, wantNoop)
+	}
+	t.Logf("the no-op module: %d callbacks: %s", len(noop.callbacks), strings.Join(trimProxy(noop.callbacks), ", "))
 }
 
 // trimProxy drops the ABI's proxy_ prefix of each name, for the table.
