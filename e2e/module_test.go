@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/wasmpost"
 )
 
 // built caches the modules this test binary has built, by package directory
@@ -48,8 +49,8 @@ func moduleHost(t testing.TB, c hostsim.Config) *hostsim.Host {
 // buildModule builds the proxy-wasm module in pkgDir (a package path relative
 // to the repository root, such as "./e2e/testdata/noop") the way build.sh
 // builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, with
-// the build tags tags when given. Each package and tags is built once per
-// test binary.
+// the build tags tags when given, and for ./filter the step after the linker
+// (internal/wasmpost). Each package and tags is built once per test binary.
 func buildModule(t testing.TB, pkgDir string, tags ...string) []byte {
 	t.Helper()
 	args := []string{"build", "-trimpath", "-buildmode=c-shared"}
@@ -80,6 +81,9 @@ func buildModule(t testing.TB, pkgDir string, tags ...string) []byte {
 			return
 		}
 		m.wasm, m.err = os.ReadFile(out)
+		if m.err == nil && pkgDir == "./filter" {
+			m.wasm, m.err = wasmpost.Finish(m.wasm) // as ./build.sh wasm ships it
+		}
 	})
 	if m.err != nil {
 		t.Fatalf("building %s: %v", key, m.err)
