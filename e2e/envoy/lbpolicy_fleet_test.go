@@ -145,6 +145,23 @@ func placedBy(recs []fleetRec) map[string]string {
 // other proxies, and a retry of a call that failed.
 const policyFleetSettle = 3 * time.Second
 
+// placedOnce is placeAndSweep judged: it logs the placement and fails the
+// test when a client seen is on more than one backend after the wait. It
+// returns the clients seen and the sweep.
+func placedOnce(t *testing.T, ask fleetAsker, urls, keys []string, draws int, seed uint64, m *lateness.Meter) (seen []string, sweep []fleetRec) {
+	t.Helper()
+	first, seen, settle, sweep := placeAndSweep(t, ask, urls, keys, draws, seed, m)
+	racing, _ := fleetSplitKeys(first)
+	n, ex := fleetSplitKeys(sweep)
+	t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
+		len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
+	if n > 0 {
+		t.Fatalf("%d of %d clients split %v after the last new one %s; e.g. %s", n, len(seen), settle.Round(time.Millisecond),
+			lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
+	}
+	return seen, sweep
+}
+
 // placeAndSweep sends draws Zipf-drawn requests of keys through the
 // Envoys at urls with ask, waits policyFleetSettle widened by m's
 // lateness, then asks every client seen through every Envoy: the first
@@ -181,15 +198,7 @@ func TestLBPolicyFleet(t *testing.T) {
 		m := lateness.Start()
 		defer m.Stop()
 		keys := fleetKeys("zipf", 400)
-		first, seen, settle, sweep := placeAndSweep(t, policyFleetAsk, f.urls, keys, 3000, 1, m)
-		racing, _ := fleetSplitKeys(first)
-		n, ex := fleetSplitKeys(sweep)
-		t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
-			len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
-		if n > 0 {
-			t.Fatalf("%d of %d clients split %v after the last new one %s; e.g. %s", n, len(seen), settle.Round(time.Millisecond),
-				lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
-		}
+		seen, sweep := placedOnce(t, policyFleetAsk, f.urls, keys, 3000, 1, m)
 		if len(seen) < 50 {
 			t.Fatalf("only %d clients seen: the Zipf draw placed too few to judge", len(seen))
 		}
@@ -208,7 +217,7 @@ func TestLBPolicyFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		settle = lateness.Widen(policyFleetSettle, m.Late(), 4)
+		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
 		time.Sleep(settle)
 		all := slices.Clone(seen)
 		for k := range placedBy(placed) { // the new clients drawn (a sweep of others would race)
