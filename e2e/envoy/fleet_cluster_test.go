@@ -67,16 +67,21 @@ func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte
 // with new clients arriving (runFleetFaults), the leader killed and
 // restarted, one member stopped (SIGSTOP) 10 s and resumed, two members
 // stopped 10 s (quorum lost: some new clients are placed apart) and
-// resumed, and one Envoy stopped and started again (its shared data, the
-// local table, empty): every request a 2xx, and 0 split clients from
-// fleetBound after the heal.
+// resumed, 30 % of the connections to one member reset for 10 s
+// (fleettest.ResetProxy between the Envoys and the member), a member wiped
+// and added back, and one Envoy stopped and started again (its shared
+// data, the local table, empty): every request a 2xx, and 0 split clients
+// from fleetBound after the heal.
 func TestFleetEnvoysCluster(t *testing.T) {
 	t.Parallel()
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())
 		bs := envoyrun.StartBackends(t, 3)
-		yaml := fleetClusterYAML(t, bs, c.Endpoints())
+		eps := c.Endpoints()
+		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
+		eps[0] = rp.Addr
+		yaml := fleetClusterYAML(t, bs, eps)
 		es := fleetStartEnvoys(t, bin, yaml, 3)
 		var urls []string
 		for _, e := range es {
@@ -115,6 +120,8 @@ func TestFleetEnvoysCluster(t *testing.T) {
 			{"leader killed", memberFault(c, func(l int) []int { return []int{l} }, c.Kill, c.Restart), 2 * time.Second, false},
 			{"one member stopped 10s", stopOne, 10 * time.Second, false},
 			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
+			{"30% of connections to a member reset 10s", resetFault(t, c, rp), 10 * time.Second, false},
+			{"member wiped and re-added", wipeFault(c), 2 * time.Second, false},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})

@@ -152,31 +152,6 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
 		eps[0] = rp.Addr
 		f := startPolicyFleetOn(t, bin, eps)
-		wipe := func(*fleetLoad) (func() error, error) {
-			o := (c.Leader() + 1) % 3 // a follower (or any member when none leads)
-			if err := c.Wipe(o); err != nil {
-				return nil, err
-			}
-			return func() error {
-				if err := c.Rejoin(o); err != nil {
-					return err
-				}
-				return c.Wait(fleettest.ClusterStart)
-			}, nil
-		}
-		resets := func(*fleetLoad) (func() error, error) {
-			before := rp.Resets()
-			rp.SetRate(0.3)
-			return func() error {
-				rp.SetRate(0)
-				n := rp.Resets() - before
-				t.Logf("connections to etcd member 1 reset: %d", n)
-				if n == 0 {
-					return fmt.Errorf("no connection to etcd member 1 was reset: the fault did not reach the fleet")
-				}
-				return c.Wait(fleettest.ClusterStart)
-			}, nil
-		}
 		restart := func(l *fleetLoad) (func() error, error) {
 			const i = 2
 			l.setURL(i, "")
@@ -191,8 +166,8 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
 			{"leader stopped 10s", stopMembers(c, func(l int) []int { return []int{l} }), 10 * time.Second, false},
 			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
-			{"30% of connections to a member reset 10s", resets, 10 * time.Second, false},
-			{"member wiped and re-added", wipe, 2 * time.Second, false},
+			{"30% of connections to a member reset 10s", resetFault(t, c, rp), 10 * time.Second, false},
+			{"member wiped and re-added", wipeFault(c), 2 * time.Second, false},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})
@@ -233,6 +208,45 @@ func memberFault(c faultCluster, pick func(leader int) []int, hit func(i int), h
 // them.
 func stopMembers(c *fleettest.ProcCluster, pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
 	return memberFault(c, pick, c.Stop, func(i int) error { c.Cont(i); return nil })
+}
+
+// wipeFault is the fault that wipes a follower of c (or any member when
+// none leads): killed, removed from the cluster, its data deleted; its
+// heal adds it back, starts it empty on the cluster's data and waits until
+// the cluster serves.
+func wipeFault(c *fleettest.ProcCluster) func(*fleetLoad) (func() error, error) {
+	return func(*fleetLoad) (func() error, error) {
+		o := (c.Leader() + 1) % 3
+		if err := c.Wipe(o); err != nil {
+			return nil, err
+		}
+		return func() error {
+			if err := c.Rejoin(o); err != nil {
+				return err
+			}
+			return c.Wait(fleettest.ClusterStart)
+		}, nil
+	}
+}
+
+// resetFault is the fault that resets 30 % of the connections through rp
+// (the proxies' way to one member of c); its heal stops the resets, fails
+// when none happened (the fault did not reach the fleet) and waits until
+// the cluster serves.
+func resetFault(t *testing.T, c *fleettest.ProcCluster, rp *fleettest.ResetProxy) func(*fleetLoad) (func() error, error) {
+	return func(*fleetLoad) (func() error, error) {
+		before := rp.Resets()
+		rp.SetRate(0.3)
+		return func() error {
+			rp.SetRate(0)
+			n := rp.Resets() - before
+			t.Logf("connections to etcd through %s reset: %d", rp.Addr, n)
+			if n == 0 {
+				return fmt.Errorf("no connection to etcd through %s was reset: the fault did not reach the fleet", rp.Addr)
+			}
+			return c.Wait(fleettest.ClusterStart)
+		}, nil
+	}
 }
 
 // p99 is the 99th percentile of the took of recs answered in [from, to).
