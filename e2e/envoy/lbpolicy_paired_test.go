@@ -3,7 +3,8 @@ package envoy
 // BenchmarkEnvoyLBPolicyPaired measures the policy against Envoy's own
 // consistent hashing side by side: each row's Envoy (a second ring_hash,
 // whose ratios are the benchmark's own error, maglev, the Wasm filter, a C
-// dynamic module's floor, the same floor in Go, the policy) loaded at the
+// dynamic module's floor, the same floor in Go, the policy, and at 10
+// hosts the policy with persistence.fleet) loaded at the
 // same time as an Envoy of its own running ring_hash, each by its own
 // closed loop (then each by its own open loop at one rate), round after
 // round. Run one after the other, as BenchmarkEnvoyLBPolicy runs them, two
@@ -31,6 +32,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/internal/loadgen"
 )
 
@@ -41,7 +43,20 @@ const (
 	pGoFloor = "go-floor"
 	pNoYield = "policy-no-yield"
 	pAgain   = "ring_hash-again"
+	pFleet   = "policy+fleet"
 )
+
+// pairedFleetPeer is the policy with persistence.fleet on the requests'
+// x-client-id, over the etcd member at ep: as the Wasm filter's
+// persistence row, few ids, so that after the first request of each every
+// lookup is a hit in the local table and each etcd record is written
+// once; the row is what the fleet costs a request once its key is placed
+// (the watch, the table, the client's goroutines beside the workers).
+func pairedFleetPeer(eps []string, ep string) peerSpec {
+	config := fmt.Sprintf(`{"lbMethod": "URLHASH", "persistence": {"keys": ["${request.header.x-client-id}"], "fleet": {"endpoints": [%q]}}}`, ep)
+	return peerSpec{key: pFleet, name: "hashlb policy URLHASH + persistence.fleet (x-client-id, hits), 10 hosts", kind: peerPolicy,
+		endpoints: eps, plugin: []byte(config)}
+}
 
 // pairedWarmUp is each pair's warm-up: every upstream connection opened,
 // V8's tiers settled, and the policy's choice cache holding the requests'
@@ -89,7 +104,8 @@ func BenchmarkEnvoyLBPolicyPaired(b *testing.B) {
 	anyB := envoyrun.StartFastBackendAny(b, 0)
 	ten := peerEndpoints(10, anyB.Port())
 	many := peerEndpoints(peerManyServices, anyB.Port())
-	groups := [][]peerSpec{pairedPeers(ten, "10"), pairedPeers(many, "10⁴")}
+	etcd := fleettest.StartCluster(b, 1)
+	groups := [][]peerSpec{append(pairedPeers(ten, "10"), pairedFleetPeer(ten, etcd.Endpoints()[0])), pairedPeers(many, "10⁴")}
 	groups[0], groups[1] = pairedSelect(groups[0], len(ten)), pairedSelect(groups[1], len(many))
 	targets := peerTargets(4096)
 	reqs := peerRequests(targets, nil)
@@ -350,7 +366,7 @@ func pairedTable(bin envoyrun.Binary, runs []*peerRun, pairs []pairedRow) string
 			f, against, rate = pairs[1].ref, pairs[1].ref, pairs[1].rate
 		}
 		goal, verdict := "", ""
-		if r.kind == peerPolicy {
+		if r.key == pPolicy { // the fleet's row reports its cost; the goal is the policy's
 			goal = fmt.Sprintf("req/s ≥ 1.0×, p99 ≤ 1.05× %s", ref.key)
 			verdict = pairedVerdict(f, against)
 		}
