@@ -152,6 +152,10 @@ func testWrongChecksum(t *testing.T, cl *cluster, a *agent, bs []*envoyrun.Backe
 	} else {
 		t.Logf("pilot-agent's log: %s", line)
 	}
+	// Envoy accepted the RBAC filter: istiod hears of no rejection.
+	if strings.Contains(cl.Istiod.Log.String(), "ADS:ECDS: ACK ERROR") {
+		t.Errorf("istiod's log has an ECDS rejection; pilot-agent's fallback should be accepted")
+	}
 	var served int64
 	for _, b := range bs {
 		served += b.Requests()
