@@ -191,7 +191,7 @@ func testWrongChecksum(t *testing.T, cl *cluster, a *agent, bs []*envoyrun.Backe
 	}
 }
 
-var shaLine = regexp.MustCompile(`(?m)^(\s*)sha256: "?([0-9a-f]*)"?\s*$`)
+var shaLine = regexp.MustCompile(`(?m)^([ \t]*)sha256: "?([0-9a-f]*)"?[ \t]*$`)
 
 // withModuleURL is a WasmPlugin file with its url and sha256 set, as its
 // comments tell a user to.
