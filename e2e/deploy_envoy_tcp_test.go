@@ -5,8 +5,6 @@ package e2e
 // (deploy_envoy_test.go) calls checkNetworkChain on every filter chain.
 
 import (
-	"errors"
-	"fmt"
 	"testing"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -24,23 +22,8 @@ const (
 // tcp_proxy and its ORIGINAL_DST cluster. It returns how many hashlb
 // filters it found.
 func checkNetworkChain(filters []*listenerv3.Filter) (int, error) {
-	var errs []error
-	n := 0
-	for i, f := range filters {
-		w := &netwasmv3.Wasm{}
-		if f.GetName() != netWasmFilterName || !f.GetTypedConfig().MessageIs(w) {
-			continue
-		}
-		if err := f.GetTypedConfig().UnmarshalTo(w); err != nil {
-			errs = append(errs, fmt.Errorf("filters[%d]: %v", i, err))
-			continue
-		}
-		n++
-		if _, err := checkWasmPlugin(w.GetConfig()); err != nil {
-			errs = append(errs, fmt.Errorf("filters[%d] %s: %v", i, w.GetConfig().GetName(), err))
-		}
-	}
-	return n, errors.Join(errs...)
+	n, _, err := checkWasmFilters("filters", netWasmFilterName, filters, func() *netwasmv3.Wasm { return &netwasmv3.Wasm{} })
+	return n, err
 }
 
 // TestEnvoyTCPBrokenCopies: each deliberately broken copy of

@@ -23,6 +23,8 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	// Extensions the bootstrap files name in typed_config; protojson resolves
@@ -134,28 +136,48 @@ func checkHCM(hcm *hcmv3.HttpConnectionManager) (int, error) {
 	if len(filters) == 0 || filters[len(filters)-1].GetName() != routerFilterName {
 		errs = append(errs, fmt.Errorf("http_filters: the last filter must be %s", routerFilterName))
 	}
+	_, configs, err := checkWasmFilters("http_filters", wasmFilterName, filters, func() *wasmfilterv3.Wasm { return &wasmfilterv3.Wasm{} })
+	errs = append(errs, err)
+	if hcm.GetRouteConfig() == nil && len(configs) > 0 {
+		errs = append(errs, errors.New("route_config: must be inline so the routed clusters can be checked"))
+	}
+	return len(configs), errors.Join(errs...)
+}
+
+// checkWasmFilters checks, with checkWasmPlugin, each of filters (an HTTP
+// connection manager's or a filter chain's, field names them in messages)
+// that is a Wasm filter named name; newWasm makes the filter's own Wasm
+// message. It returns how many it could read and the configurations that
+// lbcore accepts.
+func checkWasmFilters[F interface {
+	GetName() string
+	GetTypedConfig() *anypb.Any
+}, W interface {
+	proto.Message
+	GetConfig() *wasmv3.PluginConfig
+}](field, name string, filters []F, newWasm func() W) (int, []*lbcore.Config, error) {
+	var errs []error
 	var configs []*lbcore.Config
+	n := 0
 	for i, f := range filters {
-		w := &wasmfilterv3.Wasm{}
-		if f.GetName() != wasmFilterName || !f.GetTypedConfig().MessageIs(w) {
+		w := newWasm()
+		if f.GetName() != name || !f.GetTypedConfig().MessageIs(w) {
 			continue
 		}
 		if err := f.GetTypedConfig().UnmarshalTo(w); err != nil {
-			errs = append(errs, fmt.Errorf("http_filters[%d]: %w", i, err))
+			errs = append(errs, fmt.Errorf("%s[%d]: %w", field, i, err))
 			continue
 		}
+		n++
 		cfg, err := checkWasmPlugin(w.GetConfig())
 		if err != nil {
-			errs = append(errs, fmt.Errorf("http_filters[%d] %s: %w", i, w.GetConfig().GetName(), err))
+			errs = append(errs, fmt.Errorf("%s[%d] %s: %w", field, i, w.GetConfig().GetName(), err))
 		}
 		if cfg != nil {
 			configs = append(configs, cfg)
 		}
 	}
-	if hcm.GetRouteConfig() == nil && len(configs) > 0 {
-		errs = append(errs, errors.New("route_config: must be inline so the routed clusters can be checked"))
-	}
-	return len(configs), errors.Join(errs...)
+	return n, configs, errors.Join(errs...)
 }
 
 // checkWasmPlugin checks the Wasm plugin settings and returns the parsed

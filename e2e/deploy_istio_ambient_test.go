@@ -14,16 +14,11 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"net/url"
-	"slices"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	typev1beta1 "istio.io/api/type/v1beta1"
-
-	"github.com/hashlb/hashlb/lbcore"
 )
 
 // checkIstioAmbient checks the bundle of configs/istio/ambient/.
@@ -47,27 +42,10 @@ func checkIstioAmbient(b *istioBundle) error {
 	if te.GetPhase() != extensionsv1alpha1.TrafficExtension_STATS {
 		bad("TrafficExtension phase %s: want STATS (after the waypoint's authn/authz)", te.GetPhase())
 	}
-	w := te.GetWasm()
-	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
-		bad("TrafficExtension wasm.url %q: want an oci://, file:// or http(s):// URL", w.GetUrl())
-	}
-	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
-		bad("TrafficExtension wasm.sha256 %q: want 64 lower-case hex digits", s)
-	}
-	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-		bad("TrafficExtension wasm.failStrategy %s: must be FAIL_CLOSE", w.GetFailStrategy())
-	}
-	if w.GetType() != extensionsv1alpha1.PluginType_HTTP {
+	if w := te.GetWasm(); w.GetType() != extensionsv1alpha1.PluginType_HTTP {
 		bad("TrafficExtension wasm.type %s: a waypoint runs extensions in its HTTP chains only", w.GetType())
 	}
-	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
-	if err != nil {
-		return fmt.Errorf("TrafficExtension wasm.pluginConfig: %w", err)
-	}
-	switch cfg, err := lbcore.ParseConfig(cfgJSON); {
-	case err != nil:
-		bad("TrafficExtension wasm.pluginConfig: %v", err)
-	case !cfg.ViaFilterState() || cfg.Network():
+	if cfg := checkPlugin(b, "leaves requests unbalanced", bad); cfg != nil && (!cfg.ViaFilterState() || cfg.Network()) {
 		bad("TrafficExtension wasm.pluginConfig: want an HTTP filter with upstreamVia filterState (the waypoint's ORIGINAL_DST cluster reads no header)")
 	}
 	if se.GetResolution() != networkingv1alpha3.ServiceEntry_NONE || len(se.GetEndpoints()) > 0 {

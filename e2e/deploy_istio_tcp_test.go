@@ -12,12 +12,9 @@ import (
 	"fmt"
 	"testing"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	typev1beta1 "istio.io/api/type/v1beta1"
-
-	"github.com/hashlb/hashlb/lbcore"
 )
 
 // checkIstioTCP checks the bundle of configs/istio/tcp/.
@@ -31,21 +28,7 @@ func checkIstioTCP(b *istioBundle) error {
 	if w.GetType() != extensionsv1alpha1.PluginType_NETWORK {
 		bad("%s type %s: a filterType network configuration needs type NETWORK", b.kind, w.GetType())
 	}
-	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-		bad("%s failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb lets connections through unsteered)", b.kind, w.GetFailStrategy())
-	}
-	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
-		bad("%s sha256 %q: want 64 lower-case hex digits", b.kind, s)
-	}
-	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
-	if err != nil {
-		return fmt.Errorf("%s pluginConfig: %w", b.kind, err)
-	}
-	cfg, err := lbcore.ParseConfig(cfgJSON)
-	switch {
-	case err != nil:
-		bad("%s pluginConfig: %v", b.kind, err)
-	case !cfg.Network():
+	if cfg := checkPlugin(b, "lets connections through unsteered", bad); cfg != nil && !cfg.Network() {
 		bad("%s pluginConfig: filterType %s, want network", b.kind, cfg.FilterType)
 	}
 	var tcpPorts []uint32

@@ -183,6 +183,33 @@ func wasmPluginOf(te *extensionsv1alpha1.TrafficExtension) (*extensionsv1alpha1.
 
 var sha256Hex = regexp.MustCompile(`^[a-f0-9]{64}$`) // the WasmPlugin CRD's pattern for sha256
 
+// checkPlugin checks what every hashlb plugin of configs/istio needs,
+// whatever it steers (b.wasm, a WasmPlugin or the one a TrafficExtension
+// carries): a URL Istio can fetch, a well-formed sha256 when one is given,
+// FAIL_CLOSE (bypassed says what a bypassed hashlb does), and a pluginConfig
+// lbcore accepts, which it returns (nil when it has none).
+func checkPlugin(b *istioBundle, bypassed string, bad func(string, ...any)) *lbcore.Config {
+	w := b.wasm
+	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
+		bad("%s url %q: want an oci://, file:// or http(s):// URL", b.kind, w.GetUrl())
+	}
+	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
+		bad("%s sha256 %q: want 64 lower-case hex digits", b.kind, s)
+	}
+	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
+		bad("%s failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb %s)", b.kind, w.GetFailStrategy(), bypassed)
+	}
+	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
+	if err == nil {
+		var cfg *lbcore.Config
+		if cfg, err = lbcore.ParseConfig(cfgJSON); err == nil {
+			return cfg
+		}
+	}
+	bad("%s pluginConfig: %v", b.kind, err)
+	return nil
+}
+
 // checkIstio checks the bundle against hashlb and itself.
 func checkIstio(b *istioBundle) error {
 	var errs []error
@@ -192,15 +219,7 @@ func checkIstio(b *istioBundle) error {
 		return errors.Join(errs...)
 	}
 	w := b.wasm
-	if u, err := url.Parse(w.GetUrl()); err != nil || !slices.Contains([]string{"oci", "file", "http", "https"}, u.Scheme) {
-		bad("%s url %q: want an oci://, file:// or http(s):// URL", b.kind, w.GetUrl())
-	}
-	if s := w.GetSha256(); s != "" && !sha256Hex.MatchString(s) {
-		bad("%s sha256 %q: want 64 lower-case hex digits", b.kind, s)
-	}
-	if w.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-		bad("%s failStrategy %s: must be FAIL_CLOSE (a bypassed hashlb leaves requests unbalanced)", b.kind, w.GetFailStrategy())
-	}
+	cfg := checkPlugin(b, "leaves requests unbalanced", bad)
 	if w.GetType() != extensionsv1alpha1.PluginType_HTTP {
 		bad("%s type %s: hashlb is an HTTP filter", b.kind, w.GetType())
 	}
@@ -209,14 +228,7 @@ func checkIstio(b *istioBundle) error {
 	}) {
 		bad("%s match: want mode CLIENT only (hashlb steers outbound requests)", b.kind)
 	}
-	cfgJSON, err := protojson.Marshal(w.GetPluginConfig())
-	if err != nil {
-		bad("%s pluginConfig: %v", b.kind, err)
-		return errors.Join(errs...)
-	}
-	cfg, err := lbcore.ParseConfig(cfgJSON)
-	if err != nil {
-		bad("%s pluginConfig: %v", b.kind, err)
+	if cfg == nil {
 		return errors.Join(errs...)
 	}
 	host, port, err := checkServiceEntry(b.se)

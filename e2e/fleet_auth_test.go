@@ -102,26 +102,38 @@ func TestFleetEtcdAuth(t *testing.T) {
 	// down, and every key is on one service, and in etcd, once its
 	// reconcile ran.
 	sprayAgreed(t, good, keys, calls, "with the right password", meter)
-	var r etcdRangeResponse
-	etcdAuthCall(t, e.addr, root, "/v3/kv/range", map[string]any{"key": b64(prefix), "range_end": b64("/hashlb/" + persistRootID + "0"),
-		"count_only": true}, &r)
-	if r.Count != "200" {
-		t.Errorf("etcd holds %q keys under %s, want 200 (one per key)", r.Count, prefix)
+	// etcd's key count (0 is left out of its JSON) and the wrong
+	// password's refusals come once etcd has answered the calls: a busy
+	// machine delays them, so each is waited for up to settleCeiling.
+	count := func() string {
+		var r etcdRangeResponse
+		etcdAuthCall(t, e.addr, root, "/v3/kv/range", map[string]any{"key": b64(prefix), "range_end": b64("/hashlb/" + persistRootID + "0"),
+			"count_only": true}, &r)
+		return r.Count
+	}
+	if !tickUntil(good, settleCeiling, func() bool { return count() == "200" }) {
+		t.Errorf("etcd holds %q keys under %s %v after the fleet settled, want 200 (one per key)", count(), prefix, settleCeiling)
 	}
 
 	bad := newHost("wrong")
 	if _, replies := spray(t, []*hostsim.Host{bad}, keysN("bad", 50), 1, 2); len(replies) != 50 {
 		t.Errorf("with a wrong password: %d of 50 requests served", len(replies))
 	}
+	refusals := func() (lines int) {
+		for _, l := range bad.Logs() {
+			if strings.Contains(l.Message, "refused the user") {
+				lines++
+			}
+		}
+		return lines
+	}
+	tickUntil([]*hostsim.Host{bad}, settleCeiling, func() bool {
+		return refusals() >= bad.Workers() && persistMetric(bad, "hashlb.persistence_fleet_auth_failed") > 0
+	})
 	if n := persistMetric(bad, "hashlb.persistence_fleet_auth_failed"); n == 0 {
 		t.Errorf("with a wrong password: persistence_fleet_auth_failed = 0, want the refusals counted")
 	}
-	lines := 0
-	for _, l := range bad.Logs() {
-		if strings.Contains(l.Message, "refused the user") {
-			lines++
-		}
-	}
+	lines := refusals()
 	if lines != bad.Workers() {
 		t.Errorf("with a wrong password: %d log lines about it, want one per worker (%d)", lines, bad.Workers())
 	}

@@ -504,6 +504,20 @@ func (l *calloutLog) everUnanswered(etcdKey string, mark int) bool {
 	return false
 }
 
+// unansweredSince counts the calls since mark that got no answer from etcd
+// in time.
+func (l *calloutLog) unansweredSince(mark int) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for i := mark; i < len(l.recs); i++ {
+		if l.recs[i].status() != "200" {
+			n++
+		}
+	}
+	return n
+}
+
 // status is the :status the module was handed for the call ("" for none).
 func (r *proxyCallout) status() string {
 	if r.Resp == nil {

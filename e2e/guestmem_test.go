@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -279,34 +278,8 @@ func TestHostCallsPerRequest(t *testing.T) {
 // fails the test: the allocation zero must never be skipped.
 func memstatsModule(t testing.TB) []byte {
 	t.Helper()
-	memstatsOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hashlb-memstats-")
-		if err != nil {
-			memstatsErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
-		out := filepath.Join(dir, "module.wasm")
-		cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-tags", "hashlb_memstats", "-o", out, "./filter")
-		cmd.Dir = repoRoot(t)
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			memstatsErr = &buildError{err: err, out: string(b)}
-			return
-		}
-		memstatsWasm, memstatsErr = os.ReadFile(out)
-	})
-	if memstatsErr != nil {
-		t.Fatalf("building ./filter -tags hashlb_memstats: %v", memstatsErr)
-	}
-	return memstatsWasm
+	return buildModule(t, "./filter", "hashlb_memstats")
 }
-
-var (
-	memstatsOnce sync.Once
-	memstatsWasm []byte
-	memstatsErr  error
-)
 
 // guestMem is one "hashlb-memstats" log line of the test build.
 type guestMem struct{ totalAlloc, mallocs, numGC, heapAlloc, nextGC uint64 }

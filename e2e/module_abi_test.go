@@ -2,9 +2,16 @@ package e2e
 
 import (
 	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 
+	"github.com/hashlb/hashlb/internal/wasmpost"
 	"github.com/tetratelabs/wazero"
 )
 
@@ -62,6 +69,11 @@ func TestModuleABI(t *testing.T) {
 			t.Errorf("the module does not export %s", name)
 		}
 	}
+	for _, name := range wasmpost.Unhandled {
+		if _, ok := exports[name]; ok {
+			t.Errorf("the module exports %s, which it does not handle: Envoy calls into the module for it on every stream (./build.sh wasm drops it)", name)
+		}
+	}
 	var imports []string
 	for _, f := range cm.ImportedFunctions() {
 		mod, name, _ := f.Import()
@@ -77,4 +89,37 @@ func TestModuleABI(t *testing.T) {
 		t.Fatal("the module imports nothing: this is not the filter")
 	}
 	t.Logf("%d imports: %v", len(imports), imports)
+}
+
+// unhandledHooks are the SDK's names behind wasmpost.Unhandled's callbacks:
+// the methods a context would implement, the calls that register a queue or
+// a Redis call.
+var unhandledHooks = []string{"OnHttpRequestBody", "OnHttpRequestTrailers", "OnHttpResponseBody",
+	"OnHttpResponseTrailers", "OnQueueReady", "RegisterSharedQueue", "ResolveSharedQueue", "DispatchRedisCall", "RedisInit"}
+
+// TestUnhandledCallbacksStayUnhandled fails when the filter starts to use a
+// callback the shipped module no longer exports (wasmpost.Unhandled): the
+// host would never call it. Handling one means taking it off that list.
+func TestUnhandledCallbacksStayUnhandled(t *testing.T) {
+	dir := filepath.Join(repoRoot(t), "filter")
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files in %s: %v", dir, err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && slices.Contains(unhandledHooks, id.Name) {
+				t.Errorf("%s: the filter uses %s, whose callback ./build.sh wasm no longer exports (internal/wasmpost.Unhandled)", fset.Position(id.Pos()), id.Name)
+			}
+			return true
+		})
+	}
 }

@@ -5,13 +5,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/wasmpost"
 )
 
-// built caches the modules this test binary has built, by package directory.
+// built caches the modules this test binary has built, by package directory
+// and build tags.
 var (
 	builtMu sync.Mutex
 	built   = map[string]*builtModule{}
@@ -45,15 +48,21 @@ func moduleHost(t testing.TB, c hostsim.Config) *hostsim.Host {
 
 // buildModule builds the proxy-wasm module in pkgDir (a package path relative
 // to the repository root, such as "./e2e/testdata/noop") the way build.sh
-// builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared. Each
-// package is built once per test binary.
-func buildModule(t testing.TB, pkgDir string) []byte {
+// builds hashlb: GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, with
+// the build tags tags when given, and for ./filter the step after the linker
+// (internal/wasmpost). Each package and tags is built once per test binary.
+func buildModule(t testing.TB, pkgDir string, tags ...string) []byte {
 	t.Helper()
+	args := []string{"build", "-trimpath", "-buildmode=c-shared"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	key := strings.Join(append([]string{pkgDir}, tags...), " ")
 	builtMu.Lock()
-	m := built[pkgDir]
+	m := built[key]
 	if m == nil {
 		m = &builtModule{}
-		built[pkgDir] = m
+		built[key] = m
 	}
 	builtMu.Unlock()
 	m.once.Do(func() {
@@ -64,7 +73,7 @@ func buildModule(t testing.TB, pkgDir string) []byte {
 		}
 		defer os.RemoveAll(dir)
 		out := filepath.Join(dir, "module.wasm")
-		cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-o", out, pkgDir)
+		cmd := exec.Command("go", append(args, "-o", out, pkgDir)...)
 		cmd.Dir = repoRoot(t)
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -72,9 +81,12 @@ func buildModule(t testing.TB, pkgDir string) []byte {
 			return
 		}
 		m.wasm, m.err = os.ReadFile(out)
+		if m.err == nil && pkgDir == "./filter" {
+			m.wasm, m.err = wasmpost.Finish(m.wasm) // as ./build.sh wasm ships it
+		}
 	})
 	if m.err != nil {
-		t.Fatalf("building %s: %v", pkgDir, m.err)
+		t.Fatalf("building %s: %v", key, m.err)
 	}
 	return m.wasm
 }

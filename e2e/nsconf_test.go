@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/hostsim"
+	"github.com/hashlb/hashlb/internal/corpus"
 	"github.com/hashlb/hashlb/lbcore"
 )
 
@@ -105,25 +106,6 @@ func nsconfRequests(n int) []corpusRequest {
 	return out
 }
 
-// lbRequest is r as the filter hands it to lbcore.
-func lbRequest(r corpusRequest) *lbcore.Request {
-	req := &lbcore.Request{Source: r.src, Dest: r.dst}
-	for _, kv := range r.headers {
-		switch kv[0] {
-		case ":path":
-			req.Target = kv[1]
-		case ":authority":
-			req.Authority = kv[1]
-		case ":method":
-			req.Method = kv[1]
-		case ":scheme":
-		default:
-			req.Headers = append(req.Headers, kv)
-		}
-	}
-	return req
-}
-
 // TestNSConfImportedConfigsRoute: each configuration written for the corpus
 // loads in hostsim (2 workers), and every request goes where Explain says:
 // exactly when the request alone decides (a hash with its input), to a
@@ -167,7 +149,7 @@ func TestNSConfImportedConfigsRoute(t *testing.T) {
 					if err != nil {
 						t.Fatalf("request %d: %v", i, err)
 					}
-					ex := oracle.Explain(lbRequest(r), now)
+					ex := oracle.Explain(corpus.LBRequest(c, r.shared()), now)
 					if ex.Decision.Len() == 0 {
 						if got.status != 503 {
 							t.Fatalf("request %d (%s): got %v, want a 503: nothing is selectable", i, briefHeaders(r.headers), got)

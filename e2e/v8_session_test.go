@@ -32,7 +32,7 @@ func TestV8Session(t *testing.T) {
 	var jobs []v8Job
 	for _, profile := range []string{"envoy-1.33", "envoy-1.39"} {
 		jobs = append(jobs, v8Job{Name: profile, Profile: profile, Config: config, RootID: "hashlb", Repeat: clients * rounds,
-			BudgetMs: int(v8PhaseBudget.Milliseconds()), Env: v8Env, SessionCookie: "hashlb-session"})
+			BudgetMs: int(v8PhaseBudget().Milliseconds()), Env: v8Env, SessionCookie: "hashlb-session"})
 	}
 	results := rig.run(t, "jobs.json", v8JobFile{Defaults: v8Job{Phases: phases}, Jobs: jobs})
 	for _, j := range jobs {

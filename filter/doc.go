@@ -19,6 +19,12 @@
 // hashlb_memstats logs the guest's memory statistics at every tick
 // (memstats.go).
 //
+// ./build.sh wasm ships go build's output without the exports of the SDK's
+// callbacks the module handles nowhere (bodies, trailers, shared queues,
+// Redis calls: internal/wasmpost.Unhandled), so that Envoy never calls into
+// the module for them; implementing one of them here means taking it off
+// that list (e2e's TestUnhandledCallbacksStayUnhandled says so).
+//
 // The module must never start Go's netpoller: no timers, sleeps, goroutines,
 // files or printing (docs/envoy-host.md#the-go-runtime and RATIONALE.md):
 // Envoy answers poll_oneoff with ENOSYS and the Go runtime then dies.

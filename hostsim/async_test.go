@@ -204,16 +204,7 @@ func TestPausedStreamOutcomes(t *testing.T) {
 		s := h.Stream(0)
 		defer s.Finish()
 		s.RequestHeaders(asyncReq("/local", "store", 0), nil)
-		got := s.Wait(waitCtx(t))
-		l := got.LocalReply
-		if l == nil || l.Status != 418 || string(l.Body) != "from the store" || l.Details != "store_says_no" {
-			t.Fatalf("Wait = %+v, want a 418 local reply", got)
-		}
-		for name, want := range map[string]string{"x-local": "yes", "x-seen": "1", ":status": "418"} {
-			if v, _ := l.Header(name); v != want {
-				t.Errorf("local reply %s = %q, want %q", name, v, want)
-			}
-		}
+		wantLocalReply(t, s.Wait(waitCtx(t)).LocalReply, 418, "from the store", "store_says_no")
 	})
 	t.Run("closed", func(t *testing.T) {
 		s := h.Stream(0)

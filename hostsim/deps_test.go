@@ -36,8 +36,12 @@ func TestDependencies(t *testing.T) {
 		}
 	}
 
-	t.Run("rule", func(t *testing.T) {
-		for path, want := range map[string]bool{
+	for _, r := range []struct {
+		name, call string
+		allowed    func(string) bool
+		paths      map[string]bool
+	}{
+		{"rule", "allowedDep", allowedDep, map[string]bool{
 			"github.com/hashlb/hashlb/hostsim":                     true,
 			"github.com/hashlb/hashlb/hostsim/cmd/hashlb-proxy":    true,
 			"github.com/tetratelabs/wazero/api":                    true,
@@ -46,14 +50,8 @@ func TestDependencies(t *testing.T) {
 			"github.com/hashlb/hashlb/hostsimx":                    false,
 			"github.com/higress-group/proxy-wasm-go-sdk/proxywasm": false,
 			"github.com/tetratelabs/wazero-extra":                  false,
-		} {
-			if got := allowedDep(path); got != want {
-				t.Errorf("allowedDep(%q) = %v, want %v", path, got, want)
-			}
-		}
-	})
-	t.Run("cmd rule", func(t *testing.T) {
-		for path, want := range map[string]bool{
+		}},
+		{"cmd rule", "allowedCmdDep", allowedCmdDep, map[string]bool{
 			"github.com/hashlb/hashlb/hostsim":                     true,
 			"go.etcd.io/etcd/server/v3/embed":                      true,
 			"google.golang.org/grpc":                               true,
@@ -61,12 +59,16 @@ func TestDependencies(t *testing.T) {
 			"github.com/hashlb/hashlb/filter":                      false,
 			"github.com/hashlb/hashlb/internal/hostile":            false,
 			"github.com/higress-group/proxy-wasm-go-sdk/proxywasm": false,
-		} {
-			if got := allowedCmdDep(path); got != want {
-				t.Errorf("allowedCmdDep(%q) = %v, want %v", path, got, want)
+		}},
+	} {
+		t.Run(r.name, func(t *testing.T) {
+			for path, want := range r.paths {
+				if got := r.allowed(path); got != want {
+					t.Errorf("%s(%q) = %v, want %v", r.call, path, got, want)
+				}
 			}
-		}
-	})
+		})
+	}
 	t.Run("native", func(t *testing.T) { check(t, "hostsim or its tests", nil, allowedDep, ".") })
 	t.Run("cmd", func(t *testing.T) { check(t, "a hostsim command", nil, allowedCmdDep, "./cmd/...") })
 

@@ -13,7 +13,8 @@
 // (timers.go), HTTP callouts (httpcall.go) and metrics (metrics.go); a
 // virtual clock that never moves under a running guest call (clock.go); a
 // Stream API that drives one HTTP stream through a worker (stream.go) and
-// records the host calls of its callbacks (trace.go); and a Conn API that
+// records the host calls of its callbacks and the calls into the module made
+// for it, callbacks and allocator re-entries (trace.go); and a Conn API that
 // drives one TCP connection through a network-filter context (conn.go), with
 // the foreign function set_envoy_filter_state (foreign.go).
 //

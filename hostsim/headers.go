@@ -105,13 +105,9 @@ func (v *vm) keyValue(p []uint64, withValue bool) (string, string, bool) {
 // hostGetHeaderMapValue implements proxy_get_header_map_value: the first value
 // of key (Envoy returns only the first of repeated headers), NotFound if absent.
 func hostGetHeaderMapValue(v *vm, p []uint64) uint64 {
-	m, st := v.headerMap(p[0], false)
+	m, k, _, st := v.headerEntry(p, false, false)
 	if st != statusOK {
 		return st
-	}
-	k, _, ok := v.keyValue(p, false)
-	if !ok {
-		return statusInvalidMemoryAccess
 	}
 	val, found := lookup(m.pairs, k)
 	if !found {
@@ -124,16 +120,25 @@ func hostGetHeaderMapValue(v *vm, p []uint64) uint64 {
 // writable in this phase and the key (and value) readable from guest memory;
 // then edit changes the map.
 func editHeaderMap(v *vm, p []uint64, withValue bool, edit func(m *headerMap, k, val string)) uint64 {
-	m, st := v.headerMap(p[0], true)
-	if st != statusOK {
-		return st
+	m, k, val, st := v.headerEntry(p, true, withValue)
+	if st == statusOK {
+		edit(m, k, val)
+	}
+	return st
+}
+
+// headerEntry is what the calls on one header share: the map p[0] names
+// (writable in this phase if write) and the key (and value, if withValue)
+// read from guest memory, or the status that refuses the call.
+func (v *vm) headerEntry(p []uint64, write, withValue bool) (m *headerMap, k, val string, st uint64) {
+	if m, st = v.headerMap(p[0], write); st != statusOK {
+		return nil, "", "", st
 	}
 	k, val, ok := v.keyValue(p, withValue)
 	if !ok {
-		return statusInvalidMemoryAccess
+		return nil, "", "", statusInvalidMemoryAccess
 	}
-	edit(m, k, val)
-	return statusOK
+	return m, k, val, statusOK
 }
 
 // hostAddHeaderMapValue implements proxy_add_header_map_value: appends a copy.

@@ -55,7 +55,8 @@ type Config struct {
 	// Cache is the wazero compilation cache (default: one shared by the process).
 	Cache wazero.CompilationCache
 	// Trace records, per stream, every host function the module calls with
-	// its key arguments (Stream.Calls).
+	// its key arguments (Stream.Calls) and every call into the module made
+	// for the stream: callbacks and allocator re-entries (Stream.Entries).
 	Trace bool
 	// OnCallout, if set, sees every callout to Config.Clusters as its
 	// outcome is handed to the module (a test reads a protocol's story

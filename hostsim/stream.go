@@ -64,8 +64,9 @@ type Stream struct {
 	inLocal  bool
 	finished bool
 	closed   bool
-	resumed  bool   // proxy_continue_stream(0) was called on the stream
-	calls    []Call // Config.Trace
+	resumed  bool    // proxy_continue_stream(0) was called on the stream
+	calls    []Call  // Config.Trace
+	entries  []Entry // Config.Trace
 
 	// The request's way out of the filter (see Wait).
 	req     reqState
@@ -261,6 +262,25 @@ func (s *Stream) ResponseHeaders(headers [][2]string) Result {
 		s.maps[mapResponseTrailers].state = mapClosed
 	}
 	return res
+}
+
+// ResponseBody sends one frame of the response's body, size bytes (the last
+// when end is set), through proxy_on_response_body, as Envoy does for each
+// data frame after the response headers; a module without that export is
+// not called. The body's bytes are not held: the module reads its buffer
+// as absent.
+func (s *Stream) ResponseBody(size int, end bool) (Action, error) {
+	v := s.v
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dead != nil {
+		return ActionContinue, v.dead
+	}
+	if s.finished || s.local != nil {
+		return ActionContinue, ErrStreamFinished
+	}
+	act, err := v.call("proxy_on_response_body", uint64(s.id), uint64(size), boolArg(end))
+	return Action(act), err
 }
 
 // Finish ends the stream: proxy_on_done, proxy_on_log (both header maps

@@ -1,6 +1,7 @@
 package hostsim
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -86,19 +87,26 @@ func hexString(s string) string {
 	return b.String()
 }
 
-func TestLocalReplyPassesThroughResponseHeaders(t *testing.T) {
-	h := newHost(t, "basic", Config{})
-	s := h.Stream(0)
-	res := s.RequestHeaders(req("/local"), nil)
-	l := res.LocalReply
-	if l == nil || l.Status != 403 || string(l.Body) != "denied" || l.Details != "test_denied" {
-		t.Fatalf("local reply = %+v, want 403 denied", l)
+// wantLocalReply checks a local reply of the test modules: its status, body
+// and details, and that it passed through on_response_headers, which added
+// x-seen beside the module's own x-local.
+func wantLocalReply(t *testing.T, l *LocalReply, status int, body, details string) {
+	t.Helper()
+	if l == nil || l.Status != status || string(l.Body) != body || l.Details != details {
+		t.Fatalf("local reply = %+v, want %d %q (%s)", l, status, body, details)
 	}
-	for name, want := range map[string]string{"x-local": "yes", "x-seen": "1", ":status": "403"} {
+	for name, want := range map[string]string{"x-local": "yes", "x-seen": "1", ":status": strconv.Itoa(status)} {
 		if got, _ := l.Header(name); got != want {
 			t.Errorf("local reply %s = %q, want %q", name, got, want)
 		}
 	}
+}
+
+func TestLocalReplyPassesThroughResponseHeaders(t *testing.T) {
+	h := newHost(t, "basic", Config{})
+	s := h.Stream(0)
+	res := s.RequestHeaders(req("/local"), nil)
+	wantLocalReply(t, res.LocalReply, 403, "denied", "test_denied")
 	if err := s.Finish(); err != nil {
 		t.Fatal(err)
 	}

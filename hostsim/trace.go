@@ -47,6 +47,39 @@ func (s *Stream) Calls() []Call {
 	return append([]Call(nil), s.calls...)
 }
 
+// Entry is one call into the module made for a stream (Config.Trace): a
+// callback the host runs on the stream's context, or, during one, the
+// module's allocator the host calls to hand a value back (malloc, or
+// proxy_on_memory_allocate when there is no malloc). A callback the module
+// does not export is never called and not recorded, as in Envoy.
+type Entry struct {
+	// Phase is the callback that was running; for a callback, its own name.
+	Phase string
+	// Func is the export called: the callback, or the allocator.
+	Func string
+}
+
+// Entries returns the calls into the module made for this stream, in order,
+// when the host was created with Config.Trace; nil otherwise.
+func (s *Stream) Entries() []Entry {
+	s.v.mu.Lock()
+	defer s.v.mu.Unlock()
+	return append([]Entry(nil), s.entries...)
+}
+
+// enter records a call of export name on the stream whose context runs it
+// (a callback's first argument, an allocation's running context); calls
+// outside a stream are not kept.
+func (v *vm) enter(name string, context uint32) {
+	if s := v.streams[context]; s != nil {
+		phase := v.phase
+		if phase == "" {
+			phase = name
+		}
+		s.entries = append(s.entries, Entry{Phase: phase, Func: name})
+	}
+}
+
 // trace records the call of mod.name with its (already normalised) arguments
 // on the stream whose callback runs; calls outside a stream are not kept.
 func (v *vm) trace(mod, name string, p []uint64) {

@@ -55,8 +55,9 @@ type vm struct {
 	ctx context.Context
 	mod api.Module
 
-	alloc   api.Function
-	exports map[string]api.Function
+	alloc     api.Function
+	allocName string // the export alloc is: malloc or proxy_on_memory_allocate
+	exports   map[string]api.Function
 
 	dead      error
 	allowed   map[string]bool // non-nil while V8 would restrict callbacks
@@ -97,8 +98,10 @@ func newVM(ctx context.Context, h *Host, id int, name string, cm wazero.Compiled
 		return nil, fmt.Errorf("hostsim: worker %d: instantiate: %w", id, err)
 	}
 	v.mod = mod
+	v.allocName = "malloc"
 	if v.alloc = mod.ExportedFunction("malloc"); v.alloc == nil {
-		v.alloc = mod.ExportedFunction("proxy_on_memory_allocate")
+		v.allocName = "proxy_on_memory_allocate"
+		v.alloc = mod.ExportedFunction(v.allocName)
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -307,6 +310,9 @@ func (v *vm) call(name string, args ...uint64) (uint64, error) {
 	if len(args) > 0 && name != "_initialize" {
 		v.cur = uint32(args[0])
 	}
+	if v.h.cfg.Trace && len(args) > 0 && name != "_initialize" {
+		v.enter(name, uint32(args[0]))
+	}
 	v.phase = name
 	res, err := f.Call(v.ctx, args...)
 	v.phase = ""
@@ -340,6 +346,9 @@ func (v *vm) checkAllowed(name string) {
 // allocation allow-list (include/proxy-wasm/wasm.h WasmBase::allocMemory). It
 // runs inside a host function, so a failure traps the outer call.
 func (v *vm) allocate(size uint32) uint32 {
+	if v.h.cfg.Trace {
+		v.enter(v.allocName, v.context())
+	}
 	saved := v.allowed
 	v.allowed = v.h.prof.allocAllow
 	res, err := v.alloc.Call(v.ctx, uint64(size))

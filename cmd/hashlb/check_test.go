@@ -58,56 +58,62 @@ func quoteArgs(args []string) []string {
 // files of every kind it reads.
 func TestCheckGolden(t *testing.T) {
 	const td = "testdata/check/"
-	tests := []struct {
+	type run struct {
 		name string
 		args []string
-	}{
-		{"bad-plugin", []string{td + "bad-plugin.json"}},
+	}
+	tests := []run{
 		{"broken-json", []string{td + "broken.json"}},
-		{"envoy-bad", []string{td + "envoy-bad.yaml"}},
 		{"envoy-bootstrap-json", []string{td + "envoy-bootstrap.json"}},
-		{"envoy-without-hashlb", []string{td + "envoy-without-hashlb.yaml"}},
-		{"istio-bad", []string{td + "istio-bad.yaml"}},
 		{"istio-directory", []string{"../../configs/istio/destinationrule.yaml", "../../configs/istio/envoyfilter.yaml",
 			"../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml", "../../configs/istio/wasmplugin.yaml"}},
 		{"only-other-resources", []string{"../../configs/istio/serviceentry.yaml"}},
-		{"not-a-config", []string{td + "not-a-config.txt"}},
-		{"plugin-in-yaml", []string{td + "plugin-in-yaml.yaml"}},
-		{"bad-yaml", []string{td + "bad-yaml.yaml"}},
-		{"comments-only", []string{td + "comments-only.yaml"}},
 		{"schema", []string{"../../configs/schema.json"}},
 		{"missing-file", []string{td + "no-such-file.json", "../../configs/demo.json"}},
 		{"several", []string{"../../envoy.yaml", td + "bad-plugin.json", "../../configs/token.json"}},
-		// Cross-checks: each unsafe file's finding names the file, the node and what to change.
-		{"unsafe-endpoints", []string{td + "unsafe-endpoints.yaml"}},
-		{"unsafe-header", []string{td + "unsafe-header.yaml"}},
-		{"unsafe-fail-open", []string{td + "unsafe-fail-open.yaml"}},
-		{"kind-network-filter", []string{td + "kind-network-filter.yaml"}},
-		{"kind-http-filter", []string{td + "kind-http-filter.yaml"}},
-		{"fleet-cluster-missing", []string{td + "fleet-cluster-missing.yaml"}},
-		{"retries-fail-open", []string{td + "retries-fail-open.yaml"}},
-		{"session-key-missing", []string{td + "session-key-missing.yaml"}},
-		{"session-key-given", []string{td + "session-key-given.yaml"}},
-		{"session-key-inline", []string{td + "session-key-inline.yaml"}},
 		{"session-key-inline-strict", []string{"-strict", td + "session-key-inline.yaml"}},
 		{"istio-session-key-inline", []string{"-strict", td + "istio-session-key-inline.yaml", "../../configs/istio/destinationrule.yaml",
 			"../../configs/istio/envoyfilter.yaml", "../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml"}},
 		{"istio-session-key", []string{td + "istio-session-key.yaml", "../../configs/istio/destinationrule.yaml",
 			"../../configs/istio/envoyfilter.yaml", "../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml"}},
-		{"istio-unsafe", []string{td + "istio-unsafe.yaml"}},
-		{"istio-mixed", []string{td + "istio-mixed.yaml"}},
-		{"istio-waypoint-unsafe", []string{td + "istio-waypoint-unsafe.yaml"}},
 		{"istio-both-kinds", []string{"../../configs/istio/destinationrule.yaml", "../../configs/istio/envoyfilter.yaml",
 			"../../configs/istio/serviceentry.yaml", "../../configs/istio/virtualservice.yaml", "../../configs/istio/wasmplugin.yaml",
 			"../../configs/istio/trafficextension/trafficextension.yaml"}},
 		{"istio-fleet-without-etcd", []string{"../../configs/istio/fleet/wasmplugin.yaml", "../../configs/istio/serviceentry.yaml"}},
-		// The load-balancing policy: refusals, hosts as services, health advice.
-		{"lbpolicy-bad", []string{td + "lbpolicy-bad.yaml"}},
-		{"lbpolicy-cds", []string{td + "lbpolicy-cds.yaml"}},
-		// Through Istio: the policy in an EnvoyFilter's CLUSTER patch, one it refuses.
-		{"istio-lbpolicy-bad", []string{td + "istio-lbpolicy-bad.yaml"}},
 		{"usage", []string{}},
 		{"usage-flag", []string{"-q", "x.json"}},
+	}
+	// One file of testdata/check each, named by the file.
+	for _, f := range []string{
+		"bad-plugin.json",
+		"envoy-bad.yaml",
+		"envoy-without-hashlb.yaml",
+		"istio-bad.yaml",
+		"not-a-config.txt",
+		"plugin-in-yaml.yaml",
+		"bad-yaml.yaml",
+		"comments-only.yaml",
+		// Cross-checks: each unsafe file's finding names the file, the node and what to change.
+		"unsafe-endpoints.yaml",
+		"unsafe-header.yaml",
+		"unsafe-fail-open.yaml",
+		"kind-network-filter.yaml",
+		"kind-http-filter.yaml",
+		"fleet-cluster-missing.yaml",
+		"retries-fail-open.yaml",
+		"session-key-missing.yaml",
+		"session-key-given.yaml",
+		"session-key-inline.yaml",
+		"istio-unsafe.yaml",
+		"istio-mixed.yaml",
+		"istio-waypoint-unsafe.yaml",
+		// The load-balancing policy: refusals, hosts as services, health advice.
+		"lbpolicy-bad.yaml",
+		"lbpolicy-cds.yaml",
+		// Through Istio: the policy in an EnvoyFilter's CLUSTER patch, one it refuses.
+		"istio-lbpolicy-bad.yaml",
+	} {
+		tests = append(tests, run{strings.TrimSuffix(f, filepath.Ext(f)), []string{td + f}})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

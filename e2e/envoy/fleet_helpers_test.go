@@ -17,6 +17,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -170,11 +171,13 @@ func fleetSend(ask fleetAsker, urls []string, jobs []fleetJob, conc int, seed ui
 }
 
 // fleetLoad is a steady load: rate requests per second in all, each for a
-// random key of the current key set through a random Envoy, sent with ask,
-// until stop.
+// random key of the current key set through a random Envoy in service (a
+// request drawn for one out of it goes to the next in service), sent with
+// ask, until stop.
 type fleetLoad struct {
 	mu     sync.Mutex
 	keys   []string
+	urls   []string // "" for an Envoy out of service
 	recs   []fleetRec
 	errs   []error
 	cancel chan struct{}
@@ -183,7 +186,7 @@ type fleetLoad struct {
 }
 
 func startFleetLoad(ask fleetAsker, urls []string, keys []string, rate int) *fleetLoad {
-	l := &fleetLoad{keys: keys, cancel: make(chan struct{})}
+	l := &fleetLoad{keys: keys, urls: slices.Clone(urls), cancel: make(chan struct{})}
 	const senders = 4
 	for g := range senders {
 		l.wg.Add(1)
@@ -201,10 +204,14 @@ func startFleetLoad(ask fleetAsker, urls []string, keys []string, rate int) *fle
 				}
 				l.mu.Lock()
 				key := l.keys[rng.IntN(len(l.keys))]
+				e := rng.IntN(len(l.urls))
+				for k := 0; k < len(l.urls) && l.urls[e] == ""; k++ {
+					e = (e + 1) % len(l.urls)
+				}
+				url := l.urls[e]
 				l.mu.Unlock()
-				e := rng.IntN(len(urls))
 				l.sent.Add(1)
-				rep, err := ask(urls[e], key, fleetPath(rng))
+				rep, err := ask(url, key, fleetPath(rng))
 				l.mu.Lock()
 				if err != nil {
 					l.errs = append(l.errs, fmt.Errorf("through Envoy %d: %v", e, err))
@@ -222,6 +229,13 @@ func startFleetLoad(ask fleetAsker, urls []string, keys []string, rate int) *fle
 func (l *fleetLoad) setKeys(keys []string) {
 	l.mu.Lock()
 	l.keys = keys
+	l.mu.Unlock()
+}
+
+// setURL puts Envoy i in service at url, or takes it out ("").
+func (l *fleetLoad) setURL(i int, url string) {
+	l.mu.Lock()
+	l.urls[i] = url
 	l.mu.Unlock()
 }
 

@@ -71,7 +71,7 @@ func policyFleetAsk(url, id, path string) (fleetReply, error) {
 // three-member etcd, balancing backends b1..b3; b4 is started for a
 // scale-up.
 type policyFleet struct {
-	etcd *fleettest.Cluster
+	etcd *fleettest.Cluster // nil when the test started its own
 	c    policyCluster
 	b4   *envoyrun.Backend
 	es   []*policyEnvoy
@@ -80,10 +80,20 @@ type policyFleet struct {
 
 func startPolicyFleet(t *testing.T, bin envoyrun.Binary) *policyFleet {
 	t.Helper()
-	f := &policyFleet{etcd: fleettest.StartCluster(t, 3)}
+	etcd := fleettest.StartCluster(t, 3)
+	f := startPolicyFleetOn(t, bin, etcd.Endpoints())
+	f.etcd = etcd
+	return f
+}
+
+// startPolicyFleetOn is startPolicyFleet over the etcd members at eps
+// (host:port) the caller started; its etcd is nil.
+func startPolicyFleetOn(t *testing.T, bin envoyrun.Binary, eps []string) *policyFleet {
+	t.Helper()
+	f := &policyFleet{}
 	bs := envoyrun.StartBackends(t, 4)
 	f.b4 = bs[3]
-	f.c = policyCluster{name: policyFleetCluster, config: shippedFleetPolicy(t, f.etcd.Endpoints())}
+	f.c = policyCluster{name: policyFleetCluster, config: shippedFleetPolicy(t, eps)}
 	for _, b := range bs[:3] {
 		f.c.eps = append(f.c.eps, policyEndpoint{b: b, name: b.Name})
 	}
@@ -135,6 +145,23 @@ func placedBy(recs []fleetRec) map[string]string {
 // other proxies, and a retry of a call that failed.
 const policyFleetSettle = 3 * time.Second
 
+// placedOnce is placeAndSweep judged: it logs the placement and fails the
+// test when a client seen is on more than one backend after the wait. It
+// returns the clients seen and the sweep.
+func placedOnce(t *testing.T, ask fleetAsker, urls, keys []string, draws int, seed uint64, m *lateness.Meter) (seen []string, sweep []fleetRec) {
+	t.Helper()
+	first, seen, settle, sweep := placeAndSweep(t, ask, urls, keys, draws, seed, m)
+	racing, _ := fleetSplitKeys(first)
+	n, ex := fleetSplitKeys(sweep)
+	t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
+		len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
+	if n > 0 {
+		t.Fatalf("%d of %d clients split %v after the last new one %s; e.g. %s", n, len(seen), settle.Round(time.Millisecond),
+			lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
+	}
+	return seen, sweep
+}
+
 // placeAndSweep sends draws Zipf-drawn requests of keys through the
 // Envoys at urls with ask, waits policyFleetSettle widened by m's
 // lateness, then asks every client seen through every Envoy: the first
@@ -171,15 +198,7 @@ func TestLBPolicyFleet(t *testing.T) {
 		m := lateness.Start()
 		defer m.Stop()
 		keys := fleetKeys("zipf", 400)
-		first, seen, settle, sweep := placeAndSweep(t, policyFleetAsk, f.urls, keys, 3000, 1, m)
-		racing, _ := fleetSplitKeys(first)
-		n, ex := fleetSplitKeys(sweep)
-		t.Logf("%d Zipf requests over %d keys (%d clients seen, %d answered by two backends while the Envoys raced); %v later every client through every Envoy: %d split",
-			len(first), len(keys), len(seen), racing, settle.Round(time.Millisecond), n)
-		if n > 0 {
-			t.Fatalf("%d of %d clients split %v after the last new one %s; e.g. %s", n, len(seen), settle.Round(time.Millisecond),
-				lateness.Note(m.Late(), "the wait is widened by 4 × that"), ex)
-		}
+		seen, sweep := placedOnce(t, policyFleetAsk, f.urls, keys, 3000, 1, m)
 		if len(seen) < 50 {
 			t.Fatalf("only %d clients seen: the Zipf draw placed too few to judge", len(seen))
 		}
@@ -198,7 +217,7 @@ func TestLBPolicyFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		settle = lateness.Widen(policyFleetSettle, m.Late(), 4)
+		settle := lateness.Widen(policyFleetSettle, m.Late(), 4)
 		time.Sleep(settle)
 		all := slices.Clone(seen)
 		for k := range placedBy(placed) { // the new clients drawn (a sweep of others would race)
@@ -231,163 +250,6 @@ func TestLBPolicyFleet(t *testing.T) {
 			t.Errorf("new clients after the scale-up reached %v: want all four backends, %s included", onNew, f.b4.Name)
 		}
 	})
-}
-
-// policyFleetFaultBound is how long after etcd serves again a quiet
-// machine's fleet has settled every key placed during a fault: a call
-// stuck in its 1 s timeout when etcd returned, the next retry (1 s), the
-// watch opened again (1 s) and the calls themselves.
-const policyFleetFaultBound = 5 * time.Second
-
-// p99 is the 99th percentile of the took of recs answered in [from, to).
-func p99(recs []fleetRec, from, to time.Time) time.Duration {
-	var ds []time.Duration
-	for _, r := range recs {
-		if !r.at.Before(from) && r.at.Before(to) {
-			ds = append(ds, r.took)
-		}
-	}
-	if len(ds) == 0 {
-		return 0
-	}
-	slices.Sort(ds)
-	return ds[len(ds)*99/100]
-}
-
-// TestLBPolicyFleetFaults: the etcd cluster of three Envoys with the
-// policy fails under a steady load, while clients never seen before
-// arrive: the leader killed and restarted; one member killed for 10 s;
-// two members killed for 10 s (quorum lost) and restarted. For each, every
-// request is answered with a 2xx (no choice waits on etcd), and from
-// policyFleetFaultBound (widened by the lateness the test measured) after
-// etcd serves again, no client is answered by two backends through two
-// Envoys: the load's last split is before that, and every client through
-// every Envoy then is 0 split (clients first met after etcd serves again
-// race as in a healthy fleet, and are left to the sweep). Losing quorum is
-// a fault the fleet sees: some new clients are placed apart while it lasts.
-func TestLBPolicyFleetFaults(t *testing.T) {
-	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		f := startPolicyFleet(t, bin)
-		m := lateness.Start()
-		defer m.Stop()
-		var keys []string
-		for _, fault := range []struct {
-			name   string
-			down   func() []int // kills members, returns them
-			outage time.Duration
-			apart  bool // some new clients must be placed apart during it
-		}{
-			{"leader killed", func() []int { l := f.etcd.Leader(); f.etcd.Kill(l); return []int{l} }, 2 * time.Second, false},
-			{"one member killed 10s", func() []int { o := (f.etcd.Leader() + 1) % 3; f.etcd.Kill(o); return []int{o} }, 10 * time.Second, false},
-			{"quorum lost 10s", func() []int {
-				l := f.etcd.Leader()
-				o := (l + 1) % 3
-				f.etcd.Kill(l)
-				f.etcd.Kill(o)
-				return []int{l, o}
-			}, 10 * time.Second, true},
-		} {
-			fresh := fleetKeys(strings.ReplaceAll(fault.name, " ", "-"), 150)
-			if keys == nil {
-				keys = fleetKeys("steady", 100)
-			}
-			load := startFleetLoad(policyFleetAsk, f.urls, keys, 120)
-			start := time.Now()
-			time.Sleep(3 * time.Second)
-			hit := time.Now()
-			down := fault.down()
-			load.setKeys(append(slices.Clone(keys), fresh...))
-			time.Sleep(fault.outage)
-			for _, i := range down {
-				if err := f.etcd.Restart(i); err != nil {
-					load.stop()
-					t.Fatalf("%s: %v", fault.name, err)
-				}
-			}
-			if err := f.etcd.Wait(fleettest.ClusterStart); err != nil {
-				load.stop()
-				t.Fatalf("%s: %v", fault.name, err)
-			}
-			healed := time.Now()
-			bound := lateness.Widen(policyFleetFaultBound, m.Late(), 4)
-			time.Sleep(bound + 2*time.Second)
-			recs, errs := load.stop()
-			for i, err := range errs {
-				if i < 5 {
-					t.Errorf("%s: a request of the load failed: %v", fault.name, err)
-				}
-			}
-			keys = append(keys, fresh...)
-			seen := placedBy(recs)
-			var asked []string
-			for _, k := range keys {
-				if _, ok := seen[k]; ok {
-					asked = append(asked, k)
-				}
-			}
-			sweep, err := fleetSend(policyFleetAsk, f.urls, everyEnvoy(asked, 3, 9), 12, 9)
-			if err != nil {
-				t.Errorf("%s: a request of the sweep: %v", fault.name, err)
-			}
-			n, ex := fleetSplitKeys(sweep)
-			// Splits of the clients met during the fault; a client first met
-			// after it races as any new client of a healthy fleet does
-			// (TestLBPolicyFleet's settle).
-			last, lastEx := fleetLastSplit(metBefore(recs, healed), hit)
-			during, _ := fleetSplitKeys(filterRecs(recs, hit, healed))
-			t.Logf("%s: %d requests (%d failed); etcd served again %v after the fault began; clients split during it %d; last split %v after etcd served again (%s); sweep of %d clients %v later: %d split; p99 %v steady, %v during the fault",
-				fault.name, len(recs), len(errs), healed.Sub(hit).Round(time.Millisecond), during, sinceOr(last, healed), lastEx, len(asked),
-				time.Since(healed).Round(time.Millisecond), n, p99(recs, start, hit).Round(time.Millisecond), p99(recs, hit, healed).Round(time.Millisecond))
-			if n > 0 {
-				t.Errorf("%s: %d of %d clients split through the Envoys %v after etcd served again; e.g. %s", fault.name, n, len(asked),
-					time.Since(healed).Round(time.Millisecond), ex)
-			}
-			if !last.IsZero() && last.Sub(healed) > bound {
-				t.Errorf("%s: a client was split %v after etcd served again, over %v %s; %s", fault.name, last.Sub(healed).Round(time.Millisecond), bound,
-					lateness.Note(m.Late(), "the bound is widened by 4 × that"), lastEx)
-			}
-			if fault.apart && during == 0 {
-				t.Errorf("%s: no client was placed apart while etcd had no quorum: the fault did not reach the fleet", fault.name)
-			}
-		}
-	})
-}
-
-// metBefore are the records of recs whose client was first answered
-// before at.
-func metBefore(recs []fleetRec, at time.Time) []fleetRec {
-	first := map[string]time.Time{}
-	for _, r := range recs {
-		if f, ok := first[r.key]; !ok || r.at.Before(f) {
-			first[r.key] = r.at
-		}
-	}
-	var out []fleetRec
-	for _, r := range recs {
-		if first[r.key].Before(at) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// filterRecs are the records of recs answered in [from, to).
-func filterRecs(recs []fleetRec, from, to time.Time) []fleetRec {
-	var out []fleetRec
-	for _, r := range recs {
-		if !r.at.Before(from) && r.at.Before(to) {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// sinceOr is how long after from at is, "none" for a zero at.
-func sinceOr(at, from time.Time) string {
-	if at.IsZero() {
-		return "none"
-	}
-	return at.Sub(from).Round(time.Millisecond).String()
 }
 
 // TestLBPolicyFleetCredentials: the fleet's etcd credentials come from

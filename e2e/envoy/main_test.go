@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
 func TestMain(m *testing.M) {
+	fleettest.RunMemberIfAsked() // a ProcCluster's member: serves etcd, never returns
 	code := m.Run()
 	envoyrun.RemoveModule()
 	envoyrun.RemoveModules()

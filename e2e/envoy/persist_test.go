@@ -308,101 +308,117 @@ func vmStats(t testing.TB, e *envoyrun.Envoy) [2]int64 {
 	return [2]int64{s["wasm.envoy.wasm.runtime.v8.created"], s["wasm.envoy.wasm.runtime.v8.active"]}
 }
 
-// TestPersistenceAcrossECDS: the Wasm filter comes from an ECDS file, as
-// configs/envoy-ecds.yaml loads it, replaced the way hashlb-controller
-// -ecds-dir writes it. Keys placed by any worker are served by every other;
-// a new configuration (the debug header on) keeps every key where it was;
-// one that removes a service moves only that service's keys, where lbcore
-// says.
+// persistVia is how a persistence test hands Envoy hashlb's
+// configurations: setup writes the first into dir and returns the
+// bootstrap, the listener's address ("" to ask Envoy) and push, which
+// writes the n-th next one (n from 2).
+type persistVia struct {
+	name  string
+	setup func(t *testing.T, dir string, bs []*envoyrun.Backend, config []byte) (yaml []byte, addr string, push func(config []byte, n int))
+	// stats names the update counters Envoy keeps for this way.
+	stats func(t *testing.T, e *envoyrun.Envoy) string
+	// fresh: the update makes a new listener, whose counts start afresh.
+	fresh bool
+}
+
+// persistAcrossUpdates: keys placed by any worker are served by every
+// other; a new configuration (the debug header on), handed over via, runs
+// on_configure on the main thread and every worker, reuses the VMs and
+// keeps every key where it was; one that removes a service moves only that
+// service's keys, where lbcore says.
+func persistAcrossUpdates(t *testing.T, bin envoyrun.Binary, via persistVia) {
+	bs := envoyrun.StartBackends(t, 4)
+	dir := envoyrun.WorkDir(t)
+	yaml, addr, push := via.setup(t, dir, bs, persistConfig(bs, false, ""))
+	e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
+	if addr == "" {
+		addr = e.MustListener(t, "hashlb_listener")
+	} else {
+		// A listener from a file is warm once V8 has compiled the module,
+		// which takes over a minute on a loaded machine: waitListener waits
+		// as long as Envoy's own readiness wait (waitCeiling).
+		waitListener(t, e, "hashlb_listener")
+	}
+	o := &persistOracle{}
+	o.configure(t, persistConfig(bs, false, ""))
+	r := &persistRun{k: &keyClient{e: e, addr: addr, listener: "hashlb_listener", o: o}, keys: keys(40)}
+	r.placeAndServe(t, persistWorkers)
+
+	four, three := "hashlb: URLHASH over 4 services", "hashlb: URLHASH over 3 services"
+	before := strings.Count(e.Log(), four)
+	vms := vmStats(t, e)
+	push(persistConfig(bs, true, ""), 2)
+	o.configure(t, persistConfig(bs, true, ""))
+	n, threads := waitConfigured(t, e, four, before, configureCalls)
+	if threads != persistWorkers+1 {
+		t.Errorf("on_configure ran on %d threads, want the main thread and %d workers", threads, persistWorkers)
+	}
+	t.Logf("%s update: hashlb's on_configure ran %d times on %d threads (%d workers); %s", via.name, n, threads, persistWorkers, via.stats(t, e))
+	if via.fresh {
+		r.k.counts = nil
+	}
+	checkVMsReused(t, vms, vmStats(t, e))
+	r.serveAll(t, strings.ToLower(via.name), true)
+
+	gone := r.owner[r.keys[0]]
+	before = strings.Count(e.Log(), three)
+	push(persistConfig(bs, true, gone), 3)
+	o.configure(t, persistConfig(bs, true, gone))
+	waitConfigured(t, e, three, before, configureCalls)
+	if via.fresh {
+		r.k.counts = nil
+	}
+	r.afterRemoval(t, gone)
+}
+
+// TestPersistenceAcrossECDS: persistAcrossUpdates with the Wasm filter from
+// an ECDS file, as configs/envoy-ecds.yaml loads it, replaced the way
+// hashlb-controller -ecds-dir writes it.
 func TestPersistenceAcrossECDS(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		bs := envoyrun.StartBackends(t, 4)
-		dir := envoyrun.WorkDir(t)
-		ecds := filepath.Join(dir, "ecds", "demo_hashlb.json")
-		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, false, "")))
-		yaml := bootstrap{
-			listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
-				cluster: "hashlb_upstream", retries: true}},
-			clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
-		}.yaml(t)
-		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
-		o := &persistOracle{}
-		o.configure(t, persistConfig(bs, false, ""))
-		r := &persistRun{k: &keyClient{e: e, addr: e.MustListener(t, "hashlb_listener"), listener: "hashlb_listener", o: o}, keys: keys(40)}
-		r.placeAndServe(t, persistWorkers)
-
-		four, three := "hashlb: URLHASH over 4 services", "hashlb: URLHASH over 3 services"
-		before := strings.Count(e.Log(), four)
-		vms := vmStats(t, e)
-		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, true, "")))
-		o.configure(t, persistConfig(bs, true, ""))
-		n, threads := waitConfigured(t, e, four, before, configureCalls)
-		if threads != persistWorkers+1 {
-			t.Errorf("on_configure ran on %d threads, want the main thread and %d workers", threads, persistWorkers)
-		}
-		t.Logf("ECDS update: hashlb's on_configure ran %d times on %d threads (%d workers), ecds reloads %d", n, threads, persistWorkers,
-			e.Stat(t, "extension_config_discovery.http_filter.hashlb.config_reload"))
-		checkVMsReused(t, vms, vmStats(t, e))
-		r.serveAll(t, "ecds", true)
-
-		gone := r.owner[r.keys[0]]
-		before = strings.Count(e.Log(), three)
-		writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", persistConfig(bs, true, gone)))
-		o.configure(t, persistConfig(bs, true, gone))
-		waitConfigured(t, e, three, before, configureCalls)
-		r.afterRemoval(t, gone)
+		persistAcrossUpdates(t, bin, persistVia{name: "ECDS", setup: ecdsSetup, stats: func(t *testing.T, e *envoyrun.Envoy) string {
+			return fmt.Sprintf("ecds reloads %d", e.Stat(t, "extension_config_discovery.http_filter.hashlb.config_reload"))
+		}})
 	})
 }
 
-// TestPersistenceAcrossLDS: the listener, with hashlb inline as in
-// envoy.yaml, comes from an LDS file (dynamic_resources, lds_config with a
-// path_config_source), replaced by a changed listener. The table outlives
-// the listener's plugin: every key stays; a listener whose configuration
-// removes a service moves only that service's keys, where lbcore says.
+// ecdsSetup is persistVia.setup for ECDS: a listener whose filter is ECDS's
+// hashlb, read from a file in dir.
+func ecdsSetup(t *testing.T, dir string, bs []*envoyrun.Backend, config []byte) ([]byte, string, func([]byte, int)) {
+	ecds := filepath.Join(dir, "ecds", "demo_hashlb.json")
+	push := func(config []byte, _ int) { writeAtomic(t, ecds, ecdsFile(t, "hashlb", "", config)) }
+	push(config, 1)
+	return bootstrap{
+		listeners: []listenerSpec{{name: "hashlb_listener", addrs: []string{"127.0.0.1:0"}, ecdsPath: ecds, ecdsName: "hashlb",
+			cluster: "hashlb_upstream", retries: true}},
+		clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))},
+	}.yaml(t), "", push
+}
+
+// TestPersistenceAcrossLDS: persistAcrossUpdates with the listener, hashlb
+// inline as in envoy.yaml, from an LDS file (dynamic_resources, lds_config
+// with a path_config_source), replaced by a changed listener: the table
+// outlives the listener's plugin.
 func TestPersistenceAcrossLDS(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		t.Parallel()
-		bs := envoyrun.StartBackends(t, 4)
-		dir := envoyrun.WorkDir(t)
-		lds := filepath.Join(dir, "lds", "listeners.json")
-		addr := fleettest.FreeAddr(t)
-		listener := func(config []byte) listenerSpec {
-			return listenerSpec{name: "hashlb_listener", addrs: []string{addr}, config: config, cluster: "hashlb_upstream", retries: true}
-		}
-		writeAtomic(t, lds, ldsFile(t, "1", listener(persistConfig(bs, false, ""))))
-		yaml := bootstrap{clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t)
-		e := startEnvoy(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: dir, Concurrency: persistWorkers})
-		// The LDS listener is warm once V8 has compiled the module, which
-		// takes over a minute on a loaded machine: waitListener waits as
-		// long as Envoy's own readiness wait (waitCeiling).
-		waitListener(t, e, "hashlb_listener")
-		o := &persistOracle{}
-		o.configure(t, persistConfig(bs, false, ""))
-		r := &persistRun{k: &keyClient{e: e, addr: addr, listener: "hashlb_listener", o: o}, keys: keys(40)}
-		r.placeAndServe(t, persistWorkers)
-
-		four, three := "hashlb: URLHASH over 4 services", "hashlb: URLHASH over 3 services"
-		before := strings.Count(e.Log(), four)
-		vms := vmStats(t, e)
-		writeAtomic(t, lds, ldsFile(t, "2", listener(persistConfig(bs, true, ""))))
-		o.configure(t, persistConfig(bs, true, ""))
-		n, threads := waitConfigured(t, e, four, before, configureCalls)
-		if threads != persistWorkers+1 {
-			t.Errorf("on_configure ran on %d threads, want the main thread and %d workers", threads, persistWorkers)
-		}
-		t.Logf("LDS update: hashlb's on_configure ran %d times on %d threads (%d workers); lds update_success %d, listener_in_place_updated %d",
-			n, threads, persistWorkers, e.Stat(t, "listener_manager.lds.update_success"), e.Stat(t, "listener_manager.listener_in_place_updated"))
-		r.k.counts = nil // a new listener may count afresh
-		checkVMsReused(t, vms, vmStats(t, e))
-		r.serveAll(t, "lds", true)
-
-		gone := r.owner[r.keys[0]]
-		before = strings.Count(e.Log(), three)
-		writeAtomic(t, lds, ldsFile(t, "3", listener(persistConfig(bs, true, gone))))
-		o.configure(t, persistConfig(bs, true, gone))
-		waitConfigured(t, e, three, before, configureCalls)
-		r.k.counts = nil
-		r.afterRemoval(t, gone)
+		persistAcrossUpdates(t, bin, persistVia{name: "LDS", setup: ldsSetup, fresh: true, stats: func(t *testing.T, e *envoyrun.Envoy) string {
+			return fmt.Sprintf("lds update_success %d, listener_in_place_updated %d",
+				e.Stat(t, "listener_manager.lds.update_success"), e.Stat(t, "listener_manager.listener_in_place_updated"))
+		}})
 	})
+}
+
+// ldsSetup is persistVia.setup for LDS: the listener, on a free address,
+// read from a file in dir; each push is a new version of it.
+func ldsSetup(t *testing.T, dir string, bs []*envoyrun.Backend, config []byte) ([]byte, string, func([]byte, int)) {
+	lds := filepath.Join(dir, "lds", "listeners.json")
+	addr := fleettest.FreeAddr(t)
+	push := func(config []byte, n int) {
+		writeAtomic(t, lds, ldsFile(t, strconv.Itoa(n), listenerSpec{name: "hashlb_listener", addrs: []string{addr}, config: config,
+			cluster: "hashlb_upstream", retries: true}))
+	}
+	push(config, 1)
+	return bootstrap{clusters: []*cluster{overrideHostCluster(t, "hashlb_upstream", endpoints(bs))}, ldsPath: lds}.yaml(t), addr, push
 }

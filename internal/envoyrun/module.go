@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/hashlb/hashlb/internal/wasmpost"
 )
 
 var (
@@ -37,7 +39,7 @@ func RepoRoot() (string, error) {
 }
 
 // ModulePath builds ./filter the way build.sh does (GOOS=wasip1
-// GOARCH=wasm, -buildmode=c-shared), once per process, and returns the
+// GOARCH=wasm, -buildmode=c-shared, then internal/wasmpost), once per process, and returns the
 // path of the .wasm. The tests build the module from the source they test,
 // never trusting a dist/ that may be stale; a build failure is an error.
 func ModulePath() (string, error) {
@@ -60,9 +62,28 @@ func ModulePath() (string, error) {
 			modErr = fmt.Errorf("building ./filter: %v\n%s", err, b)
 			return
 		}
+		if modErr = finishModule(out); modErr != nil {
+			return
+		}
 		modPath = out
 	})
 	return modPath, modErr
+}
+
+// finishModule rewrites the module at path as ./build.sh wasm ships it
+// (wasmpost.Finish).
+func finishModule(path string) error {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		b, err = wasmpost.Finish(b)
+	}
+	if err == nil {
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("finishing ./filter's module: %w", err)
+	}
+	return nil
 }
 
 // RemoveModule deletes the module ModulePath built (a TestMain calls it).

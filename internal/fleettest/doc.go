@@ -6,6 +6,10 @@
 // process, over plain TCP or TLS with client certificates (embed.go), which internal/lbpolicy's fleet tests use too; and
 // a cluster of such members on loopback ports in one process, whose members
 // a test kills and restarts (cluster.go), for the policy's fleet over a
-// three-member etcd.
+// three-member etcd; and a cluster whose members are processes of their
+// own (proc.go: Debian's etcd 3.4 through HASHLB_ETCD_BIN, else the test
+// binary serving the embedded etcd, member.go), which a test can also
+// stop (SIGSTOP) and resume, or wipe and add back; and a TCP proxy in
+// front of a member that resets a share of its connections (reset.go).
 // Test-only: the module never imports it.
 package fleettest

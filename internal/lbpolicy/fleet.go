@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -31,9 +32,12 @@ import (
 //     (create if absent, else read); a live record of another service is
 //     followed (the local table takes it), a stale one or a stamp of an
 //     older slot is replaced on its mod_revision;
-//   - one goroutine watches the fleet's prefix and puts every live record
-//     it sees into the process's table, so each proxy learns the others'
-//     placements as they are made;
+//   - one goroutine reads the live records of the fleet's prefix (at most
+//     the table's size, in pages) into the process's table when it
+//     starts, then watches the prefix and puts every live record written
+//     after into it, so a proxy that starts serves the keys placed before
+//     it as the fleet does, and each proxy learns the others' placements
+//     as they are made;
 //   - a proposal etcd did not answer (a leader election, a member gone,
 //     quorum lost) is kept, up to fleetQueue of them, and sent again every
 //     fleetRetry until etcd answers it: two proxies that placed a key each
@@ -51,6 +55,10 @@ const fleetProposers = 2
 // far longer than one call's fleet.timeout on a loaded etcd. Nothing waits
 // on it but the fleet's own goroutines.
 const fleetDial = 10 * time.Second
+
+// fleetLoadPage is how many records one read of the watch's start asks
+// etcd for (a variable for the tests' small pages).
+var fleetLoadPage int64 = 10000
 
 // fleetRetry is how long the watch waits before it is opened again after
 // it failed, and how often proposals etcd did not answer are sent again.
@@ -75,8 +83,9 @@ type FleetStats struct {
 	// table took; Failed: sends etcd did not answer (each is kept and sent
 	// again: Retried); Lost: failed proposals over the fleetQueue kept.
 	Placed, Followed, Failed, Retried, Lost uint64
-	// Watched: records the watch put into the local table.
-	Watched uint64
+	// Loaded: records the watch's start put into the local table (those
+	// etcd held); Watched: records its events put there.
+	Loaded, Watched uint64
 }
 
 // fleetMember is the fleet level of one process's persistence namespace
@@ -99,7 +108,7 @@ type fleetMember struct {
 	wg     sync.WaitGroup
 
 	stats struct {
-		proposed, dropped, overBudget, placed, followed, failed, retried, lost, watched atomic.Uint64
+		proposed, dropped, overBudget, placed, followed, failed, retried, lost, loaded, watched atomic.Uint64
 	}
 	retry retrySet
 	lease leaseSlot
@@ -235,7 +244,7 @@ func (m *fleetMember) Stats() FleetStats {
 		Proposed: m.stats.proposed.Load(), Dropped: m.stats.dropped.Load(), OverBudget: m.stats.overBudget.Load(),
 		Placed: m.stats.placed.Load(), Followed: m.stats.followed.Load(), Failed: m.stats.failed.Load(),
 		Retried: m.stats.retried.Load(), Lost: m.stats.lost.Load(),
-		Watched: m.stats.watched.Load(),
+		Loaded: m.stats.loaded.Load(), Watched: m.stats.watched.Load(),
 	}
 }
 
@@ -300,43 +309,88 @@ func (m *fleetMember) localTable() *lbcore.Table {
 	return lbcore.NewTable(newWorkerStore(m.store, m.table), m.ns, m.size, m.expire)
 }
 
-// watch puts every live record of the prefix into the local table, from
-// the revision after the last one seen when it is opened again.
+// watch puts every live record of the prefix into the local table: first
+// those etcd holds when it starts (load), then every one written after,
+// from the revision after the last one seen when it is opened again (or
+// after a new load, should etcd have compacted past that revision).
 func (m *fleetMember) watch(ctx context.Context, cli *clientv3.Client) {
 	t := m.localTable()
 	var rev int64
 	for ctx.Err() == nil {
-		opts := []clientv3.OpOption{clientv3.WithPrefix()}
-		if rev > 0 {
-			opts = append(opts, clientv3.WithRev(rev+1))
+		if rev == 0 {
+			rev = m.load(ctx, cli, t)
 		}
-		wctx := clientv3.WithRequireLeader(ctx)
-		for resp := range cli.Watch(wctx, m.prefix, opts...) {
-			if resp.CompactRevision > 0 {
-				rev = 0 // compacted past it: go on from now
-			}
-			if resp.Err() != nil {
-				break
-			}
-			now := time.Now()
-			for _, ev := range resp.Events {
-				if ev.Type != clientv3.EventTypePut {
-					continue
+		if rev > 0 {
+			wctx := clientv3.WithRequireLeader(ctx)
+			for resp := range cli.Watch(wctx, m.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+				if resp.CompactRevision > 0 {
+					rev = 0 // compacted past it: load again
 				}
-				h, ok := fleet.KeyHash(m.prefix, string(ev.Kv.Key))
-				r, live := fleet.ParseRecord(string(ev.Kv.Value))
-				if ok && live && r.Alive(now, m.expire) {
-					t.Put(h, now, xxhash.Sum64String(r.Service))
-					m.stats.watched.Add(1)
+				if resp.Err() != nil {
+					break
 				}
+				now := time.Now()
+				for _, ev := range resp.Events {
+					if ev.Type == clientv3.EventTypePut && m.learn(t, ev.Kv, now) {
+						m.stats.watched.Add(1)
+					}
+				}
+				rev = max(rev, resp.Header.Revision)
 			}
-			rev = max(rev, resp.Header.Revision)
 		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(fleetRetry):
 		}
 	}
+}
+
+// load puts the live records etcd holds under the prefix into the local
+// table, up to the table's size of them, read in pages of fleetLoadPage
+// at one revision, and returns that revision; 0 when etcd did not answer
+// (the watch then tries again). A proxy that starts, or restarts, so
+// serves the keys the fleet placed before it without first deciding them
+// its own way. Nothing waits on it but the watch, hence fleetDial.
+func (m *fleetMember) load(ctx context.Context, cli *clientv3.Client, t *lbcore.Table) int64 {
+	var rev int64
+	key, end := m.prefix, clientv3.GetPrefixRangeEnd(m.prefix)
+	for read := 0; read < m.size; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(fleetLoadPage)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		cctx, cancel := context.WithTimeout(ctx, fleetDial)
+		resp, err := cli.Get(cctx, key, opts...)
+		cancel()
+		if err != nil {
+			return 0
+		}
+		rev = max(rev, resp.Header.Revision, 1)
+		now := time.Now()
+		for _, kv := range resp.Kvs {
+			if m.learn(t, kv, now) {
+				m.stats.loaded.Add(1)
+			}
+		}
+		read += len(resp.Kvs)
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return rev
+}
+
+// learn puts the record kv into the local table if it is a live record of
+// the prefix, and reports whether it did.
+func (m *fleetMember) learn(t *lbcore.Table, kv *mvccpb.KeyValue, now time.Time) bool {
+	h, ok := fleet.KeyHash(m.prefix, string(kv.Key))
+	r, live := fleet.ParseRecord(string(kv.Value))
+	if !ok || !live || !r.Alive(now, m.expire) {
+		return false
+	}
+	t.Put(h, now, xxhash.Sum64String(r.Service))
+	return true
 }
 
 // failed keeps p, which etcd did not answer, to be sent again; over

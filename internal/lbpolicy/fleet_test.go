@@ -108,9 +108,13 @@ func twoProxies(t *testing.T, f *fakeHosts, workers int) (addr, js string, a, b 
 
 // A key one proxy placed is served by another proxy at the same host,
 // though its own round robin would choose otherwise: through the watch for
-// a proxy running when the key was placed, and through its own
-// create-if-absent, which finds the record, for one that starts later.
+// a proxy running when the key was placed, and through the records it
+// reads, page after page, as its watch starts for one that starts later (a
+// proxy restarted), from its first request.
 func TestFleetSharesPlacements(t *testing.T) {
+	page := fleetLoadPage
+	fleetLoadPage = 7 // c reads etcd's records in pages
+	t.Cleanup(func() { fleetLoadPage = page })
 	f := newFakeHosts(5)
 	_, js, a, b := twoProxies(t, f, 2)
 	const keys = 60
@@ -137,22 +141,27 @@ func TestFleetSharesPlacements(t *testing.T) {
 	if s := b.ws[0].FleetStats(); s.Proposed != 0 {
 		t.Errorf("proxy b proposed %d keys it had learned: %+v", s.Proposed, s)
 	}
-	// c starts after the placements: no watch event tells it; its first
-	// choice of a key is its own, its proposal finds a's record, and it
-	// follows.
+	// c starts after the placements: no watch event tells it, it reads
+	// etcd's records as its watch starts, and its first choice of every
+	// key is a's, with nothing proposed.
 	c := newFleetProxy(t, js, reversed(f), 1)
 	defer c.close()
-	for u := range placed {
-		c.choose(t, 0, u)
+	end = time.Now().Add(20 * time.Second)
+	for c.ws[0].FleetStats().Loaded < keys && time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond)
 	}
-	s := c.settled(t, 20*time.Second)
 	for u, host := range placed {
 		if got := c.choose(t, 0, u); got != host {
-			t.Errorf("%s: proxy c serves %s after its proposal was answered, proxy a placed it on %s (%+v)", u, got, host, s)
+			t.Errorf("%s: proxy c, started after the placements, serves %s; proxy a placed it on %s", u, got, host)
 		}
 	}
-	if s.Followed == 0 {
-		t.Errorf("proxy c followed no key: %+v", s)
+	if s := c.ws[0].FleetStats(); s.Loaded != keys || s.Proposed != 0 {
+		t.Errorf("proxy c: %+v, want %d keys loaded and none proposed", s, keys)
+	}
+	// A key c meets before any proxy placed it is c's own choice, proposed.
+	c.choose(t, 0, "late")
+	if s := c.settled(t, 20*time.Second); s.Placed != 1 {
+		t.Errorf("proxy c: %+v, want its new key placed", s)
 	}
 }
 

@@ -42,6 +42,19 @@ func (r *rig) drainCount() map[string]int {
 	return n
 }
 
+// wantOneGrant: what is pending (after what) asks etcd for one lease, and
+// once answered etcd holds exactly one.
+func (r *rig) wantOneGrant(what string) {
+	r.t.Helper()
+	if n := r.pendingPath("/v3/lease/grant"); n != 1 {
+		r.t.Fatalf("%s sent %d grants, want 1", what, n)
+	}
+	r.drain()
+	if n := len(r.e.leases); n != 1 {
+		r.t.Errorf("etcd holds %d leases, want 1", n)
+	}
+}
+
 func TestFleetChurn(t *testing.T) {
 	const auth, grant = "/v3/auth/authenticate", "/v3/lease/grant"
 	for _, tt := range []struct {
@@ -88,13 +101,7 @@ func TestFleetChurn(t *testing.T) {
 			for i := range 50 {
 				r.miss("k"+itoa(i), 0)
 			}
-			if n := r.pendingPath(grant); n != 1 {
-				t.Fatalf("50 misses sent %d grants, want 1", n)
-			}
-			r.drain()
-			if n := len(r.e.leases); n != 1 {
-				t.Errorf("etcd holds %d leases, want 1", n)
-			}
+			r.wantOneGrant("50 misses")
 		}},
 		{"etcd loses its leases under 50 misses: one grant again", "", func(t *testing.T, r *rig) {
 			r.drainMiss("first", 0)
@@ -103,13 +110,7 @@ func TestFleetChurn(t *testing.T) {
 			}
 			r.e.leases = map[int64]bool{}
 			r.answerAll() // 50 × "lease not found"
-			if n := r.pendingPath(grant); n != 1 {
-				t.Fatalf("50 lost leases sent %d grants, want 1", n)
-			}
-			r.drain()
-			if n := len(r.e.leases); n != 1 {
-				t.Errorf("etcd holds %d leases, want 1", n)
-			}
+			r.wantOneGrant("50 lost leases")
 		}},
 		{"three syncs answered 'invalid auth token': etcd stays up", "hashlb", func(t *testing.T, r *rig) {
 			r.syncsInFlight()
@@ -131,9 +132,7 @@ func TestFleetChurn(t *testing.T) {
 				t.Fatalf("etcd marked down while it answers; logs %q", r.logs)
 			}
 			r.drain()
-			if n := r.c.Counts().Error; n != 0 {
-				t.Errorf("Error = %d, want 0 (etcd answered every call)", n)
-			}
+			r.wantCount("Error", r.c.Counts().Error, 0, "etcd answered every call")
 		}},
 		{"a grant answered 'invalid auth token' three times: etcd stays up", "hashlb", func(t *testing.T, r *rig) {
 			r.drainMiss("first", 0)
@@ -155,9 +154,7 @@ func TestFleetChurn(t *testing.T) {
 				r.now = r.now.Add(100 * time.Millisecond)
 				r.drainMiss("k"+itoa(i), 0)
 			}
-			if n := r.c.Counts().Throttled; n != 0 {
-				t.Errorf("Throttled = %d, want 0", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 0, "")
 		}},
 		{"the wall clock steps back 30 s while etcd is down: it is probed every second", "", func(t *testing.T, r *rig) {
 			r.downEtcd()
@@ -180,9 +177,7 @@ func TestFleetChurn(t *testing.T) {
 			for i := range 20 {
 				r.drainMiss("k"+itoa(i), 0)
 			}
-			if n := r.c.Counts().Throttled; n != 10 {
-				t.Errorf("Throttled = %d, want 10 (a burst of one second's worth)", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 10, "a burst of one second's worth")
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -236,9 +231,7 @@ func TestFleetBudget(t *testing.T) {
 			r.drain()
 			r.wantSettled(op, 1, true)
 			r.wantEtcd("new", "b")
-			if n := r.c.Counts().Throttled; n != 0 {
-				t.Errorf("Throttled = %d, want 0: refreshes spend no create", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 0, "refreshes spend no create")
 		}},
 		{"a replace whose answer is lost, then reconciled: the token is given back once", 3, func(t *testing.T, r *rig) {
 			r.drainMiss("x", 0) // 3 → 2

@@ -146,6 +146,18 @@ func (r *rig) wantSettled(op uint32, svc int, fleet bool) {
 	}
 }
 
+// wantCount checks the client's counter name, got (from r.c.Counts()),
+// against want; why, when given, says what the figure means.
+func (r *rig) wantCount(name string, got, want uint64, why string) {
+	r.t.Helper()
+	if got != want {
+		if why != "" {
+			why = " (" + why + ")"
+		}
+		r.t.Errorf("%s = %d, want %d%s", name, got, want, why)
+	}
+}
+
 func (r *rig) wantEtcd(k, svc string) {
 	r.t.Helper()
 	if got := r.e.service(r.key(k)); got != svc {
@@ -193,9 +205,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.answer()
 			r.wantSettled(op, 1, true)
 			r.wantEtcd("ada", "b")
-			if n := r.c.Counts().Created; n != 1 {
-				t.Errorf("Created = %d, want 1", n)
-			}
+			r.wantCount("Created", r.c.Counts().Created, 1, "")
 		}},
 		{"another proxy was first: its service wins", 0, func(t *testing.T, r *rig) {
 			r.put("ada", "c", r.now)
@@ -215,9 +225,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.drain()
 			r.wantSettled(op, 0, true)
 			r.wantEtcd("ada", "a")
-			if n := r.c.Counts().Replaced; n != 1 {
-				t.Errorf("Replaced = %d, want 1", n)
-			}
+			r.wantCount("Replaced", r.c.Counts().Replaced, 1, "")
 		}},
 		{"an entry on a service not selectable here: the second choice is served, the record kept", 0, func(t *testing.T, r *rig) {
 			r.svcs.off[2] = true
@@ -236,9 +244,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.now = r.now.Add(200 * time.Millisecond)
 			r.noAnswer(true) // applied by etcd, answer lost
 			r.wantSettled(op, 1, false)
-			if n := r.c.Counts().Timeout; n != 1 {
-				t.Errorf("Timeout = %d, want 1", n)
-			}
+			r.wantCount("Timeout", r.c.Counts().Timeout, 1, "")
 			r.tick(time.Second)
 			r.drain()
 			r.wantEtcd("ada", "b")
@@ -257,9 +263,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.drain()
 			r.wantRemember("ada", 2)
 			r.wantEtcd("ada", "c")
-			if n := r.c.Counts().Followed; n != 1 {
-				t.Errorf("Followed = %d, want 1", n)
-			}
+			r.wantCount("Followed", r.c.Counts().Followed, 1, "")
 		}},
 		{"etcd down: misses decided at once, queued; the tick probe ends it and reconciles", 0, func(t *testing.T, r *rig) {
 			r.downEtcd()
@@ -390,9 +394,7 @@ func TestFleetClientFaults(t *testing.T) {
 			}
 			r.wantSettled(op, 1, false)
 			r.wantEtcd("k3", "")
-			if n := r.c.Counts().Throttled; n != 1 {
-				t.Errorf("Throttled = %d, want 1", n)
-			}
+			r.wantCount("Throttled", r.c.Counts().Throttled, 1, "")
 			r.tick(time.Second)
 			r.drain()
 			r.wantEtcd("k3", "b") // queued: created within the budget
@@ -493,9 +495,7 @@ func TestFleetClientFaults(t *testing.T) {
 			for i, k := range []string{"ada", "bob", "cy"} {
 				r.wantEtcd(k, r.svcs.names[i])
 			}
-			if n := r.c.Counts().Resynced; n != 3 {
-				t.Errorf("Resynced = %d, want 3", n)
-			}
+			r.wantCount("Resynced", r.c.Counts().Resynced, 3, "")
 			if !strings.Contains(strings.Join(r.logs, "\n"), "lost its data (its revision went back") {
 				t.Errorf("logs %q, want the data-loss line", r.logs)
 			}
@@ -540,9 +540,7 @@ func TestFleetClientFaults(t *testing.T) {
 			r.e.lose()
 			r.tick(HeartbeatEvery)
 			r.drain()
-			if n := r.c.Counts().Resynced; n != 1 {
-				t.Errorf("Resynced = %d, want 1 (ada; old expired, bob's service is down)", n)
-			}
+			r.wantCount("Resynced", r.c.Counts().Resynced, 1, "ada; old expired, bob's service is down")
 			r.wantEtcd("ada", "b")
 			r.wantEtcd("old", "")
 		}},

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"encoding/binary"
 	"strings"
 	"unsafe"
+
+	"github.com/hashlb/hashlb/hostsim/testdata/guest"
 )
 
 var (
@@ -19,9 +20,9 @@ var (
 
 //go:wasmexport proxy_on_context_create
 func onContextCreate(id, root uint32) {
-	keep = keep[:0]
+	guest.Release()
 	if root == 0 {
-		c, st := buffer(7)
+		c, st := guest.Buffer(7)
 		logf(2, "create root: plugin config "+itoa(int64(st))+" "+c)
 		logf(0, "root "+itoa(int64(id))+" created")
 	}
@@ -29,17 +30,17 @@ func onContextCreate(id, root uint32) {
 
 //go:wasmexport proxy_on_vm_start
 func onVMStart(root, size uint32) uint32 {
-	keep = keep[:0]
-	_, st := buffer(7)
-	vmc, _ := buffer(6)
+	guest.Release()
+	_, st := guest.Buffer(7)
+	vmc, _ := guest.Buffer(6)
 	logf(2, "vm start: plugin config status "+itoa(int64(st))+", vm config "+vmc)
 	return 1
 }
 
 //go:wasmexport proxy_on_configure
 func onConfigure(root, size uint32) uint32 {
-	keep = keep[:0]
-	config, _ = buffer(7)
+	guest.Release()
+	config, _ = guest.Buffer(7)
 	roots[root] = config
 	logf(2, "configure: "+config)
 	for _, m := range []struct {
@@ -47,7 +48,7 @@ func onConfigure(root, size uint32) uint32 {
 		name string
 		id   *uint32
 	}{{0, "requests", &requests}, {1, "inflight", &gauge}, {2, "latency", &hist}} {
-		proxyDefineMetric(m.t, ptr(m.name), uint32(len(m.name)), unsafe.Pointer(m.id))
+		proxyDefineMetric(m.t, guest.Ptr(m.name), uint32(len(m.name)), unsafe.Pointer(m.id))
 	}
 	if i := strings.Index(config, "tick="); i >= 0 {
 		proxySetTickPeriod(uint32(atoi(config[i+5:])))
@@ -75,7 +76,7 @@ func atoi(s string) int {
 
 //go:wasmexport proxy_on_tick
 func onTick(root uint32) {
-	keep = keep[:0]
+	guest.Release()
 	var now uint64
 	proxyGetTime(unsafe.Pointer(&now))
 	logf(2, "tick "+itoa(int64(now/1e9)))
@@ -87,16 +88,16 @@ func onTick(root uint32) {
 
 //go:wasmexport proxy_on_request_headers
 func onRequestHeaders(id, n uint32, eos bool) uint32 {
-	keep = keep[:0]
+	guest.Release()
 	proxyIncrementMetric(requests, 1)
 	proxyIncrementMetric(gauge, 5)
 	proxyIncrementMetric(gauge, -2)
 	proxyRecordMetric(hist, 42)
-	path, _ := getHeader(0, ":path")
+	path, _ := guest.GetHeader(0, ":path")
 	switch {
 	case path == "/local":
-		body, hs := "denied", pairs([][2]string{{"x-local", "yes"}})
-		proxySendLocalResponse(403, ptr("test_denied"), 11, ptr(body), uint32(len(body)), unsafe.Pointer(&hs[0]), uint32(len(hs)), -1)
+		body, hs := "denied", guest.Pairs([][2]string{{"x-local", "yes"}})
+		proxySendLocalResponse(403, guest.Ptr("test_denied"), 11, guest.Ptr(body), uint32(len(body)), unsafe.Pointer(&hs[0]), uint32(len(hs)), -1)
 		return 1
 	case path == "/trap":
 		var m map[string]int
@@ -104,50 +105,50 @@ func onRequestHeaders(id, n uint32, eos bool) uint32 {
 	case strings.HasPrefix(path, "/props"):
 		for _, p := range []string{"source\x00address", "source.address", "source\x00port", "connection\x00mtls", "plugin_name", "request\x00url_path", "custom\x00thing"} {
 			v, st := property(p)
-			setHeader(0, "x-prop-"+strings.ReplaceAll(strings.ReplaceAll(p, "\x00", "/"), ".", "_"), itoa(int64(st))+":"+hexOf(v))
+			guest.SetHeader(0, "x-prop-"+strings.ReplaceAll(strings.ReplaceAll(p, "\x00", "/"), ".", "_"), itoa(int64(st))+":"+hexOf(v))
 		}
 	case strings.HasPrefix(path, "/shared/"):
 		sharedOp(path[len("/shared/"):])
 	case path == "/call":
-		hs := pairs([][2]string{{":method", "GET"}, {":path", "/probe"}, {":authority", "svc"}})
+		hs := guest.Pairs([][2]string{{":method", "GET"}, {":path", "/probe"}, {":authority", "svc"}})
 		var tok uint32
-		st := proxyHTTPCall(ptr("cluster"), 7, unsafe.Pointer(&hs[0]), uint32(len(hs)), nil, 0, nil, 0, 1000, unsafe.Pointer(&tok))
-		setHeader(0, "x-call", itoa(int64(st))+":"+itoa(int64(tok)))
-		bad := pairs([][2]string{{":method", "GET"}, {":path", "/probe"}})
-		st = proxyHTTPCall(ptr("cluster"), 7, unsafe.Pointer(&bad[0]), uint32(len(bad)), nil, 0, nil, 0, 1000, unsafe.Pointer(&tok))
-		setHeader(0, "x-call-bad", itoa(int64(st)))
+		st := proxyHTTPCall(guest.Ptr("cluster"), 7, unsafe.Pointer(&hs[0]), uint32(len(hs)), nil, 0, nil, 0, 1000, unsafe.Pointer(&tok))
+		guest.SetHeader(0, "x-call", itoa(int64(st))+":"+itoa(int64(tok)))
+		bad := guest.Pairs([][2]string{{":method", "GET"}, {":path", "/probe"}})
+		st = proxyHTTPCall(guest.Ptr("cluster"), 7, unsafe.Pointer(&bad[0]), uint32(len(bad)), nil, 0, nil, 0, 1000, unsafe.Pointer(&tok))
+		guest.SetHeader(0, "x-call-bad", itoa(int64(st)))
 	case path == "/metrics":
 		var v uint64
 		proxyGetMetric(gauge, unsafe.Pointer(&v))
 		st := proxyGetMetric(hist, unsafe.Pointer(&v))
-		setHeader(0, "x-gauge-hist", itoa(int64(v))+":"+itoa(int64(st)))
+		guest.SetHeader(0, "x-gauge-hist", itoa(int64(v))+":"+itoa(int64(st)))
 		var lvl uint32
 		proxyGetLogLevel(unsafe.Pointer(&lvl))
-		setHeader(0, "x-log-level", itoa(int64(lvl)))
+		guest.SetHeader(0, "x-log-level", itoa(int64(lvl)))
 	}
 	var size uint32
 	proxyGetHeaderSize(0, unsafe.Pointer(&size))
-	setHeader(0, "x-size", itoa(int64(size)))
+	guest.SetHeader(0, "x-size", itoa(int64(size)))
 	addr, _ := property("source\x00address")
-	setHeader(0, "x-upstream", addr)
+	guest.SetHeader(0, "x-upstream", addr)
 	logf(1, "request "+path)
 	return 0
 }
 
 //go:wasmexport proxy_on_response_headers
 func onResponseHeaders(id, n uint32, eos bool) uint32 {
-	keep = keep[:0]
-	_, st := getHeader(0, ":path")
-	setHeader(2, "x-req-status", itoa(int64(st)))
-	setHeader(2, "x-seen", "1")
+	guest.Release()
+	_, st := guest.GetHeader(0, ":path")
+	guest.SetHeader(2, "x-req-status", itoa(int64(st)))
+	guest.SetHeader(2, "x-seen", "1")
 	return 0
 }
 
 //go:wasmexport proxy_on_log
 func onLog(id uint32) {
-	keep = keep[:0]
-	p, st := getHeader(0, ":path")
-	wst := setHeader(0, "x-late", "1")
+	guest.Release()
+	p, st := guest.GetHeader(0, ":path")
+	wst := guest.SetHeader(0, "x-late", "1")
 	logf(2, "log "+p+" read "+itoa(int64(st))+" write "+itoa(int64(wst)))
 }
 
@@ -176,9 +177,9 @@ func onDelete(id uint32) {
 
 //go:wasmexport proxy_on_http_call_response
 func onHTTPCallResponse(root, token, nh, bodySize, nt uint32) {
-	keep = keep[:0]
-	body, _ := buffer(4)
-	st, _ := getHeader(6, ":status")
+	guest.Release()
+	body, _ := guest.Buffer(4)
+	st, _ := guest.GetHeader(6, ":status")
 	logf(2, "callout "+itoa(int64(token))+" status "+st+" body "+body)
 }
 
@@ -191,19 +192,6 @@ func hexOf(s string) string {
 	return string(b)
 }
 
-// pairs serialises header pairs in the ABI's format.
-func pairs(ps [][2]string) []byte {
-	b := binary.LittleEndian.AppendUint32(nil, uint32(len(ps)))
-	for _, p := range ps {
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[0])))
-		b = binary.LittleEndian.AppendUint32(b, uint32(len(p[1])))
-	}
-	for _, p := range ps {
-		b = append(append(append(append(b, p[0]...), 0), p[1]...), 0)
-	}
-	return b
-}
-
 // sharedOp runs "get/KEY" or "set/KEY/VALUE/CAS" and reports the result in
 // the x-shared header as "status:cas:value".
 func sharedOp(op string) {
@@ -211,10 +199,10 @@ func sharedOp(op string) {
 	switch parts[0] {
 	case "get":
 		var p, n, cas uint32
-		st := proxyGetSharedData(ptr(parts[1]), uint32(len(parts[1])), unsafe.Pointer(&p), unsafe.Pointer(&n), unsafe.Pointer(&cas))
-		setHeader(0, "x-shared", itoa(int64(st))+":"+itoa(int64(cas))+":"+bytesAt(p, n))
+		st := proxyGetSharedData(guest.Ptr(parts[1]), uint32(len(parts[1])), unsafe.Pointer(&p), unsafe.Pointer(&n), unsafe.Pointer(&cas))
+		guest.SetHeader(0, "x-shared", itoa(int64(st))+":"+itoa(int64(cas))+":"+guest.BytesAt(p, n))
 	case "set":
-		st := proxySetSharedData(ptr(parts[1]), uint32(len(parts[1])), ptr(parts[2]), uint32(len(parts[2])), uint32(atoi(parts[3])))
-		setHeader(0, "x-shared", itoa(int64(st)))
+		st := proxySetSharedData(guest.Ptr(parts[1]), uint32(len(parts[1])), guest.Ptr(parts[2]), uint32(len(parts[2])), uint32(atoi(parts[3])))
+		guest.SetHeader(0, "x-shared", itoa(int64(st)))
 	}
 }

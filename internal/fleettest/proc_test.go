@@ -1,0 +1,86 @@
+package fleettest
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) {
+	RunMemberIfAsked()
+	os.Exit(m.Run())
+}
+
+// A cluster of member processes goes on serving writes with its leader
+// stopped (SIGSTOP); a member wiped and added back starts empty and serves,
+// through its own endpoint, what was written before it was wiped.
+func TestProcClusterStopAndWipe(t *testing.T) {
+	c := StartProcCluster(t, 3)
+	t.Logf("etcd: %s", EtcdImpl())
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	put := func(k string) {
+		t.Helper()
+		// A call to the stopped member times out; the client's retry goes
+		// to another.
+		for try := 0; ; try++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := cli.Put(ctx, k, "v")
+			cancel()
+			if err == nil {
+				return
+			}
+			if try == 15 {
+				t.Fatalf("put %s: %v", k, err)
+			}
+		}
+	}
+	put("before")
+	lead := c.Leader()
+	if lead < 0 {
+		t.Fatal("no leader in a started cluster")
+	}
+	c.Stop(lead)
+	put("during")
+	c.Cont(lead)
+	if err := c.Wait(ClusterStart); err != nil {
+		t.Fatal(err)
+	}
+	o := (lead + 1) % 3
+	if err := c.Wipe(o); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(c.Members[o].Dir + "/data"); !os.IsNotExist(err) {
+		t.Fatalf("member %s wiped: its data dir is still there (%v)", c.Members[o].Name, err)
+	}
+	if err := c.Rejoin(o); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(ClusterStart); err != nil {
+		t.Fatal(err)
+	}
+	one, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[o].Client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, k := range []string{"before", "during"} {
+		r, err := one.Get(ctx, k)
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("the re-added member's read of %q: %v %v", k, r, err)
+		}
+	}
+	list, err := one.MemberList(ctx)
+	if err != nil || len(list.Members) != 3 {
+		t.Fatalf("member list after the re-add: %v %v", list, err)
+	}
+}

@@ -1,0 +1,8 @@
+// Command wasmpost rewrites a module go build wrote into the one hashlb
+// ships (internal/wasmpost.Finish), in place; ./build.sh wasm runs it on
+// dist/hashlb.wasm:
+//
+//	go run ./tools/wasmpost dist/hashlb.wasm   # from the repository root
+//
+// The command is main.go.
+package main
