@@ -3,11 +3,13 @@ package istio
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,6 +36,10 @@ type setup struct {
 	LBPolicy      string // the directory of libhashlb_lbpolicy.so, built from cmd/hashlb-lbpolicy
 	RepoRoot      string
 	Releases      []releaseSetup
+	// ./build.sh oci's image of Module, for TestPilotAgent: the OCI layout
+	// hashlb-oci wrote and what it printed (the manifest's digest, the
+	// module's sha256).
+	OCILayout, OCIManifest, OCIModuleSHA256 string
 }
 
 const setupEnv = "HASHLB_ISTIO_SETUP"
@@ -66,6 +72,9 @@ func outer() int {
 	defer envoyrun.RemoveLBPolicies()
 	if s.Controller != "" {
 		defer os.RemoveAll(filepath.Dir(s.Controller))
+	}
+	if s.OCILayout != "" {
+		defer os.RemoveAll(filepath.Dir(s.OCILayout))
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "istio: %v\n", err)
@@ -136,9 +145,55 @@ func prepare() (setup, error) {
 		if err != nil {
 			return s, err
 		}
+		if runs("TestPilotAgent") {
+			if rs.Agent, err = istioenv.PrepareAgent(root, r, nil); err != nil {
+				return s, err
+			}
+		}
 		s.Releases = append(s.Releases, rs)
 	}
-	return s, nil
+	if runs("TestPilotAgent") {
+		s.OCILayout, s.OCIManifest, s.OCIModuleSHA256, err = packOCI(root, s.Module)
+	}
+	return s, err
+}
+
+// runs says whether -test.run selects the top-level test name (every test
+// without -test.run): what only some tests need is prepared for them only.
+func runs(name string) bool {
+	flag.Parse()
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	top, _, _ := strings.Cut(f.Value.String(), "/")
+	re, err := regexp.Compile(top)
+	return err != nil || re.MatchString(name)
+}
+
+// ociOut is what hashlb-oci prints that the tests use: the module's sha256
+// and the manifest's digest.
+var ociOut = regexp.MustCompile(`(?m)^module\s+sha256:([0-9a-f]{64})\s.*\n^manifest\s+(sha256:[0-9a-f]{64})\s`)
+
+// packOCI packs module as ./build.sh oci does (hashlb-oci, tag latest) into
+// a temporary directory and returns the layout and what hashlb-oci printed.
+func packOCI(root, module string) (dir, manifest, moduleSHA string, err error) {
+	tmp, err := os.MkdirTemp("", "hashlb-istio-oci-")
+	if err != nil {
+		return "", "", "", err
+	}
+	dir = filepath.Join(tmp, "oci")
+	out, err := istioenv.GoCmd(root, "run", "./tools/ocipack/cmd/hashlb-oci", "-in", module, "-out", dir, "-tag", "latest")
+	if err != nil {
+		os.RemoveAll(tmp)
+		return "", "", "", err
+	}
+	m := ociOut.FindStringSubmatch(out)
+	if m == nil {
+		os.RemoveAll(tmp)
+		return "", "", "", fmt.Errorf("hashlb-oci printed no module and manifest lines:\n%s", out)
+	}
+	return dir, m[2], m[1], nil
 }
 
 // buildCommands builds hashlb-controller, hashlb-proxy and cmd/istiodemo

@@ -116,6 +116,23 @@ func sidecarChecks(module, pluginFile string, pluginConfig []byte) []check {
 // plugin's being of pluginFile (a WasmPlugin file, or a TrafficExtension
 // twin) with pluginConfig.
 func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []check {
+	return s.checksOf(isFile(module), pluginFile, pluginConfig)
+}
+
+// isFile wants the plugin's module loaded from the file module (a file://
+// URL, which istiod hands Envoy as it is).
+func isFile(module string) func(filename string) error {
+	return func(f string) error {
+		if f != module {
+			return fmt.Errorf("loads %q, want %q", f, module)
+		}
+		return nil
+	}
+}
+
+// checksOf is checks with module judging the file the plugin's module is
+// loaded from.
+func (s proxyShape) checksOf(module func(filename string) error, pluginFile string, pluginConfig []byte) []check {
 	cluster := func(dump gjson.Result) (gjson.Result, error) {
 		c := section(dump, "ClustersConfigDump").Get(`dynamic_active_clusters.#(cluster.name==` + quote(backendsCluster) + `).cluster`)
 		if !c.Exists() {
@@ -207,8 +224,8 @@ func (s proxyShape) checks(module, pluginFile string, pluginConfig []byte) []che
 			if !ecds.Exists() {
 				return fmt.Errorf("Envoy has no ECDS filter %s", name)
 			}
-			if f := ecds.Get("typed_config.config.vm_config.code.local.filename").String(); f != module {
-				return fmt.Errorf("ECDS filter %s loads %q, want %q", name, f, module)
+			if err := module(ecds.Get("typed_config.config.vm_config.code.local.filename").String()); err != nil {
+				return fmt.Errorf("ECDS filter %s %w", name, err)
 			}
 			at, router := slices.Index(names, name), slices.Index(names, "envoy.filters.http.router")
 			if at < 0 || router < 0 || at > router {

@@ -4,7 +4,8 @@
 //   - release.go: the Istio releases (the wrapper module pinning each one's
 //     istiod, the Envoy its proxy ships) and Prepare, which builds or finds
 //     istiod in the user cache (internal/bincache, with progress lines),
-//     the release's CRDs and its Envoy;
+//     the release's CRDs and its Envoy; PrepareAgent, the release's
+//     pilot-agent from the same wrapper and cache, for the tests that run it;
 //   - cluster.go: StartCluster, a kube-apiserver and etcd (the controller's
 //     tests' build) with the release's CRDs and an istiod watching it on
 //     127.0.0.1, and Apply and Delete of YAML files as kubectl apply and

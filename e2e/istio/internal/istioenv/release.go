@@ -40,6 +40,7 @@ type ReleaseSetup struct {
 	CRDs      string // manifests/charts/base/files/crd-all.gen.yaml of the module
 	Envoy     string // the envoy binary of the release's Envoy
 	WasmEnvoy string // the envoy binary the Wasm filter runs in (Release.WasmEnvoy, else Envoy)
+	Agent     string // pilot-agent, when the tests that run it are to run (PrepareAgent), else ""
 }
 
 // Prepare builds (first run: with progress lines on progress, os.Stderr
@@ -49,27 +50,12 @@ type ReleaseSetup struct {
 func Prepare(root string, r Release, progress io.Writer) (ReleaseSetup, error) {
 	rs := ReleaseSetup{Release: r}
 	wrapper := filepath.Join(root, "e2e", "istio", r.Wrapper)
-	dir := os.Getenv("HASHLB_ISTIO_CACHE")
-	if dir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return rs, fmt.Errorf("no user cache directory (set HASHLB_ISTIO_CACHE): %w", err)
-		}
-		dir = filepath.Join(base, "hashlb", "istio")
-	}
-	res, err := bincache.Get(bincache.Spec{
-		Wrapper: wrapper, Dir: dir, Name: "pilot-discovery", Version: r.Name + "-" + r.Commit,
-		Package: "istio.io/istio/pilot/cmd/pilot-discovery",
-		// Istio's own release build of pilot-discovery (Makefile.core.mk's STANDARD_TAGS).
-		Tags:     "vtprotobuf,disable_pgv",
-		LDFlags:  "-X istio.io/istio/pkg/version.buildVersion=" + r.Name + "-snapshot-" + r.Commit,
-		Why:      "first run only: about 700 CPU-seconds and 3 GB of memory; tens of minutes on a busy 2-core machine",
-		Progress: progress,
-	})
+	var err error
+	rs.Istiod, err = buildIstio(root, r, "pilot-discovery",
+		"first run only: about 700 CPU-seconds and 3 GB of memory; tens of minutes on a busy 2-core machine", progress)
 	if err != nil {
 		return rs, err
 	}
-	rs.Istiod = res.Path
 	out, err := GoCmd(wrapper, "list", "-m", "-f", "{{.Dir}}", "istio.io/istio")
 	if err != nil {
 		return rs, err
@@ -86,6 +72,39 @@ func Prepare(root string, r Release, progress io.Writer) (ReleaseSetup, error) {
 		rs.WasmEnvoy, err = EnvoyBinary(r.WasmEnvoy, r.Name)
 	}
 	return rs, err
+}
+
+// PrepareAgent builds (first run) or finds r's pilot-agent in the cache
+// beside its istiod, from the same wrapper module: the proxy agent that
+// resolves a WasmPlugin's http(s):// and oci:// URLs for Envoy. Only the
+// tests that run it need it.
+func PrepareAgent(root string, r Release, progress io.Writer) (string, error) {
+	return buildIstio(root, r, "pilot-agent",
+		"first run only: a small part of istiod's build, whose compiled packages it reuses", progress)
+}
+
+// buildIstio builds (first run) or finds the command istio.io/istio/pilot/cmd/NAME
+// of release r in the user cache ($HASHLB_ISTIO_CACHE, else
+// ~/.cache/hashlb/istio), as Istio's release build does (Makefile.core.mk's
+// STANDARD_TAGS, the version stamped in).
+func buildIstio(root string, r Release, name, why string, progress io.Writer) (string, error) {
+	dir := os.Getenv("HASHLB_ISTIO_CACHE")
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("no user cache directory (set HASHLB_ISTIO_CACHE): %w", err)
+		}
+		dir = filepath.Join(base, "hashlb", "istio")
+	}
+	res, err := bincache.Get(bincache.Spec{
+		Wrapper: filepath.Join(root, "e2e", "istio", r.Wrapper), Dir: dir, Name: name, Version: r.Name + "-" + r.Commit,
+		Package:  "istio.io/istio/pilot/cmd/" + name,
+		Tags:     "vtprotobuf,disable_pgv",
+		LDFlags:  "-X istio.io/istio/pkg/version.buildVersion=" + r.Name + "-snapshot-" + r.Commit,
+		Why:      why,
+		Progress: progress,
+	})
+	return res.Path, err
 }
 
 // EnvoyBinary finds Envoy version (for Istio release) where ./build.sh
