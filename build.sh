@@ -213,7 +213,7 @@ test)
 	# its own (docs/deploy.md, "Through istiod"). The timeout covers both cold istiod builds, each
 	# up to an hour on a busy 2-core machine, which run before the tests.
 	for v in $envoy_lbpolicy; do envoy_install "$v" "$envoy_cache/lbpolicy/envoy-$v"; done
-	echo "test: hashlb through istiod (e2e/istio; a first run builds each release's istiod from istio.io/istio: about 670 CPU-s and 2.7 GB each, named in the progress lines)"
+	echo "test: hashlb through istiod (e2e/istio; a first run builds each release's istiod from istio.io/istio, about 670 CPU-s and 2.7 GB each, and its pilot-agent, about 25 CPU-s more, named in the progress lines)"
 	(cd e2e/istio && go test -json -count=1 -timeout 150m ./...) | go run ./tools/testprogress
 	;;
 run)
