@@ -28,19 +28,26 @@ func route(t *testing.T, h *hostsim.Host, w int, path string) string {
 }
 
 // probeAnswers answers hashlb's health probes as backends would: 503 from an
-// address (the upstream header) marked failing, 200 from any other, and counts
-// the probes each address and each worker sent. Its methods are safe from
-// every worker.
+// address (the upstream header) marked failing, 200 from any other (with
+// body as text/plain when set), and counts the probes each address and each
+// worker sent. Its methods are safe from every worker.
 type probeAnswers struct {
 	mu       sync.Mutex
+	body     []byte
 	failing  map[string]bool
 	byAddr   map[string]int
 	byWorker map[int]int
+	all      int
 }
 
 // newProbeAnswers answers with the addresses failing failing from the start.
 func newProbeAnswers(failing ...string) *probeAnswers {
-	p := &probeAnswers{failing: map[string]bool{}, byAddr: map[string]int{}, byWorker: map[int]int{}}
+	return newProbeAnswersBody(nil, failing...)
+}
+
+// newProbeAnswersBody is newProbeAnswers whose 200s carry body.
+func newProbeAnswersBody(body []byte, failing ...string) *probeAnswers {
+	p := &probeAnswers{body: body, failing: map[string]bool{}, byAddr: map[string]int{}, byWorker: map[int]int{}}
 	p.set(true, failing...)
 	return p
 }
@@ -69,10 +76,21 @@ func (p *probeAnswers) handle(r *hostsim.CallRequest) (*hostsim.CallResponse, er
 	addr := r.Header("x-envoy-original-dst-host")
 	p.byAddr[addr]++
 	p.byWorker[r.Worker]++
-	if p.failing[addr] {
+	p.all++
+	switch {
+	case p.failing[addr]:
 		return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
+	case p.body != nil:
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: p.body}, nil
 	}
 	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
+}
+
+// answered is how many probes came in all.
+func (p *probeAnswers) answered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.all
 }
 
 // counts returns the probes per address and per worker since the last call,
