@@ -294,23 +294,16 @@ func lastMemStats(t testing.TB, h *hostsim.Host, where string) guestMem {
 			continue
 		}
 		var m guestMem
+		fields := map[string]*uint64{"total_alloc": &m.totalAlloc, "mallocs": &m.mallocs, "num_gc": &m.numGC,
+			"heap_alloc": &m.heapAlloc, "next_gc": &m.nextGC}
 		for _, f := range strings.Fields(rest) {
 			k, v, _ := strings.Cut(f, "=")
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
 				t.Fatalf("memstats line %q: %v", l, err)
 			}
-			switch k {
-			case "total_alloc":
-				m.totalAlloc = n
-			case "mallocs":
-				m.mallocs = n
-			case "num_gc":
-				m.numGC = n
-			case "heap_alloc":
-				m.heapAlloc = n
-			case "next_gc":
-				m.nextGC = n
+			if p := fields[k]; p != nil {
+				*p = n
 			}
 		}
 		return m
