@@ -222,16 +222,9 @@ func TestNSConfCitrixFailover(t *testing.T) {
 	if err := json.Unmarshal(js, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["upstreamCount"] = 3
-	cfg["healthCheck"] = map[string]any{"interval": "1s", "timeout": "500ms", "unhealthyThreshold": 1, "healthyThreshold": 1, "cluster": "backends"}
-	withHealth, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := lbcore.ParseConfig(withHealth)
-	if err != nil {
-		t.Fatal(err)
-	}
+	withHealth := configJSON(t, cfg, map[string]any{"upstreamCount": 3,
+		"healthCheck": map[string]any{"interval": "1s", "timeout": "500ms", "unhealthyThreshold": 1, "healthyThreshold": 1, "cluster": "backends"}})
+	c := newOracle(t, withHealth).cfg
 	names := func(idx []int) []string {
 		var out []string
 		for _, i := range idx {
