@@ -28,9 +28,10 @@ const hostileRichPlugin = `"lbMethod": "TOKEN",
     "${client.ip | mask(24)}", "${request.host || sip.callid}"], "tableSize": 10000, "expire": "10m"},
   "passiveHealth": {}`
 
-// hostileLimitPlugin is the costliest replace() configuration lbcore
-// accepts (as e2e/v8_test.go's limit-replace): MaxExprFuncs replace() calls
-// of a large program over the URL, in the token and in 8 persistence keys.
+// hostileLimitPlugin is the members (for rigConfig) of the costliest
+// replace() configuration lbcore accepts (as e2e/v8_test.go's
+// limit-replace): MaxExprFuncs replace() calls of a large program over the
+// URL, in the token and in 8 persistence keys.
 func hostileLimitPlugin() string {
 	bigRE := strings.Repeat("[a-z]{0,50}", 5)
 	expr := func(pattern, with string) string {
