@@ -16,6 +16,7 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
+	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/internal/fleettest"
 )
 
@@ -33,7 +34,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(etcdChildEnv); v != "" {
 		os.Exit(runEtcdChild(v, os.Getenv(etcdChildURLsEnv)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	envoyrun.RemoveModules() // the modules buildModule built
+	os.Exit(code)
 }
 
 // embeddedEtcdCommand is the command that runs the embedded etcd with its

@@ -27,7 +27,7 @@ func flapConfig(t testing.TB) []byte {
 type flapper struct {
 	t      testing.TB
 	h      *hostsim.Host
-	probes *probeAnswerer
+	probes *probeAnswers
 	path   string // a path whose primary is flapService while it is selectable
 }
 
@@ -57,12 +57,7 @@ func (f *flapper) stream(path, status string) string {
 
 // failProbes makes hostsim answer flapService's probes 503 (or 200).
 func (f *flapper) failProbes(fail bool) {
-	f.probes.mu.Lock()
-	defer f.probes.mu.Unlock()
-	f.probes.fail = ""
-	if fail {
-		f.probes.fail = flapService[1]
-	}
+	f.probes.set(fail, flapService[1])
 }
 
 // eject answers two requests served by flapService 502: passive health
@@ -154,8 +149,8 @@ func transitionLines(h *hostsim.Host) []string {
 // log line) allocate nothing in the guest and run no GC cycle.
 func TestGuestAllocationsHealthFlaps(t *testing.T) {
 	const flapCycles = 5
-	probes := &probeAnswerer{body: []byte("ok")}
-	h := costHostWith(t, memstatsModule(t), hostsim.Config{PluginConfig: flapConfig(t), HTTPCall: probes.answer}, nil)
+	probes := newProbeAnswersBody([]byte("ok"))
+	h := costHostWith(t, memstatsModule(t), hostsim.Config{PluginConfig: flapConfig(t), HTTPCall: probes.handle}, nil)
 	f := &flapper{t: t, h: h, probes: probes}
 	for k := 0; k < 1000 && f.path == ""; k++ {
 		if p := fmt.Sprintf("/flap/%d", k); f.stream(p, "200") == flapService[0] {

@@ -294,23 +294,16 @@ func lastMemStats(t testing.TB, h *hostsim.Host, where string) guestMem {
 			continue
 		}
 		var m guestMem
+		fields := map[string]*uint64{"total_alloc": &m.totalAlloc, "mallocs": &m.mallocs, "num_gc": &m.numGC,
+			"heap_alloc": &m.heapAlloc, "next_gc": &m.nextGC}
 		for _, f := range strings.Fields(rest) {
 			k, v, _ := strings.Cut(f, "=")
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
 				t.Fatalf("memstats line %q: %v", l, err)
 			}
-			switch k {
-			case "total_alloc":
-				m.totalAlloc = n
-			case "mallocs":
-				m.mallocs = n
-			case "num_gc":
-				m.numGC = n
-			case "heap_alloc":
-				m.heapAlloc = n
-			case "next_gc":
-				m.nextGC = n
+			if p := fields[k]; p != nil {
+				*p = n
 			}
 		}
 		return m
@@ -438,32 +431,6 @@ func TestGuestAllocations(t *testing.T) {
 // a healthCheck interval of 5 s (configs/health.json), 10 probe rounds.
 const guestTicks = 50
 
-// probeAnswerer answers every active probe 200 with a body holding
-// expectBody (configs without healthCheck make no call), or 503 for the
-// address fail, and counts them.
-type probeAnswerer struct {
-	mu     sync.Mutex
-	body   []byte
-	fail   string
-	probes int
-}
-
-func (a *probeAnswerer) answer(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.probes++
-	if a.fail != "" && r.Header("x-envoy-original-dst-host") == a.fail {
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-	}
-	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: a.body}, nil
-}
-
-func (a *probeAnswerer) count() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.probes
-}
-
 // guestGarbage runs n requests of cfg in the memstats build (guestGarbageCase).
 func guestGarbage(t testing.TB, wasm, cfg []byte, n int) (bytes, mallocs, gcs uint64) {
 	return guestGarbageCase(t, wasm, guestCase{cfg: cfg}, n)
@@ -488,11 +455,15 @@ func guestGarbageCase(t testing.TB, wasm []byte, gc guestCase, n int) (bytes, ma
 	if err := json.Unmarshal(gc.cfg, &c); err != nil {
 		t.Fatal(err)
 	}
-	probes := &probeAnswerer{body: []byte("ok"), fail: gc.failProbes[1]}
+	body := []byte("ok")
 	if c.HealthCheck != nil {
-		probes.body = []byte("status: " + c.HealthCheck.ExpectBody + "\n")
+		body = []byte("status: " + c.HealthCheck.ExpectBody + "\n")
 	}
-	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: gc.cfg, HTTPCall: probes.answer}, nil)
+	probes := newProbeAnswersBody(body)
+	if gc.failProbes[1] != "" {
+		probes.set(true, gc.failProbes[1])
+	}
+	h := costHostWith(t, wasm, hostsim.Config{PluginConfig: gc.cfg, HTTPCall: probes.handle}, nil)
 	for range guestWarmupTicks {
 		for range 34 {
 			costStream(t, h, costRequest.headers)
@@ -500,7 +471,7 @@ func guestGarbageCase(t testing.TB, wasm []byte, gc guestCase, n int) (bytes, ma
 		tick(h)
 	}
 	before := lastMemStats(t, h, "tick-end")
-	probed := probes.count()
+	probed := probes.answered()
 	for k := range guestTicks {
 		m := n / guestTicks
 		if k == 0 {
@@ -512,7 +483,7 @@ func guestGarbageCase(t testing.TB, wasm []byte, gc guestCase, n int) (bytes, ma
 		tick(h)
 	}
 	after := lastMemStats(t, h, "tick-end")
-	if c.HealthCheck != nil && probes.count() == probed {
+	if c.HealthCheck != nil && probes.answered() == probed {
 		t.Fatalf("no active probe was sent in %d ticks with healthCheck configured", guestTicks)
 	}
 	if name := gc.failProbes[0]; name != "" {

@@ -27,24 +27,92 @@ func route(t *testing.T, h *hostsim.Host, w int, path string) string {
 	return name
 }
 
+// probeAnswers answers hashlb's health probes as backends would: 503 from an
+// address (the upstream header) marked failing, 200 from any other (with
+// body as text/plain when set), and counts the probes each address and each
+// worker sent. Its methods are safe from every worker.
+type probeAnswers struct {
+	mu       sync.Mutex
+	body     []byte
+	failing  map[string]bool
+	byAddr   map[string]int
+	byWorker map[int]int
+	all      int
+}
+
+// newProbeAnswers answers with the addresses failing failing from the start.
+func newProbeAnswers(failing ...string) *probeAnswers {
+	return newProbeAnswersBody(nil, failing...)
+}
+
+// newProbeAnswersBody is newProbeAnswers whose 200s carry body.
+func newProbeAnswersBody(body []byte, failing ...string) *probeAnswers {
+	p := &probeAnswers{body: body, failing: map[string]bool{}, byAddr: map[string]int{}, byWorker: map[int]int{}}
+	p.set(true, failing...)
+	return p
+}
+
+// set marks addrs failing (true) or passing (false) from the next probe on.
+func (p *probeAnswers) set(failing bool, addrs ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, a := range addrs {
+		p.failing[a] = failing
+	}
+}
+
+// only marks exactly addrs failing, every other address passing.
+func (p *probeAnswers) only(addrs ...string) {
+	p.mu.Lock()
+	clear(p.failing)
+	p.mu.Unlock()
+	p.set(true, addrs...)
+}
+
+// handle answers one probe: a hostsim.HTTPHandler.
+func (p *probeAnswers) handle(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	addr := r.Header("x-envoy-original-dst-host")
+	p.byAddr[addr]++
+	p.byWorker[r.Worker]++
+	p.all++
+	switch {
+	case p.failing[addr]:
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
+	case p.body != nil:
+		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}, {"content-type", "text/plain"}}, Body: p.body}, nil
+	}
+	return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
+}
+
+// answered is how many probes came in all.
+func (p *probeAnswers) answered() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.all
+}
+
+// counts returns the probes per address and per worker since the last call,
+// and starts counting again.
+func (p *probeAnswers) counts() (byAddr map[string]int, byWorker map[int]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	byAddr, byWorker = p.byAddr, p.byWorker
+	p.byAddr, p.byWorker = map[string]int{}, map[int]int{}
+	return byAddr, byWorker
+}
+
 // TestActiveHealthUnderHostsim: one worker probes for all (the lease), a
 // service failing its probes goes DOWN on every worker, its keys move to
 // their next-ranked service, and return when it passes again.
 func TestActiveHealthUnderHostsim(t *testing.T) {
-	var mu sync.Mutex
-	failing := map[string]bool{}
-	probes := map[int]int{} // per worker
+	backends := newProbeAnswers()
 	handler := func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		probes[r.Worker]++
 		if r.Cluster != "backends" || r.Header(":path") != "/healthz" {
 			return nil, fmt.Errorf("unexpected probe %s %v", r.Cluster, r.Headers)
 		}
-		if failing[r.Header("x-envoy-original-dst-host")] {
-			return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-		}
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
+		return backends.handle(r)
 	}
 	cfg := `{"lbMethod":"URLHASH","healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":2,"healthyThreshold":2,"cluster":"backends"},
 		"services":[{"name":"a","address":"10.0.0.1:80"},{"name":"b","address":"10.0.0.2:80"},{"name":"c","address":"10.0.0.3:80"}]}`
@@ -55,9 +123,7 @@ func TestActiveHealthUnderHostsim(t *testing.T) {
 	for k := range before {
 		before[k] = route(t, h, k%4, fmt.Sprintf("/obj/%d", k))
 	}
-	mu.Lock()
-	failing["10.0.0.2:80"] = true
-	mu.Unlock()
+	backends.set(true, "10.0.0.2:80")
 	for i := 0; i < 3; i++ { // two failed rounds mark b DOWN; one more tick spreads the verdict
 		h.Advance(time.Second)
 	}
@@ -70,9 +136,7 @@ func TestActiveHealthUnderHostsim(t *testing.T) {
 			t.Fatalf("key %d moved from %s to %s although only b went DOWN", k, before[k], got)
 		}
 	}
-	mu.Lock()
-	failing["10.0.0.2:80"] = false
-	mu.Unlock()
+	backends.set(false, "10.0.0.2:80")
 	for i := 0; i < 3; i++ {
 		h.Advance(time.Second)
 	}
@@ -81,9 +145,7 @@ func TestActiveHealthUnderHostsim(t *testing.T) {
 			t.Fatalf("after b came back, key %d goes to %s, want %s", k, got, before[k])
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(probes) != 1 {
+	if _, probes := backends.counts(); len(probes) != 1 {
 		t.Errorf("probes came from workers %v, want one worker at a time (the lease)", probes)
 	}
 	if m, ok := h.Metric("hashlb.service.b.health_down"); !ok || m.Value != 1 {

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -223,16 +222,9 @@ func TestNSConfCitrixFailover(t *testing.T) {
 	if err := json.Unmarshal(js, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["upstreamCount"] = 3
-	cfg["healthCheck"] = map[string]any{"interval": "1s", "timeout": "500ms", "unhealthyThreshold": 1, "healthyThreshold": 1, "cluster": "backends"}
-	withHealth, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := lbcore.ParseConfig(withHealth)
-	if err != nil {
-		t.Fatal(err)
-	}
+	withHealth := configJSON(t, cfg, map[string]any{"upstreamCount": 3,
+		"healthCheck": map[string]any{"interval": "1s", "timeout": "500ms", "unhealthyThreshold": 1, "healthyThreshold": 1, "cluster": "backends"}})
+	c := newOracle(t, withHealth).cfg
 	names := func(idx []int) []string {
 		var out []string
 		for _, i := range idx {
@@ -256,19 +248,9 @@ func TestNSConfCitrixFailover(t *testing.T) {
 		}
 	}
 
-	var mu sync.Mutex
-	failing := map[string]bool{}
-	handler := func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		status := "200"
-		if failing[r.Header("x-envoy-original-dst-host")] {
-			status = "503"
-		}
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", status}}}, nil
-	}
+	backends := newProbeAnswers()
 	ctx := context.Background()
-	h, err := hostsim.New(ctx, module(t), hostsim.Config{Workers: 2, PluginConfig: withHealth, HTTPCall: handler, LogLevel: hostsim.LogWarn})
+	h, err := hostsim.New(ctx, module(t), hostsim.Config{Workers: 2, PluginConfig: withHealth, HTTPCall: backends.handle, LogLevel: hostsim.LogWarn})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,12 +272,11 @@ func TestNSConfCitrixFailover(t *testing.T) {
 		{"both back", nil, []string{"S1", "S2", "S3"}},
 	}
 	for _, st := range steps {
-		mu.Lock()
-		clear(failing)
+		var down []string
 		for _, n := range st.down {
-			failing[addr[n]] = true
+			down = append(down, addr[n])
 		}
-		mu.Unlock()
+		backends.only(down...)
 		for i := 0; i < 3; i++ { // a probe round marks the change; a tick spreads it to every worker
 			h.Advance(time.Second)
 		}

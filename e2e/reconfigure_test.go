@@ -381,23 +381,11 @@ func TestReconfigureActiveCountsCarryOver(t *testing.T) {
 // (the new configuration's first round, at its first tick), and each round
 // probes every pod once although two root contexts are alive.
 func TestReconfigureHealthCarriesOver(t *testing.T) {
-	var mu sync.Mutex
-	probes := map[string]int{}
-	failing := map[string]bool{"10.1.0.2:8080": true}
-	handler := func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		addr := r.Header("x-envoy-original-dst-host")
-		probes[addr]++
-		if failing[addr] {
-			return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-		}
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
-	}
+	backends := newProbeAnswers("10.1.0.2:8080")
 	hc := map[string]any{"healthCheck": map[string]any{"interval": "1s", "unhealthyThreshold": 1, "healthyThreshold": 2, "cluster": "backends"}}
 	pods := []pod{{"web-a", "10.1.0.1"}, {"web-b", "10.1.0.2"}, {"web-c", "10.1.0.3"}}
 	const workers, keys = 3, 300
-	h := podHost(t, podConfig(t, "URLHASH", pods, hc), workers, handler)
+	h := podHost(t, podConfig(t, "URLHASH", pods, hc), workers, backends.handle)
 	h.Advance(time.Second) // first round: web-b DOWN
 	h.Advance(time.Second) // every worker reads it
 	for k := 0; k < keys; k++ {
@@ -417,16 +405,12 @@ func TestReconfigureHealthCarriesOver(t *testing.T) {
 			t.Fatalf("key %d right after the change went to %s; want web-a: web-b stays DOWN, web-d waits for its first probe, web-c left", k, got)
 		}
 	}
-	mu.Lock()
-	clear(probes)
-	mu.Unlock()
+	backends.counts()
 	h.Advance(time.Second) // the new configuration's first round
-	mu.Lock()
 	want := map[string]int{"10.1.0.1:8080": 1, "10.1.0.2:8080": 1, "10.1.0.4:8080": 1}
-	if fmt.Sprint(probes) != fmt.Sprint(want) {
+	if probes, _ := backends.counts(); fmt.Sprint(probes) != fmt.Sprint(want) {
 		t.Errorf("first round after the change probed %v, want each pod of the new configuration once: %v", probes, want)
 	}
-	mu.Unlock()
 	h.Advance(time.Second) // every worker reads the verdicts
 	seen := map[string]int{}
 	for k := 0; k < keys; k++ {
@@ -510,23 +494,16 @@ func TestHealthChurnBoundsSharedData(t *testing.T) {
 	failing := func(name string) bool {
 		return name == "stay-a" || strings.HasPrefix(name, "web-") && name[len(name)-1]%3 == 0
 	}
-	var mu sync.Mutex
-	down := map[string]bool{} // addresses that fail their probes
-	handler := probeHandler(&mu, down)
+	backends := newProbeAnswers("10.9.0.1:8080")
 	seq := 0
 	fresh := func() pod {
 		seq++
 		p := pod{fmt.Sprintf("web-%05d", seq), fmt.Sprintf("10.%d.%d.%d", 10+seq/62500, seq/250%250, seq%250+1)}
 		if failing(p.name) {
-			mu.Lock()
-			down[p.ip+":8080"] = true
-			mu.Unlock()
+			backends.set(true, p.ip+":8080")
 		}
 		return p
 	}
-	mu.Lock()
-	down["10.9.0.1:8080"] = true
-	mu.Unlock()
 	churn := make([]pod, churning)
 	for i := range churn {
 		churn[i] = fresh()
@@ -553,7 +530,7 @@ func TestHealthChurnBoundsSharedData(t *testing.T) {
 		}
 	}
 	cfg := config()
-	host = podHost(t, cfg, workers, handler)
+	host = podHost(t, cfg, workers, backends.handle)
 	host.Advance(time.Second) // first round
 	host.Advance(time.Second) // every worker reads it
 	check(0, "first configuration", cfg, failing)
@@ -590,19 +567,5 @@ func TestHealthChurnBoundsSharedData(t *testing.T) {
 	// The rest are the active-request slots (lbcore.LoadBoard) and their marker.
 	if mostKeys > services+3+lbcore.MaxSlots+1 {
 		t.Errorf("keys in shared data reached %d, want at most %d", mostKeys, services+3+lbcore.MaxSlots+1)
-	}
-}
-
-// probeHandler answers health probes as backends would: 503 for the
-// addresses (in the upstream header) that failing names, read under mu, and
-// 200 for the others.
-func probeHandler(mu *sync.Mutex, failing map[string]bool) hostsim.HTTPHandler {
-	return func(r *hostsim.CallRequest) (*hostsim.CallResponse, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if failing[r.Header("x-envoy-original-dst-host")] {
-			return &hostsim.CallResponse{Headers: [][2]string{{":status", "503"}}}, nil
-		}
-		return &hostsim.CallResponse{Headers: [][2]string{{":status", "200"}}}, nil
 	}
 }

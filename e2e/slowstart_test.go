@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -104,21 +103,18 @@ func must[T any](v, _ T) T { return v }
 // keep their keys.
 func TestSlowStartBackFromDown(t *testing.T) {
 	const workers = 2
-	var failing = map[string]bool{}
 	extra := map[string]any{
 		"slowStart":   map[string]any{"window": "60s"},
 		"healthCheck": map[string]any{"interval": "1s", "timeout": "500ms", "healthyThreshold": 1, "unhealthyThreshold": 1},
 	}
 	config := podConfig(t, "URLHASH", makePods(4), extra)
-	var mu sync.Mutex
-	h := podHost(t, config, workers, probeHandler(&mu, failing))
+	backends := newProbeAnswers()
+	h := podHost(t, config, workers, backends.handle)
 	fixed := zipfKeys(3, 20000, 0)
 	for i, k := range fixed { // the workers decide: the proxy has started
 		mustSend(t, h, i%workers, k)
 	}
-	mu.Lock()
-	failing["10.1.0.4:8080"] = true
-	mu.Unlock()
+	backends.set(true, "10.1.0.4:8080")
 	h.Advance(3 * time.Second)
 	was := make([]string, len(fixed))
 	for i, k := range fixed {
@@ -126,9 +122,7 @@ func TestSlowStartBackFromDown(t *testing.T) {
 			t.Fatalf("key %d went to web-03, DOWN", k)
 		}
 	}
-	mu.Lock()
-	delete(failing, "10.1.0.4:8080")
-	mu.Unlock()
+	backends.set(false, "10.1.0.4:8080")
 	// The probe round that passes and the tick that reads its verdict:
 	// the ramp starts within a few seconds of here.
 	h.Advance(2 * time.Second)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -160,18 +159,14 @@ func TestTCPSameTupleSameService(t *testing.T) {
 // recovers.
 func TestTCPDownServiceMovesOnlyItsKeys(t *testing.T) {
 	eachTCPHost(t, func(t *testing.T, workers int, profile string) {
-		var mu sync.Mutex
-		failing := map[string]bool{}
-		handler := probeHandler(&mu, failing)
+		backends := newProbeAnswers()
 		config := tcpConfig("SRCIPSRCPORTHASH",
 			`"healthCheck":{"interval":"1s","timeout":"500ms","unhealthyThreshold":2,"healthyThreshold":2,"cluster":"backends"}`)
-		h := newTCPHost(t, config, workers, profile, handler)
+		h := newTCPHost(t, config, workers, profile, backends.handle)
 		tuples, before := connectRandom(t, h, workers, 7, 400)
 		const down = "10.1.0.3:443"
 		set := func(v bool) {
-			mu.Lock()
-			failing[down] = v
-			mu.Unlock()
+			backends.set(v, down)
 			for range 3 {
 				h.Advance(time.Second)
 			}

@@ -6,15 +6,7 @@ import (
 )
 
 func TestTraceCalls(t *testing.T) {
-	h := newHost(t, "basic", Config{Trace: true})
-	s := h.Stream(0)
-	if res := s.RequestHeaders(req("/"), map[string][]byte{"source.address": PropString("10.1.2.3:5555")}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	s.ResponseHeaders([][2]string{{":status", "200"}})
-	if err := s.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	s, untraced := traceStreams(t, false)
 	var got []string
 	for _, c := range s.Calls() {
 		if strings.Contains(c.Func, ".") { // WASI calls the Go runtime makes on its own
@@ -44,11 +36,7 @@ func TestTraceCalls(t *testing.T) {
 		"proxy_on_log proxy_replace_header_map_value 0 x-late = 1",
 		"proxy_on_log proxy_log 2",
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("Calls() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	untraced := newHost(t, "basic", Config{}).Stream(0)
-	untraced.RequestHeaders(req("/"), nil)
+	sameLines(t, "Calls()", got, want)
 	if c := untraced.Calls(); c != nil {
 		t.Errorf("Calls() without Config.Trace = %v, want nil", c)
 	}
@@ -59,18 +47,7 @@ func TestTraceCalls(t *testing.T) {
 // a value, and nothing for a callback the module does not export (basic has
 // no proxy_on_response_body).
 func TestTraceEntries(t *testing.T) {
-	h := newHost(t, "basic", Config{Trace: true})
-	s := h.Stream(0)
-	if res := s.RequestHeaders(req("/"), map[string][]byte{"source.address": PropString("10.1.2.3:5555")}); res.Err != nil {
-		t.Fatal(res.Err)
-	}
-	s.ResponseHeaders([][2]string{{":status", "200"}})
-	if _, err := s.ResponseBody(512, true); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Finish(); err != nil {
-		t.Fatal(err)
-	}
+	s, untraced := traceStreams(t, true)
 	var got []string
 	for _, e := range s.Entries() {
 		got = append(got, e.Phase+" "+e.Func)
@@ -86,12 +63,39 @@ func TestTraceEntries(t *testing.T) {
 		"proxy_on_log proxy_on_memory_allocate", // :path
 		"proxy_on_delete proxy_on_delete",
 	}
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Errorf("Entries() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-	untraced := newHost(t, "basic", Config{}).Stream(0)
-	untraced.RequestHeaders(req("/"), nil)
+	sameLines(t, "Entries()", got, want)
 	if e := untraced.Entries(); e != nil {
 		t.Errorf("Entries() without Config.Trace = %v, want nil", e)
+	}
+}
+
+// traceStreams runs one request (and a response body when body is set)
+// through basic on a host with Config.Trace, and one on a host without it:
+// both streams, finished.
+func traceStreams(t *testing.T, body bool) (traced, untraced *Stream) {
+	t.Helper()
+	traced = newHost(t, "basic", Config{Trace: true}).Stream(0)
+	if res := traced.RequestHeaders(req("/"), map[string][]byte{"source.address": PropString("10.1.2.3:5555")}); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	traced.ResponseHeaders([][2]string{{":status", "200"}})
+	if body {
+		if _, err := traced.ResponseBody(512, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := traced.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	untraced = newHost(t, "basic", Config{}).Stream(0)
+	untraced.RequestHeaders(req("/"), nil)
+	return traced, untraced
+}
+
+// sameLines fails t when got is not want, line for line.
+func sameLines(t *testing.T, what string, got, want []string) {
+	t.Helper()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s =\n%s\nwant\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -9,8 +9,6 @@ package envoy
 
 import (
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -41,6 +39,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/hashlb/hashlb/internal/atomicfile"
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
@@ -561,36 +560,14 @@ func (b bootstrap) yaml(t testing.TB) []byte {
 	return marshal(t, p)
 }
 
-// writeAtomic replaces path with data the way hashlb-controller -ecds-dir
-// does (cmd/hashlb-controller/controller/ecds.go, ECDS.Write): a temporary
-// file in the same directory, synced, renamed over the old one. Envoy's
-// path_config_source watches the directory for the rename (a moved-to
-// event) and reloads the file.
+// writeAtomic replaces path with data as hashlb-controller -ecds-dir does
+// (ECDS.Write, through internal/atomicfile): a temporary file in the same
+// directory, synced, renamed over the old one. Envoy's path_config_source
+// watches the directory for the rename (a moved-to event) and reloads the
+// file.
 func writeAtomic(t testing.TB, path string, data []byte) {
 	t.Helper()
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
+	if err := atomicfile.Write(path, data); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,7 +1,6 @@
 package envoy
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
 	"github.com/hashlb/hashlb/lbcore"
@@ -195,30 +193,12 @@ func bootstrapTCP(t *testing.T, bin envoyrun.Binary, file []byte) {
 	addr := e.MustListener(t, "hashlb_tcp")
 	seen := map[string]bool{}
 	for i := range 12 {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.SetDeadline(time.Now().Add(10 * time.Second))
-		r := bufio.NewReader(c)
-		got, err := envoyrun.ReadTCPBackendName(r)
-		if err == nil {
-			msg := fmt.Sprintf("ping %d\n", i)
-			if _, err = io.WriteString(c, msg); err == nil {
-				var echo string
-				echo, err = r.ReadString('\n')
-				if err == nil && echo != msg {
-					err = fmt.Errorf("echo %q, want %q", echo, msg)
-				}
-			}
-		}
-		want := oracle(cfg, lbcore.Request{Source: c.LocalAddr().String(), Dest: addr})[0]
-		c.Close()
+		got, src, err := tcpEcho(addr, fmt.Sprintf("ping %d\n", i))
 		if err != nil {
 			t.Fatalf("connection %d through %s: %v", i, addr, err)
 		}
-		if got != want {
-			t.Errorf("connection %d from %s reached %s, lbcore says %s", i, c.LocalAddr(), got, want)
+		if want := oracle(cfg, lbcore.Request{Source: src, Dest: addr})[0]; got != want {
+			t.Errorf("connection %d from %s reached %s, lbcore says %s", i, src, got, want)
 		}
 		seen[got] = true
 	}

@@ -37,14 +37,7 @@ import (
 // the worker that ran it fails.
 
 // trapModule is the path of the built e2e/testdata/trap module.
-func trapModule(t testing.TB) string {
-	t.Helper()
-	p, err := envoyrun.BuildModule("./e2e/testdata/trap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+func trapModule(t testing.TB) string { return builtModule(t, "./e2e/testdata/trap") }
 
 // failRun is what one policy did.
 type failRun struct {

@@ -17,10 +17,7 @@ import (
 
 // healthPlugin is configs/health.json's active check with short intervals,
 // probing through envoy.yaml's override_host cluster.
-const healthPlugin = `{
-  "lbMethod": "URLHASH",
-  "upstreamHeader": "x-envoy-original-dst-host",
-  "upstreamCount": 3,
+const healthPlugin = `"lbMethod": "URLHASH",
   "healthCheck": {
     "path": "/healthz",
     "interval": "1s",
@@ -29,9 +26,7 @@ const healthPlugin = `{
     "unhealthyThreshold": 2,
     "expectedStatuses": "200-399",
     "cluster": "hashlb_upstream"
-  },
-  "services": SERVICES
-}`
+  }`
 
 // TestEnvoyActiveHealth: hashlb's probes go out by dispatch_http_call on
 // envoy.yaml's cluster, steered by the upstream header to the service they
@@ -157,17 +152,12 @@ func TestEnvoyActiveHealth(t *testing.T) {
 	})
 }
 
-const passivePlugin = `{
-  "lbMethod": "URLHASH",
-  "upstreamHeader": "x-envoy-original-dst-host",
-  "upstreamCount": 3,
+const passivePlugin = `"lbMethod": "URLHASH",
   "passiveHealth": {
     "consecutiveFailures": 3,
     "ejectionTime": "2s",
     "failureStatuses": "503"
-  },
-  "services": SERVICES
-}`
+  }`
 
 // TestEnvoyPassiveEjection: envoy.yaml with one more route, /noretry/,
 // whose retry policy leaves out 5xx. There a backend answering 503 is

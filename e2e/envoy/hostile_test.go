@@ -19,23 +19,19 @@ import (
 
 // hostileRichPlugin reads every input the corpus attacks: JWT claims,
 // cookies, x-forwarded-for, a quadratic-prone replace(), the host.
-const hostileRichPlugin = `{
-  "lbMethod": "TOKEN",
-  "upstreamHeader": "x-envoy-original-dst-host",
-  "upstreamCount": 3,
+const hostileRichPlugin = `"lbMethod": "TOKEN",
   "debugHeader": true,
   "trustedForwardedHops": 1,
   "hashBalanceFactor": 150,
   "token": "${request.header.authorization | jwt(\"sub\") || request.cookie.session | jwt(\"sub\") || request.header.x-client-id | lower | prefix(64)}",
   "persistence": {"keys": ["${request.url | replace(\"a.*b|a\", \"x\")}", "${request.cookie.session | hash}",
     "${client.ip | mask(24)}", "${request.host || sip.callid}"], "tableSize": 10000, "expire": "10m"},
-  "passiveHealth": {},
-  "services": SERVICES
-}`
+  "passiveHealth": {}`
 
-// hostileLimitPlugin is the costliest replace() configuration lbcore
-// accepts (as e2e/v8_test.go's limit-replace): MaxExprFuncs replace() calls
-// of a large program over the URL, in the token and in 8 persistence keys.
+// hostileLimitPlugin is the members (for rigConfig) of the costliest
+// replace() configuration lbcore accepts (as e2e/v8_test.go's
+// limit-replace): MaxExprFuncs replace() calls of a large program over the
+// URL, in the token and in 8 persistence keys.
 func hostileLimitPlugin() string {
 	bigRE := strings.Repeat("[a-z]{0,50}", 5)
 	expr := func(pattern, with string) string {
@@ -52,10 +48,9 @@ func hostileLimitPlugin() string {
 	for i := range 8 {
 		keys = append(keys, q(expr(fmt.Sprintf("%s%d", bigRE, i), "-")))
 	}
-	return `{"lbMethod": "TOKEN", "upstreamHeader": "x-envoy-original-dst-host", "upstreamCount": 3,
+	return `"lbMethod": "TOKEN",
   "token": ` + q(expr(bigRE+"x", "$0$0")) + `,
-  "persistence": {"keys": [` + strings.Join(keys, ", ") + `], "tableSize": 10000, "expire": "10m"},
-  "services": SERVICES}`
+  "persistence": {"keys": [` + strings.Join(keys, ", ") + `], "tableSize": 10000, "expire": "10m"}`
 }
 
 // msPerRequestBound is SECURITY.md's bound: each hostile request under
@@ -98,7 +93,7 @@ func TestEnvoyHostileCorpus(t *testing.T) {
 func hostileRun(t *testing.T, bin envoyrun.Binary) {
 	var bs []*envoyrun.Backend
 	r := startRig(t, bin, hostileRichPlugin, func(b []*envoyrun.Backend) { bs = b }, func(b *bootstrap) {
-		p := shippedPlugin([]byte(strings.Replace(hostileLimitPlugin(), "SERVICES", servicesJSON(bs), 1)))
+		p := shippedPlugin(rigConfig(hostileLimitPlugin(), bs))
 		p.Name, p.GetVmConfig().VmId = "hashlb_limit", "hashlb_limit"
 		b.other = append(b.other, shippedListener(t, "hashlb_listener_limit", loopback[0], p))
 		for _, l := range b.other {

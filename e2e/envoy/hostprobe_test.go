@@ -137,10 +137,7 @@ func probeRequest(t *testing.T, url string) {
 }
 
 func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
-	mod, err := envoyrun.BuildModule("./e2e/envoy/testdata/hostprobe")
-	if err != nil {
-		t.Fatal(err)
-	}
+	mod := builtModule(t, "./e2e/envoy/testdata/hostprobe")
 	b := envoyrun.StartBackend(t, "b1")
 	yaml := probeBootstrap(t, mod, b.Port(), deadPort(t), silentPort(t), resetPort(t))
 	e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: t.TempDir(), Concurrency: 2})
@@ -158,11 +155,7 @@ func envoyProbe(t *testing.T, bin envoyrun.Binary) map[string]string {
 }
 
 func hostsimProbe(t *testing.T, profile string) map[string]string {
-	mod, err := envoyrun.BuildModule("./e2e/envoy/testdata/hostprobe")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wasm, err := os.ReadFile(mod)
+	wasm, err := os.ReadFile(builtModule(t, "./e2e/envoy/testdata/hostprobe"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,10 +229,7 @@ func TestHostFactsAsEnvoyAnswers(t *testing.T) {
 // on (1.40), as hostsim's two profiles say (docs/envoy-host.md#restricted-callbacks).
 func TestRestrictedCallbackAtStart(t *testing.T) {
 	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		mod, err := envoyrun.BuildModule("./hostsim/testdata/pollinit")
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod := builtModule(t, "./hostsim/testdata/pollinit")
 		out, err := envoyrun.ValidateLog(bin, t.TempDir(), probeBootstrap(t, mod, 1, 2, 3, 4), "info")
 		wasm, _ := os.ReadFile(mod)
 		_, simErr := hostsim.New(context.Background(), wasm, hostsim.Config{Profile: map[bool]string{false: hostsim.ProfileEnvoy133, true: hostsim.ProfileEnvoy139}[bin.AtLeast(1, 39)]})

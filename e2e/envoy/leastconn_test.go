@@ -14,12 +14,7 @@ import (
 	"github.com/hashlb/hashlb/internal/envoyrun"
 )
 
-const leastConnPlugin = `{
-  "lbMethod": "LEASTCONNECTION",
-  "upstreamHeader": "x-envoy-original-dst-host",
-  "upstreamCount": 3,
-  "services": SERVICES
-}`
+const leastConnPlugin = `"lbMethod": "LEASTCONNECTION"`
 
 // TestEnvoyLeastConnectionAcrossWorkers: LEASTCONNECTION with backends that
 // hold every request until the test lets it go.

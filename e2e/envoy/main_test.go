@@ -23,3 +23,15 @@ func eachEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
 		t.Run(bin.Name(), func(t *testing.T) { f(t, bin) })
 	}
 }
+
+// builtModule is the path of the module pkg (a package path from the
+// repository's root) built as build.sh builds hashlb (envoyrun.BuildModule);
+// a failed build fails the test.
+func builtModule(t testing.TB, pkg string) string {
+	t.Helper()
+	p, err := envoyrun.BuildModule(pkg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -30,9 +30,9 @@ type rig struct {
 }
 
 // startRig starts Envoy with envoy.yaml (shippedHTTP) whose hashlb
-// configuration is plugin (JSON in which SERVICES stands for the three
-// backends' list; "" keeps envoy.yaml's own, its addresses moved to the
-// backends), after edit (nil: none) has changed the bootstrap. Backends'
+// configuration is rigConfig of plugin ("" keeps envoy.yaml's own, its
+// addresses moved to the backends), after edit (nil: none) has changed the
+// bootstrap. Backends'
 // OnRequest hooks must be set by prepare, before Envoy (and its probes)
 // start.
 func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs []*envoyrun.Backend), edit func(b *bootstrap)) *rig {
@@ -41,7 +41,7 @@ func startRig(t *testing.T, bin envoyrun.Binary, plugin string, prepare func(bs 
 	if prepare != nil {
 		prepare(bs)
 	}
-	config := []byte(strings.Replace(plugin, "SERVICES", servicesJSON(bs), 1))
+	config := rigConfig(plugin, bs)
 	if plugin == "" {
 		config = envoyrun.Ports(t, shippedConfig(t, "envoy.yaml"), map[int]int{18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port()})
 	}
@@ -171,6 +171,15 @@ func (d *dataRequests) install(bs []*envoyrun.Backend) {
 
 // servicesJSON is hashlb's service list of the backends, each named as its
 // backend.
+// rigConfig is a plugin configuration of the rig: members (JSON object
+// members: the method and what the test is about) with envoy.yaml's upstream
+// header, three upstreams and bs as the services.
+func rigConfig(members string, bs []*envoyrun.Backend) []byte {
+	return []byte(`{"upstreamHeader": "` + upstreamHeader + `", "upstreamCount": 3,
+  ` + members + `,
+  "services": ` + servicesJSON(bs) + `}`)
+}
+
 func servicesJSON(bs []*envoyrun.Backend) string {
 	var svcs []string
 	for _, b := range bs {

@@ -40,31 +40,18 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 		const n = 30
 		got := map[string]int{}
 		for i := range n {
-			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			name, src, err := tcpEcho(addr, fmt.Sprintf("ping %d\n", i))
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("connection %d from %s through tcp_proxy: %v", i, src, err)
 			}
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			d := bal.Decide(&lbcore.Request{Source: c.LocalAddr().String(), Dest: addr}, time.Time{})
+			d := bal.Decide(&lbcore.Request{Source: src, Dest: addr}, time.Time{})
 			if d.Len() == 0 {
 				t.Fatal("lbcore chose nothing")
 			}
-			want := cfg.Services[d.At(0)].Name
-			rd := bufio.NewReader(c)
-			name, err := envoyrun.ReadTCPBackendName(rd)
-			if err != nil {
-				t.Fatalf("connection %d from %s: %v", i, c.LocalAddr(), err)
-			}
 			got[name]++
-			if name != want {
-				t.Errorf("connection from %s: backend %s, want %s (lbcore)", c.LocalAddr(), name, want)
+			if want := cfg.Services[d.At(0)].Name; name != want {
+				t.Errorf("connection from %s: backend %s, want %s (lbcore)", src, name, want)
 			}
-			msg := fmt.Sprintf("ping %d\n", i)
-			io.WriteString(c, msg)
-			if back, err := rd.ReadString('\n'); err != nil || back != msg {
-				t.Errorf("echo through tcp_proxy: %q, %v; want %q", back, err, msg)
-			}
-			c.Close()
 		}
 		t.Logf("%d connections: %v", n, got)
 		if len(got) < 2 {
@@ -93,4 +80,29 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 			t.Errorf("backends accepted %d connections, want %d", accepted, n)
 		}
 	})
+}
+
+// tcpEcho opens a connection to addr (a listener in front of envoyrun's TCP
+// backends), reads the backend's greeting, sends msg and reads it back: the
+// backend's name, the connection's source address, and the first error.
+func tcpEcho(addr, msg string) (backend, source string, err error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	source = c.LocalAddr().String()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r := bufio.NewReader(c)
+	if backend, err = envoyrun.ReadTCPBackendName(r); err != nil {
+		return "", source, err
+	}
+	if _, err = io.WriteString(c, msg); err != nil {
+		return backend, source, err
+	}
+	echo, err := r.ReadString('\n')
+	if err == nil && echo != msg {
+		err = fmt.Errorf("echo %q, want %q", echo, msg)
+	}
+	return backend, source, err
 }

@@ -47,7 +47,7 @@ func BuildLBPolicy(ldflags string) (string, error) {
 		args = append(args, "-tags", "hashlb_testhooks")
 	}
 	so, err := goBuild(buildKey{lbPolicy, ldflags}, "hashlb-envoyrun-lbpolicy-", "lib"+LBPolicyName+".so",
-		[]string{"CGO_ENABLED=1"}, append(args, "./cmd/hashlb-lbpolicy")...)
+		[]string{"CGO_ENABLED=1"}, nil, append(args, "./cmd/hashlb-lbpolicy")...)
 	if err != nil {
 		return "", fmt.Errorf("building ./cmd/hashlb-lbpolicy (needs cgo and a C compiler): %v", err)
 	}

@@ -4,19 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashlb/hashlb/internal/wasmpost"
-)
-
-var (
-	modOnce sync.Once
-	modPath string
-	modErr  error
 )
 
 // RepoRoot is the directory of the repository's go.mod, found upward from
@@ -39,36 +31,11 @@ func RepoRoot() (string, error) {
 }
 
 // ModulePath builds ./filter the way build.sh does (GOOS=wasip1
-// GOARCH=wasm, -buildmode=c-shared, then internal/wasmpost), once per process, and returns the
-// path of the .wasm. The tests build the module from the source they test,
-// never trusting a dist/ that may be stale; a build failure is an error.
-func ModulePath() (string, error) {
-	modOnce.Do(func() {
-		root, err := RepoRoot()
-		if err != nil {
-			modErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "hashlb-envoyrun-")
-		if err != nil {
-			modErr = err
-			return
-		}
-		out := filepath.Join(dir, "hashlb.wasm")
-		cmd := exec.Command("go", "build", "-trimpath", "-buildmode=c-shared", "-o", out, "./filter")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			modErr = fmt.Errorf("building ./filter: %v\n%s", err, b)
-			return
-		}
-		if modErr = finishModule(out); modErr != nil {
-			return
-		}
-		modPath = out
-	})
-	return modPath, modErr
-}
+// GOARCH=wasm, -buildmode=c-shared, then internal/wasmpost), once per
+// process, and returns the path of the .wasm. The tests build the module
+// from the source they test, never trusting a dist/ that may be stale; a
+// build failure is an error.
+func ModulePath() (string, error) { return buildWasm(buildKey{module, "./filter"}, "./filter", nil) }
 
 // finishModule rewrites the module at path as ./build.sh wasm ships it
 // (wasmpost.Finish).
@@ -87,11 +54,7 @@ func finishModule(path string) error {
 }
 
 // RemoveModule deletes the module ModulePath built (a TestMain calls it).
-func RemoveModule() {
-	if modPath != "" {
-		os.RemoveAll(filepath.Dir(modPath))
-	}
-}
+func RemoveModule() { removeBuilds(module) }
 
 // WorkDir returns a new directory for one Envoy, holding dist/hashlb.wasm
 // (the module ModulePath built), so that the shipped bootstraps' relative

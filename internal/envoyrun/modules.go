@@ -5,32 +5,42 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
-// BuildModule builds a test module (a package path from the repository
+// BuildModule builds a module of the repository (a package path from its
 // root, such as "./e2e/envoy/testdata/hostprobe") for wasip1 as build.sh
-// builds hashlb, once per process, and returns the .wasm's path.
-func BuildModule(pkg string) (string, error) {
-	return build(pkg, ".wasm", "-buildmode=c-shared", "GOOS=wasip1", "GOARCH=wasm")
+// builds hashlb, with the build tags tags when given, once per package, tags
+// and process, and returns the .wasm's path. ./filter comes out as ./build.sh
+// wasm ships it (internal/wasmpost).
+func BuildModule(pkg string, tags ...string) (string, error) {
+	return buildWasm(buildKey{modules, strings.Join(append([]string{pkg}, tags...), " ")}, pkg, tags)
+}
+
+// buildWasm builds pkg for wasip1 under key, tags and all, and finishes
+// ./filter's module with wasmpost.Finish.
+func buildWasm(key buildKey, pkg string, tags []string) (string, error) {
+	args := []string{"-trimpath", "-buildmode=c-shared"}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	name, finish := filepath.Base(pkg)+".wasm", (func(string) error)(nil)
+	if pkg == "./filter" {
+		name, finish = "hashlb.wasm", finishModule
+	}
+	out, err := goBuild(key, "hashlb-envoyrun-mod-", name, []string{"GOOS=wasip1", "GOARCH=wasm"}, finish, append(args, pkg)...)
+	if err != nil {
+		return "", fmt.Errorf("building %s: %v", key.name, err)
+	}
+	return out, nil
 }
 
 // BuildCommand builds a command of the repository (a package path from its
 // root, such as "./cmd/hashlb") for this machine, once per process, and
 // returns the executable's path. A failed build is an error naming it.
 func BuildCommand(pkg string) (string, error) {
-	return build(pkg, "", "")
-}
-
-// build runs go build -trimpath [mode] on pkg with env added, once per
-// package and process, into a directory of its own (RemoveModules deletes
-// it); the output is named after the package's last element and suffix.
-func build(pkg, suffix, mode string, env ...string) (string, error) {
-	args := []string{"-trimpath"}
-	if mode != "" {
-		args = append(args, mode)
-	}
-	out, err := goBuild(buildKey{modules, pkg}, "hashlb-envoyrun-mod-", filepath.Base(pkg)+suffix, env, append(args, pkg)...)
+	out, err := goBuild(buildKey{modules, pkg}, "hashlb-envoyrun-mod-", filepath.Base(pkg), nil, nil, "-trimpath", pkg)
 	if err != nil {
 		return "", fmt.Errorf("building %s: %v", pkg, err)
 	}
@@ -47,6 +57,7 @@ type buildKey struct{ kind, name string }
 
 // The kinds of builds.
 const (
+	module   = "module" // ./filter for ModulePath
 	modules  = "modules"
 	lbPolicy = "lbpolicy"
 )
@@ -58,10 +69,10 @@ var (
 )
 
 // goBuild runs go build args -o DIR/out in the repository's root with env
-// added, DIR a new temporary directory (named by pattern), once per key and
-// process, and returns the output's path; a failed build removes DIR and
-// says go build's output in its error.
-func goBuild(key buildKey, pattern, out string, env []string, args ...string) (string, error) {
+// added, DIR a new temporary directory (named by pattern), then post on the
+// output when given, once per key and process, and returns the output's
+// path; a failed build removes DIR and says go build's output in its error.
+func goBuild(key buildKey, pattern, out string, env []string, post func(path string) error, args ...string) (string, error) {
 	buildsMu.Lock()
 	defer buildsMu.Unlock()
 	if p, ok := builds[key]; ok {
@@ -82,6 +93,12 @@ func goBuild(key buildKey, pattern, out string, env []string, args ...string) (s
 	if b, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
 		return "", fmt.Errorf("%v\n%s", err, b)
+	}
+	if post != nil {
+		if err := post(out); err != nil {
+			os.RemoveAll(dir)
+			return "", err
+		}
 	}
 	builds[key] = out
 	return out, nil

@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/hashlb/hashlb/internal/atomicfile"
 )
 
 // Type URLs of the ECDS resource (go-control-plane's names; the controller
@@ -118,29 +120,7 @@ func (e *ECDS) Stale(wp *unstructured.Unstructured, data []byte) bool {
 // Write replaces wp's file with data atomically (write, sync, rename).
 func (e *ECDS) Write(wp *unstructured.Unstructured, data []byte) error {
 	path := e.pathOf(kindOf(wp), types.NamespacedName{Namespace: wp.GetNamespace(), Name: wp.GetName()})
-	if err := os.MkdirAll(e.Dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(e.Dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.Write(path, data); err != nil {
 		return fmt.Errorf("ECDS file %s: %w", path, err)
 	}
 	return nil

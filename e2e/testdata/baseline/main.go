@@ -32,16 +32,13 @@ import (
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/hashlb/hashlb/e2e/testdata/sdkguest"
 )
 
 func main() {}
 
-func init() { proxywasm.SetVMContext(&vmContext{}) }
-
-// abi marks the module as proxy-wasm ABI 0.2.1, as hashlb does.
-//
-//go:wasmexport proxy_abi_version_0_2_1
-func abi() {}
+func init() { sdkguest.Start(func() types.PluginContext { return &pluginContext{} }) }
 
 // clockTimeGet is WASI clock_time_get, called directly so that one replayed
 // clock read is one host call (time.Now makes two).
@@ -51,11 +48,6 @@ func clockTimeGet(id uint32, precision uint64, out unsafe.Pointer) uint32
 
 // clockNanos receives clock_time_get's result.
 var clockNanos uint64
-
-type vmContext struct{ types.DefaultVMContext }
-
-// NewPluginContext implements types.VMContext.
-func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
 
 type call struct {
 	Phase string `json:"phase"`

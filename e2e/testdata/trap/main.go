@@ -12,21 +12,13 @@ import (
 
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm"
 	"github.com/higress-group/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/hashlb/hashlb/e2e/testdata/sdkguest"
 )
 
 func main() {}
 
-func init() { proxywasm.SetVMContext(&vmContext{}) }
-
-// abi marks the module as proxy-wasm ABI 0.2.1, as hashlb does.
-//
-//go:wasmexport proxy_abi_version_0_2_1
-func abi() {}
-
-type vmContext struct{ types.DefaultVMContext }
-
-// NewPluginContext implements types.VMContext.
-func (*vmContext) NewPluginContext(uint32) types.PluginContext { return &pluginContext{} }
+func init() { sdkguest.Start(func() types.PluginContext { return &pluginContext{} }) }
 
 // pluginContext is an HTTP filter's, or a network filter's when its
 // configuration says "filterType": "network" (as configs/envoy-tcp.yaml's
