@@ -308,10 +308,24 @@ func (c *ProcCluster) Wipe(i int) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.cli.MemberRemove(ctx, id); err != nil {
-		return fmt.Errorf("etcd member remove %s: %w", m.Name, err)
+	// The two left must commit the change: while they elect a leader (the
+	// killed member may have led), or while the one the client asks has
+	// not yet seen the member go (etcd answers "unhealthy cluster"), the
+	// call fails or times out: ask again until rejoinLimit. An answer lost
+	// after etcd applied the change makes the next ask find no such member:
+	// removed all the same.
+	deadline := time.Now().Add(rejoinLimit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := c.cli.MemberRemove(ctx, id)
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "member not found") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("etcd member remove %s: %w", m.Name, err)
+		}
+		time.Sleep(500 * time.Millisecond)
 	}
 	return os.RemoveAll(filepath.Join(m.Dir, "data"))
 }
