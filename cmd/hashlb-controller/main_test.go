@@ -110,17 +110,28 @@ func TestCommand(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Its metrics say it leads and has reconciled.
-	_, body := get("http://" + metrics + "/metrics")
-	for _, want := range []string{
-		`leader_election_master_status{name="hashlb-controller"} 1`,
-		`controller_runtime_reconcile_total{controller="hashlb-controller",result="success"}`,
-	} {
-		if !strings.Contains(body, want) {
-			t.Errorf("GET /metrics: no line %s", want)
+	// Its metrics say it leads and has reconciled. The annotation is
+	// written inside the reconcile, and the count goes up once it returns:
+	// read until both show, up to the same deadline.
+	leads := `leader_election_master_status{name="hashlb-controller"} 1`
+	const reconciled = `controller_runtime_reconcile_total{controller="hashlb-controller",result="success"}`
+	for {
+		_, body := get("http://" + metrics + "/metrics")
+		ok := strings.Contains(body, leads) && strings.Contains(body, reconciled) && !strings.Contains(body, reconciled+" 0")
+		if ok {
+			break
 		}
-	}
-	if strings.Contains(body, `controller_runtime_reconcile_total{controller="hashlb-controller",result="success"} 0`) {
-		t.Errorf("GET /metrics: hashlb-controller reconciled nothing")
+		if time.Now().After(deadline) {
+			for _, want := range []string{leads, reconciled} {
+				if !strings.Contains(body, want) {
+					t.Errorf("GET /metrics: no line %s", want)
+				}
+			}
+			if strings.Contains(body, reconciled+" 0") {
+				t.Errorf("GET /metrics: hashlb-controller reconciled nothing")
+			}
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
