@@ -1221,9 +1221,11 @@ function runPhase(run, compiled, phase) {
 
 // recheck runs each slow request of a phase again (job.recheckUs), up to recheckTries times while
 // it stays over the bound, and keeps its least module CPU in its class's samples. A rerun that
-// traps ends them all; its trap line's fields are returned (null when none trapped).
+// traps ends them all; its trap line's fields are returned (null when none trapped). A VM that
+// trapped during the phase is not entered again.
 function recheck(vm, root, names, rechecks) {
   const job = vm.job;
+  if (vm.dead) return null;
   for (const { req, i, cs, at } of rechecks) {
     for (let k = 0; cs.guest[at] > job.recheckUs && k < recheckTries; k++) {
       if (k >= 3) pause(recheckPauseMs); // a burst of load lasts longer than three runs in a row
