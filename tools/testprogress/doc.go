@@ -3,7 +3,8 @@
 // FAIL, with its time), every 30 seconds what is still running with the
 // last line each running test printed (so a long step says what it does: the
 // controller's tests building kube-apiserver on a fresh machine), the output
-// of each failed test, and a summary. It exits 1 when a test, a package or
+// of each failed test, and a summary (each package's time and the ten
+// slowest top-level tests). It exits 1 when a test, a package or
 // a build failed, or when the input ends in the middle of a package.
 //
 //	go test -json ./... | go run ./tools/testprogress

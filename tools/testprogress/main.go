@@ -46,7 +46,17 @@ type progress struct {
 	skipped  []string
 	building bool
 	took     map[string]float64 // package → seconds, for the summary
+	slow     []testTime         // the slowest top-level tests, for the summary
 }
+
+// testTime is how long one top-level test took.
+type testTime struct {
+	name string // package and test
+	secs float64
+}
+
+// slowest is how many top-level tests the summary names by their time.
+const slowest = 10
 
 func main() {
 	p := &progress{out: os.Stdout, start: time.Now(), pkgs: map[string]*pkgState{}}
@@ -179,6 +189,9 @@ func (p *progress) event(e event) {
 			}
 			delete(st.output, e.Test)
 			delete(st.said, e.Test)
+			if !strings.Contains(e.Test, "/") {
+				p.keepSlow(testTime{short(e.Package) + " " + e.Test, e.Elapsed})
+			}
 			return
 		}
 		delete(p.pkgs, e.Package)
@@ -222,6 +235,13 @@ func (p *progress) summary() bool {
 	if times := p.times(); times != "" {
 		fmt.Fprintf(p.out, "test: time per package: %s\n", times)
 	}
+	if len(p.slow) > 0 {
+		var parts []string
+		for _, t := range p.slow {
+			parts = append(parts, fmt.Sprintf("%s %.0fs", t.name, t.secs))
+		}
+		fmt.Fprintf(p.out, "test: slowest tests: %s\n", strings.Join(parts, ", "))
+	}
 	if len(p.failed) > 0 {
 		fmt.Fprintf(p.out, "test: FAIL after %s: %d packages ok, %d failed (%s), %d tests failed\n",
 			p.since(p.start), len(p.passed), len(p.failed), strings.Join(shortAll(p.failed), ", "), p.failures)
@@ -244,6 +264,22 @@ func (p *progress) times() string {
 		pkgs[i] = fmt.Sprintf("%s %.0fs", pkg, p.took[pkg])
 	}
 	return strings.Join(pkgs, ", ")
+}
+
+// keepSlow keeps t if it is among the slowest tests seen.
+func (p *progress) keepSlow(t testTime) {
+	i, _ := slices.BinarySearchFunc(p.slow, t, func(a, b testTime) int {
+		switch {
+		case a.secs > b.secs:
+			return -1
+		case a.secs < b.secs:
+			return 1
+		}
+		return 0
+	})
+	if i < slowest {
+		p.slow = slices.Insert(p.slow, i, t)[:min(len(p.slow)+1, slowest)]
+	}
 }
 
 // short drops the module path.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ func TestProgress(t *testing.T) {
 {"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"TestA"}
 {"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":1.5}
 {"Action":"skip","Package":"github.com/hashlb/hashlb/cmd/empty"}`,
-			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: time per package: lbcore 2s", "test: ok after"}},
+			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: time per package: lbcore 2s", "test: slowest tests: lbcore TestA 0s", "test: ok after"}},
+		{name: "the slowest tests", ok: true, events: slowEvents(12),
+			want: []string{"test: slowest tests: lbcore Test12 12s, lbcore Test11 11s", "lbcore Test3 3s\ntest: ok after"}},
 		{name: "a failing test", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
 {"Action":"run","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB"}
 {"Action":"output","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB","Output":"    b_test.go:9: want 2\n"}
@@ -95,4 +98,17 @@ func TestBeatSaysWhatALongStepDoes(t *testing.T) {
 	if got, want := p.runningText(), "running cmd/hashlb-controller 0s (TestCommand: testenv: building kube-apiserver v1.34.1 into /c (first run only))"; got != want {
 		t.Errorf("runningText() = %q, want %q", got, want)
 	}
+}
+
+// slowEvents is a package of n passing tests, TestK taking K seconds, each
+// with a subtest that took longer than the slowest test.
+func slowEvents(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"Action":"start","Package":"github.com/hashlb/hashlb/lbcore"}` + "\n")
+	for k := 1; k <= n; k++ {
+		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test%d/sub","Elapsed":%d}`+"\n", k, 100+k)
+		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test%d","Elapsed":%d}`+"\n", k, k)
+	}
+	b.WriteString(`{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":80}`)
+	return b.String()
 }
