@@ -9,7 +9,8 @@
 // three-member etcd; and a cluster whose members are processes of their
 // own (proc.go: Debian's etcd 3.4 through HASHLB_ETCD_BIN, else the test
 // binary serving the embedded etcd, member.go), which a test can also
-// stop (SIGSTOP) and resume, or wipe and add back; and a TCP proxy in
+// stop (SIGSTOP) and resume, or wipe and add back, and whose KillWait
+// e2e/envoy's own etcd process ends with too; and a TCP proxy in
 // front of a member that resets a share of its connections (reset.go).
 // Test-only: the module never imports it.
 package fleettest
