@@ -15,11 +15,7 @@ import (
 // while it was down.
 func TestClusterLosesItsLeader(t *testing.T) {
 	c := StartCluster(t, 3)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testClient(t, c.Endpoints()...)
 	put := func(k string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -47,15 +43,30 @@ func TestClusterLosesItsLeader(t *testing.T) {
 	if err := c.Wait(ClusterStart); err != nil {
 		t.Fatal(err)
 	}
-	one, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[lead].Client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	readBack(t, testClient(t, c.Members[lead].Client), "the restarted member", "during")
+}
+
+// testClient is a client of the endpoints, closed when the test ends.
+func testClient(t *testing.T, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer one.Close()
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// readBack fails the test unless each key reads back through cli, whose
+// endpoint is who's.
+func readBack(t *testing.T, cli *clientv3.Client, who string, keys ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := one.Get(ctx, "during")
-	if err != nil || len(r.Kvs) != 1 {
-		t.Fatalf("the restarted member's read of what was written while it was down: %v %v", r, err)
+	for _, k := range keys {
+		r, err := cli.Get(ctx, k)
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("%s's read of %q: %v %v", who, k, r, err)
+		}
 	}
 }
