@@ -16,15 +16,7 @@ import (
 func TestClusterLosesItsLeader(t *testing.T) {
 	c := StartCluster(t, 3)
 	cli := testClient(t, c.Endpoints()...)
-	put := func(k string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := cli.Put(ctx, k, "v"); err != nil {
-			t.Fatalf("put %s: %v", k, err)
-		}
-	}
-	put("before")
+	testPut(t, cli, "before", 1, 10*time.Second)
 	lead := c.Leader()
 	if lead < 0 {
 		t.Fatal("no leader in a started cluster")
@@ -36,7 +28,7 @@ func TestClusterLosesItsLeader(t *testing.T) {
 	if now := c.Leader(); now < 0 || now == lead {
 		t.Fatalf("leader %d killed, the others lead %d", lead, now)
 	}
-	put("during")
+	testPut(t, cli, "during", 1, 10*time.Second)
 	if err := c.Restart(lead); err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +47,23 @@ func testClient(t *testing.T, endpoints ...string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// testPut writes k (value "v") through cli, each try bounded by per, and
+// fails the test when all tries failed.
+func testPut(t *testing.T, cli *clientv3.Client, k string, tries int, per time.Duration) {
+	t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), per)
+		_, err := cli.Put(ctx, k, "v")
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == tries {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
 }
 
 // readBack fails the test unless each key reads back through cli, whose

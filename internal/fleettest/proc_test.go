@@ -23,17 +23,7 @@ func TestProcClusterStopAndWipe(t *testing.T) {
 		t.Helper()
 		// A call to the stopped member times out; the client's retry goes
 		// to another.
-		for try := 0; ; try++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := cli.Put(ctx, k, "v")
-			cancel()
-			if err == nil {
-				return
-			}
-			if try == 15 {
-				t.Fatalf("put %s: %v", k, err)
-			}
-		}
+		testPut(t, cli, k, 16, 2*time.Second)
 	}
 	put("before")
 	lead := c.Leader()
