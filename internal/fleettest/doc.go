@@ -1,8 +1,7 @@
 // Package fleettest holds what the fleet tests under hostsim (e2e) and in
 // real Envoy (e2e/envoy) share: etcd's command line on free loopback
-// ports (EtcdArgs, FreeAddr), waiting for its JSON gateway, and the
-// measure of agreement, the last request whose key went elsewhere through
-// another proxy (fleettest.go); go.mod's etcd server embedded in the test
+// ports (EtcdArgs, FreeAddr) and waiting for its JSON gateway
+// (fleettest.go); go.mod's etcd server embedded in the test
 // process, over plain TCP or TLS with client certificates, which internal/lbpolicy's fleet tests use too, and
 // a cluster of such members on loopback ports in one process, whose members
 // a test kills and restarts, for the policy's fleet over a three-member
