@@ -16,11 +16,11 @@ package e2e
 //                                     module (cmd/hashlb-controller/controller/ecds_test.go)
 //   configs/istio/controller/*.yaml   cmd/hashlb-controller/manifests_test.go (its own module)
 //   configs/istio/*.yaml              Istio checks (deploy_istio_test.go)
-//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (deploy_istio_tcp_test.go)
+//   configs/istio/tcp/*.yaml          Istio NETWORK plugin checks (deploy_istio_variants_test.go)
 //   configs/istio/fleet/*.yaml        Istio checks of configs/istio with fleet/ applied
 //   configs/istio/trafficextension/   each TrafficExtension applied instead of its WasmPlugin
-//                                     twin, with that twin's bundle (istio_test.go, istio_tcp_test.go)
-//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_ambient_test.go)
+//                                     twin, with that twin's bundle (deploy_istio_test.go, deploy_istio_variants_test.go)
+//   configs/istio/ambient/*.yaml      Istio ambient waypoint checks (deploy_istio_variants_test.go)
 //   configs/istio/lbpolicy/*.yaml     the load-balancing policy's EnvoyFilter, with configs/istio's
 //                                     other files in the place of its two (deploy_lbpolicy_test.go)
 //   configs/istio/gateway/*.yaml      e2e/istio's TestShippedGateway (its own module), through istiod
@@ -200,9 +200,9 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case path.Dir(rel) == "istio/tcp" && path.Ext(rel) == ".yaml":
-			dirOnce("istio/tcp", func() error { return checkIstioTCPFiles(readIstioTCPDir(t)) })
+			dirOnce("istio/tcp", func() error { return checkIstioBundle(readIstioFiles(t, "tcp"), checkIstioTCP) })
 		case path.Dir(rel) == "istio/ambient" && path.Ext(rel) == ".yaml":
-			dirOnce("istio/ambient", func() error { return checkIstioAmbientFiles(readIstioAmbientDir(t)) })
+			dirOnce("istio/ambient", func() error { return checkIstioBundle(readIstioFiles(t, "ambient"), checkIstioAmbient) })
 		case path.Dir(rel) == "istio/fleet" && path.Ext(rel) == ".yaml":
 			dirOnce("istio/fleet", func() error { return checkIstioFiles(readIstioFleet(t)) })
 		case rel == "istio/trafficextension/trafficextension.yaml":
@@ -214,7 +214,7 @@ func TestConfigsDirCovered(t *testing.T) {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case rel == "istio/trafficextension/tcp/trafficextension.yaml":
-			if err := checkIstioTCPFiles(readTrafficExtension(t, readIstioTCPDir(t), "trafficextension/tcp/trafficextension.yaml")); err != nil {
+			if err := checkIstioBundle(readTrafficExtension(t, readIstioFiles(t, "tcp"), "trafficextension/tcp/trafficextension.yaml"), checkIstioTCP); err != nil {
 				t.Errorf("configs/%s: %v", rel, err)
 			}
 		case rel == "istio/lbpolicy/envoyfilter.yaml":

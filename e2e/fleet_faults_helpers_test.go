@@ -25,6 +25,7 @@ import (
 
 	"github.com/hashlb/hashlb/hostsim"
 	"github.com/hashlb/hashlb/internal/envoyrun"
+	"github.com/hashlb/hashlb/internal/fleetsplit"
 	"github.com/hashlb/hashlb/internal/fleettest"
 	"github.com/hashlb/hashlb/internal/lateness"
 	"github.com/hashlb/hashlb/lbcore/fleet"
@@ -317,14 +318,14 @@ func (l *swapLoad) run(t *testing.T, keys []string, rate int, seed uint64) (stop
 	}
 }
 
-// lastSplit is fleettest.LastSplit over the load's requests: each
+// lastSplit is fleetsplit.Last over the load's requests: each
 // proxy is a host.
 func lastSplit(recs []loadRec, from time.Time) (last time.Time, example string) {
-	ps := make([]fleettest.Placement, len(recs))
+	ps := make([]fleetsplit.Placement, len(recs))
 	for i, r := range recs {
-		ps[i] = fleettest.Placement{At: r.at, Key: r.key, Proxy: r.host, Service: r.svc}
+		ps[i] = fleetsplit.Placement{At: r.at, Key: r.key, Proxy: r.host, Service: r.svc}
 	}
-	return fleettest.LastSplit(ps, from)
+	return fleetsplit.Last(ps, from)
 }
 
 // splitAfter counts the keys that got two services through different

@@ -28,14 +28,14 @@
 // the types and its hashlb_etcd cluster given the members of a
 // three-member etcd and a health check (fleet_cluster_test.go).
 //
-// The fleet tests (fleet_*_test.go for the filter, lbpolicy_fleet*_test.go
+// The fleet tests (fleet_*_test.go for the filter, lbpolicy_fleet_test.go
 // for the policy) run a real etcd: one member, a cluster of three in the
 // test process, or a cluster of three processes (internal/fleettest's
 // ProcCluster: Debian's etcd 3.4 through HASHLB_ETCD_BIN, else this test
 // binary serving the embedded etcd, which TestMain hands over to) whose
 // members a test stops, resumes, kills, or wipes and adds back, while a
 // steady load runs through the Envoys (runFleetFaults in
-// lbpolicy_fleetfaults_test.go, for the filter's fleet and the policy's).
+// lbpolicy_fleet_test.go, for the filter's fleet and the policy's).
 //
 // Waiting is for a condition, up to a ceiling
 // only a hang reaches, or for a worker's tick widened by the lateness the

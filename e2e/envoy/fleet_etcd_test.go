@@ -108,16 +108,7 @@ func (e *fleetEtcd) kill() {
 	e.mu.Lock()
 	cmd, exited := e.cmd, e.exited
 	e.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	select {
-	case <-exited:
-		return
-	default:
-	}
-	cmd.Process.Kill()
-	<-exited
+	fleettest.KillWait(cmd, exited)
 }
 
 // restart starts etcd again on the same ports and data directory.

@@ -25,7 +25,7 @@ import (
 	"time"
 
 	"github.com/hashlb/hashlb/internal/envoyrun"
-	"github.com/hashlb/hashlb/internal/fleettest"
+	"github.com/hashlb/hashlb/internal/fleetsplit"
 )
 
 // fleetHTTP sends every request on a new connection: Envoy's listener
@@ -269,15 +269,15 @@ func fleetSplitKeys(recs []fleetRec) (n int, example string) {
 	return n, example
 }
 
-// fleetLastSplit is fleettest.LastSplit (the hostsim fault tests'
+// fleetLastSplit is fleetsplit.Last (the hostsim fault tests'
 // measure) over the requests: each Envoy is a proxy. Its time is when the
 // fleet converged.
 func fleetLastSplit(recs []fleetRec, from time.Time) (last time.Time, example string) {
-	ps := make([]fleettest.Placement, len(recs))
+	ps := make([]fleetsplit.Placement, len(recs))
 	for i, r := range recs {
-		ps[i] = fleettest.Placement{At: r.at, Key: r.key, Proxy: r.envoy, Service: r.backend}
+		ps[i] = fleetsplit.Placement{At: r.at, Key: r.key, Proxy: r.envoy, Service: r.backend}
 	}
-	return fleettest.LastSplit(ps, from)
+	return fleetsplit.Last(ps, from)
 }
 
 // fleetRecorder forwards TCP connections to etcd and keeps every byte Envoy

@@ -15,20 +15,8 @@ import (
 // while it was down.
 func TestClusterLosesItsLeader(t *testing.T) {
 	c := StartCluster(t, 3)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	put := func(k string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := cli.Put(ctx, k, "v"); err != nil {
-			t.Fatalf("put %s: %v", k, err)
-		}
-	}
-	put("before")
+	cli := testClient(t, c.Endpoints()...)
+	testPut(t, cli, "before", 1, 10*time.Second)
 	lead := c.Leader()
 	if lead < 0 {
 		t.Fatal("no leader in a started cluster")
@@ -40,22 +28,54 @@ func TestClusterLosesItsLeader(t *testing.T) {
 	if now := c.Leader(); now < 0 || now == lead {
 		t.Fatalf("leader %d killed, the others lead %d", lead, now)
 	}
-	put("during")
+	testPut(t, cli, "during", 1, 10*time.Second)
 	if err := c.Restart(lead); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Wait(ClusterStart); err != nil {
 		t.Fatal(err)
 	}
-	one, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[lead].Client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	readBack(t, testClient(t, c.Members[lead].Client), "the restarted member", "during")
+}
+
+// testClient is a client of the endpoints, closed when the test ends.
+func testClient(t *testing.T, endpoints ...string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer one.Close()
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// testPut writes k (value "v") through cli, each try bounded by per, and
+// fails the test when all tries failed.
+func testPut(t *testing.T, cli *clientv3.Client, k string, tries int, per time.Duration) {
+	t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), per)
+		_, err := cli.Put(ctx, k, "v")
+		cancel()
+		if err == nil {
+			return
+		}
+		if try == tries {
+			t.Fatalf("put %s: %v", k, err)
+		}
+	}
+}
+
+// readBack fails the test unless each key reads back through cli, whose
+// endpoint is who's.
+func readBack(t *testing.T, cli *clientv3.Client, who string, keys ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := one.Get(ctx, "during")
-	if err != nil || len(r.Kvs) != 1 {
-		t.Fatalf("the restarted member's read of what was written while it was down: %v %v", r, err)
+	for _, k := range keys {
+		r, err := cli.Get(ctx, k)
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("%s's read of %q: %v %v", who, k, r, err)
+		}
 	}
 }

@@ -377,6 +377,14 @@ func (m *ProcMember) kill() {
 	m.mu.Lock()
 	cmd, exited := m.cmd, m.exited
 	m.mu.Unlock()
+	KillWait(cmd, exited)
+}
+
+// KillWait ends a started process with SIGKILL (after SIGCONT, should it be
+// stopped) and waits until exited, which its Wait's return closes, is
+// closed. A nil cmd (never started) or one that has already exited is left
+// alone.
+func KillWait(cmd *exec.Cmd, exited <-chan struct{}) {
 	if cmd == nil {
 		return
 	}

@@ -5,9 +5,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 func TestMain(m *testing.M) {
@@ -21,26 +18,12 @@ func TestMain(m *testing.M) {
 func TestProcClusterStopAndWipe(t *testing.T) {
 	c := StartProcCluster(t, 3)
 	t.Logf("etcd: %s", EtcdImpl())
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := testClient(t, c.Endpoints()...)
 	put := func(k string) {
 		t.Helper()
 		// A call to the stopped member times out; the client's retry goes
 		// to another.
-		for try := 0; ; try++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			_, err := cli.Put(ctx, k, "v")
-			cancel()
-			if err == nil {
-				return
-			}
-			if try == 15 {
-				t.Fatalf("put %s: %v", k, err)
-			}
-		}
+		testPut(t, cli, k, 16, 2*time.Second)
 	}
 	put("before")
 	lead := c.Leader()
@@ -66,19 +49,10 @@ func TestProcClusterStopAndWipe(t *testing.T) {
 	if err := c.Wait(ClusterStart); err != nil {
 		t.Fatal(err)
 	}
-	one, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Members[o].Client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer one.Close()
+	one := testClient(t, c.Members[o].Client)
+	readBack(t, one, "the re-added member", "before", "during")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for _, k := range []string{"before", "during"} {
-		r, err := one.Get(ctx, k)
-		if err != nil || len(r.Kvs) != 1 {
-			t.Fatalf("the re-added member's read of %q: %v %v", k, r, err)
-		}
-	}
 	list, err := one.MemberList(ctx)
 	if err != nil || len(list.Members) != 3 {
 		t.Fatalf("member list after the re-add: %v %v", list, err)

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashlb/hashlb/internal/fleetsplit"
 	"github.com/hashlb/hashlb/lbcore"
 	"github.com/tidwall/gjson"
 )
@@ -121,25 +123,14 @@ func (s *fleetSim) served(p int, key string, svc int) {
 	}
 }
 
-// lastSplit is the time of the last request served with another service
-// than a request for the same key on another proxy within the second
-// before it (zero when none).
+// lastSplit is fleetsplit.Last over the requests served after the last
+// fault, each service by its index.
 func (s *fleetSim) lastSplit() (last time.Time, example string) {
-	byKey := map[string][]simServed{}
-	for _, r := range s.log {
-		byKey[r.key] = append(byKey[r.key], r)
+	ps := make([]fleetsplit.Placement, len(s.log))
+	for i, r := range s.log {
+		ps[i] = fleetsplit.Placement{At: r.at, Key: r.key, Proxy: r.proxy, Service: strconv.Itoa(r.s)}
 	}
-	for k, rs := range byKey {
-		for i, r := range rs {
-			for j := i - 1; j >= 0 && r.at.Sub(rs[j].at) <= time.Second; j-- {
-				if rs[j].proxy != r.proxy && rs[j].s != r.s && r.at.After(last) {
-					last = r.at
-					example = fmt.Sprintf("%s: proxy %d served %d, proxy %d served %d %v later", k, rs[j].proxy, rs[j].s, r.proxy, r.s, r.at.Sub(rs[j].at))
-				}
-			}
-		}
-	}
-	return last, example
+	return fleetsplit.Last(ps, time.Time{})
 }
 
 func (s *fleetSim) at(t time.Time, run func()) {

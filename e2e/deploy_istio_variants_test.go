@@ -1,5 +1,7 @@
 package e2e
 
+// The Istio bundles besides configs/istio/ itself: ambient/ and tcp/.
+//
 // configs/istio/ambient/ against istio.io/api: the TrafficExtension that
 // runs hashlb on an ambient waypoint and the ServiceEntry it steers, read
 // with strict protojson (loadIstio), checked against each other and against
@@ -10,6 +12,13 @@ package e2e
 // ORIGINAL_DST cluster Istio builds for a resolution NONE ServiceEntry,
 // which ztunnel sends to the waypoint (istio.io/use-waypoint, an address).
 // hashlb check's cross-checks (internal/deploycheck) must find nothing.
+//
+// configs/istio/tcp/ against istio.io/api: the NETWORK WasmPlugin and the
+// ServiceEntry of the TCP service it steers, read with strict protojson
+// (loadIstio), and checked against each other: a filterType network
+// configuration, fail closed, on the client side and only on the
+// service's TCP port, whose outbound cluster Istio makes ORIGINAL_DST
+// (resolution NONE), the cluster that reads hashlb's filter state.
 
 import (
 	"errors"
@@ -65,17 +74,8 @@ func checkIstioAmbient(b *istioBundle) error {
 	return errors.Join(errs...)
 }
 
-// readIstioAmbientDir returns configs/istio/ambient/*.yaml by base name.
-func readIstioAmbientDir(t testing.TB) map[string][]byte {
-	return readIstioFiles(t, "ambient")
-}
-
-func checkIstioAmbientFiles(files map[string][]byte) error {
-	return checkIstioBundle(files, checkIstioAmbient)
-}
-
 func TestIstioAmbientManifests(t *testing.T) {
-	if err := checkIstioAmbientFiles(readIstioAmbientDir(t)); err != nil {
+	if err := checkIstioBundle(readIstioFiles(t, "ambient"), checkIstioAmbient); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -113,9 +113,91 @@ func TestIstioAmbientBrokenCopies(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			files := readIstioAmbientDir(t)
+			files := readIstioFiles(t, "ambient")
 			files[tt.file] = []byte(mustReplace(t, string(files[tt.file]), tt.old, tt.new))
-			wantErr(t, checkIstioAmbientFiles(files), tt.want...)
+			wantErr(t, checkIstioBundle(files, checkIstioAmbient), tt.want...)
 		})
+	}
+}
+
+// checkIstioTCP checks the bundle of configs/istio/tcp/.
+func checkIstioTCP(b *istioBundle) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if b.wasm == nil || b.se == nil {
+		return errors.New("configs/istio/tcp needs a WasmPlugin and a ServiceEntry")
+	}
+	w, se := b.wasm, b.se
+	if w.GetType() != extensionsv1alpha1.PluginType_NETWORK {
+		bad("%s type %s: a filterType network configuration needs type NETWORK", b.kind, w.GetType())
+	}
+	if cfg := checkPlugin(b, "lets connections through unsteered", bad); cfg != nil && !cfg.Network() {
+		bad("%s pluginConfig: filterType %s, want network", b.kind, cfg.FilterType)
+	}
+	var tcpPorts []uint32
+	for _, p := range se.GetPorts() {
+		if p.GetProtocol() == "TCP" {
+			tcpPorts = append(tcpPorts, p.GetNumber())
+		}
+	}
+	if len(tcpPorts) != 1 {
+		bad("ServiceEntry %v: want exactly one TCP port", se.GetPorts())
+	}
+	if se.GetResolution() != networkingv1alpha3.ServiceEntry_NONE {
+		bad("ServiceEntry resolution %s: want NONE, whose outbound cluster is ORIGINAL_DST (the one that reads hashlb's filter state)", se.GetResolution())
+	}
+	if len(se.GetEndpoints()) > 0 {
+		bad("ServiceEntry endpoints: hashlb's services are the endpoints; with resolution NONE Istio ignores these")
+	}
+	match := w.GetMatch()
+	if len(match) != 1 || match[0].GetMode() != typev1beta1.WorkloadMode_CLIENT || len(match[0].GetPorts()) != 1 ||
+		len(tcpPorts) == 1 && match[0].GetPorts()[0].GetNumber() != tcpPorts[0] {
+		bad("%s match %v: want mode CLIENT and exactly the ServiceEntry's TCP port %v (Istio's PassthroughCluster is ORIGINAL_DST too: on other ports hashlb would steer unrelated connections)", b.kind,
+			match, tcpPorts)
+	}
+	return errors.Join(errs...)
+}
+
+func TestIstioTCPManifests(t *testing.T) {
+	if err := checkIstioBundle(readIstioFiles(t, "tcp"), checkIstioTCP); err != nil {
+		t.Fatal(err)
+	}
+	// trafficextension/tcp/ applied instead of tcp/wasmplugin.yaml.
+	if err := checkIstioBundle(readTrafficExtension(t, readIstioFiles(t, "tcp"), "trafficextension/tcp/trafficextension.yaml"), checkIstioTCP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIstioTCPBrokenCopies: each deliberately broken manifest fails with a
+// message naming the problem, for the WasmPlugin and for its
+// TrafficExtension twin (teOld where its indentation differs).
+func TestIstioTCPBrokenCopies(t *testing.T) {
+	tests := []struct {
+		name, file, old, new string
+		teOld                string
+		want                 []string
+	}{
+		{"http plugin", "wasmplugin.yaml", "type: NETWORK", "type: HTTP", "", []string{"needs type NETWORK"}},
+		{"http configuration", "wasmplugin.yaml", "    filterType: network\n", "", "      filterType: network\n", []string{"filterType http, want network"}},
+		{"http-only key", "wasmplugin.yaml", "- ${client.ip}", "- ${request.header.x-user}", "", []string{"reads request.header.x-user"}},
+		{"fail open", "wasmplugin.yaml", "failStrategy: FAIL_CLOSE", "failStrategy: FAIL_OPEN", "", []string{"must be FAIL_CLOSE"}},
+		{"every port", "wasmplugin.yaml", "    ports:\n    - number: 5432\n", "", "", []string{"exactly the ServiceEntry's TCP port"}},
+		{"other port", "wasmplugin.yaml", "- number: 5432", "- number: 5433", "", []string{"exactly the ServiceEntry's TCP port"}},
+		{"static resolution", "serviceentry.yaml", "resolution: NONE", "resolution: STATIC", "", []string{"want NONE"}},
+	}
+	for _, tt := range tests {
+		for _, kind := range []string{"WasmPlugin", "TrafficExtension"} {
+			t.Run(tt.name+"/"+kind, func(t *testing.T) {
+				files, file, old := readIstioFiles(t, "tcp"), tt.file, tt.old
+				if kind == "TrafficExtension" {
+					files = readTrafficExtension(t, files, "trafficextension/tcp/trafficextension.yaml")
+					if file == "wasmplugin.yaml" {
+						file, old = "trafficextension.yaml", orDefault(tt.teOld, old)
+					}
+				}
+				files[file] = []byte(mustReplace(t, string(files[file]), old, tt.new))
+				wantErr(t, checkIstioBundle(files, checkIstioTCP), tt.want...)
+			})
+		}
 	}
 }
