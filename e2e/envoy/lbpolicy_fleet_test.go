@@ -301,7 +301,7 @@ func TestLBPolicyFleetCredentials(t *testing.T) {
 // round robin, and once settled every Zipf-drawn client is answered by
 // one backend through all three.
 func TestLBPolicyFleetMixed(t *testing.T) {
-	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+	newestPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		wasmBins := envoyrun.Binaries(t)
 		wasmBin := wasmBins[len(wasmBins)-1] // the newest: 1.38.3 has no V8
 		etcd := fleettest.StartCluster(t, 3)
@@ -462,7 +462,7 @@ func runFleetFaults(t *testing.T, ask fleetAsker, urls []string, base time.Durat
 // killed for 10 s (quorum lost) and restarted. Losing quorum is a fault
 // the fleet sees: some new clients are placed apart while it lasts.
 func TestLBPolicyFleetFaults(t *testing.T) {
-	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+	newestPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		f := startPolicyFleet(t, bin)
 		c := f.etcd
 		down := func(pick func(leader int) []int) func(*fleetLoad) (func() error, error) {
@@ -489,7 +489,7 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 // proxy's Envoy stopped and started again, out of the
 // load meanwhile, its table empty: its clients come back from etcd.
 func TestLBPolicyFleetHangs(t *testing.T) {
-	eachPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
+	newestPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
 		c := fleettest.StartProcCluster(t, 3)
 		t.Logf("etcd: %s", fleettest.EtcdImpl())
 		eps := c.Endpoints()

@@ -31,6 +31,16 @@ func eachPolicyEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
 	}
 }
 
+// newestPolicyEnvoy runs f as a subtest in the newest Envoy that loads the
+// policy only, as newestEnvoy does for the Wasm filter; t runs in parallel
+// (t.Parallel), as eachPolicyEnvoy's subtests do.
+func newestPolicyEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
+	t.Parallel()
+	bins := envoyrun.LBPolicyBinaries(t)
+	bin := bins[len(bins)-1]
+	t.Run(bin.Name(), func(t *testing.T) { f(t, bin) })
+}
+
 // corpusEndpoints are the corpus's services as a cluster's endpoints:
 // weights, a hashId and names as endpoint metadata; the disabled one left
 // out (a cluster has no disabled hosts: removing it is how).

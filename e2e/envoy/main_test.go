@@ -24,6 +24,16 @@ func eachEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
 	}
 }
 
+// newestEnvoy runs f as a subtest in the newest Envoy only (1.40 where
+// installed): for a test whose subject is hashlb's own code over time, such
+// as the fleet under etcd's faults, while a test in every Envoy covers what
+// the host does on that path (RATIONALE.md, "Which Envoys a test runs in").
+func newestEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
+	bins := envoyrun.Binaries(t)
+	bin := bins[len(bins)-1]
+	t.Run(bin.Name(), func(t *testing.T) { f(t, bin) })
+}
+
 // builtModule is the path of the module pkg (a package path from the
 // repository's root) built as build.sh builds hashlb (envoyrun.BuildModule);
 // a failed build fails the test.

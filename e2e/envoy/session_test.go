@@ -487,13 +487,6 @@ func TestSessionEnvoyNoKey(t *testing.T) {
 	})
 }
 
-// newestEnvoy runs f on the newest Envoy found (1.40 where installed).
-func newestEnvoy(t *testing.T, f func(t *testing.T, bin envoyrun.Binary)) {
-	bins := envoyrun.Binaries(t)
-	bin := bins[len(bins)-1]
-	t.Run(bin.Name(), func(t *testing.T) { f(t, bin) })
-}
-
 // sessionListener is one listener of startSessionListeners: its plugin's
 // root_id, key and session block over bs.
 type sessionListener struct {
