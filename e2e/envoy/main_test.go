@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"fmt"
 	"os"
 	"testing"
 
@@ -11,6 +12,9 @@ import (
 func TestMain(m *testing.M) {
 	fleettest.RunMemberIfAsked() // a ProcCluster's member: serves etcd, never returns
 	code := m.Run()
+	if r := envoyrun.StartupReport(); r != "" {
+		fmt.Println("summary: " + r) // where the package's time goes: most of it is V8 compiling the module
+	}
 	envoyrun.RemoveModule()
 	envoyrun.RemoveModules()
 	envoyrun.RemoveLBPolicies()

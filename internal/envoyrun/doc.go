@@ -22,5 +22,7 @@
 // and stopped as Ctrl-C does (readme.go); and the upstreams: an HTTP
 // backend that echoes what it received (backend.go, StartBackendAt in
 // addresses.go), a TCP one (backend_tcp.go) and the benchmark's minimal one
-// (fastbackend.go); a process's output read while it runs (procio.go).
+// (fastbackend.go); a process's output read while it runs (procio.go); and
+// what the Envoys started so far took to become ready, wall and CPU time,
+// for a package's TestMain to print (startups.go).
 package envoyrun

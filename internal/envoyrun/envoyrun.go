@@ -233,6 +233,7 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 	e.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	e.cmd.Stdout, e.cmd.Stderr = &stderr, &stderr
+	began := time.Now()
 	if err := e.cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -250,6 +251,7 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 		if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
 			e.Admin = string(bytes.TrimSpace(b))
 			if body, code, err := e.Get("/ready"); err == nil && code == 200 && strings.TrimSpace(body) == "LIVE" {
+				noteStartup(e.cmd.Process.Pid, time.Since(began))
 				return e, nil
 			}
 		}

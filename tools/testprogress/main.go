@@ -167,6 +167,10 @@ func (p *progress) event(e event) {
 			st.running = append(st.running, e.Test)
 		}
 	case "output":
+		if rest, ok := strings.CutPrefix(e.Output, summaryPrefix); ok && e.Test == "" {
+			fmt.Fprintf(p.out, "test: %s: %s", short(e.Package), rest)
+			return
+		}
 		st.output[e.Test] = append(st.output[e.Test], e.Output)
 		if line := strings.TrimSpace(e.Output); e.Test != "" && line != "" && !framing(line) {
 			if len(line) > maxSaid {
@@ -215,6 +219,11 @@ func (p *progress) event(e event) {
 		fmt.Fprintf(p.out, "test: %s: ok (%.1fs)\n", short(e.Package), e.Elapsed)
 	}
 }
+
+// summaryPrefix starts a line a package prints outside its tests (from
+// TestMain) for the run's output: it is printed as it comes, without the
+// prefix.
+const summaryPrefix = "summary: "
 
 // maxSaid bounds the bytes of a test's own line that the beat repeats.
 const maxSaid = 200

@@ -21,6 +21,11 @@ func TestProgress(t *testing.T) {
 {"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":1.5}
 {"Action":"skip","Package":"github.com/hashlb/hashlb/cmd/empty"}`,
 			want: []string{"test: lbcore: started", "test: lbcore: ok (1.5s)", "test: time per package: lbcore 2s", "test: slowest tests: lbcore TestA 0s", "test: ok after"}},
+		{name: "a package's summary line", ok: true, events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e/envoy"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/e2e/envoy","Output":"summary: envoyrun: 3 Envoys started\n"}
+{"Action":"output","Package":"github.com/hashlb/hashlb/e2e/envoy","Output":"other noise\n"}
+{"Action":"pass","Package":"github.com/hashlb/hashlb/e2e/envoy","Elapsed":2}`,
+			want: []string{"test: e2e/envoy: envoyrun: 3 Envoys started\n", "test: e2e/envoy: ok (2.0s)"}},
 		{name: "the slowest tests", ok: true, events: slowEvents(12),
 			want: []string{"test: slowest tests: lbcore Test12 12s, lbcore Test11 11s", "lbcore Test3 3s\ntest: ok after"}},
 		{name: "a failing test", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
