@@ -207,7 +207,10 @@ func bootstrapTCP(t *testing.T, bin envoyrun.Binary, file []byte) {
 	}
 }
 
-// bootstrapStart validates yaml with envoy --mode validate and starts it.
+// bootstrapStart validates yaml with envoy --mode validate, as a user of a
+// shipped file would, and starts it. Other tests start their bootstraps
+// without it: validating compiles the module as starting does, and Envoy
+// refuses a bad bootstrap at start as validation would.
 func bootstrapStart(t *testing.T, bin envoyrun.Binary, dir string, yaml []byte) *envoyrun.Envoy {
 	t.Helper()
 	if err := envoyrun.Validate(bin, dir, yaml); err != nil {

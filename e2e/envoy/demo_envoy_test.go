@@ -78,7 +78,7 @@ func TestEnvoyYAMLAnswersAsTheReadme(t *testing.T) {
 			9901: 0, 10000: 0, 18081: bs[0].Port(), 18082: bs[1].Port(), 18083: bs[2].Port(),
 		})
 		cfg := pluginConfigs(t, yaml)[0]
-		e := bootstrapStart(t, bin, envoyrun.WorkDir(t), yaml)
+		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)}) // validated as shipped by TestBootstrapsStart
 		url := "http://" + e.MustListener(t, "hashlb_listener")
 		for _, c := range []struct {
 			path, forged, want string

@@ -34,7 +34,7 @@ func TestEnvoyTCPNetworkFilter(t *testing.T) {
 		if cfg.LBMethod.String() != "SRCIPSRCPORTHASH" {
 			t.Fatalf("configs/envoy-tcp.yaml uses %v; this test's oracle input is the source port", cfg.LBMethod)
 		}
-		e := bootstrapStart(t, bin, envoyrun.WorkDir(t), yaml)
+		e := envoyrun.Start(t, bin, envoyrun.Options{Bootstrap: yaml, Dir: envoyrun.WorkDir(t)}) // validated as shipped by TestBootstrapsStart
 		addr := e.MustListener(t, "hashlb_tcp")
 		bal := lbcore.NewBalancer(cfg, 0)
 		const n = 30
