@@ -88,7 +88,7 @@ func startPolicyFleet(t *testing.T, bin envoyrun.Binary) *policyFleet {
 
 // startPolicyFleetOn is startPolicyFleet over the etcd members at eps
 // (host:port) the caller started; its etcd is nil.
-func startPolicyFleetOn(t *testing.T, bin envoyrun.Binary, eps []string) *policyFleet {
+func startPolicyFleetOn(t testing.TB, bin envoyrun.Binary, eps []string) *policyFleet {
 	t.Helper()
 	f := &policyFleet{}
 	bs := envoyrun.StartBackends(t, 4)
