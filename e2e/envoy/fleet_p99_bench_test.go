@@ -60,7 +60,7 @@ var faultsKeys = []string{"leader-stopped", "quorum-lost", "conns-reset"}
 
 func BenchmarkEnvoyFleetFaultsP99(b *testing.B) {
 	var out strings.Builder
-	fmt.Fprintf(&out, "Three Envoys (--concurrency 4) over a three-member etcd (%s), 120 requests a second through them; %d rounds, in each every fault in turn: a %v steady window, then a %v window while the fault lasts (100 clients repeating and 150 new ones arriving over each window), then the heal. p99 during ÷ steady is taken round by round; each figure is the median over the rounds [their range]. Goal: ≤ %.1f×.\n\n",
+	fmt.Fprintf(&out, "Three Envoys (--concurrency 4) over a three-member etcd (%s), 120 requests a second through them; %d rounds, in each every fault in turn: a %v steady window, then a %v window while the fault lasts (100 clients repeating and 150 new ones arriving over each window), then the heal and the fleet's settle time. p99 during ÷ steady is taken round by round; each figure is the median over the rounds [their range]. Goal: ≤ %.1f×.\n\n",
 		fleettest.EtcdImpl(), *faultsRounds, *faultsWindow, *faultsWindow, faultsGoal)
 	b.Run("policy", func(b *testing.B) {
 		bins := policyBenchBinaries(b)
@@ -101,7 +101,7 @@ func faultsP99(b *testing.B, head string, ask fleetAsker, urls []string, settle 
 	wins := make([][][2][2]time.Time, len(faults))
 	for round := range *faultsRounds {
 		for i, f := range faults {
-			fmt.Fprintf(os.Stderr, "bench: fleet faults, %s, round %d/%d (%s so far)\n", f.name, round+1, *faultsRounds, time.Since(start).Round(time.Second))
+			fmt.Fprintf(os.Stderr, "bench: %s, %s, round %d/%d (%s so far)\n", b.Name(), f.name, round+1, *faultsRounds, time.Since(start).Round(time.Second))
 			fresh := func(kind string) []string { return fleetKeys(fmt.Sprintf("%s-%d-%s", faultsKeys[i], round, kind), 150) }
 			var w [2][2]time.Time
 			w[0][0], w[0][1] = faultsLoad(load, base, fresh("steady"), f.outage)
