@@ -338,16 +338,17 @@ bench)
 	echo "bench: a reconfiguration of 10, 1000 and 10⁴ services in hostsim and in V8"
 	go test ./e2e -run '^$' -bench '^BenchmarkReconfigure$' -benchtime 1x -timeout 30m | tee dist/reconfigure-bench.out || failed=1
 	# Against Envoy's own load balancers, in real Envoy (e2e/envoy/bench_test.go), the
-	# load-balancing policy's tables and the cost of a reconfiguration there: every
-	# BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version, then the policy's).
+	# load-balancing policy's tables, the fleets' p99 during etcd faults and the cost of a
+	# reconfiguration there: every BenchmarkEnvoy* of e2e/envoy (about 6 minutes per version,
+	# then the policy's and the fleets' faults).
 	envoy_bins
 	if ! command -v perf >/dev/null; then
 		echo "bench: installing perf (Debian's linux-perf) for the Envoy profile" >&2
 		apt_install linux-perf || echo "bench: no perf: the Envoy table comes without its profile" >&2
 	fi
 	echo "bench: hashlb against Envoy's round_robin, ring_hash and maglev, in real Envoy"
-	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 90m -peers.out="$PWD/dist/envoy-peers.md" | tee dist/envoy-bench.out || failed=1
-	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, measured in pairs with ring_hash: dist/envoy-peers-paired.md, and when its cluster changes: dist/envoy-peers-update.md)"
+	go test ./e2e/envoy -run '^$' -bench 'BenchmarkEnvoy' -benchtime 1x -timeout 110m -peers.out="$PWD/dist/envoy-peers.md" | tee dist/envoy-bench.out || failed=1
+	echo "Envoy peer table also written to dist/envoy-peers.md (the load-balancing policy's: dist/envoy-peers-lbpolicy.md, measured in pairs with ring_hash: dist/envoy-peers-paired.md, when its cluster changes: dist/envoy-peers-update.md, and the fleets' p99 during etcd faults: dist/envoy-peers-fleetfaults.md)"
 	kill "$loadpid" 2>/dev/null || true
 	# The results section of docs/performance.md, between its markers, is this run's output.
 	go run ./tools/benchdoc -doc docs/performance.md -load dist/bench-load.txt \
@@ -359,7 +360,8 @@ bench)
 		-table "The load-balancing policy beside Envoy's, one after the other=dist/envoy-peers-lbpolicy.md" \
 		-table "The load-balancing policy, each row paired with its own ring_hash Envoy=dist/envoy-peers-paired.md" \
 		-table "The load-balancing policy when its cluster changes=dist/envoy-peers-update.md" \
-		-gobench "Reconfiguration in real Envoy, and the Go runtime's share of the policy's Envoy=dist/envoy-bench.out" ||
+		-table "The fleets' p99 during etcd faults=dist/envoy-peers-fleetfaults.md" \
+		-gobench "Reconfiguration in real Envoy, the Go runtime's share of the policy's Envoy, the fleets' p99 during etcd faults=dist/envoy-bench.out" ||
 		failed=1
 	if [ "$failed" != 0 ]; then
 		echo "bench: a benchmark failed or wrote nothing (above; docs/performance.md's results say which)" >&2

@@ -34,7 +34,7 @@ func etcdHealthCheck() *corev3.HealthCheck {
 // hashlb_etcd cluster's one endpoint replaced by every member of eps
 // (host:port), health-checked (etcdHealthCheck), as the file's comment
 // tells a user with an etcd cluster to do.
-func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte {
+func fleetClusterYAML(t testing.TB, bs []*envoyrun.Backend, eps []string) []byte {
 	t.Helper()
 	const rel = "configs/envoy-fleet.yaml"
 	b := parseShipped(t, rel, envoyrun.Ports(t, envoyrun.ReadRepoFile(t, rel), bootstrapHTTPPorts(bs)))
@@ -75,18 +75,9 @@ func fleetClusterYAML(t *testing.T, bs []*envoyrun.Backend, eps []string) []byte
 func TestFleetEnvoysCluster(t *testing.T) {
 	t.Parallel()
 	newestEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		c := fleettest.StartProcCluster(t, 3)
-		t.Logf("etcd: %s", fleettest.EtcdImpl())
-		bs := envoyrun.StartBackends(t, 3)
-		eps := c.Endpoints()
-		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
-		eps[0] = rp.Addr
-		yaml := fleetClusterYAML(t, bs, eps)
-		es := fleetStartEnvoys(t, bin, yaml, 3)
-		var urls []string
-		for _, e := range es {
-			urls = append(urls, "http://"+e.MustListener(t, "hashlb_listener"))
-		}
+		c, rp, eps := startHangCluster(t)
+		f := startFilterFleetOn(t, bin, eps)
+		es, urls := f.es, f.urls
 		m := lateness.Start()
 		defer m.Stop()
 		keys := fleetKeys("zipf", 300)
@@ -110,19 +101,42 @@ func TestFleetEnvoysCluster(t *testing.T) {
 			l.setURL(i, "")
 			es[i].Stop()
 			return func() error {
-				es[i] = fleetStartEnvoys(t, bin, yaml, 1)[0]
+				es[i] = fleetStartEnvoys(t, bin, f.yaml, 1)[0]
 				urls[i] = "http://" + es[i].MustListener(t, "hashlb_listener")
 				l.setURL(i, urls[i])
 				return nil
 			}, nil
 		}
+		hang := hangFaults(t, c, rp, 10*time.Second)
 		runFleetFaults(t, fleetAsk, urls, fleetBound, []fleetFault{
 			{"leader killed", memberFault(c, func(l int) []int { return []int{l} }, c.Kill, c.Restart), 2 * time.Second, false},
 			{"one member stopped 10s", stopOne, 10 * time.Second, false},
-			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
-			{"30% of connections to a member reset 10s", resetFault(t, c, rp), 10 * time.Second, false},
+			hang[1], // quorum lost by stops
+			hang[2], // 30 % of the connections to a member reset
 			{"member wiped and re-added", wipeFault(c), 2 * time.Second, false},
 			{"proxy's Envoy restarted", restart, time.Second, false},
 		})
 	})
+}
+
+// filterFleet is three Envoys with the Wasm filter's persistence.fleet:
+// configs/envoy-fleet.yaml over three backends (fleetClusterYAML), its
+// hashlb_etcd listing etcd's members, health-checked.
+type filterFleet struct {
+	yaml []byte // the bootstrap, to start another Envoy of the fleet
+	es   []*envoyrun.Envoy
+	urls []string
+}
+
+// startFilterFleetOn starts a filterFleet of bin over the etcd members at
+// eps (host:port).
+func startFilterFleetOn(t testing.TB, bin envoyrun.Binary, eps []string) *filterFleet {
+	t.Helper()
+	bs := envoyrun.StartBackends(t, 3)
+	f := &filterFleet{yaml: fleetClusterYAML(t, bs, eps)}
+	f.es = fleetStartEnvoys(t, bin, f.yaml, 3)
+	for _, e := range f.es {
+		f.urls = append(f.urls, "http://"+e.MustListener(t, "hashlb_listener"))
+	}
+	return f
 }

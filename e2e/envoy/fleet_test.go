@@ -362,7 +362,7 @@ const (
 // each start compiles the module in V8 on Envoy's main thread, about 4.5 s
 // of CPU, and starts at once on a busy 2-core machine would outlast
 // envoyrun's 60 s readiness limit.
-func fleetStartEnvoys(t *testing.T, bin envoyrun.Binary, yaml []byte, n int) []*envoyrun.Envoy {
+func fleetStartEnvoys(t testing.TB, bin envoyrun.Binary, yaml []byte, n int) []*envoyrun.Envoy {
 	t.Helper()
 	var es []*envoyrun.Envoy
 	for i := range n {

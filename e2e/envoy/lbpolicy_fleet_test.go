@@ -94,7 +94,7 @@ func startPolicyFleet(t *testing.T, bin envoyrun.Binary) *policyFleet {
 
 // startPolicyFleetOn is startPolicyFleet over the etcd members at eps
 // (host:port) the caller started; its etcd is nil.
-func startPolicyFleetOn(t *testing.T, bin envoyrun.Binary, eps []string) *policyFleet {
+func startPolicyFleetOn(t testing.TB, bin envoyrun.Binary, eps []string) *policyFleet {
 	t.Helper()
 	f := &policyFleet{}
 	bs := envoyrun.StartBackends(t, 4)
@@ -400,19 +400,14 @@ func runFleetFaults(t *testing.T, ask fleetAsker, urls []string, base time.Durat
 		load := startFleetLoad(ask, urls, keys, 120)
 		start := time.Now()
 		time.Sleep(3 * time.Second)
-		hit := time.Now()
-		heal, err := fault.hit(load)
+		hit, healed, err := fault.apply(load, func() {
+			load.setKeys(append(slices.Clone(keys), fresh...))
+			time.Sleep(fault.outage)
+		})
 		if err != nil {
 			load.stop()
-			t.Fatalf("%s: %v", fault.name, err)
+			t.Fatal(err)
 		}
-		load.setKeys(append(slices.Clone(keys), fresh...))
-		time.Sleep(fault.outage)
-		if err := heal(); err != nil {
-			load.stop()
-			t.Fatalf("%s: %v", fault.name, err)
-		}
-		healed := time.Now()
 		bound := lateness.Widen(base, m.Late(), 4)
 		time.Sleep(bound + 2*time.Second)
 		recs, errs := load.stop()
@@ -456,6 +451,21 @@ func runFleetFaults(t *testing.T, ask fleetAsker, urls []string, base time.Durat
 	}
 }
 
+// apply hits f under l, runs during while the fault lasts, then heals it:
+// when it was hit, and when etcd (or the Envoy) served again.
+func (f fleetFault) apply(l *fleetLoad, during func()) (hit, healed time.Time, err error) {
+	hit = time.Now()
+	heal, err := f.hit(l)
+	if err != nil {
+		return hit, hit, fmt.Errorf("%s: %v", f.name, err)
+	}
+	during()
+	if err := heal(); err != nil {
+		return hit, time.Now(), fmt.Errorf("%s: %v", f.name, err)
+	}
+	return hit, time.Now(), nil
+}
+
 // TestLBPolicyFleetFaults: the etcd cluster (in the test process) of three
 // Envoys with the policy fails under a steady load (runFleetFaults): the
 // leader killed and restarted; one member killed for 10 s; two members
@@ -490,11 +500,7 @@ func TestLBPolicyFleetFaults(t *testing.T) {
 // load meanwhile, its table empty: its clients come back from etcd.
 func TestLBPolicyFleetHangs(t *testing.T) {
 	newestPolicyEnvoy(t, func(t *testing.T, bin envoyrun.Binary) {
-		c := fleettest.StartProcCluster(t, 3)
-		t.Logf("etcd: %s", fleettest.EtcdImpl())
-		eps := c.Endpoints()
-		rp := fleettest.StartResetProxy(t, eps[0]) // the Envoys reach member 1 through it
-		eps[0] = rp.Addr
+		c, rp, eps := startHangCluster(t)
 		f := startPolicyFleetOn(t, bin, eps)
 		restart := func(l *fleetLoad) (func() error, error) {
 			const i = 2
@@ -507,14 +513,38 @@ func TestLBPolicyFleetHangs(t *testing.T) {
 				return nil
 			}, nil
 		}
-		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, []fleetFault{
-			{"leader stopped 10s", stopMembers(c, func(l int) []int { return []int{l} }), 10 * time.Second, false},
-			{"quorum lost by stops 10s", stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), 10 * time.Second, true},
-			{"30% of connections to a member reset 10s", resetFault(t, c, rp), 10 * time.Second, false},
-			{"member wiped and re-added", wipeFault(c), 2 * time.Second, false},
-			{"proxy's Envoy restarted", restart, time.Second, false},
-		})
+		runFleetFaults(t, policyFleetAsk, f.urls, policyFleetFaultBound, append(hangFaults(t, c, rp, 10*time.Second),
+			fleetFault{"member wiped and re-added", wipeFault(c), 2 * time.Second, false},
+			fleetFault{"proxy's Envoy restarted", restart, time.Second, false},
+		))
 	})
+}
+
+// startHangCluster starts a three-member etcd whose members are processes
+// of their own (fleettest.ProcCluster), so that they can be stopped, and a
+// fleettest.ResetProxy in front of member 1: eps are the endpoints the
+// proxies are given, member 1's through rp.
+func startHangCluster(t testing.TB) (c *fleettest.ProcCluster, rp *fleettest.ResetProxy, eps []string) {
+	t.Helper()
+	c = fleettest.StartProcCluster(t, 3)
+	t.Logf("etcd: %s", fleettest.EtcdImpl())
+	eps = c.Endpoints()
+	rp = fleettest.StartResetProxy(t, eps[0])
+	eps[0] = rp.Addr
+	return c, rp, eps
+}
+
+// hangFaults are the faults of etcd's members that hang rather than die,
+// each lasting outage, over startHangCluster's c and rp: the leader
+// stopped (SIGSTOP) and resumed; two members stopped (quorum lost: some
+// new clients are placed apart) and resumed; 30 % of the connections to
+// member 1 reset.
+func hangFaults(t testing.TB, c *fleettest.ProcCluster, rp *fleettest.ResetProxy, outage time.Duration) []fleetFault {
+	return []fleetFault{
+		{fmt.Sprintf("leader stopped %v", outage), stopMembers(c, func(l int) []int { return []int{l} }), outage, false},
+		{fmt.Sprintf("quorum lost by stops %v", outage), stopMembers(c, func(l int) []int { return []int{l, (l + 1) % 3} }), outage, true},
+		{fmt.Sprintf("30%% of connections to a member reset %v", outage), resetFault(t, c, rp), outage, false},
+	}
 }
 
 // faultCluster is what a member's fault needs of an etcd cluster
@@ -577,7 +607,7 @@ func wipeFault(c *fleettest.ProcCluster) func(*fleetLoad) (func() error, error) 
 // (the proxies' way to one member of c); its heal stops the resets, fails
 // when none happened (the fault did not reach the fleet) and waits until
 // the cluster serves.
-func resetFault(t *testing.T, c *fleettest.ProcCluster, rp *fleettest.ResetProxy) func(*fleetLoad) (func() error, error) {
+func resetFault(t testing.TB, c *fleettest.ProcCluster, rp *fleettest.ResetProxy) func(*fleetLoad) (func() error, error) {
 	return func(*fleetLoad) (func() error, error) {
 		before := rp.Resets()
 		rp.SetRate(0.3)
