@@ -4,5 +4,10 @@
 //
 //	go run ./tools/wasmpost dist/hashlb.wasm   # from the repository root
 //
+// With -size it rewrites nothing and prints the module's code section by
+// package, the largest first (internal/wasmpost.Sizes):
+//
+//	go run ./tools/wasmpost -size dist/hashlb.wasm
+//
 // The command is main.go.
 package main
