@@ -33,6 +33,9 @@ type pkgState struct {
 	// framing): what a long step, such as building a dependency, says it
 	// is doing.
 	said map[string]string
+	// subs is each top-level test's direct subtests' time, summed: a
+	// test whose subtests run in parallel ends having taken none itself.
+	subs map[string]float64
 }
 
 type progress struct {
@@ -193,8 +196,15 @@ func (p *progress) event(e event) {
 			}
 			delete(st.output, e.Test)
 			delete(st.said, e.Test)
-			if !strings.Contains(e.Test, "/") {
-				p.keepSlow(testTime{short(e.Package) + " " + e.Test, e.Elapsed})
+			switch parent, _, sub := strings.Cut(e.Test, "/"); {
+			case !sub:
+				p.keepSlow(testTime{short(e.Package) + " " + e.Test, max(e.Elapsed, st.subs[e.Test])})
+				delete(st.subs, e.Test)
+			case !strings.Contains(e.Test[len(parent)+1:], "/"):
+				if st.subs == nil {
+					st.subs = map[string]float64{}
+				}
+				st.subs[parent] += e.Elapsed
 			}
 			return
 		}

@@ -27,7 +27,7 @@ func TestProgress(t *testing.T) {
 {"Action":"pass","Package":"github.com/hashlb/hashlb/e2e/envoy","Elapsed":2}`,
 			want: []string{"test: e2e/envoy: envoyrun: 3 Envoys started\n", "test: e2e/envoy: ok (2.0s)"}},
 		{name: "the slowest tests", ok: true, events: slowEvents(12),
-			want: []string{"test: slowest tests: lbcore Test12 12s, lbcore Test11 11s", "lbcore Test3 3s\ntest: ok after"}},
+			want: []string{"test: slowest tests: lbcore Test12 12s, lbcore Test11 11s", "lbcore Test1 10s, lbcore Test9 9s", "lbcore Test4 4s\ntest: ok after"}},
 		{name: "a failing test", events: `{"Action":"start","Package":"github.com/hashlb/hashlb/e2e"}
 {"Action":"run","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB"}
 {"Action":"output","Package":"github.com/hashlb/hashlb/e2e","Test":"TestB","Output":"    b_test.go:9: want 2\n"}
@@ -106,12 +106,17 @@ func TestBeatSaysWhatALongStepDoes(t *testing.T) {
 }
 
 // slowEvents is a package of n passing tests, TestK taking K seconds, each
-// with a subtest that took longer than the slowest test.
+// with a sub-subtest that took longer than the slowest test; TestK's time is
+// its own or, when it ran parallel subtests, theirs summed (Test1 ran two
+// of 5 s).
 func slowEvents(n int) string {
 	var b strings.Builder
 	b.WriteString(`{"Action":"start","Package":"github.com/hashlb/hashlb/lbcore"}` + "\n")
+	for _, v := range []string{"1.36", "1.40"} {
+		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test1/%s","Elapsed":5}`+"\n", v)
+	}
 	for k := 1; k <= n; k++ {
-		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test%d/sub","Elapsed":%d}`+"\n", k, 100+k)
+		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test%d/a/b","Elapsed":%d}`+"\n", k, 100+k)
 		fmt.Fprintf(&b, `{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Test":"Test%d","Elapsed":%d}`+"\n", k, k)
 	}
 	b.WriteString(`{"Action":"pass","Package":"github.com/hashlb/hashlb/lbcore","Elapsed":80}`)
