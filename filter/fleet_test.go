@@ -18,25 +18,52 @@ import (
 )
 
 var fleetConfig = `{"lbMethod":"LEASTCONNECTION","persistence":{"keys":["${request.header.x-client-id}"],"expire":"` +
-	earlyInSlot(time.Now()) + `",
+	earlyInSlot(time.Now(), wazeroClock) + `",
 	"fleet":{"cluster":"etcd","prefix":"/t/"}},` + services + `}`
+
+// wazeroClock is the wall clock the module reads in the wasm runner:
+// wazero, unless told otherwise, gives a guest a fake clock that starts
+// at 2022-01-01T00:00:00Z and moves a millisecond per read.
+var wazeroClock = time.Unix(1640995200, 0)
 
 // earlyInSlot returns an expire (the default 7d, else a whole number of
 // hours below it) whose lease slot (fleet.Slot: expire/8, counted from the
-// Unix epoch) now is in the first half of: in a slot's last quarter a
-// worker also pre-grants the next slot's lease, a call these tests, which
-// run on the wall clock, do not script.
-func earlyInSlot(now time.Time) string {
+// Unix epoch) each of clocks is in the first half of: in a slot's last
+// quarter a worker also pre-grants the next slot's lease, a call these
+// tests do not script. The native runner reads the wall clock, the wasm
+// runner wazero's; some expire suits both (checked by
+// TestEarlyInSlotSuitsBothClocks).
+func earlyInSlot(clocks ...time.Time) string {
 	for h := 7 * 24; h >= 24; h-- {
 		slot := int64(fleet.Slot(time.Duration(h)*time.Hour) / time.Second)
-		if now.Unix()%slot < slot/2 {
+		early := true
+		for _, c := range clocks {
+			early = early && c.Unix()%slot < slot/2
+		}
+		if early {
 			if h%24 == 0 {
 				return strconv.Itoa(h/24) + "d"
 			}
 			return strconv.Itoa(h) + "h"
 		}
 	}
-	return "7d"
+	return ""
+}
+
+// TestEarlyInSlotSuitsBothClocks: for every wall-clock time of the next
+// ten years there is an expire early in its slot and in wazero's, so
+// fleetConfig never falls back to a slot's last quarter.
+func TestEarlyInSlotSuitsBothClocks(t *testing.T) {
+	start := time.Now()
+	for d := time.Duration(0); d < 10*365*24*time.Hour; d += 17 * time.Minute {
+		if earlyInSlot(start.Add(d), wazeroClock) == "" {
+			t.Fatalf("no expire is early in its slot at %v and at %v", start.Add(d), wazeroClock)
+		}
+	}
+	// 7d's slot is 75,600 s: a time nine tenths into one gets another expire.
+	if got := earlyInSlot(time.Unix(21706*75600+68040, 0)); got == "7d" || got == "" {
+		t.Errorf("late in 7d's slot: expire %q, want another", got)
+	}
 }
 
 // fleetOpen sends the request headers of a request with x-client-id id and
