@@ -144,6 +144,9 @@ type Options struct {
 	// tens of seconds per Envoy on a loaded 2-core machine (more than a
 	// minute has been seen); the wait ends as soon as Envoy is ready.
 	ReadyTimeout time.Duration
+	// Label names who started this Envoy in StartupReport (Start sets
+	// the top-level test's name when it is empty).
+	Label string
 }
 
 // Envoy is one running Envoy process.
@@ -251,7 +254,7 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 		if b, err := os.ReadFile(adminPath); err == nil && len(bytes.TrimSpace(b)) > 0 {
 			e.Admin = string(bytes.TrimSpace(b))
 			if body, code, err := e.Get("/ready"); err == nil && code == 200 && strings.TrimSpace(body) == "LIVE" {
-				noteStartup(e.cmd.Process.Pid, time.Since(began))
+				noteStartup(o.Label, e.cmd.Process.Pid, time.Since(began))
 				return e, nil
 			}
 		}
@@ -267,6 +270,9 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 // stopped when the test ends (its log is printed when the test failed).
 func Start(t testing.TB, bin Binary, o Options) *Envoy {
 	t.Helper()
+	if o.Label == "" {
+		o.Label, _, _ = strings.Cut(t.Name(), "/")
+	}
 	e, err := Launch(bin, o)
 	if err != nil {
 		t.Fatal(err)

@@ -14,24 +14,27 @@ import (
 // StartupReport: most of it is V8 compiling the module (docs/testing.md).
 var startups struct {
 	sync.Mutex
-	wall []time.Duration // from exec to /ready answering LIVE
-	cpu  []time.Duration // the process's CPU time then (every thread)
+	wall  []time.Duration // from exec to /ready answering LIVE
+	cpu   []time.Duration // the process's CPU time then (every thread)
+	label []string        // who started it (Options.Label)
 }
 
-// noteStartup records an Envoy that became ready took wall since its
-// start, and the CPU time its process pid had spent by then (none when
-// /proc cannot say).
-func noteStartup(pid int, wall time.Duration) {
+// noteStartup records an Envoy, started by label, that became ready took
+// wall since its start, and the CPU time its process pid had spent by then
+// (none when /proc cannot say).
+func noteStartup(label string, pid int, wall time.Duration) {
 	cpu, _ := processCPU(pid)
 	startups.Lock()
 	defer startups.Unlock()
 	startups.wall = append(startups.wall, wall)
 	startups.cpu = append(startups.cpu, cpu)
+	startups.label = append(startups.label, label)
 }
 
 // StartupReport is one line on the Envoys started so far: how many, their
-// time to ready in all and its median and maximum, and the CPU time they
-// spent before it; "" when none started.
+// time to ready in all and its median and maximum, the CPU time they spent
+// before it, and the labels (tests) whose Envoys spent the most of it;
+// "" when none started.
 func StartupReport() string {
 	startups.Lock()
 	defer startups.Unlock()
@@ -47,8 +50,48 @@ func StartupReport() string {
 		sumCPU += startups.cpu[i]
 	}
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
-	return fmt.Sprintf("envoyrun: %d Envoys started; time to ready %v in all (median %v, longest %v); their CPU time before ready %v in all",
+	line := fmt.Sprintf("envoyrun: %d Envoys started; time to ready %v in all (median %v, longest %v); their CPU time before ready %v in all",
 		n, r(sumWall), r(wall[n/2]), r(wall[n-1]), r(sumCPU))
+	return line + mostCPU(startups.label, startups.cpu, 8)
+}
+
+// mostCPU is ", most by: " and the k labels whose Envoys spent the most
+// CPU time before ready, each with its count of Envoys and that time; ""
+// when no Envoy has a label.
+func mostCPU(labels []string, cpu []time.Duration, k int) string {
+	type use struct {
+		label string
+		n     int
+		cpu   time.Duration
+	}
+	by := map[string]*use{}
+	var all []*use
+	for i, l := range labels {
+		if l == "" {
+			continue
+		}
+		u := by[l]
+		if u == nil {
+			u = &use{label: l}
+			by[l] = u
+			all = append(all, u)
+		}
+		u.n++
+		u.cpu += cpu[i]
+	}
+	if len(all) == 0 {
+		return ""
+	}
+	slices.SortStableFunc(all, func(a, b *use) int { return int(b.cpu - a.cpu) })
+	var b strings.Builder
+	b.WriteString("; most by: ")
+	for i, u := range all[:min(k, len(all))] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d (%v)", u.label, u.n, u.cpu.Round(time.Second))
+	}
+	return b.String()
 }
 
 // clockTick is the unit of /proc's CPU times (USER_HZ: 100 on Linux).

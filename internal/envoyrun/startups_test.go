@@ -48,25 +48,27 @@ func rusageCPU(t *testing.T) time.Duration {
 }
 
 // TestStartupReport: the line names the count, the sum, the median and the
-// longest of the times to ready, and the CPU time's sum.
+// longest of the times to ready, the CPU time's sum, and the tests whose
+// Envoys spent most of it, most first.
 func TestStartupReport(t *testing.T) {
 	startups.Lock()
-	wall, cpu := startups.wall, startups.cpu
-	startups.wall, startups.cpu = nil, nil
+	wall, cpu, label := startups.wall, startups.cpu, startups.label
+	startups.wall, startups.cpu, startups.label = nil, nil, nil
 	startups.Unlock()
 	defer func() {
 		startups.Lock()
-		startups.wall, startups.cpu = wall, cpu
+		startups.wall, startups.cpu, startups.label = wall, cpu, label
 		startups.Unlock()
 	}()
 	if r := StartupReport(); r != "" {
 		t.Errorf("no Envoy started, report %q", r)
 	}
-	for _, s := range []int{3, 1, 8} {
+	for i, s := range []int{3, 1, 8} {
 		startups.wall = append(startups.wall, time.Duration(s)*time.Second)
 		startups.cpu = append(startups.cpu, time.Duration(s)*2*time.Second)
+		startups.label = append(startups.label, []string{"TestA", "TestA", "TestB"}[i])
 	}
-	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all"
+	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all; most by: TestB 1 (16s), TestA 2 (8s)"
 	if r := StartupReport(); !strings.Contains(r, want) {
 		t.Errorf("report %q, want %q", r, want)
 	}
