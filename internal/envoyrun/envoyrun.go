@@ -144,8 +144,9 @@ type Options struct {
 	// tens of seconds per Envoy on a loaded 2-core machine (more than a
 	// minute has been seen); the wait ends as soon as Envoy is ready.
 	ReadyTimeout time.Duration
-	// Label names who started this Envoy in StartupReport (Start sets
-	// the top-level test's name when it is empty).
+	// Label names who started this Envoy in StartupReport, which sums
+	// its CPU time by label (Start sets the top-level test's name when it
+	// is empty).
 	Label string
 }
 
@@ -240,7 +241,13 @@ func Launch(bin Binary, o Options) (*Envoy, error) {
 	if err := e.cmd.Start(); err != nil {
 		return nil, err
 	}
-	go func() { e.exitErr = e.cmd.Wait(); close(e.done) }()
+	go func() {
+		e.exitErr = e.cmd.Wait()
+		if ps := e.cmd.ProcessState; ps != nil {
+			noteExit(o.Label, ps.UserTime()+ps.SystemTime())
+		}
+		close(e.done)
+	}()
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 3 * time.Minute
 	}

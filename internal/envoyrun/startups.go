@@ -17,6 +17,8 @@ var startups struct {
 	wall  []time.Duration // from exec to /ready answering LIVE
 	cpu   []time.Duration // the process's CPU time then (every thread)
 	label []string        // who started it (Options.Label)
+
+	exited map[string]time.Duration // by label: the CPU time of its Envoys that exited, in all
 }
 
 // noteStartup records an Envoy, started by label, that became ready took
@@ -31,10 +33,20 @@ func noteStartup(label string, pid int, wall time.Duration) {
 	startups.label = append(startups.label, label)
 }
 
+// noteExit records that an Envoy started by label exited having spent cpu.
+func noteExit(label string, cpu time.Duration) {
+	startups.Lock()
+	defer startups.Unlock()
+	if startups.exited == nil {
+		startups.exited = map[string]time.Duration{}
+	}
+	startups.exited[label] += cpu
+}
+
 // StartupReport is one line on the Envoys started so far: how many, their
 // time to ready in all and its median and maximum, the CPU time they spent
-// before it, and the labels (tests) whose Envoys spent the most of it;
-// "" when none started.
+// before it, and the labels (tests) whose Envoys spent the most of it,
+// with what those that exited spent in all; "" when none started.
 func StartupReport() string {
 	startups.Lock()
 	defer startups.Unlock()
@@ -52,13 +64,14 @@ func StartupReport() string {
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	line := fmt.Sprintf("envoyrun: %d Envoys started; time to ready %v in all (median %v, longest %v); their CPU time before ready %v in all",
 		n, r(sumWall), r(wall[n/2]), r(wall[n-1]), r(sumCPU))
-	return line + mostCPU(startups.label, startups.cpu, 8)
+	return line + mostCPU(startups.label, startups.cpu, startups.exited, 8)
 }
 
-// mostCPU is ", most by: " and the k labels whose Envoys spent the most
-// CPU time before ready, each with its count of Envoys and that time; ""
-// when no Envoy has a label.
-func mostCPU(labels []string, cpu []time.Duration, k int) string {
+// mostCPU is "; most by: " and the k labels whose Envoys spent the most
+// CPU time before ready, each with its count of Envoys, that time and the
+// CPU time in all of those that exited (exited); "" when no Envoy has a
+// label.
+func mostCPU(labels []string, cpu []time.Duration, exited map[string]time.Duration, k int) string {
 	type use struct {
 		label string
 		n     int
@@ -84,12 +97,12 @@ func mostCPU(labels []string, cpu []time.Duration, k int) string {
 	}
 	slices.SortStableFunc(all, func(a, b *use) int { return int(b.cpu - a.cpu) })
 	var b strings.Builder
-	b.WriteString("; most by: ")
+	b.WriteString("; most by (Envoys: CPU before ready / in all): ")
 	for i, u := range all[:min(k, len(all))] {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %d (%v)", u.label, u.n, u.cpu.Round(time.Second))
+		fmt.Fprintf(&b, "%s %d: %v / %v", u.label, u.n, u.cpu.Round(time.Second), exited[u.label].Round(time.Second))
 	}
 	return b.String()
 }

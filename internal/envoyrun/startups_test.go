@@ -52,12 +52,12 @@ func rusageCPU(t *testing.T) time.Duration {
 // Envoys spent most of it, most first.
 func TestStartupReport(t *testing.T) {
 	startups.Lock()
-	wall, cpu, label := startups.wall, startups.cpu, startups.label
-	startups.wall, startups.cpu, startups.label = nil, nil, nil
+	wall, cpu, label, exited := startups.wall, startups.cpu, startups.label, startups.exited
+	startups.wall, startups.cpu, startups.label, startups.exited = nil, nil, nil, nil
 	startups.Unlock()
 	defer func() {
 		startups.Lock()
-		startups.wall, startups.cpu, startups.label = wall, cpu, label
+		startups.wall, startups.cpu, startups.label, startups.exited = wall, cpu, label, exited
 		startups.Unlock()
 	}()
 	if r := StartupReport(); r != "" {
@@ -68,7 +68,9 @@ func TestStartupReport(t *testing.T) {
 		startups.cpu = append(startups.cpu, time.Duration(s)*2*time.Second)
 		startups.label = append(startups.label, []string{"TestA", "TestA", "TestB"}[i])
 	}
-	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all; most by: TestB 1 (16s), TestA 2 (8s)"
+	noteExit("TestA", 30*time.Second)
+	noteExit("TestA", 5*time.Second)
+	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all; most by (Envoys: CPU before ready / in all): TestB 1: 16s / 0s, TestA 2: 8s / 35s"
 	if r := StartupReport(); !strings.Contains(r, want) {
 		t.Errorf("report %q, want %q", r, want)
 	}
