@@ -194,9 +194,10 @@ test)
 	# -count=1: the .wasm half of the tests reads dist/, which go test's cache does not see.
 	# tools/testprogress prints each package as it starts and ends, and every 30 s what runs.
 	echo "test: every package"
-	# -timeout 60m: e2e and e2e/envoy take 8-12 min each on 2 quiet cores and over 25 min on a
-	# machine loaded 12-15 times over; the bound leaves room for one twice as slow again.
-	go test -json -count=1 -timeout 60m "$@" ./... | go run ./tools/testprogress
+	# -timeout 75m: e2e/envoy, the slowest package, takes 15-22 min warm on 2 cores (quiet, or
+	# beside two busy threads) and up to 34 min cold (it builds the policy for each Envoy); the
+	# bound leaves room for a machine twice as slow as that.
+	go test -json -count=1 -timeout 75m "$@" ./... | go run ./tools/testprogress
 	# The Wasm build hashes short keys in place (lbcore/xxh64.go); the tag does so natively.
 	echo "test: lbcore's decisions with the Wasm build's in-place hash (build tag hashlb_inlinehash)"
 	go test -json -count=1 -tags hashlb_inlinehash -run 'XXH64|UnitPass|Golden|Citrix|Every' ./lbcore | go run ./tools/testprogress
