@@ -108,7 +108,7 @@ func TestFleetEnvoysCluster(t *testing.T) {
 			}, nil
 		}
 		hang := hangFaults(t, c, rp, 10*time.Second)
-		runFleetFaults(t, fleetAsk, urls, fleetBound, []fleetFault{
+		runFleetFaults(t, fleetAsk, urls, fleetBound, watchEtcdSlow(t, eps, fleetTimeout), []fleetFault{
 			{"leader killed", memberFault(c, func(l int) []int { return []int{l} }, c.Kill, c.Restart), 2 * time.Second, false},
 			{"one member stopped 10s", stopOne, 10 * time.Second, false},
 			hang[1], // quorum lost by stops

@@ -424,3 +424,72 @@ func (r *fleetRecorder) requests() []fleetWire {
 	}
 	return out
 }
+
+// etcdSlow asks every etcd member at eps for one key every 100 ms, as the
+// fleets' calls ask (POST /v3/kv/range on etcd's JSON gateway), and keeps
+// when an answer last took longer than timeout or failed. A fleet's call
+// that ran out of its timeout then had its key decided locally, by design
+// (docs/persistence.md, "New keys once etcd answers again"): a split may
+// last until the settle bound after the last such moment, which on a
+// loaded machine can come after a fault's heal, with no fault at all.
+type etcdSlow struct {
+	mu   sync.Mutex
+	last time.Time
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// watchEtcdSlow starts an etcdSlow over eps with the fleet's call timeout;
+// it stops when the test ends.
+func watchEtcdSlow(t testing.TB, eps []string, timeout time.Duration) *etcdSlow {
+	w := &etcdSlow{stop: make(chan struct{})}
+	client := &http.Client{Timeout: 2 * time.Second}
+	body := `{"key":"` + "L2hhc2hsYi1wcm9iZQ==" + `"}` // "/hashlb-probe"
+	for _, ep := range eps {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-w.stop:
+					return
+				case <-tick.C:
+				}
+				began := time.Now()
+				resp, err := client.Post("http://"+ep+"/v3/kv/range", "application/json", strings.NewReader(body))
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if err == nil && resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if end := time.Now(); err != nil || end.Sub(began) > timeout {
+					w.mu.Lock()
+					w.last = end
+					w.mu.Unlock()
+				}
+			}
+		}()
+	}
+	t.Cleanup(w.close)
+	return w
+}
+
+// lastSlow is when an answer last took longer than the timeout, or failed.
+func (w *etcdSlow) lastSlow() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+func (w *etcdSlow) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	w.wg.Wait()
+}

@@ -350,6 +350,55 @@ func TestFleetClientFaults(t *testing.T) {
 			r.drain()
 			r.wantEtcd("ada", "b")
 		}},
+		{"a sync refused by etcd's elections past fleetMaxTries: kept, it follows the fleet once etcd decides", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.answer() // lease
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(false) // decided locally, queued
+			r.wantSettled(op, 1, false)
+			r.put("ada", "c", r.now) // another proxy placed it meanwhile
+			// A member removed and added back, leaders elected: etcd
+			// refuses the sync, with its own JSON, tick after tick, while
+			// other calls (the misses of other keys) go through.
+			refusals := 0
+			for i, msg := range []string{"etcdserver: no leader", "etcdserver: leader changed", "etcdserver: request timed out"} {
+				for k := range fleetMaxTries {
+					r.tick(time.Second)
+					for len(r.pending) > 0 {
+						if p := r.answerWith(503, `{"error":"`+msg+`","code":14,"message":"`+msg+`"}`); p == "/v3/kv/txn" {
+							refusals++
+						}
+					}
+					r.drainMiss("other"+itoa(i*fleetMaxTries+k), 0)
+				}
+			}
+			if refusals < 2*fleetMaxTries {
+				t.Fatalf("the sync was refused %d times, want at least %d", refusals, 2*fleetMaxTries)
+			}
+			r.tick(time.Second)
+			r.drain() // etcd decides again
+			r.wantRemember("ada", 2)
+			r.wantEtcd("ada", "c")
+		}},
+		{"a sync answered with what no retry changes (not etcd's answer) is dropped after fleetMaxTries", 0, func(t *testing.T, r *rig) {
+			op := r.miss("ada", 1)
+			r.answer() // lease
+			r.now = r.now.Add(200 * time.Millisecond)
+			r.noAnswer(false)
+			r.wantSettled(op, 1, false)
+			syncs := 0
+			for range 3 * fleetMaxTries {
+				r.tick(time.Second)
+				for len(r.pending) > 0 {
+					if p := r.answerWith(200, `{}`); p == "/v3/kv/txn" {
+						syncs++
+					}
+				}
+			}
+			if syncs != fleetMaxTries {
+				t.Errorf("a sync answered {} was sent %d times, want %d", syncs, fleetMaxTries)
+			}
+		}},
 		{"a refresh that loses follows the winner", 0, func(t *testing.T, r *rig) {
 			op := r.miss("ada", 0)
 			r.drain()

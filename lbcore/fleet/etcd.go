@@ -211,8 +211,16 @@ func answerError(body []byte) error {
 	case strings.Contains(msg, "permission denied"):
 		return errPermission
 	}
-	return errors.New("etcd: " + clip(msg))
+	return etcdRefusal(clip(msg))
 }
+
+// etcdRefusal is an error answer of etcd's own that none of the cases
+// above names: "no leader", "leader changed", "request timed out", "too
+// many requests", a full quota. etcd answered, and what it refused for is
+// a state of the cluster that the next try may not meet.
+type etcdRefusal string
+
+func (e etcdRefusal) Error() string { return "etcd: " + string(e) }
 
 // parseTxn reads a /v3/kv/txn answer of createOrGetRequest or
 // replaceRequest: succeeded says the put was done (kv is then the written

@@ -178,21 +178,25 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 			c.lostLease(cl.lease, now)
 		}
 		c.after(now, cl.sent, err)
-		// A call without an answer says nothing of the key: it is tried
-		// again, however often, while it lives (a run of them marks etcd
-		// down, which pauses the queue). An answer that asks for a retry
-		// (retryable) is tried again once its cure is in (the pump
-		// authenticates or grants first), fleetMaxTries times before it
-		// counts as a try; another error answer counts.
+		// A call without an answer, or refused by etcd for a state of
+		// the cluster (etcdRefusal: an election, a request timed out),
+		// says nothing of the key: it is tried again from the next tick,
+		// however often, while the key lives (a run of them marks etcd
+		// down, which pauses the queue). Dropping it would leave the
+		// key's local decision apart from the fleet's until it expires.
+		// An answer that asks for a retry (retryable) is tried again
+		// once its cure is in (the pump authenticates or grants first),
+		// fleetMaxTries times before it counts as a try; an answer no
+		// retry changes (not etcd's JSON, a permission denied) counts.
 		switch {
 		case retryable(err):
 			if j.retries++; j.retries > fleetMaxTries {
 				j.tries++
 			}
-		case err != errNoAnswer && err != errTimeout:
-			j.tries++
-		default:
+		case againLater(err):
 			c.syncs.resting = true
+		default:
+			j.tries++
 		}
 		if j.tries < fleetMaxTries && c.alive(j.stamp, now) {
 			j.rev = 0
@@ -245,6 +249,14 @@ func (c *Client) onSync(cl *fleetCall, now time.Time, body []byte, err error) {
 		j.rev = 0
 		c.resend(&j, now)
 	}
+}
+
+// againLater reports whether a sync that met err is tried again from the
+// next tick without counting a try: no answer, or etcd's refusal of the
+// moment.
+func againLater(err error) bool {
+	_, refused := err.(etcdRefusal)
+	return refused || err == errNoAnswer || err == errTimeout
 }
 
 // resend sends j's next call, which then holds j's token.
