@@ -45,8 +45,8 @@ func noteExit(label string, cpu time.Duration) {
 
 // StartupReport is one line on the Envoys started so far: how many, their
 // time to ready in all and its median and maximum, the CPU time they spent
-// before it, and the labels (tests) whose Envoys spent the most of it,
-// with what those that exited spent in all; "" when none started.
+// before it, and the labels (tests) whose Envoys spent the most CPU time
+// in all; "" when none started.
 func StartupReport() string {
 	startups.Lock()
 	defer startups.Unlock()
@@ -64,12 +64,12 @@ func StartupReport() string {
 	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Millisecond) }
 	line := fmt.Sprintf("envoyrun: %d Envoys started; time to ready %v in all (median %v, longest %v); their CPU time before ready %v in all",
 		n, r(sumWall), r(wall[n/2]), r(wall[n-1]), r(sumCPU))
-	return line + mostCPU(startups.label, startups.cpu, startups.exited, 8)
+	return line + mostCPU(startups.label, startups.cpu, startups.exited, 12)
 }
 
 // mostCPU is "; most by: " and the k labels whose Envoys spent the most
-// CPU time before ready, each with its count of Envoys, that time and the
-// CPU time in all of those that exited (exited); "" when no Envoy has a
+// CPU time in all (exited: those that exited), each with its count of
+// Envoys, their CPU time before ready and in all; "" when no Envoy has a
 // label.
 func mostCPU(labels []string, cpu []time.Duration, exited map[string]time.Duration, k int) string {
 	type use struct {
@@ -95,7 +95,7 @@ func mostCPU(labels []string, cpu []time.Duration, exited map[string]time.Durati
 	if len(all) == 0 {
 		return ""
 	}
-	slices.SortStableFunc(all, func(a, b *use) int { return int(b.cpu - a.cpu) })
+	slices.SortStableFunc(all, func(a, b *use) int { return int(exited[b.label] - exited[a.label]) })
 	var b strings.Builder
 	b.WriteString("; most by (Envoys: CPU before ready / in all): ")
 	for i, u := range all[:min(k, len(all))] {

@@ -49,7 +49,7 @@ func rusageCPU(t *testing.T) time.Duration {
 
 // TestStartupReport: the line names the count, the sum, the median and the
 // longest of the times to ready, the CPU time's sum, and the tests whose
-// Envoys spent most of it, most first.
+// Envoys spent the most CPU time in all, most first.
 func TestStartupReport(t *testing.T) {
 	startups.Lock()
 	wall, cpu, label, exited := startups.wall, startups.cpu, startups.label, startups.exited
@@ -70,7 +70,7 @@ func TestStartupReport(t *testing.T) {
 	}
 	noteExit("TestA", 30*time.Second)
 	noteExit("TestA", 5*time.Second)
-	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all; most by (Envoys: CPU before ready / in all): TestB 1: 16s / 0s, TestA 2: 8s / 35s"
+	want := "envoyrun: 3 Envoys started; time to ready 12s in all (median 3s, longest 8s); their CPU time before ready 24s in all; most by (Envoys: CPU before ready / in all): TestA 2: 8s / 35s, TestB 1: 16s / 0s"
 	if r := StartupReport(); !strings.Contains(r, want) {
 		t.Errorf("report %q, want %q", r, want)
 	}
