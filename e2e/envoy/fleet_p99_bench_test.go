@@ -8,9 +8,9 @@ package envoy
 // (startPolicyFleetOn, the shipped configs/envoy-lbpolicy-fleet.yaml's
 // configuration), and "filter", three Envoys with the Wasm filter's
 // (startFilterFleetOn, configs/envoy-fleet.yaml). Each over its own etcd
-// of three processes (startHangCluster) and the faults of hangFaults: the
+// of three processes (startHangCluster) and the faults of benchFaults: the
 // leader stopped (SIGSTOP), quorum lost by stopping two members, 30 % of
-// the connections to one member reset.
+// the connections to one member reset, the leader killed, a member wiped.
 //
 // The load (startFleetLoad, 120 requests a second, each on a new
 // connection through a random Envoy) runs from the fleet's start to its
@@ -55,8 +55,18 @@ var (
 // no choice waits on etcd.
 const faultsGoal = 1.2
 
-// faultsKeys name hangFaults's faults, in its order, in the metrics.
-var faultsKeys = []string{"leader-stopped", "quorum-lost", "conns-reset"}
+// faultsKeys name benchFaults's faults, in its order, in the metrics.
+var faultsKeys = []string{"leader-stopped", "quorum-lost", "conns-reset", "leader-killed", "member-wiped"}
+
+// benchFaults are hangFaults and, each lasting a window, the leader killed
+// (then restarted) and a member wiped (then added back), over
+// startHangCluster's c and rp.
+func benchFaults(b *testing.B, c *fleettest.ProcCluster, rp *fleettest.ResetProxy) []fleetFault {
+	w := *faultsWindow
+	return append(hangFaults(b, c, rp, w),
+		fleetFault{fmt.Sprintf("leader killed %v", w), memberFault(c, func(l int) []int { return []int{l} }, c.Kill, c.Restart), w, false},
+		fleetFault{fmt.Sprintf("member wiped and re-added %v", w), wipeFault(c), w, false})
+}
 
 func BenchmarkEnvoyFleetFaultsP99(b *testing.B) {
 	var out strings.Builder
@@ -68,7 +78,7 @@ func BenchmarkEnvoyFleetFaultsP99(b *testing.B) {
 		c, rp, eps := startHangCluster(b)
 		f := startPolicyFleetOn(b, bin, eps)
 		head := fmt.Sprintf("#### Envoy %s: the load-balancing policy's persistence.fleet (configs/envoy-lbpolicy-fleet.yaml)\n\n", bin.Version)
-		out.WriteString(faultsP99(b, head, policyFleetAsk, f.urls, policyFleetFaultBound, hangFaults(b, c, rp, *faultsWindow)))
+		out.WriteString(faultsP99(b, head, policyFleetAsk, f.urls, policyFleetFaultBound, benchFaults(b, c, rp)))
 	})
 	b.Run("filter", func(b *testing.B) {
 		bins := envoyrun.Binaries(b)
@@ -76,7 +86,7 @@ func BenchmarkEnvoyFleetFaultsP99(b *testing.B) {
 		c, rp, eps := startHangCluster(b)
 		f := startFilterFleetOn(b, bin, eps)
 		head := fmt.Sprintf("#### Envoy %s: the Wasm filter's persistence.fleet (configs/envoy-fleet.yaml, hashlb_etcd listing the three members)\n\n", bin.Version)
-		out.WriteString(faultsP99(b, head, fleetAsk, f.urls, fleetBound, hangFaults(b, c, rp, *faultsWindow)))
+		out.WriteString(faultsP99(b, head, fleetAsk, f.urls, fleetBound, benchFaults(b, c, rp)))
 	})
 	if *peerOut != "" {
 		file := strings.TrimSuffix(*peerOut, ".md") + "-fleetfaults.md"
